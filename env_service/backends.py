@@ -1,0 +1,73 @@
+"""BFCL's executable backends, one private set of instances per episode or check.
+
+bfcl-eval's own executor builds a Python string per call, `eval`s it and caches the
+backend instances in its module globals keyed by model name and task id, so two
+checks of one episode share mutated state. Here every `Backends` object owns fresh
+instances, methods are looked up by name with `getattr` and called with the parsed
+arguments as data; nothing is written to bfcl-eval's globals. Results are turned into
+strings exactly as bfcl-eval does, so the official response checker compares equal.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+
+from bfcl_eval.constants.executable_backend_config import (
+    CLASS_FILE_PATH_MAPPING,
+    STATELESS_CLASSES,
+)
+
+from seal.bfcl.calls import ToolCall
+from seal.bfcl.tasks import BfclTask, initial_config_copy
+
+ERROR_PREFIX = "Error during execution: "
+
+
+def _backend_class(class_name: str) -> type:
+    return getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
+
+
+def format_result(value: object) -> str:
+    """A method's return value as the string bfcl-eval's executor would record."""
+    if type(value) is str:
+        return value
+    if type(value) is dict:
+        try:
+            return json.dumps(value)
+        except (TypeError, ValueError):
+            return str(value)
+    return str(value)
+
+
+class Backends:
+    """Fresh backend instances for one task, and a data-only way to call their methods."""
+
+    def __init__(self, task: BfclTask):
+        self.instances: dict[str, object] = {}
+        self._owner: dict[str, str] = {}
+        for class_name in task.involved_classes:
+            instance = _backend_class(class_name)()
+            if class_name not in STATELESS_CLASSES:
+                instance._load_scenario(
+                    initial_config_copy(task, class_name), long_context=task.long_context
+                )
+            self.instances[class_name] = instance
+            # Later classes win on a shared method name, as in bfcl-eval's executor.
+            for name, _ in inspect.getmembers(instance, predicate=inspect.ismethod):
+                if not name.startswith("_"):
+                    self._owner[name] = class_name
+
+    def has_method(self, name: str) -> bool:
+        return name in self._owner
+
+    def call(self, call: ToolCall) -> str:
+        """Run one call; a backend exception becomes bfcl-eval's error string, as in BFCL."""
+        if call.name not in self._owner:
+            return f"{ERROR_PREFIX}no backend method named {call.name!r}"
+        method = getattr(self.instances[self._owner[call.name]], call.name)
+        try:
+            return format_result(method(*call.args, **call.kwargs))
+        except Exception as e:  # noqa: BLE001 - backends raise anything; BFCL records it
+            return f"{ERROR_PREFIX}{e}"

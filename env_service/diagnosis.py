@@ -1,0 +1,105 @@
+"""Verification and diagnosis of one episode: a failure tag per ground-truth turn.
+
+The model's executed calls are replayed turn by turn in one private namespace and the
+ground truth in another, both cumulative, and each turn gets the first tag whose
+condition holds (DESIGN.md section 4):
+
+    gt_error                   the ground truth could not be executed
+    spurious_tool_call         ground truth empty, the model called a tool
+    correct_abstention         ground truth empty, the model called none
+    empty_turn_model_response  ground truth non-empty, the model called none
+    instance_mismatch          the two namespaces hold different backend classes
+    state_mismatch             a backend's public attributes differ from ground truth
+    response_mismatch          this turn's ground-truth results are not all among the
+                               model's results so far (as a multiset)
+    checker_error              a comparison raised
+    pass                       otherwise
+
+Accuracy is 1 exactly when every turn with a non-empty ground truth is `pass`, which is
+when bfcl-eval's `multi_turn_checker` passes the episode (it stops at the first failing
+turn and ignores calls on empty-ground-truth turns except through the state they
+change). The comparisons reuse bfcl-eval's own `state_checker` and `response_checker`,
+which are pure functions; its executor, which `eval`s strings, is never used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (
+    response_checker,
+    state_checker,
+)
+
+from env_service.backends import ERROR_PREFIX, Backends
+from seal.bfcl.calls import ToolCall, parse_call_string
+from seal.bfcl.tasks import BfclTask
+from seal.tocf import tags as T
+
+# A turn of model calls: one list of executed calls per generation in that turn.
+ModelTurn = list[list[ToolCall]]
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    tags: list[str]
+    """One failure tag per ground-truth turn."""
+    accuracy: int
+    """1 when the official checker would pass the episode, else 0."""
+    progress: float
+    """Turns tagged pass or correct_abstention over the turns that could be scored."""
+    notes: list[str]
+    """Per turn, a short human-readable reason for the tag ('' for pass)."""
+
+
+def diagnose(task: BfclTask, model_turns: list[ModelTurn]) -> Diagnosis:
+    """Tag every ground-truth turn; `model_turns` may be shorter than the task (early stop)."""
+    model_ns, gt_ns = Backends(task), Backends(task)
+    model_results_so_far: list[str] = []
+    tags, notes = [], []
+    for turn, gt_strings in enumerate(task.ground_truth):
+        steps = model_turns[turn] if turn < len(model_turns) else []
+        model_calls = [call for step in steps for call in step]
+        model_results_so_far.extend(model_ns.call(c) for c in model_calls)
+        tag, note = _tag_turn(gt_ns, model_ns, gt_strings, model_calls, model_results_so_far, turn)
+        tags.append(tag)
+        notes.append(note)
+    return _summarise(task, tags, notes)
+
+
+def _tag_turn(gt_ns, model_ns, gt_strings, model_calls, model_results_so_far, turn):
+    try:
+        gt_results = [gt_ns.call(parse_call_string(s)) for s in gt_strings]
+    except ValueError as e:
+        return T.GT_ERROR, str(e)
+    failed = [r for r in gt_results if r.startswith(ERROR_PREFIX)]
+    if failed:
+        return T.GT_ERROR, f"ground truth raised: {failed[0]}"
+    if not gt_strings:
+        if model_calls:
+            return T.SPURIOUS_TOOL_CALL, f"{len(model_calls)} call(s) where none were expected"
+        return T.CORRECT_ABSTENTION, ""
+    if not model_calls:
+        return T.EMPTY_TURN_MODEL_RESPONSE, "no tool call in a turn that needs one"
+    if set(model_ns.instances) != set(gt_ns.instances):
+        return T.INSTANCE_MISMATCH, "different backend classes"
+    try:
+        state = state_checker(model_ns.instances, gt_ns.instances)
+        if not state["valid"]:
+            return T.STATE_MISMATCH, state["error_message"]
+        response = response_checker(model_results_so_far, gt_results, turn)
+        if not response["valid"]:
+            missing = response["details"]["missing_items"]
+            return T.RESPONSE_MISMATCH, f"{len(missing)} expected result(s) missing"
+    except Exception as e:  # noqa: BLE001 - any comparison failure is the checker's, not the model's
+        return T.CHECKER_ERROR, f"{type(e).__name__}: {e}"
+    return T.PASS, ""
+
+
+def _summarise(task: BfclTask, tags: list[str], notes: list[str]) -> Diagnosis:
+    needs_call = [tag for tag, gt in zip(tags, task.ground_truth, strict=True) if gt]
+    accuracy = int(all(tag == T.PASS for tag in needs_call))
+    scorable = [tag for tag in tags if tag not in (T.GT_ERROR, T.CHECKER_ERROR)]
+    solved = sum(tag in (T.PASS, T.CORRECT_ABSTENTION) for tag in scorable)
+    progress = solved / len(scorable) if scorable else 0.0
+    return Diagnosis(tags=tags, accuracy=accuracy, progress=progress, notes=notes)

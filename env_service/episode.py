@@ -1,0 +1,230 @@
+"""One BFCL episode: the conversation state machine behind both service protocols.
+
+An episode walks the task's user turns. Each assistant message either contains
+`<tool_call>` blocks, which are parsed, checked against the tools available at this
+turn and executed in the episode's own backends (the answer is one user message of
+`<tool_response>` blocks), or contains none, which ends the current user turn: the
+next question comes back, or the episode ends after the last turn. Verification
+replays what ran (see diagnosis.py) once, when first asked for.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from env_service import evolution
+from env_service.evolution import EvolutionSettings
+from env_service.backends import ERROR_PREFIX, Backends
+from env_service.diagnosis import Diagnosis, diagnose
+from seal.bfcl import prompt
+from seal.bfcl.calls import (
+    CallParseError,
+    ToolCall,
+    check_call,
+    has_tool_call,
+    parse_tool_calls,
+)
+from seal.bfcl.tasks import BfclTask
+
+RolloutMode = Literal["sample", "validate"]
+
+
+class RewardSettings(BaseModel):
+    """How an episode's verification becomes its reward."""
+
+    partial_credit_cap: float = Field(0.0, ge=0.0, le=1.0)
+    """0 (the paper): reward = accuracy. Above 0: a failed episode earns
+    min(cap, partial_credit_weight * progress)."""
+    partial_credit_weight: float = Field(1.0, ge=0.0)
+
+
+class EpisodeSettings(BaseModel):
+    """Everything a client chooses when it creates an episode."""
+
+    mode: RolloutMode = "sample"
+    """`sample` (training: evolution allowed) or `validate` (the plain benchmark)."""
+    evolution: EvolutionSettings = Field(default_factory=EvolutionSettings)
+    evolve_in_validation: bool = False
+    """Apply the evolution layers in validate mode too (off: validation is the benchmark)."""
+    max_steps: int = Field(64, ge=1, le=1024)
+    """Assistant messages after which the service ends the episode (a runaway guard;
+    clients normally stop earlier with their own generation limit)."""
+    reward: RewardSettings = Field(default_factory=RewardSettings)
+
+    @property
+    def effective_evolution(self) -> EvolutionSettings:
+        if self.mode == "validate" and not self.evolve_in_validation:
+            return EvolutionSettings()
+        return self.evolution
+
+
+@dataclass
+class Counters:
+    steps: int = 0
+    tool_calls: int = 0
+    invalid_calls: int = 0
+    """Unparseable blocks, unknown or unavailable tools, bad argument names."""
+    tool_errors: int = 0
+    """Calls that ran and raised inside the backend."""
+    invalid_by_kind: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class StepOutcome:
+    messages: list[dict]
+    terminated: bool
+    reward: float
+    truncated: bool = False
+
+
+class EpisodeFinishedError(RuntimeError):
+    """A step on an episode that has already ended."""
+
+
+class Episode:
+    def __init__(self, task: BfclTask, settings: EpisodeSettings, profile: dict | None = None):
+        self.task = task
+        self.settings = settings
+        self.layers = settings.effective_evolution
+        self.backends = Backends(task)
+        self.turn = 0
+        self.model_turns: list[list[list[ToolCall]]] = [[] for _ in range(task.num_turns)]
+        self.counters = Counters()
+        self.terminated = False
+        self.truncated = False
+        self.created_at = self.last_used = time.monotonic()
+        self._diagnosis: Diagnosis | None = None
+        self._held_back = frozenset(d["name"] for docs in task.held_out.values() for d in docs)
+        self._available = {d["name"]: d for d in task.tools_until(0)}
+        self.system_prompt = self._build_system_prompt(profile)
+        self.initial_messages = [
+            {"role": "system", "content": self.system_prompt},
+            *self._turn_messages(0),
+        ]
+
+    # --- prompt ------------------------------------------------------------------------
+
+    def _tool(self, doc: dict) -> dict:
+        tool = prompt.to_tool(doc)
+        if self.layers.schema_cues:
+            tool = evolution.add_schema_cues(tool, type_hints=self.layers.type_hints)
+        return tool
+
+    def _build_system_prompt(self, profile: dict | None) -> str:
+        sections = []
+        if self.layers.schema_cues:
+            sections.append(evolution.CONSTRAINT_NOTE)
+        if self.layers.guidelines:
+            section = evolution.guideline_section(profile, self.layers.max_guidelines)
+            if section:
+                sections.append(section)
+        tools = [self._tool(d) for d in self.task.tools]
+        return prompt.system_prompt(tools, tuple(sections))
+
+    def _turn_messages(self, turn: int) -> list[dict]:
+        revealed = self.task.held_out.get(turn)
+        if revealed:
+            content = prompt.holdout_message([self._tool(d) for d in revealed])
+            return [{"role": "user", "content": content}]
+        return [{"role": m["role"], "content": m["content"]} for m in self.task.questions[turn]]
+
+    def available_tools(self) -> list[str]:
+        """Names of the tools the model may call in the current turn."""
+        return sorted(self._available)
+
+    # --- stepping ----------------------------------------------------------------------
+
+    def step(self, content: str) -> StepOutcome:
+        if self.terminated:
+            raise EpisodeFinishedError(f"episode of {self.task.task_id} has already ended")
+        self.counters.steps += 1
+        if has_tool_call(content):
+            messages = [{"role": "user", "content": self._run_calls(content)}]
+        else:
+            messages = self._next_turn()
+        if not self.terminated and self.counters.steps >= self.settings.max_steps:
+            self.terminated = self.truncated = True
+        reward = self.reward() if self.terminated else 0.0
+        return StepOutcome(messages, self.terminated, reward, self.truncated)
+
+    def _next_turn(self) -> list[dict]:
+        self.turn += 1
+        if self.turn >= self.task.num_turns:
+            self.terminated = True
+            return []
+        self._available.update({d["name"]: d for d in self.task.held_out.get(self.turn, [])})
+        return self._turn_messages(self.turn)
+
+    def _run_calls(self, content: str) -> str:
+        results, executed = [], []
+        for item in parse_tool_calls(content):
+            if isinstance(item, CallParseError):
+                results.append(
+                    self._reject("parse", f"Error: could not parse tool call: {item.reason}")
+                )
+                continue
+            rejection = check_call(item, self._available, self._held_back)
+            if rejection is not None:
+                results.append(self._reject(rejection.kind, f"Error: {rejection.message}"))
+                continue
+            result = self.backends.call(item)
+            executed.append(item)
+            self.counters.tool_calls += 1
+            if result.startswith(ERROR_PREFIX):
+                self.counters.tool_errors += 1
+                if self.layers.recovery_feedback:
+                    result = evolution.with_hint(result, "tool_error")
+            results.append(result)
+        if executed:
+            self.model_turns[self.turn].append(executed)
+        return prompt.tool_response_message(results)
+
+    def _reject(self, kind: str, message: str) -> str:
+        self.counters.invalid_calls += 1
+        self.counters.invalid_by_kind[kind] = self.counters.invalid_by_kind.get(kind, 0) + 1
+        return evolution.with_hint(message, kind) if self.layers.recovery_feedback else message
+
+    # --- verification ------------------------------------------------------------------
+
+    def diagnosis(self) -> Diagnosis:
+        """Verify what has run so far; cached once the episode has ended."""
+        if self._diagnosis is not None:
+            return self._diagnosis
+        result = diagnose(self.task, self.model_turns)
+        if self.terminated:
+            self._diagnosis = result
+        return result
+
+    def reward(self) -> float:
+        d = self.diagnosis()
+        cfg = self.settings.reward
+        if d.accuracy or cfg.partial_credit_cap <= 0:
+            return float(d.accuracy)
+        return min(cfg.partial_credit_cap, cfg.partial_credit_weight * d.progress)
+
+    def report(self) -> dict:
+        """The full evaluation: accuracy, progress, one tag per turn and the counters."""
+        d = self.diagnosis()
+        c = self.counters
+        return {
+            "accuracy": d.accuracy,
+            "reward": self.reward(),
+            "progress": d.progress,
+            "failure_tags": d.tags,
+            "tag_notes": d.notes,
+            "num_turns": self.task.num_turns,
+            "turns_reached": min(self.turn + 1, self.task.num_turns),
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+            "steps": c.steps,
+            "tool_calls": c.tool_calls,
+            "invalid_calls": c.invalid_calls,
+            "invalid_by_kind": dict(c.invalid_by_kind),
+            "tool_errors": c.tool_errors,
+            "task_id": self.task.task_id,
+            "category": self.task.category,
+        }

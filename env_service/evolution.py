@@ -1,0 +1,133 @@
+"""Observation evolution: what a training episode shows beyond the plain benchmark.
+
+Three independent layers, all off by default and forced off in validation (the prompt a
+validation episode sees is byte-identical to the unevolved one):
+
+- schema cues ("observation_lite", the paper's headline layer): `[required]` on required
+  parameters, allowed values surfaced as `enum` (BFCL writes them in prose), optional type
+  hints, and one constraint note in the system prompt;
+- recovery feedback: an invalid call or a tool error comes back with a short hint on
+  how to recover;
+- diagnostic guidelines: a few system-prompt guidelines for the failure tags that the
+  trainer's failure profile (seal.tocf.profile) reports as prevalent and unsolved.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from pydantic import BaseModel, Field
+
+from seal.tocf import tags as T
+
+
+class EvolutionSettings(BaseModel):
+    """Which layers a training episode gets. Every key defaults to off."""
+
+    schema_cues: bool = False
+    """Mark required parameters, surface allowed values and add the constraint note."""
+    type_hints: bool = False
+    """With schema_cues: also spell out each parameter's expected type in its description."""
+    recovery_feedback: bool = False
+    """Append a recovery hint to invalid-call and tool-error observations."""
+    guidelines: bool = False
+    """Add guidelines for the prevalent unsolved failure tags of the current profile."""
+    max_guidelines: int = Field(3, ge=0, le=len(T.FAILURE_TAGS))
+    """At most this many guidelines (the profile's top tags by share)."""
+
+    @property
+    def any(self) -> bool:
+        return self.schema_cues or self.recovery_feedback or self.guidelines
+
+
+# --- schema cues -------------------------------------------------------------------------
+
+CONSTRAINT_NOTE = (
+    "Constraint: call only the listed tools, pass every parameter marked [required], use only "
+    "parameter names from the tool's signature, and pick values from the allowed list when one "
+    "is given."
+)
+
+_ENUM_JSON = re.compile(r"\[Enum\]:\s*(\[.*?\])")
+_ENUM_PROSE = re.compile(r"(?:Options are|Here are the options):\s*([\w\-]+(?:\s*,\s*[\w\-]+)+)")
+_TYPE_WORDS = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "array": "a JSON list",
+    "object": "a JSON object",
+}
+
+
+def allowed_values(description: str) -> list[str] | None:
+    """Allowed values BFCL states in a parameter description, if any."""
+    if m := _ENUM_JSON.search(description):
+        try:
+            values = json.loads(m.group(1))
+        except json.JSONDecodeError:
+            return None
+        return [str(v) for v in values] if isinstance(values, list) else None
+    if m := _ENUM_PROSE.search(description):
+        return [v.strip() for v in m.group(1).split(",")]
+    return None
+
+
+def add_schema_cues(tool: dict, type_hints: bool) -> dict:
+    """A copy of an OpenAI-style tool with cues in its parameter descriptions."""
+    fn = tool["function"]
+    params = fn["parameters"]
+    required = set(params.get("required", []))
+    properties = {}
+    for name, prop in params.get("properties", {}).items():
+        prop = dict(prop)
+        desc = prop.get("description", "").strip()
+        marker = "[required]" if name in required else "[optional]"
+        values = allowed_values(desc) if prop.get("type") == "string" else None
+        if values and "enum" not in prop:
+            prop["enum"] = values
+            desc += f" Allowed values: {', '.join(values)}."
+        if type_hints and prop.get("type") in _TYPE_WORDS:
+            desc += f" Expects {_TYPE_WORDS[prop['type']]}."
+        prop["description"] = f"{marker} {desc}"
+        properties[name] = prop
+    return {**tool, "function": {**fn, "parameters": {**params, "properties": properties}}}
+
+
+# --- recovery feedback -------------------------------------------------------------------
+
+RECOVERY_HINTS = {
+    "parse": 'Write each call as <tool_call>{"name": ..., "arguments": {...}}</tool_call> with valid JSON.',
+    "unknown_tool": "Use only tool names listed in the system prompt, spelled exactly.",
+    "unavailable_tool": "This tool is not available yet; solve the request with the tools you have or explain what is missing.",
+    "missing_argument": "Add the missing required argument; if the user did not give its value, ask for it instead of guessing.",
+    "unexpected_argument": "Remove arguments that are not in the tool's signature.",
+    "tool_error": "Read the error, fix the arguments or the order of your calls (for example check the current state first), then retry.",
+}
+
+
+def with_hint(message: str, kind: str) -> str:
+    return f"{message}\nHint: {RECOVERY_HINTS[kind]}"
+
+
+# --- diagnostic guidelines ---------------------------------------------------------------
+
+GUIDELINES = {
+    T.SPURIOUS_TOOL_CALL: "If the request cannot be done with the available tools or lacks a needed value, call no tool and say what is missing.",
+    T.EMPTY_TURN_MODEL_RESPONSE: "When a request can be done with the tools, call them; do not answer in text alone.",
+    T.STATE_MISMATCH: "Before a call that changes state, check its arguments against the user's exact words and the current state (location, ids, amounts).",
+    T.RESPONSE_MISMATCH: "Call every tool whose result the request depends on, including look-ups, rather than assuming their result.",
+    T.INSTANCE_MISMATCH: "Use the tools of the system the request is about; do not switch to another system's tools.",
+}
+
+
+def guideline_section(profile: dict | None, max_guidelines: int) -> str | None:
+    """The guidelines for a failure profile (see seal.tocf.profile), or None if none apply."""
+    if not profile:
+        return None
+    lines = [GUIDELINES[e["tag"]] for e in profile.get("tags", []) if e["tag"] in GUIDELINES]
+    lines = lines[:max_guidelines]
+    if not lines:
+        return None
+    return "Guidelines from recent attempts:\n" + "\n".join(f"- {line}" for line in lines)

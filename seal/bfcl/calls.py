@@ -1,0 +1,137 @@
+"""Tool calls as data: strict parsing of model output and of BFCL ground-truth strings.
+
+Model output uses the Qwen2.5 format, one JSON object per block:
+
+    <tool_call>
+    {"name": "cd", "arguments": {"folder": "document"}}
+    </tool_call>
+
+Each block becomes a `ToolCall` or a `CallParseError` (kept in order, so the episode can
+answer every block). Ground-truth calls are BFCL call strings such as
+`mv(source='a.txt', destination='tmp')`; they are parsed with `ast` and every argument
+must be a literal, so neither side is ever executed as code.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+_BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call to a named tool with keyword arguments (positional ones only in ground truth)."""
+
+    name: str
+    kwargs: dict = field(default_factory=dict)
+    args: tuple = ()
+
+    def to_call_string(self) -> str:
+        """BFCL's call-string form, for logs and for feeding the official checker in tests."""
+        parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{self.name}({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class CallParseError:
+    """A `<tool_call>` block that is not a well-formed call; `reason` is shown to the model."""
+
+    raw: str
+    reason: str
+
+
+def has_tool_call(text: str) -> bool:
+    """True when the text attempts at least one tool call (well-formed or not)."""
+    return TOOL_CALL_OPEN in text
+
+
+def parse_tool_calls(text: str) -> list[ToolCall | CallParseError]:
+    """Every `<tool_call>` block of a model message, in order."""
+    return [_parse_block(m.group(1), closed=bool(m.group(2))) for m in _BLOCK.finditer(text)]
+
+
+def _parse_block(body: str, closed: bool) -> ToolCall | CallParseError:
+    raw = body.strip()
+    if not closed:
+        return CallParseError(raw, "the <tool_call> block is not closed with </tool_call>")
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as e:
+        return CallParseError(raw, f"the block is not valid JSON ({e.msg} at char {e.pos})")
+    if not isinstance(obj, dict):
+        return CallParseError(raw, "the block must be a JSON object with 'name' and 'arguments'")
+    name, arguments = obj.get("name"), obj.get("arguments", {})
+    extra = set(obj) - {"name", "arguments"}
+    if extra:
+        return CallParseError(
+            raw, f"unexpected fields {sorted(extra)}; use only 'name' and 'arguments'"
+        )
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
+        return CallParseError(raw, "'name' must be a tool name string")
+    if not isinstance(arguments, dict):
+        return CallParseError(raw, "'arguments' must be a JSON object")
+    return ToolCall(name=name, kwargs=arguments)
+
+
+def parse_call_string(call: str) -> ToolCall:
+    """A BFCL ground-truth call string as data; raises ValueError on anything but a literal call."""
+    try:
+        node = ast.parse(call.strip(), mode="eval").body
+    except SyntaxError as e:
+        raise ValueError(f"not a call: {call!r}") from e
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        raise ValueError(f"not a plain function call: {call!r}")
+    try:
+        args = tuple(ast.literal_eval(a) for a in node.args)
+        kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
+    except ValueError as e:
+        raise ValueError(f"non-literal argument in {call!r}") from e
+    if None in kwargs:
+        raise ValueError(f"**kwargs are not allowed: {call!r}")
+    return ToolCall(name=node.func.id, kwargs=kwargs, args=args)
+
+
+@dataclass(frozen=True)
+class CallRejection:
+    """Why a parsed call may not run: `kind` names the rule, `message` is shown to the model."""
+
+    kind: str  # unknown_tool | unavailable_tool | missing_argument | unexpected_argument
+    message: str
+
+
+def check_call(
+    call: ToolCall, available: dict[str, dict], held_back: frozenset[str] = frozenset()
+) -> CallRejection | None:
+    """None if `call` names an available tool with exactly allowed argument names.
+
+    `available` maps tool name -> BFCL tool doc; `held_back` names tools that exist in the
+    task but are not revealed yet. Only names and keys are checked here: values are
+    passed to the backend as data, and a backend that rejects a value answers with its
+    own error, as in BFCL.
+    """
+    doc = available.get(call.name)
+    if doc is None:
+        if call.name in held_back:
+            return CallRejection("unavailable_tool", f"tool {call.name!r} is not available yet")
+        return CallRejection("unknown_tool", f"unknown tool {call.name!r}")
+    params = doc["parameters"]
+    allowed = set(params.get("properties", {}))
+    unexpected = sorted(set(call.kwargs) - allowed)
+    if unexpected:
+        return CallRejection(
+            "unexpected_argument",
+            f"{call.name} got unexpected argument(s) {unexpected}; allowed: {sorted(allowed)}",
+        )
+    missing = [p for p in params.get("required", []) if p not in call.kwargs]
+    if missing:
+        return CallRejection(
+            "missing_argument", f"{call.name} is missing required argument(s) {missing}"
+        )
+    return None

@@ -1,0 +1,88 @@
+"""Prompt text for BFCL episodes in the Qwen2.5 tool-calling format.
+
+The system message carries the tool signatures exactly as the Qwen2.5 chat template
+would render them from a `tools=` argument, so a client renders the conversation with
+the plain template (no tools argument) and the model sees its native format. Tool
+results come back as one user message of `<tool_response>` blocks, again byte-equal to
+what the template renders for consecutive `tool` messages.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+BASE_INSTRUCTIONS = (
+    "You are an assistant that completes the user's requests by calling the provided tools. "
+    "In each turn, keep calling tools until the request is fulfilled, then reply with a short "
+    "message that contains no tool call to end the turn. If the request cannot be fulfilled "
+    "with the available tools or is missing information, say so instead of calling tools."
+)
+
+HOLDOUT_NOTICE = "New tools are now available to you. Please continue with my earlier request."
+
+# BFCL writes Python type names in its docs; JSON Schema (what the template shows) differs.
+_JSON_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string"}
+
+
+def to_json_schema(schema: dict) -> dict:
+    """A BFCL parameter schema with JSON Schema type names, recursively (input not modified)."""
+    out = copy.deepcopy(schema)
+    _fix_types(out)
+    return out
+
+
+def _fix_types(node: dict) -> None:
+    if isinstance(node.get("type"), str):
+        node["type"] = _JSON_TYPES.get(node["type"], node["type"])
+    for child in node.get("properties", {}).values():
+        _fix_types(child)
+    if isinstance(node.get("items"), dict):
+        _fix_types(node["items"])
+
+
+def to_tool(doc: dict) -> dict:
+    """A BFCL tool doc as an OpenAI/Qwen function tool (the `response` schema is dropped)."""
+    return {
+        "type": "function",
+        "function": {
+            "name": doc["name"],
+            "description": doc["description"],
+            "parameters": to_json_schema(doc["parameters"]),
+        },
+    }
+
+
+def _tojson(obj: dict) -> str:
+    # Same serialisation as the `tojson` filter of transformers' chat-template renderer.
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def tools_block(tools: list[dict]) -> str:
+    """The `# Tools` section the Qwen2.5 template appends to the system message."""
+    lines = "".join("\n" + _tojson(t) for t in tools)
+    return (
+        "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+        f"{lines}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+        '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    )
+
+
+def system_prompt(tools: list[dict], sections: tuple[str, ...] = ()) -> str:
+    """The system message: instructions, optional extra sections, then the tool signatures."""
+    head = "\n\n".join((BASE_INSTRUCTIONS, *sections))
+    return head + tools_block(tools)
+
+
+def holdout_message(new_tools: list[dict]) -> str:
+    """The user message of a miss_func holdout turn: the newly revealed signatures."""
+    lines = "".join("\n" + _tojson(t) for t in new_tools)
+    return f"{HOLDOUT_NOTICE}\n<tools>{lines}\n</tools>"
+
+
+def tool_response_message(results: list[str]) -> str:
+    """Tool results as one user message, as the template renders consecutive tool messages."""
+    return "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in results)

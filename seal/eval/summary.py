@@ -1,0 +1,164 @@
+"""Per-category pass rates of each validation step, in the paper's table format.
+
+One row per step: the four BFCL multi-turn categories and overall as ``0.5800 (58/100)``
+cells, and the paper's average (the unweighted mean of the four category rates). The best
+step is the one with the highest average, the earliest on a tie: all four categories count,
+not one alone as in the original release. Steps whose task ids differ from the expected split are
+reported, since their rates are not comparable with the paper's 400 held-out tasks.
+``scripts/stats_validation_bfcl.py`` is the command line for this module.
+"""
+
+import csv
+import io
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+from seal.eval.records import ValidationRecord
+from seal.tocf.tags import CATEGORIES
+
+COLUMNS = ("step", *CATEGORIES, "overall", "average", "best")
+BEST_MARK = "*"
+MAX_EXAMPLES = 3
+
+
+@dataclass(frozen=True)
+class PassCount:
+    """Accurate tasks out of validated tasks."""
+
+    passed: int
+    total: int
+
+    @property
+    def rate(self) -> Fraction | None:
+        # Exact, so that equal averages compare equal when choosing the best step.
+        return Fraction(self.passed, self.total) if self.total else None
+
+    def cell(self) -> str:
+        rate = "n/a" if self.rate is None else f"{float(self.rate):.4f}"
+        return f"{rate} ({self.passed}/{self.total})"
+
+    def as_json(self) -> dict:
+        rate = None if self.rate is None else float(self.rate)
+        return {"passed": self.passed, "total": self.total, "rate": rate}
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """Pass counts of one validation step, per category and overall."""
+
+    step: int
+    by_category: dict[str, PassCount]
+    overall: PassCount
+
+    @property
+    def average(self) -> Fraction | None:
+        """Mean of the four category rates; None when a category has no tasks."""
+        rates = [self.by_category[category].rate for category in CATEGORIES]
+        if any(rate is None for rate in rates):
+            return None
+        return sum(rates, Fraction(0)) / len(rates)
+
+
+def summarize_step(step: int, records: Sequence[ValidationRecord]) -> StepSummary:
+    """Count accurate tasks per category in one step's records."""
+    by_category = {}
+    for category in CATEGORIES:
+        scores = [record.score for record in records if record.data_source == category]
+        by_category[category] = PassCount(passed=sum(scores), total=len(scores))
+    overall = PassCount(passed=sum(record.score for record in records), total=len(records))
+    return StepSummary(step=step, by_category=by_category, overall=overall)
+
+
+def summarize(steps: dict[int, list[ValidationRecord]]) -> list[StepSummary]:
+    """One summary per step, in ascending step order."""
+    return [summarize_step(step, steps[step]) for step in sorted(steps)]
+
+
+def best_step(summaries: Sequence[StepSummary]) -> int | None:
+    """The step with the highest average, the earliest on a tie; None if no step has one."""
+    scored = [summary for summary in summaries if summary.average is not None]
+    if not scored:
+        return None
+    return max(scored, key=lambda summary: (summary.average, -summary.step)).step
+
+
+def load_split_ids(path: str | Path, key: str) -> list[str]:
+    """The task ids of one part of a split file (a JSON dict of lists of ids, e.g. "eval")."""
+    with Path(path).open(encoding="utf-8") as split_file:
+        split = json.load(split_file)
+    if key not in split or not isinstance(split[key], list):
+        raise ValueError(f"{path} has no list of task ids under {key!r}")
+    return split[key]
+
+
+def split_mismatch(
+    step: int, records: Sequence[ValidationRecord], expected_ids: Sequence[str]
+) -> str | None:
+    """A warning naming missing, extra and duplicated task ids of a step; None if it matches."""
+    counts = Counter(record.task_id for record in records)
+    expected = set(expected_ids)
+    missing = [task_id for task_id in expected_ids if task_id not in counts]
+    extra = [task_id for task_id in counts if task_id not in expected]
+    duplicated = [f"{task_id} x{count}" for task_id, count in counts.items() if count > 1]
+
+    problems = []
+    for label, ids in (("missing", missing), ("extra", extra), ("duplicated", duplicated)):
+        if ids:
+            examples = ", ".join(ids[:MAX_EXAMPLES]) + (", ..." if len(ids) > MAX_EXAMPLES else "")
+            problems.append(f"{len(ids)} {label} (e.g. {examples})")
+    if not problems:
+        return None
+    return f"step {step}: task ids differ from the expected split: " + "; ".join(problems)
+
+
+def table_rows(summaries: Sequence[StepSummary]) -> list[dict[str, str]]:
+    """The summary as text cells, one dict per step keyed by COLUMNS."""
+    best = best_step(summaries)
+    rows = []
+    for summary in summaries:
+        row = {"step": str(summary.step)}
+        row.update({category: summary.by_category[category].cell() for category in CATEGORIES})
+        row["overall"] = summary.overall.cell()
+        row["average"] = "n/a" if summary.average is None else f"{float(summary.average):.4f}"
+        row["best"] = BEST_MARK if summary.step == best else ""
+        rows.append(row)
+    return rows
+
+
+def render_markdown(summaries: Sequence[StepSummary]) -> str:
+    # A pipe table is a few lines by hand; tabulate is not worth a dependency for it.
+    header = {column: column for column in COLUMNS}
+    rows = [header, *table_rows(summaries)]
+    widths = {column: max(len(row[column]) for row in rows) for column in COLUMNS}
+    lines = ["| " + " | ".join(row[c].ljust(widths[c]) for c in COLUMNS) + " |" for row in rows]
+    lines.insert(1, "| " + " | ".join("-" * widths[c] for c in COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_csv(summaries: Sequence[StepSummary]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(table_rows(summaries))
+    return buffer.getvalue()
+
+
+def render_json(summaries: Sequence[StepSummary]) -> str:
+    """Numbers rather than text cells, for programs; rates are fractions of 1."""
+    best = best_step(summaries)
+    rows = []
+    for summary in summaries:
+        row = {"step": summary.step}
+        row.update({c: summary.by_category[c].as_json() for c in CATEGORIES})
+        row["overall"] = summary.overall.as_json()
+        row["average"] = None if summary.average is None else float(summary.average)
+        row["best"] = summary.step == best
+        rows.append(row)
+    return json.dumps(rows, indent=2) + "\n"
+
+
+RENDERERS = {"markdown": render_markdown, "csv": render_csv, "json": render_json}

@@ -1,0 +1,128 @@
+"""A-Patch: scale each trajectory's GRPO advantages by what its diagnosis says it got wrong.
+
+Applied after group normalisation, as in the paper. A sample's scale is the mean weight of
+its turn tags, clamped to [min_scale, max_scale]; `checker_error` and `gt_error` are left
+out (they say nothing about the policy) and a sample with no remaining tag keeps scale 1.
+Weights come from the capability state (dynamic, the paper's setting) or are the fixed
+base weights (static). The only module of `seal.tocf` that imports torch.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from seal.tocf.tags import BASE_TAG_WEIGHTS, EXCLUDED_TAGS, UNKNOWN_TAG_WEIGHT
+
+APPLY_TO_CHOICES = ("all", "positive", "negative")
+WEIGHT_SOURCES = ("dynamic", "static")
+
+
+@dataclass
+class APatchConfig:
+    """A-Patch options. Defaults are the paper's values."""
+
+    enable: bool = True
+    """Scale advantages at all; False leaves them untouched (vanilla GRPO). Default True."""
+    weight_source: str = "dynamic"
+    """"dynamic": the capability state's live weights; "static": `static_weights`. Default "dynamic"."""
+    static_weights: dict[str, float] = field(default_factory=lambda: dict(BASE_TAG_WEIGHTS))
+    """Tag weights used when `weight_source` is "static". Default `tags.BASE_TAG_WEIGHTS`."""
+    min_scale: float = 0.5
+    """Lower clamp of a sample's scale. Default 0.5."""
+    max_scale: float = 2.0
+    """Upper clamp of a sample's scale. Default 2.0."""
+    apply_to: str = "all"
+    """Which advantages to scale: "all", "positive" or "negative" ones. Default "all"."""
+    warmup_steps: int = 0
+    """Trainer steps before A-Patch starts (the weights are still tracked). Default 0."""
+    budget: bool = False
+    """Divide the scales by their mean over the samples they touch, so that the average
+    multiplier is 1 and A-Patch only redistributes the step size; scales may then leave
+    [min_scale, max_scale]. Default False."""
+
+    def __post_init__(self):
+        if self.apply_to not in APPLY_TO_CHOICES:
+            raise ValueError(f"apply_to must be one of {APPLY_TO_CHOICES}, not {self.apply_to!r}")
+        if self.weight_source not in WEIGHT_SOURCES:
+            raise ValueError(
+                f"weight_source must be one of {WEIGHT_SOURCES}, not {self.weight_source!r}"
+            )
+        if not 0 < self.min_scale <= self.max_scale:
+            raise ValueError(
+                f"need 0 < min_scale <= max_scale, got {self.min_scale}, {self.max_scale}"
+            )
+
+
+def sample_scale(
+    tags: Sequence[str], weights: Mapping[str, float], min_scale: float, max_scale: float
+) -> float:
+    counted = [weights.get(tag, UNKNOWN_TAG_WEIGHT) for tag in tags if tag not in EXCLUDED_TAGS]
+    if not counted:
+        return 1.0
+    return min(max_scale, max(min_scale, sum(counted) / len(counted)))
+
+
+def apply_apatch(
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    sample_tags: Sequence[Sequence[str]],
+    config: APatchConfig,
+    *,
+    step: int,
+    dynamic_weights: Mapping[str, float] | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Return the patched advantages (a new tensor, [batch, response_len]) and metrics.
+
+    `sample_tags[i]` are sample i's turn tags; `dynamic_weights` (the capability state's
+    `weights`) is required when `config.weight_source` is "dynamic". Metrics: `active`
+    (0 during warm-up or when disabled), `mean_scale` over the batch, `scaled_count`
+    (samples whose advantages changed), `tag_frac/<tag>` (fraction of samples carrying the
+    tag) and `weight/<tag>`, all under "apatch/".
+    """
+    if len(sample_tags) != advantages.shape[0]:
+        raise ValueError(f"{len(sample_tags)} tag lists for {advantages.shape[0]} samples")
+    if config.weight_source == "static":
+        weights = config.static_weights
+    elif dynamic_weights is None:
+        raise ValueError("weight_source is 'dynamic' but no dynamic_weights were given")
+    else:
+        weights = dynamic_weights
+
+    scales = torch.tensor(
+        [sample_scale(tags, weights, config.min_scale, config.max_scale) for tags in sample_tags],
+        dtype=advantages.dtype,
+        device=advantages.device,
+    )
+    touched_tokens = response_mask.bool()
+    if config.apply_to == "all":
+        touched_tokens = touched_tokens & (advantages != 0)
+    elif config.apply_to == "positive":
+        touched_tokens = touched_tokens & (advantages > 0)
+    else:
+        touched_tokens = touched_tokens & (advantages < 0)
+    touched = touched_tokens.any(dim=1)
+    if config.budget and touched.any():
+        scales = scales / scales[touched].mean()
+
+    active = config.enable and step >= config.warmup_steps
+    if active:
+        patched = torch.where(touched_tokens, advantages * scales[:, None], advantages)
+    else:
+        patched = advantages.clone()
+
+    num_samples = max(len(sample_tags), 1)
+    metrics = {
+        "apatch/active": float(active),
+        "apatch/mean_scale": scales.mean().item() if len(sample_tags) else 1.0,
+        "apatch/scaled_count": float((touched & (scales != 1)).sum().item()) if active else 0.0,
+    }
+    carriers = Counter(tag for tags in sample_tags for tag in set(tags))
+    for tag, count in sorted(carriers.items()):
+        metrics[f"apatch/tag_frac/{tag}"] = count / num_samples
+    for tag, weight in weights.items():
+        metrics[f"apatch/weight/{tag}"] = float(weight)
+    return patched, metrics

@@ -6,10 +6,19 @@ checks of one episode share mutated state. Here every `Backends` object owns fre
 instances, methods are looked up by name with `getattr` and called with the parsed
 arguments as data; nothing is written to bfcl-eval's globals. Results are turned into
 strings exactly as bfcl-eval does, so the official response checker compares equal.
+
+Two kinds of shared objects are cut off on every call. Arguments are deep-copied,
+because backends store argument lists in their state and mutate them later, and the
+same parsed call is replayed at verification. Mutable default arguments are replaced
+by fresh copies: `TwitterAPI.post_tweet(tags=[], mentions=[])` stores its default list
+and `mention()` extends it, which in bfcl-eval leaks mentions into every later episode
+of the process.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib
 import inspect
 import json
@@ -27,6 +36,19 @@ ERROR_PREFIX = "Error during execution: "
 
 def _backend_class(class_name: str) -> type:
     return getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
+
+
+@functools.cache
+def mutable_defaults(cls: type) -> dict[str, tuple[list[str], dict[str, object]]]:
+    """Per public method with mutable defaults: its parameter order and pristine copies
+    of those defaults, taken the first time the class is used in this process."""
+    found = {}
+    for name, fn in inspect.getmembers(cls, inspect.isfunction):
+        params = list(inspect.signature(fn).parameters.values())[1:]  # drop self
+        mutable = {p.name: p.default for p in params if isinstance(p.default, (list, dict, set))}
+        if mutable and not name.startswith("_"):
+            found[name] = ([p.name for p in params], copy.deepcopy(mutable))
+    return found
 
 
 def format_result(value: object) -> str:
@@ -66,8 +88,14 @@ class Backends:
         """Run one call; a backend exception becomes bfcl-eval's error string, as in BFCL."""
         if call.name not in self._owner:
             return f"{ERROR_PREFIX}no backend method named {call.name!r}"
-        method = getattr(self.instances[self._owner[call.name]], call.name)
+        instance = self.instances[self._owner[call.name]]
+        method = getattr(instance, call.name)
+        args, kwargs = copy.deepcopy(call.args), copy.deepcopy(call.kwargs)
+        if call.name in mutable_defaults(type(instance)):
+            order, defaults = mutable_defaults(type(instance))[call.name]
+            given = set(order[: len(args)]) | set(kwargs)
+            kwargs |= {p: copy.deepcopy(v) for p, v in defaults.items() if p not in given}
         try:
-            return format_result(method(*call.args, **call.kwargs))
+            return format_result(method(*args, **kwargs))
         except Exception as e:  # noqa: BLE001 - backends raise anything; BFCL records it
             return f"{ERROR_PREFIX}{e}"

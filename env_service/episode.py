@@ -17,9 +17,9 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from env_service import evolution
-from env_service.evolution import EvolutionSettings
 from env_service.backends import ERROR_PREFIX, Backends
 from env_service.diagnosis import Diagnosis, diagnose
+from env_service.evolution import EvolutionSettings
 from seal.bfcl import prompt
 from seal.bfcl.calls import (
     CallParseError,

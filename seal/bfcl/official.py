@@ -4,16 +4,22 @@ Used by tests and `scripts/check_agreement.py` to show that the service's diagno
 agrees with BFCL; never by the service itself, because the official executor `eval`s
 call strings. Inputs here are ground-truth strings (or corruptions of them), never model
 text. Each check runs under a fresh model name, and the backend instances bfcl-eval
-caches in its executor's module globals for that name are deleted afterwards.
+caches in its executor's module globals for that name are deleted afterwards, and the
+mutable default arguments its backends mutate (see env_service.backends) are restored,
+so every check sees what a fresh BFCL process would.
 """
 
 from __future__ import annotations
 
+import copy
+import importlib
 import uuid
 
+from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
+from env_service.backends import mutable_defaults
 from seal.bfcl.tasks import BfclTask
 
 
@@ -25,13 +31,32 @@ def official_accuracy(task: BfclTask, decoded: list[list[list[str]]]) -> int:
         "initial_config": task.initial_config,
         "involved_classes": task.involved_classes,
     }
+    saved = _save_defaults(task.involved_classes)
     try:
         result = multi_turn_checker(decoded, task.ground_truth, entry, task.category, model_name)
     finally:
+        _restore_defaults(saved)
         leftover = [k for k in vars(multi_turn_utils) if k.startswith(model_name)]
         for key in leftover:
             delattr(multi_turn_utils, key)
     return int(result["valid"])
+
+
+def _save_defaults(class_names: list[str]) -> list[tuple[object, tuple]]:
+    saved = []
+    for name in class_names:
+        cls = getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[name]), name)
+        for method in mutable_defaults(cls):
+            fn = getattr(cls, method)
+            saved.append((fn, copy.deepcopy(fn.__defaults__)))
+    return saved
+
+
+def _restore_defaults(saved: list[tuple[object, tuple]]) -> None:
+    # Plain attribute assignment on bfcl-eval's functions, only in this oracle, only to
+    # undo what the official executor just did to them.
+    for fn, defaults in saved:
+        fn.__defaults__ = defaults
 
 
 def bfcl_globals_left() -> list[str]:

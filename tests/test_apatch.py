@@ -1,0 +1,146 @@
+"""A-Patch: per-sample scales from failure tags, applied to token-level advantages."""
+
+import pytest
+import torch
+
+from seal.tocf.apatch import APatchConfig, apply_apatch, sample_scale
+from seal.tocf.tags import BASE_TAG_WEIGHTS
+
+
+def scale(tags, weights=BASE_TAG_WEIGHTS):
+    return sample_scale(tags, weights, 0.5, 2.0)
+
+
+def test_sample_scale_is_mean_of_tag_weights():
+    assert scale(["state_mismatch", "response_mismatch"]) == pytest.approx(0.95)
+    assert scale(["pass", "pass", "spurious_tool_call"]) == pytest.approx(4 / 3)
+    assert scale(["mystery_tag", "spurious_tool_call"]) == pytest.approx(1.5)  # unknown weighs 1
+
+
+def test_sample_scale_clamps():
+    assert scale(["a"], {"a": 3.0}) == 2.0
+    assert scale(["a", "a"], {"a": 0.1}) == 0.5
+
+
+def test_sample_scale_excludes_infrastructure_tags():
+    assert scale(["checker_error", "spurious_tool_call"]) == 2.0
+    assert scale(["gt_error", "instance_mismatch", "checker_error"]) == pytest.approx(0.6)
+    assert scale(["checker_error", "gt_error"]) == 1.0
+
+
+def test_sample_scale_without_tags_is_one():
+    assert scale([]) == 1.0
+
+
+# Three samples, four tokens; the last token of each is padding.
+ADVANTAGES = torch.tensor(
+    [
+        [1.0, 1.0, 1.0, 0.0],
+        [-0.5, -0.5, -0.5, 0.0],
+        [0.25, -0.25, 0.0, 0.0],
+    ]
+)
+MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 0]])
+TAGS = [
+    ["spurious_tool_call", "pass"],  # (2.0 + 1.0) / 2 = 1.5
+    ["instance_mismatch"],  # 0.6
+    [],  # 1.0
+]
+
+
+def patch(config, step=0, tags=TAGS, **kwargs):
+    return apply_apatch(ADVANTAGES, MASK, tags, config, step=step, **kwargs)
+
+
+def test_static_weights_scale_each_sample():
+    patched, metrics = patch(APatchConfig(weight_source="static"))
+    expected = ADVANTAGES * torch.tensor([[1.5], [0.6], [1.0]])
+    torch.testing.assert_close(patched, expected)
+    assert metrics["apatch/active"] == 1.0
+    assert metrics["apatch/mean_scale"] == pytest.approx((1.5 + 0.6 + 1.0) / 3)
+    assert metrics["apatch/scaled_count"] == 2
+    assert metrics["apatch/tag_frac/pass"] == pytest.approx(1 / 3)
+    assert metrics["apatch/weight/spurious_tool_call"] == 2.0
+
+
+def test_input_is_not_modified():
+    before = ADVANTAGES.clone()
+    patch(APatchConfig(weight_source="static"))
+    assert torch.equal(ADVANTAGES, before)
+
+
+def test_dynamic_weights_come_from_the_caller():
+    weights = {"spurious_tool_call": 1.2, "pass": 1.0, "instance_mismatch": 0.8}
+    patched, metrics = patch(APatchConfig(), dynamic_weights=weights)
+    torch.testing.assert_close(patched, ADVANTAGES * torch.tensor([[1.1], [0.8], [1.0]]))
+    assert metrics["apatch/weight/spurious_tool_call"] == 1.2
+    with pytest.raises(ValueError, match="dynamic_weights"):
+        patch(APatchConfig())
+
+
+def test_apply_to_positive_and_negative():
+    tags = [["spurious_tool_call"], ["spurious_tool_call"], ["spurious_tool_call"]]  # scale 2
+    positive, _ = patch(APatchConfig(weight_source="static", apply_to="positive"), tags=tags)
+    torch.testing.assert_close(
+        positive,
+        torch.tensor([[2.0, 2.0, 2.0, 0.0], [-0.5, -0.5, -0.5, 0.0], [0.5, -0.25, 0.0, 0.0]]),
+    )
+    negative, metrics = patch(APatchConfig(weight_source="static", apply_to="negative"), tags=tags)
+    torch.testing.assert_close(
+        negative,
+        torch.tensor([[1.0, 1.0, 1.0, 0.0], [-1.0, -1.0, -1.0, 0.0], [0.25, -0.5, 0.0, 0.0]]),
+    )
+    assert metrics["apatch/scaled_count"] == 2
+
+
+def test_padding_is_never_scaled():
+    advantages = torch.tensor([[1.0, 3.0]])
+    patched, _ = apply_apatch(
+        advantages,
+        torch.tensor([[1, 0]]),
+        [["spurious_tool_call"]],
+        APatchConfig(weight_source="static"),
+        step=0,
+    )
+    torch.testing.assert_close(patched, torch.tensor([[2.0, 3.0]]))
+
+
+def test_warmup_and_disable_leave_advantages_alone():
+    config = APatchConfig(weight_source="static", warmup_steps=5)
+    early, metrics = patch(config, step=4)
+    assert torch.equal(early, ADVANTAGES)
+    assert metrics["apatch/active"] == 0.0 and metrics["apatch/scaled_count"] == 0
+    later, _ = patch(config, step=5)
+    assert not torch.equal(later, ADVANTAGES)
+    off, _ = patch(APatchConfig(weight_source="static", enable=False))
+    assert torch.equal(off, ADVANTAGES)
+
+
+def test_budget_renormalises_mean_scale_over_touched_samples():
+    # scales 1.5, 0.6, 1.0 over three touched samples: mean 31/30
+    patched, metrics = patch(APatchConfig(weight_source="static", budget=True))
+    expected_scales = torch.tensor([1.5, 0.6, 1.0]) / (3.1 / 3)
+    torch.testing.assert_close(patched, ADVANTAGES * expected_scales[:, None])
+    assert metrics["apatch/mean_scale"] == pytest.approx(1.0)
+    # a zero-advantage sample (equal rewards in its group) does not count in the budget
+    advantages = torch.tensor([[1.0], [0.0]])
+    tags = [["spurious_tool_call"], ["instance_mismatch"]]
+    patched, _ = apply_apatch(
+        advantages,
+        torch.ones(2, 1),
+        tags,
+        APatchConfig(weight_source="static", budget=True),
+        step=0,
+    )
+    torch.testing.assert_close(patched, torch.tensor([[1.0], [0.0]]))
+
+
+def test_rejects_mismatched_lengths_and_bad_options():
+    with pytest.raises(ValueError, match="tag lists"):
+        patch(APatchConfig(weight_source="static"), tags=TAGS[:2])
+    with pytest.raises(ValueError, match="apply_to"):
+        APatchConfig(apply_to="sometimes")
+    with pytest.raises(ValueError, match="weight_source"):
+        APatchConfig(weight_source="learned")
+    with pytest.raises(ValueError, match="min_scale"):
+        APatchConfig(min_scale=2.0, max_scale=1.0)

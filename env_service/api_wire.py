@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+import orjson
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field, ValidationError
 
 from env_service.engine import EngineError, EnvEngine, InvalidRequestError
@@ -43,12 +43,18 @@ class WireRequest(BaseModel):
     params: dict = Field(default_factory=dict)
 
 
-def ok(data: Any) -> dict:
-    return {"success": True, "data": data}
+def _json(payload: dict, status: int = 200) -> Response:
+    # A ready Response skips FastAPI's recursive jsonable_encoder, which cost more than
+    # the episode work itself on 20-30 KB prompts; the data here is plain JSON already.
+    return Response(orjson.dumps(payload), status, media_type="application/json")
 
 
-def wire_error(exc: EngineError) -> JSONResponse:
-    return JSONResponse({"success": False, "data": None, "error": str(exc)}, exc.status)
+def ok(data: Any) -> Response:
+    return _json({"success": True, "data": data})
+
+
+def wire_error(exc: EngineError) -> Response:
+    return _json({"success": False, "data": None, "error": str(exc)}, exc.status)
 
 
 _EVOLUTION_KEYS = {

@@ -32,10 +32,34 @@ from seal.bfcl.calls import ToolCall
 from seal.bfcl.tasks import BfclTask, initial_config_copy
 
 ERROR_PREFIX = "Error during execution: "
+MULTI_TURN_CLASSES = (
+    "GorillaFileSystem",
+    "MathAPI",
+    "MessageAPI",
+    "TwitterAPI",
+    "TicketAPI",
+    "TradingBot",
+    "TravelAPI",
+    "VehicleControlAPI",
+)
 
 
+@functools.cache
 def _backend_class(class_name: str) -> type:
     return getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
+
+
+def preload_backends() -> None:
+    """Import every multi-turn backend now (MathAPI pulls in mpmath: ~0.3 s on first use)."""
+    for class_name in MULTI_TURN_CLASSES:
+        _backend_class(class_name)
+
+
+@functools.cache
+def _public_methods(cls: type) -> tuple[str, ...]:
+    # What bfcl-eval's executor maps per instance; cached because inspecting a class on
+    # every episode was a visible share of the service's CPU.
+    return tuple(n for n, _ in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_"))
 
 
 @functools.cache
@@ -77,9 +101,8 @@ class Backends:
                 )
             self.instances[class_name] = instance
             # Later classes win on a shared method name, as in bfcl-eval's executor.
-            for name, _ in inspect.getmembers(instance, predicate=inspect.ismethod):
-                if not name.startswith("_"):
-                    self._owner[name] = class_name
+            for name in _public_methods(type(instance)):
+                self._owner[name] = class_name
 
     def has_method(self, name: str) -> bool:
         return name in self._owner

@@ -24,6 +24,7 @@ which are pure functions; its executor, which `eval`s strings, is never used.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (
@@ -35,6 +36,10 @@ from env_service.backends import ERROR_PREFIX, Backends
 from seal.bfcl.calls import ToolCall, parse_call_string
 from seal.bfcl.tasks import BfclTask
 from seal.tocf import tags as T
+
+# Ground-truth strings repeat across episodes; parsing them once is safe because
+# Backends.call copies arguments before every call.
+_parse_gt = functools.lru_cache(maxsize=16384)(parse_call_string)
 
 # A turn of model calls: one list of executed calls per generation in that turn.
 ModelTurn = list[list[ToolCall]]
@@ -69,7 +74,7 @@ def diagnose(task: BfclTask, model_turns: list[ModelTurn]) -> Diagnosis:
 
 def _tag_turn(gt_ns, model_ns, gt_strings, model_calls, model_results_so_far, turn):
     try:
-        gt_results = [gt_ns.call(parse_call_string(s)) for s in gt_strings]
+        gt_results = [gt_ns.call(_parse_gt(s)) for s in gt_strings]
     except ValueError as e:
         return T.GT_ERROR, str(e)
     failed = [r for r in gt_results if r.startswith(ERROR_PREFIX)]

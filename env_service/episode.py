@@ -10,6 +10,7 @@ replays what ran (see diagnosis.py) once, when first asked for.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -28,7 +29,7 @@ from seal.bfcl.calls import (
     has_tool_call,
     parse_tool_calls,
 )
-from seal.bfcl.tasks import BfclTask
+from seal.bfcl.tasks import BfclTask, load_task
 
 RolloutMode = Literal["sample", "validate"]
 
@@ -85,6 +86,28 @@ class EpisodeFinishedError(RuntimeError):
     """A step on an episode that has already ended."""
 
 
+@functools.lru_cache(maxsize=4096)
+def _system_prompt_cached(task_id: str, cues: bool, hints: bool, sections: tuple[str, ...]) -> str:
+    return _render_system_prompt(load_task(task_id), cues, hints, sections)
+
+
+def _render_system_prompt(
+    task: BfclTask, cues: bool, hints: bool, sections: tuple[str, ...]
+) -> str:
+    tools = [prompt.to_tool(d) for d in task.tools]
+    if cues:
+        tools = [evolution.add_schema_cues(t, type_hints=hints) for t in tools]
+    return prompt.system_prompt(tools, sections)
+
+
+def _system_prompt(task: BfclTask, cues: bool, hints: bool, sections: tuple[str, ...]) -> str:
+    """The system prompt, rendered once per task and settings: serialising 20-30 KB of
+    tool signatures on every create was most of an episode's creation cost."""
+    if task is load_task(task.task_id):
+        return _system_prompt_cached(task.task_id, cues, hints, sections)
+    return _render_system_prompt(task, cues, hints, sections)  # a modified copy (tests)
+
+
 class Episode:
     def __init__(self, task: BfclTask, settings: EpisodeSettings, profile: dict | None = None):
         self.task = task
@@ -122,8 +145,9 @@ class Episode:
             section = evolution.guideline_section(profile, self.layers.max_guidelines)
             if section:
                 sections.append(section)
-        tools = [self._tool(d) for d in self.task.tools]
-        return prompt.system_prompt(tools, tuple(sections))
+        return _system_prompt(
+            self.task, self.layers.schema_cues, self.layers.type_hints, tuple(sections)
+        )
 
     def _turn_messages(self, turn: int) -> list[dict]:
         revealed = self.task.held_out.get(turn)

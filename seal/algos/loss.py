@@ -10,7 +10,7 @@ For a token with ratio rho = exp(log_prob - old_log_prob) and advantage A:
 The dual clip bounds how hard one negative-advantage token whose ratio has run far above 1
 can push. The actor loss is
 
-    aggregate(loss) - entropy_coeff * aggregate(entropy) + kl_coef * aggregate(kl(log_prob, ref))
+    aggregate(loss) - entropy_coeff * aggregate(entropy) + kl_loss_coef * aggregate(kl(log_prob, ref))
 """
 
 from __future__ import annotations

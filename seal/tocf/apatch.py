@@ -97,32 +97,34 @@ def apply_apatch(
         dtype=advantages.dtype,
         device=advantages.device,
     )
-    touched_tokens = response_mask.bool()
-    if config.apply_to == "all":
-        touched_tokens = touched_tokens & (advantages != 0)
-    elif config.apply_to == "positive":
-        touched_tokens = touched_tokens & (advantages > 0)
-    else:
-        touched_tokens = touched_tokens & (advantages < 0)
-    touched = touched_tokens.any(dim=1)
-    if config.budget and touched.any():
-        scales = scales / scales[touched].mean()
-
     active = config.enable and step >= config.warmup_steps
-    if active:
-        patched = torch.where(touched_tokens, advantages * scales[:, None], advantages)
+    if not active:
+        patched, scaled_count = advantages.clone(), 0
     else:
-        patched = advantages.clone()
+        # A zero advantage (a group with equal rewards) stays zero whatever its scale, so
+        # only nonzero advantages of the chosen sign count as touched: the budget mean and
+        # the count cover the samples that carry a gradient.
+        if config.apply_to == "positive":
+            touched_tokens = advantages > 0
+        elif config.apply_to == "negative":
+            touched_tokens = advantages < 0
+        else:
+            touched_tokens = advantages != 0
+        touched_tokens &= response_mask.bool()
+        touched = touched_tokens.any(dim=1)
+        if config.budget and touched.any():
+            scales = scales / scales[touched].mean()
+        patched = torch.where(touched_tokens, advantages * scales[:, None], advantages)
+        scaled_count = int((touched & (scales != 1)).sum())
 
-    num_samples = max(len(sample_tags), 1)
     metrics = {
         "apatch/active": float(active),
         "apatch/mean_scale": scales.mean().item() if len(sample_tags) else 1.0,
-        "apatch/scaled_count": float((touched & (scales != 1)).sum().item()) if active else 0.0,
+        "apatch/scaled_count": float(scaled_count),
     }
     carriers = Counter(tag for tags in sample_tags for tag in set(tags))
     for tag, count in sorted(carriers.items()):
-        metrics[f"apatch/tag_frac/{tag}"] = count / num_samples
+        metrics[f"apatch/tag_frac/{tag}"] = count / len(sample_tags)
     for tag, weight in weights.items():
         metrics[f"apatch/weight/{tag}"] = float(weight)
     return patched, metrics

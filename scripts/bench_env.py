@@ -1,0 +1,204 @@
+"""Benchmark the environment service over HTTP with the ground-truth policy.
+
+    python scripts/bench_env.py [--concurrency 256] [--runs 3] [--pause-ms 100] [--split all]
+
+Starts `python -m env_service` in its own process and replays the ground truth of every
+task through the wire protocol (create, one step per turn with all its calls, one
+closing step per turn, evaluate, release) with `--concurrency` live episodes at once,
+in two modes:
+
+- saturated: each episode sends its next request as soon as the last one is answered,
+  which measures the most episodes/s the service gives. Request latency here is mostly
+  queueing: with N requests always in flight, mean latency = N / throughput (Little's
+  law), whatever the service does per request.
+- paced: each episode waits `--pause-ms` before every assistant message, standing in
+  for generation as in training, so latency shows what a request costs under load.
+
+Prints per run: episodes/s, requests/s, p50/p99 request latency (client round trip),
+the server's peak RSS and CPU, the client's CPU; then the accuracy per category and the
+medians over the runs. Targets on 2 cores: >= 150 episodes/s, p99 < 50 ms, < 2 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
+from seal.bfcl.tasks import load_task, task_ids
+from seal.eval.records import ValidationRecord
+from seal.eval.summary import render_markdown, summarize_step
+from seal.rollout.env_client import EnvClient
+from seal.rollout.scripted import run_scripted_episode
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class TimedClient(EnvClient):
+    """EnvClient that records the latency of every request."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.latencies: list[float] = []
+
+    async def _post(self, path, what, **body):
+        t0 = time.perf_counter()
+        try:
+            return await super()._post(path, what, **body)
+        finally:
+            self.latencies.append(time.perf_counter() - t0)
+
+
+class PeakRss(threading.Thread):
+    """Samples a process's resident memory every 20 ms and keeps the peak."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.process, self.peak, self.running = psutil.Process(pid), 0, True
+
+    def run(self):
+        while self.running:
+            self.peak = max(self.peak, self.process.memory_info().rss)
+            time.sleep(0.02)
+
+
+def start_service(port: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "env_service", "--port", str(port), "--max-live-episodes", "2048"]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("error: the environment service did not become healthy within 60 s")
+
+
+async def replay_all(
+    port: int, ids: list[str], scripts: dict, concurrency: int, pause_s: float
+) -> tuple[list, list, float]:
+    gate = asyncio.Semaphore(concurrency)
+    async with TimedClient(f"http://127.0.0.1:{port}", max_connections=concurrency) as client:
+
+        async def one(task_id: str) -> dict:
+            async with gate:
+                return await run_scripted_episode(
+                    client, task_id, scripts[task_id], {"rollout_mode": "validate"}, pause_s
+                )
+
+        t0 = time.perf_counter()
+        reports = await asyncio.gather(*(one(tid) for tid in ids))
+        elapsed = time.perf_counter() - t0
+        return reports, client.latencies, elapsed
+
+
+def to_record(report: dict) -> ValidationRecord:
+    return ValidationRecord(
+        task_id=report["task_id"],
+        data_source=report["category"],
+        score=report["accuracy"],
+        reward=report["reward"],
+        step=0,
+        input=json.dumps(report["input"]),
+        output=json.dumps(report["output"]),
+        failure_tags=report["failure_tags"],
+        turns=report["steps"],
+        progress=report["progress"],
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--concurrency", type=int, default=256, help="live episodes at once (default 256)"
+    )
+    p.add_argument(
+        "--runs", type=int, default=3, help="repetitions; medians are printed (default 3)"
+    )
+    p.add_argument(
+        "--split",
+        choices=["all", "train", "eval"],
+        default="all",
+        help="tasks to replay: all 800, or one split of data/seal_split.json",
+    )
+    p.add_argument(
+        "--pause-ms",
+        type=float,
+        default=100.0,
+        help="paced mode: wait before each assistant message, like generation (default 100)",
+    )
+    p.add_argument(
+        "--port", type=int, default=8093, help="port for the benchmarked service (default 8093)"
+    )
+    args = p.parse_args(argv)
+
+    if args.split == "all":
+        ids = task_ids()
+    else:
+        ids = json.loads((REPO_ROOT / "data/seal_split.json").read_text())[args.split]
+    scripts = {tid: assistant_messages(ground_truth_trajectory(load_task(tid))) for tid in ids}
+
+    proc = start_service(args.port)
+    results = {}
+    try:
+        for mode, pause_ms in (("saturated", 0.0), ("paced", args.pause_ms)):
+            results[mode], reports = measure(proc, args, ids, scripts, mode, pause_ms / 1e3)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+    summary = summarize_step(0, [to_record(r) for r in reports])
+    print("\naccuracy of the ground truth through the service (last run):")
+    print(render_markdown([summary]))
+    failed = sorted(r["task_id"] for r in reports if not r["accuracy"])
+    print(f"ground truths that fail through the service: {failed or 'none'}")
+    for mode, rows in results.items():
+        print(
+            f"\n{mode}: median of {args.runs} runs, {len(ids)} episodes, {args.concurrency} live at once"
+        )
+        for key in rows[0]:
+            print(f"  {key:<14} {statistics.median(r[key] for r in rows):8.1f}")
+
+
+def measure(proc, args, ids, scripts, mode: str, pause_s: float) -> tuple[list[dict], list[dict]]:
+    rows = []
+    for run in range(1, args.runs + 1):
+        sampler = PeakRss(proc.pid)
+        sampler.start()
+        server_cpu0, client_cpu0 = sum(sampler.process.cpu_times()[:2]), time.process_time()
+        reports, latencies, elapsed = asyncio.run(
+            replay_all(args.port, ids, scripts, args.concurrency, pause_s)
+        )
+        sampler.running = False
+        sampler.join()
+        q = statistics.quantiles(latencies, n=100)
+        row = {
+            "episodes/s": len(ids) / elapsed,
+            "requests/s": len(latencies) / elapsed,
+            "p50 ms": q[49] * 1e3,
+            "p99 ms": q[98] * 1e3,
+            "peak RSS MB": sampler.peak / 2**20,
+            "server CPU %": 100 * (sum(sampler.process.cpu_times()[:2]) - server_cpu0) / elapsed,
+            "client CPU %": 100 * (time.process_time() - client_cpu0) / elapsed,
+        }
+        rows.append(row)
+        print(f"{mode} run {run}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()))
+    return rows, reports
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Shared fixtures for the BFCL and environment-service tests.
+
+`service(**config)` starts the FastAPI app in-process (starlette's TestClient, lifespan
+included) with a `ServiceConfig` and returns a `Service`: the HTTP client, the engine
+behind it, and wire-protocol helpers that assert success. `live_service` runs the app
+under uvicorn on a free local port, for clients that need a real socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from env_service.app import create_app
+from env_service.engine import EnvEngine, ServiceConfig
+from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
+from seal.bfcl.tasks import load_task
+
+
+def _gt_texts(task_id: str) -> list[list[str]]:
+    return assistant_messages(ground_truth_trajectory(load_task(task_id)))
+
+
+@dataclass
+class Service:
+    http: TestClient
+    engine: EnvEngine
+
+    def wire(self, path: str, expect: int = 200, **body) -> dict:
+        """POST a wire-protocol body; check the status and the `success` flag."""
+        response = self.http.post(path, json=body)
+        assert response.status_code == expect, response.text
+        payload = response.json()
+        assert payload["success"] is (expect == 200), payload
+        return payload
+
+    def create(self, task_id: str, instance_id: str | None = None, **params) -> tuple[str, dict]:
+        body = {"env_type": "bfcl", "task_id": task_id, "params": params}
+        if instance_id is not None:
+            body["instance_id"] = instance_id
+        data = self.wire("/create", **body)["data"]
+        return data["info"]["instance_id"], data
+
+    def step(self, instance_id: str, content: str, expect: int = 200) -> dict:
+        message = {"role": "assistant", "content": content}
+        payload = self.wire("/step", expect=expect, instance_id=instance_id, messages=message)
+        return payload["data"] if expect == 200 else payload
+
+    def evaluate(self, instance_id: str, sparse: bool = False):
+        return self.wire("/evaluate", instance_id=instance_id, params={"sparse": sparse})["data"]
+
+    def play(self, instance_id: str, turns: list[list[str]]) -> list[dict]:
+        """Send each turn's texts until the episode ends; returns every step's data."""
+        replies = []
+        for texts in turns:
+            for text in texts:
+                replies.append(self.step(instance_id, text))
+                if replies[-1]["is_terminated"]:
+                    return replies
+        return replies
+
+
+@pytest.fixture
+def gt_texts():
+    """`gt_texts(task_id)` -> per turn, the assistant texts of the ground-truth policy."""
+    return _gt_texts
+
+
+@pytest.fixture
+def service():
+    """A factory: `service(max_live_episodes=2, ...)` -> a running `Service`."""
+    with contextlib.ExitStack() as stack:
+
+        def start(**config) -> Service:
+            app = create_app(ServiceConfig(**config))
+            http = stack.enter_context(TestClient(app))
+            return Service(http, app.state.engine)
+
+        yield start
+
+
+@pytest.fixture
+def live_service():
+    """The app served by uvicorn on 127.0.0.1 (a free port); yields (base_url, engine)."""
+    app = create_app()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}", app.state.engine
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()

@@ -1,0 +1,467 @@
+"""Both HTTP protocols end to end: the ground-truth policy scores 1, turns advance, bad
+input gets a clear status, limits hold, and 256 concurrent episodes stay apart."""
+
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+
+from env_service.app import create_app
+from env_service.engine import EnvEngine, NotFoundError, ServiceConfig
+from env_service.episode import EpisodeSettings
+from seal.bfcl import prompt
+from seal.bfcl.calls import ToolCall
+from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory, tool_call_text
+from seal.bfcl.official import bfcl_globals_left
+from seal.bfcl.tasks import load_task
+from seal.rollout.env_client import EnvClient, EnvServiceError
+from seal.rollout.scripted import run_scripted_episode
+
+ONE_PER_CATEGORY = [
+    "multi_turn_base_0",
+    "multi_turn_miss_func_0",
+    "multi_turn_miss_param_0",
+    "multi_turn_long_context_0",
+]
+
+
+def call_text(name, **arguments):
+    return tool_call_text([ToolCall(name, arguments)])
+
+
+# --- wire protocol ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task_id", ONE_PER_CATEGORY)
+def test_wire_ground_truth_scores_one(service, gt_texts, task_id):
+    svc = service()
+    task = load_task(task_id)
+    instance_id, data = svc.create(task_id, rollout_mode="validate")
+    assert [m["role"] for m in data["state"]] == ["system", "user"]
+    assert data["state"][0]["content"].startswith(prompt.BASE_INSTRUCTIONS)
+    assert data["state"][1]["content"] == task.questions[0][0]["content"]
+    assert (data["reward"], data["is_terminated"]) == (0.0, False)
+    assert data["info"]["num_turns"] == task.num_turns
+    assert data["info"]["category"] == task.category
+
+    replies = svc.play(instance_id, gt_texts(task_id))
+    assert [r["is_terminated"] for r in replies] == [False] * (len(replies) - 1) + [True]
+    assert [r["reward"] for r in replies] == [0.0] * (len(replies) - 1) + [1.0]
+    assert replies[-1]["state"] == []
+
+    sparse = svc.evaluate(instance_id, sparse=True)
+    assert isinstance(sparse, float) and sparse == 1.0
+    report = svc.evaluate(instance_id)
+    assert report["accuracy"] == 1
+    assert report["progress"] == 1.0
+    assert len(report["failure_tags"]) == task.num_turns
+    assert set(report["failure_tags"]) <= {"pass", "correct_abstention"}
+    assert report["invalid_calls"] == 0 and report["tool_errors"] == 0
+    assert report["terminated"] and not report["truncated"]
+
+    svc.wire("/release", instance_id=instance_id)
+    svc.wire("/get_info", expect=404, instance_id=instance_id)
+    assert svc.http.get("/healthz").json()["live_episodes"] == 0
+    assert bfcl_globals_left() == []
+
+
+def test_wire_default_evaluate_is_sparse(service, gt_texts):
+    svc = service()
+    instance_id, _ = svc.create("multi_turn_base_1")
+    svc.play(instance_id, gt_texts("multi_turn_base_1"))
+    payload = svc.wire("/evaluate", instance_id=instance_id)
+    assert payload["data"] == 1.0
+
+
+def test_a_message_without_tool_calls_advances_the_turn(service):
+    svc = service()
+    task = load_task("multi_turn_base_0")
+    instance_id, _ = svc.create(task.task_id)
+    for turn in range(1, task.num_turns):
+        data = svc.step(instance_id, "I would rather not.")
+        assert data["state"] == [{"role": "user", "content": task.questions[turn][0]["content"]}]
+        assert data["info"]["turn"] == turn
+        assert (data["is_terminated"], data["reward"]) == (False, 0.0)
+        assert svc.wire("/get_info", instance_id=instance_id)["data"]["turn"] == turn
+    last = svc.step(instance_id, "Still no.")
+    assert (last["state"], last["is_terminated"], last["reward"]) == ([], True, 0.0)
+    report = svc.evaluate(instance_id)
+    assert report["failure_tags"] == ["empty_turn_model_response"] * task.num_turns
+    assert (report["accuracy"], report["progress"]) == (0, 0.0)
+    # Stepping an ended episode is a conflict, not a new turn.
+    error = svc.step(instance_id, "hello?", expect=409)
+    assert "has ended" in error["error"]
+
+
+def test_tool_calls_answer_with_one_user_message_of_results(service):
+    svc = service()
+    instance_id, _ = svc.create("multi_turn_base_1")
+    text = call_text("pwd") + "\n" + call_text("ls", a=True)
+    data = svc.step(instance_id, text)
+    assert data["info"]["turn"] == 0
+    assert data["state"] == [
+        {
+            "role": "user",
+            "content": prompt.tool_response_message(
+                [
+                    '{"current_working_directory": "/alex"}',
+                    '{"current_directory_content": ["workspace"]}',
+                ]
+            ),
+        }
+    ]
+
+
+def test_holdout_tool_is_refused_before_its_turn_and_works_after(service, gt_texts):
+    svc = service()
+    task = load_task("multi_turn_miss_func_0")
+    assert list(task.held_out) == [3] and task.held_out[3][0]["name"] == "sort"
+    instance_id, data = svc.create(task.task_id, rollout_mode="validate")
+    assert '"name": "sort"' not in data["state"][0]["content"]
+    assert "sort" not in svc.wire("/get_info", instance_id=instance_id)["data"]["tools"]
+
+    turns = gt_texts(task.task_id)
+    svc.play(instance_id, turns[:2])
+    # Turn 2 asks for sorting, but sort is not available yet: a clear refusal.
+    refused = svc.step(instance_id, call_text("sort", file_name="final_report.pdf"))
+    assert refused["state"][0]["content"] == (
+        "<tool_response>\nError: tool 'sort' is not available yet\n</tool_response>"
+    )
+    reveal = svc.step(instance_id, "I cannot sort without a sort tool.")
+    assert reveal["info"]["turn"] == 3
+    [holdout] = reveal["state"]
+    assert holdout["role"] == "user"
+    assert holdout["content"].startswith(prompt.HOLDOUT_NOTICE)
+    assert json.dumps(prompt.to_tool(task.held_out[3][0]), ensure_ascii=False) in holdout["content"]
+    assert "sort" in svc.wire("/get_info", instance_id=instance_id)["data"]["tools"]
+
+    replies = svc.play(instance_id, turns[3:])
+    assert "sorted_content" in replies[0]["state"][0]["content"]
+    assert replies[-1]["reward"] == 1.0
+    report = svc.evaluate(instance_id)
+    assert report["failure_tags"] == ["pass", "pass", "correct_abstention", "pass", "pass"]
+    assert report["invalid_by_kind"] == {"unavailable_tool": 1}
+
+
+def test_get_info_and_healthz(service):
+    svc = service()
+    instance_id, _ = svc.create("multi_turn_base_1", rollout_mode="validate")
+    info = svc.wire("/get_info", instance_id=instance_id)["data"]
+    assert info["task_id"] == "multi_turn_base_1"
+    assert (info["mode"], info["turn"], info["is_terminated"]) == ("validate", 0, False)
+    assert info["tools"] == sorted(d["name"] for d in load_task("multi_turn_base_1").tools)
+    health = svc.http.get("/healthz").json()
+    assert health["status"] == "healthy"
+    assert (health["live_episodes"], health["created"]) == (1, 1)
+
+
+def test_max_steps_truncates(service):
+    svc = service()
+    instance_id, _ = svc.create("multi_turn_base_1", max_steps=2)
+    assert svc.step(instance_id, call_text("pwd"))["is_terminated"] is False
+    data = svc.step(instance_id, call_text("pwd"))
+    assert data["is_terminated"] is True
+    assert data["info"]["truncated"] is True
+    assert svc.evaluate(instance_id)["truncated"] is True
+
+
+# --- native API -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task_id", ["multi_turn_base_0", "multi_turn_miss_func_0"])
+def test_native_ground_truth_scores_one(service, gt_texts, task_id):
+    http = service().http
+    task = load_task(task_id)
+    response = http.post("/v1/episodes", json={"task_id": task_id, "episode_id": "ep-1"})
+    assert response.status_code == 201
+    created = response.json()
+    assert created["episode_id"] == "ep-1"
+    assert [m["role"] for m in created["messages"]] == ["system", "user"]
+    assert created["num_turns"] == task.num_turns
+
+    info = http.get(f"/v1/tasks/{task_id}").json()
+    assert info["held_out"] == {str(t): [d["name"] for d in docs] for t, docs in task.held_out.items()}
+    assert info["tools"] == [d["name"] for d in task.tools]
+
+    for texts in gt_texts(task_id):
+        for text in texts:
+            result = http.post("/v1/episodes/ep-1/steps", json={"content": text})
+            assert result.status_code == 200
+    assert result.json()["terminated"] is True
+    assert result.json()["reward"] == 1.0
+    status = http.get("/v1/episodes/ep-1").json()
+    assert status["terminated"] and status["mode"] == "sample"
+    evaluation = http.get("/v1/episodes/ep-1/evaluation").json()
+    assert evaluation["accuracy"] == 1
+    assert len(evaluation["failure_tags"]) == task.num_turns
+    assert http.delete("/v1/episodes/ep-1").status_code == 204
+    assert http.get("/v1/episodes/ep-1").status_code == 404
+    assert http.get("/v1/stats").json()["released"] == 1
+
+
+def test_env_client_and_scripted_runner_over_a_socket(live_service):
+    base_url, engine = live_service
+    task_id = "multi_turn_miss_param_0"
+    turns = assistant_messages(ground_truth_trajectory(load_task(task_id)))
+
+    async def main():
+        async with EnvClient(base_url) as client:
+            assert await client.healthy()
+            result = await run_scripted_episode(client, task_id, turns, {"rollout_mode": "validate"})
+            with pytest.raises(EnvServiceError, match="multi_turn_base_999"):
+                await client.create("multi_turn_base_999")
+            await client.push_profile({"tags": [{"tag": "state_mismatch", "share": 0.5}]})
+            return result
+
+    result = asyncio.run(main())
+    assert result["accuracy"] == 1 and result["reward"] == 1.0
+    assert len(result["failure_tags"]) == load_task(task_id).num_turns
+    assert [m["role"] for m in result["input"]] == ["system", "user"]
+    assert result["output"][0]["role"] == "assistant"
+    assert engine.stats()["live_episodes"] == 0  # the runner released it
+    assert engine.profile()["tags"][0]["tag"] == "state_mismatch"
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+
+def test_malformed_bodies(service):
+    svc = service()
+    bad = {"content": b"{not json", "headers": {"content-type": "application/json"}}
+    native = svc.http.post("/v1/episodes", **bad)
+    assert native.status_code == 422 and "detail" in native.json()
+    assert svc.http.post("/v1/episodes", json={"episode_id": "x"}).status_code == 422
+    for path in ["/create", "/step", "/evaluate", "/release", "/get_info"]:
+        for request in [bad, {"json": [1, 2]}, {"json": {"params": "not a dict"}}]:
+            response = svc.http.post(path, **request)
+            assert response.status_code == 422, (path, request)
+            payload = response.json()
+            assert payload["success"] is False and payload["data"] is None, (path, payload)
+            assert "malformed request body" in payload["error"]
+    instance_id, _ = svc.create("multi_turn_base_1")
+    for messages in [None, 5, "text", [], {"role": "assistant"}, {"content": 3}]:
+        error = svc.wire("/step", expect=422, instance_id=instance_id, messages=messages)
+        assert "'messages' must be" in error["error"]
+    assert "'instance_id' is required" in svc.wire("/step", expect=422, messages={})["error"]
+    assert "'task_id' is required" in svc.wire("/create", expect=422)["error"]
+
+
+def test_unknown_task(service):
+    svc = service()
+    error = svc.wire("/create", expect=404, task_id="multi_turn_base_999")
+    assert "multi_turn_base_999" in error["error"]
+    assert svc.http.post("/v1/episodes", json={"task_id": "nope_1"}).status_code == 404
+    assert svc.http.get("/v1/tasks/multi_turn_base_999").status_code == 404
+
+
+def test_unknown_and_released_episodes(service):
+    svc = service()
+    for path in ["/step", "/evaluate", "/release", "/get_info"]:
+        body = {"instance_id": "ghost", "messages": {"role": "assistant", "content": "x"}}
+        assert "ghost" in svc.wire(path, expect=404, **body)["error"]
+    instance_id, _ = svc.create("multi_turn_base_1")
+    svc.wire("/release", instance_id=instance_id)
+    assert svc.step(instance_id, "hi", expect=404)["success"] is False
+    svc.wire("/release", expect=404, instance_id=instance_id)
+    http = svc.http
+    assert http.post("/v1/episodes/ghost/steps", json={"content": "x"}).status_code == 404
+    assert http.get("/v1/episodes/ghost/evaluation").status_code == 404
+    assert http.get("/v1/episodes/ghost").status_code == 404
+    assert http.delete("/v1/episodes/ghost").status_code == 404
+
+
+def test_reused_episode_id_is_a_conflict(service):
+    svc = service()
+    svc.create("multi_turn_base_1", instance_id="mine")
+    error = svc.wire("/create", expect=409, task_id="multi_turn_base_2", instance_id="mine")
+    assert "already in use" in error["error"]
+    assert svc.wire("/get_info", instance_id="mine")["data"]["task_id"] == "multi_turn_base_1"
+    http = svc.http
+    assert http.post("/v1/episodes", json={"task_id": "multi_turn_base_1", "episode_id": "mine"}).status_code == 409
+    svc.wire("/release", instance_id="mine")
+    svc.create("multi_turn_base_2", instance_id="mine")  # free again after release
+
+
+def test_step_after_the_end_native(service):
+    http = service().http
+    http.post("/v1/episodes", json={"task_id": "multi_turn_base_167", "episode_id": "e"})
+    for _ in range(load_task("multi_turn_base_167").num_turns):
+        http.post("/v1/episodes/e/steps", json={"content": "no"})
+    response = http.post("/v1/episodes/e/steps", json={"content": "no"})
+    assert response.status_code == 409 and "has ended" in response.json()["detail"]
+
+
+def test_oversized_message(service):
+    svc = service(max_message_chars=200)
+    instance_id, _ = svc.create("multi_turn_base_1")
+    error = svc.step(instance_id, "x" * 201, expect=413)
+    assert "201 characters exceeds the limit of 200" in error["error"]
+    http = svc.http
+    http.post("/v1/episodes", json={"task_id": "multi_turn_base_1", "episode_id": "n"})
+    assert http.post("/v1/episodes/n/steps", json={"content": "y" * 500}).status_code == 413
+    # Refused messages were not counted; the episode goes on normally.
+    svc.step(instance_id, call_text("pwd"))
+    assert svc.evaluate(instance_id)["steps"] == 1
+
+
+def test_unparseable_calls_are_observations_not_http_failures(service):
+    svc = service()
+    instance_id, _ = svc.create("multi_turn_base_1", rollout_mode="validate")
+    text = (
+        '<tool_call>\n{"name": "ls", "arguments": {"a": true}\n</tool_call>\n'
+        '<tool_call>\n{"name": "mv", "arguments": {"source": "x"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "cd", "arguments": {"dir": "x"}}\n</tool_call>\n'
+        "<tool_call>\n{\"name\": \"pwd\""
+    )
+    data = svc.step(instance_id, text)
+    content = data["state"][0]["content"]
+    assert content.count("<tool_response>") == 4
+    assert "Error: could not parse tool call: the block is not valid JSON" in content
+    assert "Error: mv is missing required argument(s) ['destination']" in content
+    assert "Error: cd got unexpected argument(s) ['dir']; allowed: ['folder']" in content
+    assert "not closed with </tool_call>" in content
+    report = svc.evaluate(instance_id)
+    assert report["invalid_calls"] == 4
+    assert report["invalid_by_kind"] == {
+        "parse": 2,
+        "missing_argument": 1,
+        "unexpected_argument": 1,
+    }
+    assert report["tool_calls"] == 0
+
+
+def test_busy_cap_loses_nothing(service):
+    svc = service(max_live_episodes=2)
+    first, _ = svc.create("multi_turn_base_1")
+    second, _ = svc.create("multi_turn_base_1")
+    error = svc.wire("/create", expect=503, task_id="multi_turn_base_1")
+    assert "busy" in error["error"]
+    assert svc.http.post("/v1/episodes", json={"task_id": "multi_turn_base_1"}).status_code == 503
+    for instance_id in (first, second):
+        assert "workspace" in svc.step(instance_id, call_text("ls"))["state"][0]["content"]
+    assert svc.engine.stats()["rejected_busy"] == 2
+    svc.wire("/release", instance_id=first)
+    svc.create("multi_turn_base_1")
+
+
+def test_idle_episodes_expire_in_the_engine():
+    engine = EnvEngine(ServiceConfig(episode_ttl_s=60))
+    idle, ep_idle = engine.create("multi_turn_base_1", EpisodeSettings())
+    busy, ep_busy = engine.create("multi_turn_base_1", EpisodeSettings())
+    ep_idle.last_used -= 120
+    ep_busy.last_used -= 120
+    engine.get(busy)  # any use refreshes it
+    assert engine.expire_idle() == 1
+    assert list(engine.episodes) == [busy]
+    with pytest.raises(NotFoundError):
+        engine.step(idle, "hello")
+    # A later create also sweeps.
+    ep_busy.last_used -= 120
+    engine.create("multi_turn_base_1", EpisodeSettings())
+    assert busy not in engine.episodes
+    assert engine.stats()["expired"] == 2
+
+
+def test_idle_episodes_expire_behind_http(service):
+    svc = service(episode_ttl_s=0.2)
+    instance_id, _ = svc.create("multi_turn_base_1")
+    deadline = time.monotonic() + 10
+    while instance_id in svc.engine.episodes and time.monotonic() < deadline:
+        time.sleep(0.05)  # the service's own background sweep drops it
+    assert svc.step(instance_id, call_text("pwd"), expect=404)["success"] is False
+    assert svc.engine.stats()["expired"] == 1
+
+
+def test_wrong_env_type(service):
+    svc = service()
+    error = svc.wire("/create", expect=400, env_type="webshop", task_id="multi_turn_base_1")
+    assert "env_type 'webshop'" in error["error"]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"rollout_mode": "foo"},
+        {"max_steps": 0},
+        {"partial_credit_cap": 1.5},
+        {"max_guidelines": 99},
+        {"observation_lite": "sometimes"},
+    ],
+)
+def test_invalid_params(service, params):
+    svc = service()
+    error = svc.wire("/create", expect=422, task_id="multi_turn_base_1", params=params)
+    assert "invalid params" in error["error"]
+    assert svc.engine.stats()["live_episodes"] == 0
+
+
+def test_unknown_params_are_echoed(service):
+    svc = service()
+    params = {"temperature": 0.7, "observation_lite": True, "rollout_mode": "sample", "obs_lite": 1}
+    _, data = svc.create("multi_turn_base_1", **params)
+    assert data["info"]["ignored_params"] == ["obs_lite", "temperature"]
+
+
+# --- concurrency ------------------------------------------------------------------------------
+
+
+def test_256_concurrent_episodes_of_one_task_stay_apart(record_property):
+    task_id = "multi_turn_base_1"  # GorillaFileSystem only: ls, mv, grep, tail
+    app = create_app()
+    n = 256
+    gt_turns = assistant_messages(ground_truth_trajectory(load_task(task_id)))
+    gt_script = [text for texts in gt_turns for text in texts]
+
+    def own_script(i):  # make a directory only this episode knows, then look around
+        return [call_text("mkdir", dir_name=f"only_{i}"), call_text("ls")]
+
+    async def main():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://env") as http:
+
+            async def post(path, **body):
+                response = await http.post(path, json=body)
+                assert response.status_code == 200, response.text
+                return response.json()["data"]
+
+            start = time.perf_counter()
+            created = await asyncio.gather(
+                *(post("/create", task_id=task_id, params={"rollout_mode": "validate"}) for _ in range(n))
+            )
+            create_s = time.perf_counter() - start
+            ids = [c["info"]["instance_id"] for c in created]
+            assert len(set(ids)) == n
+            scripts = [gt_script if i % 2 == 0 else own_script(i) for i in range(n)]
+            replies = [[] for _ in range(n)]
+            for k in range(max(map(len, scripts))):  # round k: step k of every episode at once
+                live = [i for i in range(n) if k < len(scripts[i])]
+                results = await asyncio.gather(
+                    *(
+                        post("/step", instance_id=ids[i], messages={"role": "assistant", "content": scripts[i][k]})
+                        for i in live
+                    )
+                )
+                for i, data in zip(live, results, strict=True):
+                    replies[i].append(data)
+            reports = await asyncio.gather(
+                *(post("/evaluate", instance_id=i, params={"sparse": False}) for i in ids)
+            )
+            return create_s, replies, reports
+
+    create_s, replies, reports = asyncio.run(main())
+    record_property("create_256_episodes_s", round(create_s, 3))
+    print(f"created {n} episodes in {create_s:.2f} s")
+    for i in range(n):
+        if i % 2 == 0:
+            assert replies[i][-1]["is_terminated"] and replies[i][-1]["reward"] == 1.0, i
+            assert reports[i]["accuracy"] == 1
+        else:
+            listing = replies[i][1]["state"][0]["content"]
+            assert json.loads(listing.split("\n")[1]) == {
+                "current_directory_content": ["workspace", f"only_{i}"]
+            }, i
+            assert reports[i]["tool_calls"] == 2
+    assert app.state.engine.stats()["live_episodes"] == n
+    assert bfcl_globals_left() == []

@@ -140,3 +140,28 @@ def test_verdicts_do_not_depend_on_what_ran_before():
         episode.step(gt.tool_call_text([ToolCall("mention", {"tweet_id": 1, "mentioned_usernames": ["@x"]})]))
     assert verdicts() == before
     assert bfcl_globals_left() == []
+
+
+def test_miss_func_49_is_unsolvable_when_held_out_tools_are_refused():
+    # DESIGN.md section 3: the ground truth calls `tail` before BFCL reveals it. The service
+    # refuses tools that are not revealed yet, so this ground truth fails through an
+    # episode, while the official checker (which runs whatever is called) passes it.
+    task = load_task("multi_turn_miss_func_49")
+    reveal = next(t for t, docs in task.held_out.items() if "tail" in {d["name"] for d in docs})
+    first_use = next(
+        i for i, calls in enumerate(task.ground_truth) if any(c.startswith("tail(") for c in calls)
+    )
+    assert first_use < reveal
+    trajectory = gt.ground_truth_trajectory(task)
+    assert official_accuracy(task, gt.decoded_for_checker(trajectory)) == 1
+    assert diagnose(task, trajectory).accuracy == 1  # replaying everything agrees
+    episode = Episode(task, EpisodeSettings(mode="validate"))
+    observations = []
+    for texts in gt.assistant_messages(trajectory):
+        for text in texts:
+            observations += episode.step(text).messages
+    assert any("Error: tool 'tail' is not available yet" in m["content"] for m in observations)
+    report = episode.report()
+    assert report["accuracy"] == 0
+    assert report["failure_tags"][first_use] != PASS
+    assert report["invalid_by_kind"]["unavailable_tool"] >= 1

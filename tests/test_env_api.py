@@ -145,6 +145,22 @@ def test_holdout_tool_is_refused_before_its_turn_and_works_after(service, gt_tex
     assert report["invalid_by_kind"] == {"unavailable_tool": 1}
 
 
+def test_two_episodes_of_one_task_share_no_state(service):
+    svc = service()
+    first, _ = svc.create("multi_turn_base_1")
+    second, _ = svc.create("multi_turn_base_1")
+    svc.step(first, call_text("mkdir", dir_name="made_in_first"))
+    svc.step(first, call_text("cd", folder="workspace"))
+    assert svc.step(first, call_text("rm", file_name="log.txt"))["state"][0]["content"] == (
+        '<tool_response>\n{"result": "\'log.txt\' removed"}\n</tool_response>'
+    )
+    listing = svc.step(second, call_text("ls", a=True))["state"][0]["content"]
+    assert "made_in_first" not in listing
+    svc.step(second, call_text("cd", folder="workspace"))
+    assert "log.txt" in svc.step(second, call_text("ls", a=True))["state"][0]["content"]
+    assert "log.txt" not in svc.step(first, call_text("ls", a=True))["state"][0]["content"]
+
+
 def test_get_info_and_healthz(service):
     svc = service()
     instance_id, _ = svc.create("multi_turn_base_1", rollout_mode="validate")

@@ -278,6 +278,22 @@ def test_validation_holdout_message_and_errors_are_plain(service, gt_texts):
     assert validate_replies[-1]["state"][0]["content"].startswith(prompt.HOLDOUT_NOTICE)
 
 
+def test_native_api_validation_is_plain_too(service):
+    http = service().http
+    http.put("/v1/profile", json=PROFILE)
+    layers = {"schema_cues": True, "type_hints": True, "recovery_feedback": True, "guidelines": True}
+
+    def messages(settings):
+        body = {"task_id": "multi_turn_long_context_0", "settings": settings}
+        response = http.post("/v1/episodes", json=body)
+        assert response.status_code == 201, response.text
+        return response.json()["messages"]
+
+    plain = messages({})
+    assert messages({"mode": "validate", "evolution": layers}) == plain
+    assert messages({"mode": "sample", "evolution": layers}) != plain
+
+
 def test_evolve_in_validation_is_an_explicit_choice(service):
     svc = service()
     plain = system_prompt(svc, "multi_turn_base_0", rollout_mode="validate")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import request_validation_exception_handler
@@ -32,6 +33,11 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         # and the first episodes do not pay for it.
         task_ids()
         preload_backends()
+        # The loaded tasks are millions of long-lived objects; left to the cyclic GC, a
+        # full collection over them paused the event loop for ~200 ms. Frozen objects
+        # are never scanned (measured: worst GC pause 198 ms -> 7 ms).
+        gc.collect()
+        gc.freeze()
 
         async def sweep():
             while True:

@@ -1,6 +1,6 @@
 """Benchmark the environment service over HTTP with the ground-truth policy.
 
-    python scripts/bench_env.py [--concurrency 256] [--runs 3] [--pause-ms 100] [--split all]
+    python scripts/bench_env.py [--concurrency 256] [--runs 3] [--pause-ms 250] [--split all]
 
 Starts `python -m env_service` in its own process and replays the ground truth of every
 task through the wire protocol (create, one step per turn with all its calls, one
@@ -11,8 +11,9 @@ in two modes:
   which measures the most episodes/s the service gives. Request latency here is mostly
   queueing: with N requests always in flight, mean latency = N / throughput (Little's
   law), whatever the service does per request.
-- paced: each episode waits `--pause-ms` before every assistant message, standing in
-  for generation as in training, so latency shows what a request costs under load.
+- paced: each episode waits a random 0.5x-1.5x `--pause-ms` (seeded) before every
+  assistant message, standing in for generation as in training (where it takes seconds),
+  so latency shows what a request costs under load rather than queueing.
 
 Prints per run: episodes/s, requests/s, p50/p99 request latency (client round trip),
 the server's peak RSS and CPU, the client's CPU; then the accuracy per category and the
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -90,12 +92,14 @@ async def replay_all(
     port: int, ids: list[str], scripts: dict, concurrency: int, pause_s: float
 ) -> tuple[list, list, float]:
     gate = asyncio.Semaphore(concurrency)
+    rng = random.Random(0)
+    pause = (lambda: pause_s * rng.uniform(0.5, 1.5)) if pause_s else None
     async with TimedClient(f"http://127.0.0.1:{port}", max_connections=concurrency) as client:
 
         async def one(task_id: str) -> dict:
             async with gate:
                 return await run_scripted_episode(
-                    client, task_id, scripts[task_id], {"rollout_mode": "validate"}, pause_s
+                    client, task_id, scripts[task_id], {"rollout_mode": "validate"}, pause
                 )
 
         t0 = time.perf_counter()
@@ -138,8 +142,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--pause-ms",
         type=float,
-        default=100.0,
-        help="paced mode: wait before each assistant message, like generation (default 100)",
+        default=250.0,
+        help="paced mode: mean wait before each assistant message (default 250)",
     )
     p.add_argument(
         "--port", type=int, default=8093, help="port for the benchmarked service (default 8093)"

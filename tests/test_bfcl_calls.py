@@ -92,9 +92,7 @@ def test_malformed_blocks_are_parse_errors_with_a_reason(body, reason_part):
 
 
 def test_a_bad_block_does_not_hide_the_good_ones():
-    text = (
-        block('{"name": "ls"}') + block("not json") + block('{"name": "pwd", "arguments": {}}')
-    )
+    text = block('{"name": "ls"}') + block("not json") + block('{"name": "pwd", "arguments": {}}')
     kinds = [type(item) for item in parse_tool_calls(text)]
     assert kinds == [ToolCall, CallParseError, ToolCall]
 

@@ -73,7 +73,8 @@ def test_system_prompt_layout():
     plain = prompt.system_prompt(tools)
     assert plain == prompt.BASE_INSTRUCTIONS + prompt.tools_block(tools)
     extra = prompt.system_prompt(tools, ("Section A", "Section B"))
-    assert extra == prompt.BASE_INSTRUCTIONS + "\n\nSection A\n\nSection B" + prompt.tools_block(tools)
+    sections = "\n\nSection A\n\nSection B"
+    assert extra == prompt.BASE_INSTRUCTIONS + sections + prompt.tools_block(tools)
     for tool in tools:
         assert json.dumps(tool, ensure_ascii=False) in plain
 

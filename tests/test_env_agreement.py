@@ -137,7 +137,9 @@ def test_verdicts_do_not_depend_on_what_ran_before():
         official_accuracy(task, gt.decoded_for_checker(trajectory))
         episode = Episode(task, EpisodeSettings())
         episode.step(gt.tool_call_text([ToolCall("post_tweet", {"content": "x"})]))
-        episode.step(gt.tool_call_text([ToolCall("mention", {"tweet_id": 1, "mentioned_usernames": ["@x"]})]))
+        episode.step(
+            gt.tool_call_text([ToolCall("mention", {"tweet_id": 1, "mentioned_usernames": ["@x"]})])
+        )
     assert verdicts() == before
     assert bfcl_globals_left() == []
 

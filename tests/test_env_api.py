@@ -198,7 +198,9 @@ def test_native_ground_truth_scores_one(service, gt_texts, task_id):
     assert created["num_turns"] == task.num_turns
 
     info = http.get(f"/v1/tasks/{task_id}").json()
-    assert info["held_out"] == {str(t): [d["name"] for d in docs] for t, docs in task.held_out.items()}
+    assert info["held_out"] == {
+        str(t): [d["name"] for d in docs] for t, docs in task.held_out.items()
+    }
     assert info["tools"] == [d["name"] for d in task.tools]
 
     for texts in gt_texts(task_id):
@@ -225,7 +227,9 @@ def test_env_client_and_scripted_runner_over_a_socket(live_service):
     async def main():
         async with EnvClient(base_url) as client:
             assert await client.healthy()
-            result = await run_scripted_episode(client, task_id, turns, {"rollout_mode": "validate"})
+            result = await run_scripted_episode(
+                client, task_id, turns, {"rollout_mode": "validate"}
+            )
             with pytest.raises(EnvServiceError, match="multi_turn_base_999"):
                 await client.create("multi_turn_base_999")
             await client.push_profile({"tags": [{"tag": "state_mismatch", "share": 0.5}]})
@@ -294,8 +298,10 @@ def test_reused_episode_id_is_a_conflict(service):
     error = svc.wire("/create", expect=409, task_id="multi_turn_base_2", instance_id="mine")
     assert "already in use" in error["error"]
     assert svc.wire("/get_info", instance_id="mine")["data"]["task_id"] == "multi_turn_base_1"
-    http = svc.http
-    assert http.post("/v1/episodes", json={"task_id": "multi_turn_base_1", "episode_id": "mine"}).status_code == 409
+    native = svc.http.post(
+        "/v1/episodes", json={"task_id": "multi_turn_base_1", "episode_id": "mine"}
+    )
+    assert native.status_code == 409
     svc.wire("/release", instance_id="mine")
     svc.create("multi_turn_base_2", instance_id="mine")  # free again after release
 
@@ -329,7 +335,7 @@ def test_unparseable_calls_are_observations_not_http_failures(service):
         '<tool_call>\n{"name": "ls", "arguments": {"a": true}\n</tool_call>\n'
         '<tool_call>\n{"name": "mv", "arguments": {"source": "x"}}\n</tool_call>\n'
         '<tool_call>\n{"name": "cd", "arguments": {"dir": "x"}}\n</tool_call>\n'
-        "<tool_call>\n{\"name\": \"pwd\""
+        '<tool_call>\n{"name": "pwd"'
     )
     data = svc.step(instance_id, text)
     content = data["state"][0]["content"]
@@ -444,7 +450,10 @@ def test_256_concurrent_episodes_of_one_task_stay_apart(record_property):
 
             start = time.perf_counter()
             created = await asyncio.gather(
-                *(post("/create", task_id=task_id, params={"rollout_mode": "validate"}) for _ in range(n))
+                *(
+                    post("/create", task_id=task_id, params={"rollout_mode": "validate"})
+                    for _ in range(n)
+                )
             )
             create_s = time.perf_counter() - start
             ids = [c["info"]["instance_id"] for c in created]
@@ -455,7 +464,11 @@ def test_256_concurrent_episodes_of_one_task_stay_apart(record_property):
                 live = [i for i in range(n) if k < len(scripts[i])]
                 results = await asyncio.gather(
                     *(
-                        post("/step", instance_id=ids[i], messages={"role": "assistant", "content": scripts[i][k]})
+                        post(
+                            "/step",
+                            instance_id=ids[i],
+                            messages={"role": "assistant", "content": scripts[i][k]},
+                        )
                         for i in live
                     )
                 )

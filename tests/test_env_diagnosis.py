@@ -117,7 +117,9 @@ def test_backend_exceptions_become_bfcl_error_strings():
     result = backends.call(ToolCall("cd", {"no_such": 1}))
     assert result.startswith(ERROR_PREFIX) and "unexpected keyword argument" in result
     for name in ["_load_scenario", "__init__", "not_a_method"]:
-        assert backends.call(ToolCall(name, {})) == f"{ERROR_PREFIX}no backend method named {name!r}"
+        assert (
+            backends.call(ToolCall(name, {})) == f"{ERROR_PREFIX}no backend method named {name!r}"
+        )
 
 
 # --- one case per tag -------------------------------------------------------------------------

@@ -61,7 +61,9 @@ def test_schema_cues_mark_required_and_optional(service):
     plain = system_prompt(svc, "multi_turn_base_0")
     cued = system_prompt(svc, "multi_turn_base_0", observation_lite=True)
     assert evolution.CONSTRAINT_NOTE not in plain and "[required]" not in plain
-    assert cued.startswith(prompt.BASE_INSTRUCTIONS + "\n\n" + evolution.CONSTRAINT_NOTE + "\n\n# Tools")
+    assert cued.startswith(
+        prompt.BASE_INSTRUCTIONS + "\n\n" + evolution.CONSTRAINT_NOTE + "\n\n# Tools"
+    )
     tools = tools_in(cued)
     assert set(tools) == set(tools_in(plain))
     mv = tools["mv"]["properties"]
@@ -115,7 +117,9 @@ def test_type_hints_need_schema_cues(service):
     svc = service()
     plain = system_prompt(svc, "multi_turn_base_0")
     assert system_prompt(svc, "multi_turn_base_0", type_hints=True) == plain
-    hinted = tools_in(system_prompt(svc, "multi_turn_base_0", observation_lite=True, type_hints=True))
+    hinted = tools_in(
+        system_prompt(svc, "multi_turn_base_0", observation_lite=True, type_hints=True)
+    )
     assert hinted["mv"]["properties"]["source"]["description"].endswith("Expects a string.")
     assert hinted["ls"]["properties"]["a"]["description"].endswith("Expects true or false.")
 
@@ -209,7 +213,9 @@ def write_state(run_dir, dominant_tag, resume=False):
     for k in range(12):
         tags = [dominant_tag, T.PASS] if k % 4 else [T.PASS, T.PASS]
         state.observe(
-            TrajectoryOutcome("multi_turn_base", f"t{k}", 0.0, False, tags, step=k, epoch=state.epoch)
+            TrajectoryOutcome(
+                "multi_turn_base", f"t{k}", 0.0, False, tags, step=k, epoch=state.epoch
+            )
         )
     state.save(path)
     return path
@@ -281,7 +287,12 @@ def test_validation_holdout_message_and_errors_are_plain(service, gt_texts):
 def test_native_api_validation_is_plain_too(service):
     http = service().http
     http.put("/v1/profile", json=PROFILE)
-    layers = {"schema_cues": True, "type_hints": True, "recovery_feedback": True, "guidelines": True}
+    layers = {
+        "schema_cues": True,
+        "type_hints": True,
+        "recovery_feedback": True,
+        "guidelines": True,
+    }
 
     def messages(settings):
         body = {"task_id": "multi_turn_long_context_0", "settings": settings}
@@ -298,6 +309,10 @@ def test_evolve_in_validation_is_an_explicit_choice(service):
     svc = service()
     plain = system_prompt(svc, "multi_turn_base_0", rollout_mode="validate")
     evolved = system_prompt(
-        svc, "multi_turn_base_0", rollout_mode="validate", observation_lite=True, evolve_in_validation=True
+        svc,
+        "multi_turn_base_0",
+        rollout_mode="validate",
+        observation_lite=True,
+        evolve_in_validation=True,
     )
     assert evolution.CONSTRAINT_NOTE in evolved and evolution.CONSTRAINT_NOTE not in plain

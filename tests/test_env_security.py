@@ -48,7 +48,10 @@ def filesystem(svc, instance_id):
     [
         ("__import__('os').system('touch pwned_name_1')", "'name' must be a tool name string"),
         ("ls; import os; os.system('touch pwned_name_2')", "'name' must be a tool name string"),
-        ("ls()\n__import__('os').system('touch pwned_name_3')", "'name' must be a tool name string"),
+        (
+            "ls()\n__import__('os').system('touch pwned_name_3')",
+            "'name' must be a tool name string",
+        ),
         ("os.system", "'name' must be a tool name string"),
         ("_load_scenario", "unknown tool '_load_scenario'"),
         ("__init__", "unknown tool '__init__'"),

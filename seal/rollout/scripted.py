@@ -8,6 +8,7 @@ demonstration run through exactly the HTTP path a trainer uses.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from seal.rollout.env_client import EnvClient
 
@@ -17,18 +18,18 @@ async def run_scripted_episode(
     task_id: str,
     turns: list[list[str]],
     params: dict | None = None,
-    pause_s: float = 0.0,
+    pause: Callable[[], float] | None = None,
 ) -> dict:
     """Send each turn's texts in order until the service ends the episode; returns the
     evaluation report plus the transcript ('input': first messages, 'output': the rest).
-    `pause_s` is waited before each text, standing in for the model's generation time."""
+    `pause()` seconds are waited before each text, standing in for generation time."""
     instance_id, first = await client.create(task_id, params)
     transcript: list[dict] = []
     try:
         for texts in turns:
             for text in texts:
-                if pause_s:
-                    await asyncio.sleep(pause_s)
+                if pause is not None:
+                    await asyncio.sleep(pause())
                 reply = await client.step(instance_id, text)
                 transcript += [{"role": "assistant", "content": text}, *reply.messages]
                 if reply.terminated:

@@ -101,10 +101,10 @@ def test_official_checks_restore_bfcl_defaults_and_globals():
     post_tweet = module.TwitterAPI.post_tweet
     defaults = repr(post_tweet.__defaults__)
     leaky = [
-        [["post_tweet(content='no mentions')"]],
-        [["mention(tweet_id=1, mentioned_usernames=['@leak'])"]],
+        [["post_tweet(content='no mentions')", "mention(tweet_id=1, mentioned_usernames=['@x'])"]],
+        [],
     ]
-    official_accuracy(task, leaky)
+    assert official_accuracy(task, leaky) == 0
     assert repr(post_tweet.__defaults__) == defaults
     assert bfcl_globals_left() == []
     trajectory = gt.ground_truth_trajectory(task)

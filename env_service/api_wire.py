@@ -163,8 +163,13 @@ async def evaluate(body: WireRequest, request: Request):
         episode = _engine(request).get(_require(body.instance_id, "instance_id"))
     except EngineError as e:
         return wire_error(e)
+    sparse = body.params.get("sparse", True)
+    if not isinstance(sparse, bool):
+        return wire_error(
+            InvalidRequestError(f"params.sparse must be true or false, not {sparse!r}")
+        )
     report = episode.report()
-    if body.params.get("sparse", True):
+    if sparse:
         return ok(float(report["accuracy"]))
     return ok(report)
 

@@ -49,6 +49,42 @@ def _backend_class(class_name: str) -> type:
     return getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
 
 
+# Arguments whose cost grows without bound: `power(10, 10**7)` held the event loop (and so
+# every live episode) for 7.6 s, and mpmath/decimal precision is as costly. BFCL's tasks
+# stay far inside these limits; a call beyond them is answered with an error instead.
+MAX_PRECISION = 1_000
+MAX_POWER_RESULT_BITS = 1_000_000
+
+
+def cost_error(call: ToolCall) -> str | None:
+    """Why running `call` could take unbounded time, or None."""
+    kw = call.kwargs
+    if call.name in ("logarithm", "square_root", "round_number"):
+        for key in ("precision", "decimal_places"):
+            value = kw.get(key)
+            if isinstance(value, int) and abs(value) > MAX_PRECISION:
+                return f"{key}={value} exceeds the service's limit of {MAX_PRECISION}"
+    if call.name == "power":
+        base, exponent = kw.get("base"), kw.get("exponent")
+        ints = isinstance(base, int) and isinstance(exponent, int)
+        if ints and abs(base) > 1 and exponent * abs(base).bit_length() > MAX_POWER_RESULT_BITS:
+            return f"the result of {base}**{exponent} would exceed the service's size limit"
+    return None
+
+
+def is_tool_error(result: str) -> bool:
+    """A call that failed: it raised, or it returned a dict with an `error` key (how most
+    BFCL backends report failure, e.g. {"cancel_status": false, "error": "Invalid token"})."""
+    if result.startswith(ERROR_PREFIX):
+        return True
+    if not result.startswith("{") or '"error"' not in result:
+        return False
+    try:
+        return "error" in json.loads(result)
+    except ValueError:
+        return False
+
+
 def preload_backends() -> None:
     """Import every multi-turn backend now (MathAPI pulls in mpmath: ~0.3 s on first use)."""
     for class_name in MULTI_TURN_CLASSES:
@@ -111,6 +147,8 @@ class Backends:
         """Run one call; a backend exception becomes bfcl-eval's error string, as in BFCL."""
         if call.name not in self._owner:
             return f"{ERROR_PREFIX}no backend method named {call.name!r}"
+        if reason := cost_error(call):
+            return f"{ERROR_PREFIX}{reason}"
         instance = self.instances[self._owner[call.name]]
         method = getattr(instance, call.name)
         args, kwargs = copy.deepcopy(call.args), copy.deepcopy(call.kwargs)

@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from env_service import evolution
-from env_service.backends import ERROR_PREFIX, Backends
+from env_service.backends import Backends, is_tool_error
 from env_service.diagnosis import Diagnosis, diagnose
 from env_service.evolution import EvolutionSettings
 from seal.bfcl import prompt
@@ -70,7 +70,7 @@ class Counters:
     invalid_calls: int = 0
     """Unparseable blocks, unknown or unavailable tools, bad argument names."""
     tool_errors: int = 0
-    """Calls that ran and raised inside the backend."""
+    """Calls that ran and failed in the backend (raised, or returned {"error": ...})."""
     invalid_by_kind: dict[str, int] = field(default_factory=dict)
 
 
@@ -198,7 +198,7 @@ class Episode:
             result = self.backends.call(item)
             executed.append(item)
             self.counters.tool_calls += 1
-            if result.startswith(ERROR_PREFIX):
+            if is_tool_error(result):
                 self.counters.tool_errors += 1
                 if self.layers.recovery_feedback:
                     result = evolution.with_hint(result, "tool_error")

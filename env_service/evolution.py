@@ -50,6 +50,7 @@ CONSTRAINT_NOTE = (
 )
 
 _ENUM_JSON = re.compile(r"\[Enum\]:\s*(\[.*?\])")
+_ENUM_LIST = re.compile(r"\[Enum\]:\s*([^\[\s][^\[\n]*)")
 _ENUM_PROSE = re.compile(r"(?:Options are|Here are the options):\s*([\w\-]+(?:\s*,\s*[\w\-]+)+)")
 _TYPE_WORDS = {
     "string": "a string",
@@ -69,6 +70,9 @@ def allowed_values(description: str) -> list[str] | None:
         except json.JSONDecodeError:
             return None
         return [str(v) for v in values] if isinstance(values, list) else None
+    if m := _ENUM_LIST.search(description):
+        values = [v.strip() for v in m.group(1).rstrip(". ").split(",") if v.strip()]
+        return values or None
     if m := _ENUM_PROSE.search(description):
         return [v.strip() for v in m.group(1).split(",")]
     return None
@@ -84,9 +88,12 @@ def add_schema_cues(tool: dict, type_hints: bool) -> dict:
         prop = dict(prop)
         desc = prop.get("description", "").strip()
         marker = "[required]" if name in required else "[optional]"
-        values = allowed_values(desc) if prop.get("type") == "string" else None
-        if values and "enum" not in prop:
+        values = allowed_values(desc)
+        if values and prop.get("type") == "string" and "enum" not in prop:
             prop["enum"] = values
+        elif values and prop.get("type") == "array" and isinstance(prop.get("items"), dict):
+            prop["items"] = {**prop["items"], "enum": values}
+        if values:
             desc += f" Allowed values: {', '.join(values)}."
         if type_hints and prop.get("type") in _TYPE_WORDS:
             desc += f" Expects {_TYPE_WORDS[prop['type']]}."

@@ -44,7 +44,9 @@ def ground_truth_trajectory(task: BfclTask) -> Trajectory:
 def tool_call_text(calls: list[ToolCall]) -> str:
     """Calls as a Qwen2.5 assistant message body."""
     blocks = (
-        "<tool_call>\n" + json.dumps({"name": c.name, "arguments": c.kwargs}) + "\n</tool_call>"
+        "<tool_call>\n"
+        + json.dumps({"name": c.name, "arguments": c.kwargs}, ensure_ascii=False)
+        + "\n</tool_call>"
         for c in calls
     )
     return "\n".join(blocks)

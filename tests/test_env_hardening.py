@@ -1,0 +1,93 @@
+"""Resource guards and tool-error handling: a model call cannot stall the service, and
+failures BFCL's backends return (rather than raise) are counted and get recovery hints."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from env_service.backends import ERROR_PREFIX, Backends, cost_error, is_tool_error
+from env_service.diagnosis import diagnose
+from env_service.evolution import add_schema_cues, allowed_values
+from seal.bfcl.calls import ToolCall
+from seal.bfcl.prompt import to_tool
+from seal.bfcl.tasks import load_task
+
+MATH_TASK = "multi_turn_base_15"  # GorillaFileSystem + MathAPI
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        ToolCall("power", {"base": 10, "exponent": 10**7}),
+        ToolCall("power", {"base": 2**3000, "exponent": 1000}),
+        ToolCall("logarithm", {"value": 10.0, "base": 3.0, "precision": 10**6}),
+        ToolCall("square_root", {"number": 2.0, "precision": 10**7}),
+    ],
+)
+def test_costly_calls_are_refused_quickly(call):
+    backends = Backends(load_task(MATH_TASK))
+    started = time.perf_counter()
+    result = backends.call(call)
+    elapsed = time.perf_counter() - started
+    assert result.startswith(ERROR_PREFIX) and "limit" in result
+    assert elapsed < 0.5, f"{call.name} took {elapsed:.2f} s"
+
+
+def test_ordinary_math_is_unchanged():
+    backends = Backends(load_task(MATH_TASK))
+    assert cost_error(ToolCall("power", {"base": 2, "exponent": 10})) is None
+    assert backends.call(ToolCall("power", {"base": 2, "exponent": 10})) == '{"result": 1024}'
+    assert backends.call(ToolCall("power", {"base": 2.5, "exponent": 2.0})) == '{"result": 6.25}'
+    # BFCL formats this one with str(): a Decimal inside a dict that json cannot encode.
+    assert backends.call(ToolCall("square_root", {"number": 16.0, "precision": 5})) == (
+        "{'result': Decimal('4')}"
+    )
+
+
+def test_refused_call_replays_identically_in_the_diagnosis():
+    task = load_task(MATH_TASK)
+    huge = ToolCall("power", {"base": 10, "exponent": 10**7})
+    started = time.perf_counter()
+    diagnosis = diagnose(task, [[[huge]]])
+    assert time.perf_counter() - started < 1.0
+    assert diagnosis.accuracy == 0
+
+
+def test_returned_error_dicts_count_as_tool_errors(service):
+    svc = service()
+    iid, _ = svc.create("multi_turn_base_150", rollout_mode="sample", recovery_feedback=True)
+    # TravelAPI answers a bad token with {..., "error": ...} instead of raising.
+    args = '{"access_token": "nope", "booking_id": "1"}'
+    call = f'<tool_call>\n{{"name": "cancel_booking", "arguments": {args}}}\n</tool_call>'
+    data = svc.step(iid, call)
+    observation = data["state"][0]["content"]
+    assert '"error": "Invalid access token"' in observation and "Hint:" in observation
+    assert svc.evaluate(iid)["tool_errors"] == 1
+
+
+def test_is_tool_error():
+    assert is_tool_error(f"{ERROR_PREFIX}boom")
+    assert is_tool_error('{"error": "User not authenticated."}')
+    assert is_tool_error('{"cancel_status": false, "error": "Invalid access token"}')
+    assert not is_tool_error('{"note": "the word \\"error\\" in a value"}')
+    assert not is_tool_error('{"result": 3}')
+    assert not is_tool_error('{"message": "error free"}')
+
+
+def test_enums_without_brackets_and_on_arrays():
+    assert allowed_values("The base currency. [Enum]: USD, RMB, EUR") == ["USD", "RMB", "EUR"]
+    task = load_task("multi_turn_base_50")  # VehicleControlAPI
+    doc = next(d for d in task.tools if d["name"] == "lockDoors")
+    cued = add_schema_cues(to_tool(doc), type_hints=False)
+    door = cued["function"]["parameters"]["properties"]["door"]
+    assert door["items"]["enum"] == ["driver", "passenger", "rear_left", "rear_right"]
+    assert "Allowed values: driver, passenger" in door["description"]
+
+
+def test_sparse_must_be_a_boolean(service):
+    svc = service()
+    iid, _ = svc.create("multi_turn_base_0")
+    payload = svc.wire("/evaluate", expect=422, instance_id=iid, params={"sparse": "false"})
+    assert "sparse" in payload["error"]

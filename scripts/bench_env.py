@@ -1,6 +1,6 @@
 """Benchmark the environment service over HTTP with the ground-truth policy.
 
-    python scripts/bench_env.py [--concurrency 256] [--runs 3] [--pause-ms 250] [--split all]
+    python scripts/bench_env.py [--concurrency 256] [--runs 3] [--pause-ms 150] [--split all]
 
 Starts `python -m env_service` in its own process and replays the ground truth of every
 task through the wire protocol (create, one step per turn with all its calls, one
@@ -11,9 +11,13 @@ in two modes:
   which measures the most episodes/s the service gives. Request latency here is mostly
   queueing: with N requests always in flight, mean latency = N / throughput (Little's
   law), whatever the service does per request.
-- paced: each episode waits a random 0.5x-1.5x `--pause-ms` (seeded) before every
-  assistant message, standing in for generation as in training (where it takes seconds),
-  so latency shows what a request costs under load rather than queueing.
+- paced: each episode waits a random 0.5x-1.5x `--pause-ms` (seeded) before it starts
+  and before every assistant message, standing in for generation as in training (where
+  it takes seconds), so latency shows what a request costs under load, not queueing.
+
+The client freezes and disables its own garbage collector while it measures: it holds
+every transcript, and its full collections (~250 ms) stalled all its in-flight
+requests, which would be counted as service latency.
 
 Prints per run: episodes/s, requests/s, p50/p99 request latency (client round trip),
 the server's peak RSS and CPU, the client's CPU; then the accuracy per category and the
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import random
 import statistics
@@ -47,18 +52,18 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class TimedClient(EnvClient):
-    """EnvClient that records the latency of every request."""
+    """EnvClient that records the latency of every request, by path."""
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        self.latencies: list[float] = []
+        self.latencies: list[tuple[str, float]] = []
 
     async def _post(self, path, what, **body):
         t0 = time.perf_counter()
         try:
             return await super()._post(path, what, **body)
         finally:
-            self.latencies.append(time.perf_counter() - t0)
+            self.latencies.append((path, time.perf_counter() - t0))
 
 
 class PeakRss(threading.Thread):
@@ -103,7 +108,13 @@ async def replay_all(
                 )
 
         t0 = time.perf_counter()
-        reports = await asyncio.gather(*(one(tid) for tid in ids))
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        try:
+            reports = await asyncio.gather(*(one(tid) for tid in ids))
+        finally:
+            gc.enable()
         elapsed = time.perf_counter() - t0
         return reports, client.latencies, elapsed
 
@@ -142,8 +153,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--pause-ms",
         type=float,
-        default=250.0,
-        help="paced mode: mean wait before each assistant message (default 250)",
+        default=150.0,
+        help="paced mode: mean wait before each assistant message (default 150)",
     )
     p.add_argument(
         "--port", type=int, default=8093, help="port for the benchmarked service (default 8093)"
@@ -175,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
             f"\n{mode}: median of {args.runs} runs, {len(ids)} episodes, {args.concurrency} live at once"
         )
         for key in rows[0]:
-            print(f"  {key:<14} {statistics.median(r[key] for r in rows):8.1f}")
+            print(f"  {key:<20} {statistics.median(r[key] for r in rows):8.1f}")
 
 
 def measure(proc, args, ids, scripts, mode: str, pause_s: float) -> tuple[list[dict], list[dict]]:
@@ -189,7 +200,7 @@ def measure(proc, args, ids, scripts, mode: str, pause_s: float) -> tuple[list[d
         )
         sampler.running = False
         sampler.join()
-        q = statistics.quantiles(latencies, n=100)
+        q = statistics.quantiles([lat for _, lat in latencies], n=100)
         row = {
             "episodes/s": len(ids) / elapsed,
             "requests/s": len(latencies) / elapsed,
@@ -199,6 +210,9 @@ def measure(proc, args, ids, scripts, mode: str, pause_s: float) -> tuple[list[d
             "server CPU %": 100 * (sum(sampler.process.cpu_times()[:2]) - server_cpu0) / elapsed,
             "client CPU %": 100 * (time.process_time() - client_cpu0) / elapsed,
         }
+        for path in ("/create", "/step", "/evaluate", "/release"):
+            q = statistics.quantiles([lat for p, lat in latencies if p == path], n=100)
+            row[f"{path} p99 ms"] = q[98] * 1e3
         rows.append(row)
         print(f"{mode} run {run}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()))
     return rows, reports

@@ -22,7 +22,10 @@ async def run_scripted_episode(
 ) -> dict:
     """Send each turn's texts in order until the service ends the episode; returns the
     evaluation report plus the transcript ('input': first messages, 'output': the rest).
-    `pause()` seconds are waited before each text, standing in for generation time."""
+    `pause()` seconds are waited before the episode starts and before each text,
+    standing in for generation time."""
+    if pause is not None:
+        await asyncio.sleep(pause())
     instance_id, first = await client.create(task_id, params)
     transcript: list[dict] = []
     try:

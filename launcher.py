@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import subprocess
 import sys
 import traceback
@@ -20,12 +21,20 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from seal.eval.replay import run_replay_job
 from seal.launch.config import RunConfig
 from seal.launch.service import environment_service, is_healthy
 
 REPO_ROOT = Path(__file__).resolve().parent
-JOBS = {"replay": run_replay_job}
+# Imported when chosen: the trainer pulls in torch and transformers, the replay job not.
+JOBS = {
+    "replay": "seal.eval.replay:run_replay_job",
+    "local": "seal.trainer.local:run_local_training",
+}
+
+
+def job_function(name: str):
+    module, function = JOBS[name].split(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def code_version() -> str:
@@ -81,7 +90,7 @@ def run(args: argparse.Namespace) -> None:
             )
         service = contextlib.nullcontext(url)
     with service as url:
-        JOBS[cfg.job](cfg, url, run_dir, REPO_ROOT / "data/seal_split.json")
+        job_function(cfg.job)(cfg, url, run_dir, REPO_ROOT / "data/seal_split.json")
 
 
 def main(argv: list[str] | None = None) -> int:

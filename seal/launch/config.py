@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from seal.trainer.config import TrainerConfig
+
 
 @dataclass
 class ServiceSettings:
@@ -44,7 +46,9 @@ class RunConfig:
     name: str = "replay_demo"
     """Run name; outputs go to `{output_dir}/{name}`."""
     job: str = "replay"
-    """What the launcher runs: `replay` (a scripted policy through the service)."""
+    """What the launcher runs: `replay` (a scripted policy through the service) or `local`
+    (the single-process GRPO trainer, seal/trainer/local.py)."""
     output_dir: str = "outputs"
     service: ServiceSettings = field(default_factory=ServiceSettings)
     replay: ReplaySettings = field(default_factory=ReplaySettings)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)

@@ -1,0 +1,375 @@
+"""Turn a run directory into PNG plots and one Markdown page beside them.
+
+    seal-report RUN_DIR [--val-dir DIR] [--out-dir DIR] [--label NAME] [--split FILE]
+    python -m seal.eval.report RUN_DIR
+
+Reads what the run left (each part optional, but not all of them):
+
+    RUN_DIR/validation/step_*.jsonl   validation records (seal.eval.records)
+    RUN_DIR/metrics.jsonl             per-step training metrics (seal.eval.metrics_log)
+    RUN_DIR/tocf/epoch_*.json         capability-state epoch summaries (seal.tocf.summary)
+    RUN_DIR/capability_state.json     the capability state, used when no epoch summary exists
+
+and writes ``RUN_DIR/report/report.md`` with the PNGs it references by relative path, so the
+folder can be moved or attached as it is. A missing part is skipped with a note on the page;
+a run with none of them is an error (exit status 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from seal.eval import metrics_log as M
+from seal.eval import plots
+from seal.eval.paper import PAPER_RESULTS
+from seal.eval.records import ValidationRecord, read_val_dir
+from seal.eval.summary import (
+    StepSummary,
+    best_step,
+    load_split_ids,
+    render_markdown,
+    split_mismatch,
+    summarize,
+)
+from seal.tocf.state import STATE_FILENAME, CapabilityState
+from seal.tocf.tags import CATEGORIES
+
+REPORT_DIRNAME = "report"
+REPORT_FILENAME = "report.md"
+DEFAULT_SPLIT = Path(__file__).resolve().parents[2] / "data" / "seal_split.json"
+_EPOCH_FILE = re.compile(r"epoch_(\d+)\.json")
+
+
+class EmptyRunError(RuntimeError):
+    """The run directory holds nothing a report can be made of."""
+
+
+@dataclass
+class Capability:
+    """A category x tag table of tally summaries and where it came from."""
+
+    source: str
+    category_tag: dict[str, dict[str, dict]]
+
+
+@dataclass
+class RunData:
+    validation: dict[int, list[ValidationRecord]]
+    metrics: list[dict]
+    capability: Capability | None
+    notes: list[str] = field(default_factory=list)
+
+
+def load_capability(run_dir: Path) -> Capability | None:
+    """The latest epoch summary's window, else the saved state's whole-run tables."""
+    epochs = {
+        int(match.group(1)): path
+        for path in (run_dir / "tocf").glob("epoch_*.json")
+        if (match := _EPOCH_FILE.fullmatch(path.name))
+    }
+    if epochs:
+        latest = max(epochs)
+        summary = json.loads(epochs[latest].read_text(encoding="utf-8"))
+        source = f"epoch {summary['epoch']} window, up to step {summary['step']}"
+        return Capability(source, summary["category_tag"])
+    state_path = run_dir / STATE_FILENAME
+    if state_path.exists():
+        state = CapabilityState.load(state_path)
+        table = {
+            category: {tag: tally.summary() for tag, tally in tags.items()}
+            for category, tags in state.run.by_category_tag.items()
+        }
+        return Capability(f"whole run up to step {state.step}", table)
+    return None
+
+
+def load_run(run_dir: Path, val_dir: Path) -> RunData:
+    notes = []
+    validation = {}
+    if val_dir.is_dir():
+        validation = read_val_dir(val_dir)
+    if not validation:
+        notes.append(
+            f"no validation records in `{val_dir}`: pass rates and the paper table skipped"
+        )
+    metrics = []
+    if (run_dir / M.METRICS_FILENAME).exists():
+        metrics = M.read_metrics(run_dir / M.METRICS_FILENAME)
+    if not metrics:
+        notes.append(f"no `{M.METRICS_FILENAME}` rows: training curves and tag weights skipped")
+    capability = load_capability(run_dir)
+    if capability is None:
+        notes.append("no capability state (`tocf/epoch_*.json`, `capability_state.json`): skipped")
+    if not (validation or metrics or capability):
+        raise EmptyRunError(
+            f"{run_dir} has no validation records, metrics or capability state to report on"
+        )
+    return RunData(validation, metrics, capability, notes)
+
+
+# --- the numbers behind each figure --------------------------------------------------------
+
+
+def validation_tag_shares(validation: dict[int, list[ValidationRecord]]):
+    """Steps and, per tag, its share of all turns validated at each step."""
+    steps = sorted(validation)
+    counts = {step: Counter(t for r in validation[step] for t in r.failure_tags) for step in steps}
+    tags = sorted({tag for counter in counts.values() for tag in counter})
+    shares = {
+        tag: [counts[s][tag] / max(1, sum(counts[s].values())) for s in steps] for tag in tags
+    }
+    return steps, shares
+
+
+def training_tag_shares(rows: list[dict]):
+    tags = M.names_under(rows, M.TAG_FRAC_PREFIX)
+    rows = [row for row in rows if any(M.tag_frac_key(tag) in row for tag in tags)]
+    steps = [row[M.STEP] for row in rows]
+    # A tag absent from a step's row did not occur in that step's rollouts.
+    shares = {tag: [row.get(M.tag_frac_key(tag)) or 0.0 for row in rows] for tag in tags}
+    return steps, shares
+
+
+def training_panels(rows: list[dict]) -> list:
+    """(title, y label, curves, colours) for each group of training metrics the log holds."""
+    panels = []
+    rewards = {"reward (mean)": M.series(rows, M.REWARD_MEAN)}
+    colors = {"reward (mean)": plots.AVERAGE_COLOR}
+    for category in M.names_under(rows, M.ACCURACY_PREFIX):
+        label = f"accuracy {plots.short_category(category)}"
+        rewards[label] = M.series(rows, M.accuracy_key(category))
+        colors[label] = plots.CATEGORY_COLORS.get(category)
+    groups = [
+        ("Rollout reward and accuracy per category", "reward / accuracy", rewards, colors),
+        ("Policy loss", "loss", {"policy": M.series(rows, M.LOSS_POLICY)}, {}),
+        ("KL loss to the reference policy", "loss", {"kl": M.series(rows, M.LOSS_KL)}, {}),
+        (
+            "Time per step",
+            "seconds",
+            {
+                "generation": M.series(rows, M.TIME_GENERATION_S),
+                "whole step": M.series(rows, M.TIME_STEP_S),
+            },
+            {},
+        ),
+    ]
+    for title, ylabel, curves, curve_colors in groups:
+        present = {label: curve for label, curve in curves.items() if curve[0]}
+        if present:
+            panels.append((title, ylabel, present, curve_colors))
+    return panels
+
+
+# --- the Markdown page -------------------------------------------------------------------
+
+
+def _pct(value) -> str:
+    return "–" if value is None else f"{float(value) * 100:.2f}"
+
+
+def paper_table(best: StepSummary, label: str) -> str:
+    """The paper's results table with this run's best step as the last row."""
+    lines = [
+        "| model | avg | base | miss_func | miss_param | long_ctx |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for result in PAPER_RESULTS:
+        model = result.backbone if result.method == "untrained" else f"+ {result.method}"
+        if result.method != "untrained":
+            model = f"{result.backbone} {model}"
+        cells = [result.category_pct.get(c) for c in CATEGORIES]
+        cells = ["–" if pct is None else f"{pct:.2f}" for pct in cells]
+        lines.append(f"| {model} | {result.average_pct:.2f} | " + " | ".join(cells) + " |")
+    ours = [_pct(best.by_category[c].rate) for c in CATEGORIES]
+    lines.append(
+        f"| **{label}, step {best.step}** | **{_pct(best.average)}** | "
+        + " | ".join(f"**{cell}**" for cell in ours)
+        + " |"
+    )
+    counts = ", ".join(
+        f"{plots.short_category(c)} {best.by_category[c].passed}/{best.by_category[c].total}"
+        for c in CATEGORIES
+    )
+    return (
+        "\n".join(lines)
+        + f"\n\nAccuracy in percent, as in the paper (400 held-out tasks, 100 per category). "
+        f"This run's step {best.step}: {counts}. The best step has the highest average "
+        "of the four categories (the earliest on a tie).\n"
+    )
+
+
+def _figure(title: str, png: Path, text: str = "") -> str:
+    return f"## {title}\n\n![{title}]({png.name})\n\n{text}"
+
+
+def _rate_pct(rate) -> float:
+    return math.nan if rate is None else float(rate) * 100
+
+
+def validation_sections(run: RunData, label: str, split: Path, out_dir: Path) -> list[str]:
+    """The paper table and the pass-rate figure with the per-step table."""
+    summaries = summarize(run.validation)
+    best = best_step(summaries)
+    if split.exists():
+        expected = load_split_ids(split, "eval")
+        for step, records in run.validation.items():
+            warning = split_mismatch(step, records, expected)
+            if warning:
+                run.notes.append(warning + " (rates not comparable with the paper's)")
+    else:
+        run.notes.append(f"split file `{split}` not found: task ids not checked")
+    sections = []
+    if best is None:
+        run.notes.append("no validation step covers all four categories: no paper table")
+    else:
+        best_summary = next(summary for summary in summaries if summary.step == best)
+        sections.append(
+            "## Best validation step against the paper\n\n" + paper_table(best_summary, label)
+        )
+    steps = [summary.step for summary in summaries]
+    rates = {c: [_rate_pct(s.by_category[c].rate) for s in summaries] for c in CATEGORIES}
+    average = [_rate_pct(summary.average) for summary in summaries]
+    png = plots.plot_pass_rates(steps, rates, average, best, out_dir / "pass_rate.png")
+    sections.append(_figure("Validation pass rate per category", png, render_markdown(summaries)))
+    return sections
+
+
+def tag_sections(run: RunData, out_dir: Path) -> list[str]:
+    panels = []
+    if run.validation:
+        panels.append(("Validation", *validation_tag_shares(run.validation)))
+    steps, shares = training_tag_shares(run.metrics)
+    if steps:
+        panels.append(("Training rollouts", steps, shares))
+    if not panels:
+        return []
+    png = plots.plot_tag_shares(panels, out_dir / "failure_tags.png")
+    return [_figure("Failure-tag distribution", png)]
+
+
+def training_sections(run: RunData, out_dir: Path) -> list[str]:
+    """Training curves, then the dynamic tag weights and A-Patch's scales."""
+    sections = []
+    panels = training_panels(run.metrics)
+    if panels:
+        png = plots.plot_training_curves(panels, out_dir / "training.png")
+        sections.append(_figure("Training curves", png))
+    weights = {
+        tag: M.series(run.metrics, M.tag_weight_key(tag))
+        for tag in M.names_under(run.metrics, M.TAG_WEIGHT_PREFIX)
+    }
+    apatch = {
+        name: M.series(run.metrics, key)
+        for name, key in (
+            ("mean scale", M.APATCH_MEAN_SCALE),
+            ("share of samples scaled", M.APATCH_SCALED_FRAC),
+        )
+    }
+    apatch = {name: curve for name, curve in apatch.items() if curve[0]}
+    if weights or apatch:
+        png = plots.plot_weights_and_scale(weights, apatch, out_dir / "tag_weights.png")
+        sections.append(_figure("Dynamic tag weights and A-Patch", png))
+    else:
+        run.notes.append("metrics.jsonl has no tag weights or A-Patch scales: figure skipped")
+    return sections
+
+
+def capability_sections(capability: Capability, out_dir: Path) -> list[str]:
+    table = capability.category_tag
+    categories = [c for c in CATEGORIES if c in table] + sorted(set(table) - set(CATEGORIES))
+    tags = plots.ordered_tags(sorted({tag for cells in table.values() for tag in cells}))
+    png = plots.plot_capability(
+        categories, tags, table, capability.source, out_dir / "capability.png"
+    )
+    text = (
+        f"From the {capability.source}. Left: each failure tag's share of the category's "
+        "diagnosed turns; right: the mean reward of the episodes those turns belong to "
+        "(n: turns).\n"
+    )
+    return [_figure("Capability state", png, text)]
+
+
+def write_report(
+    run_dir: Path,
+    out_dir: Path | None = None,
+    val_dir: Path | None = None,
+    label: str | None = None,
+    split: Path = DEFAULT_SPLIT,
+) -> Path:
+    """Write the figures and ``report.md`` to `out_dir` (default RUN_DIR/report); return the page."""
+    run_dir = Path(run_dir)
+    out_dir = Path(out_dir) if out_dir else run_dir / REPORT_DIRNAME
+    label = label or run_dir.resolve().name
+    run = load_run(run_dir, Path(val_dir) if val_dir else run_dir / "validation")
+
+    sections = []
+    if run.validation:
+        sections += validation_sections(run, label, split, out_dir)
+    sections += tag_sections(run, out_dir)
+    if run.metrics:
+        sections += training_sections(run, out_dir)
+    if run.capability is not None:
+        sections += capability_sections(run.capability, out_dir)
+
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    header = f"# Run report: {label}\n\nRun directory `{run_dir}`, generated {generated}.\n"
+    if run.notes:
+        header += "\nNotes:\n\n" + "".join(f"- {note}\n" for note in run.notes)
+    page = out_dir / REPORT_FILENAME
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text("\n".join([header, *sections]), encoding="utf-8")
+    return page
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="seal-report", description="Plots and a Markdown report of a SEAL run directory."
+    )
+    parser.add_argument(
+        "run_dir",
+        type=Path,
+        help="the run directory (validation/, metrics.jsonl, tocf/, capability_state.json)",
+    )
+    parser.add_argument(
+        "--val-dir",
+        type=Path,
+        help="validation records to use instead of RUN_DIR/validation "
+        "(e.g. outputs/replay_demo/validation/drop_call)",
+    )
+    parser.add_argument(
+        "--out-dir", type=Path, help="where the page and PNGs go (default: RUN_DIR/report)"
+    )
+    parser.add_argument(
+        "--label", help="name of the run in titles and the paper table (default: RUN_DIR's name)"
+    )
+    parser.add_argument(
+        "--split",
+        type=Path,
+        default=DEFAULT_SPLIT,
+        help="split file whose 'eval' ids each validation step is checked against; "
+        "differences are noted on the page (default: %(default)s)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        page = write_report(args.run_dir, args.out_dir, args.val_dir, args.label, args.split)
+    except (OSError, ValueError, EmptyRunError) as error:  # malformed files are ValueErrors
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"report written to {page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

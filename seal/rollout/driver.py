@@ -1,0 +1,235 @@
+"""The multi-turn episode driver: one BFCL episode as one training sample.
+
+`run_episode` creates the episode in the environment service, alternates generations
+and observations until the service ends it or a limit stops it, evaluates and
+releases it, and returns the token sequence the model was conditioned on with its loss
+mask. The single-process trainer and the verl agent loop both call it; only the
+`Generator` differs.
+
+Token rules (DESIGN.md section 6):
+- The ids a generator returns are appended exactly as returned; the conversation is
+  never re-tokenized. Only new observation messages are tokenized (turn_tokens.py).
+- Mask 1 on generated ids (content and its end-of-turn token), 0 on everything else.
+- A generation that stopped without the end-of-turn token (max_new_tokens reached, or
+  another stop token) is still sent to the service as text. If another generation
+  follows, the driver closes the turn with the end-of-turn token before the
+  observation, masked 0 like the template text it belongs to: the model did not
+  produce it, so it is not trained on.
+- The sample ends with the last generation: an observation after it (the service's
+  reply to the last step) conditioned nothing and is left out, so prompt + response is
+  exactly the sequence the model saw at its last generation plus what it generated.
+
+Context rule: a generation starts only if the full `max_new_tokens` still fits, i.e.
+len(sequence) + max_new_tokens <= max_context_tokens; an observation that would break
+this for the next generation is not appended and the episode stops with
+`context_limit`. So every sample fits in max_context_tokens and every generation had
+the same budget: "length" always means the model used all of it, never that the
+context ran out. A prompt too long for even one generation gives a sample with no
+response (num_generations 0, stop_reason context_limit); the trainer decides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from seal.rollout.env_client import EnvClient
+from seal.rollout.generation import Generation, GenerationError, Generator, SamplingParams
+from seal.rollout.turn_tokens import TurnTokenizer, turn_tokenizer
+
+StopReason = Literal["terminated", "max_generations", "context_limit"]
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    """Where the driver stops an episode or cuts its parts (the paper's values)."""
+
+    max_generations: int = 20
+    """Most generations (assistant messages) per episode."""
+    max_context_tokens: int = 16384
+    """Most tokens of prompt + response; see the context rule in the module docstring."""
+    max_new_tokens: int = 4096
+    """Most tokens per generation; lowers SamplingParams.max_new_tokens if that is larger."""
+    max_observation_tokens: int = 4096
+    """Each observation message's content is clipped to this many tokens, clip marker
+    included (the paper's tool-response clip)."""
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            if getattr(self, field.name) < 1:
+                raise ValueError(f"EpisodeLimits.{field.name} must be positive")
+
+
+@dataclass
+class EpisodeSample:
+    """One finished episode: the token sequence, its mask and the service's verdict."""
+
+    task_id: str
+    category: str
+    prompt_ids: list[int]
+    """The first messages (system with tool signatures, first question) rendered with
+    the generation prompt."""
+    response_ids: list[int]
+    """Everything after the prompt: generations and observations, in order."""
+    response_mask: list[int]
+    """1 on generated ids, 0 on observations and template tokens; len = response_ids."""
+    response_logprobs: list[float] | None
+    """The generator's log-probability of each generated id, 0.0 elsewhere; None when
+    the generator returns none."""
+    reward: float
+    accuracy: int
+    progress: float
+    failure_tags: list[str]
+    """One diagnosis tag per ground-truth turn."""
+    num_generations: int
+    stop_reason: StopReason
+    report: dict
+    """The service's full evaluation of the episode."""
+    input_text: str
+    """prompt_ids decoded, special tokens kept (for logs and validation records)."""
+    output_text: str
+    """response_ids decoded, special tokens kept."""
+
+
+class EpisodeError(RuntimeError):
+    """An episode failed (environment or generator); the cause is chained. There is
+    no partial sample: a failed episode must not be trained on."""
+
+
+async def run_episode(
+    env: EnvClient,
+    generator: Generator,
+    tokenizer,
+    task_id: str,
+    env_params: dict,
+    limits: EpisodeLimits,
+    sampling: SamplingParams,
+) -> EpisodeSample:
+    """Play one episode of `task_id` (see the module docstring for the rules)."""
+    chat = turn_tokenizer(tokenizer)
+    try:
+        instance_id, first_messages = await env.create(task_id, env_params)
+    except Exception as e:
+        raise EpisodeError(f"task {task_id}: creating the episode failed: {e}") from e
+    episode = _Episode(chat, limits, dataclasses.replace(sampling, max_new_tokens=_cap(sampling, limits)))
+    try:
+        episode.start(first_messages)
+        await episode.play(env, generator, instance_id)
+        report = await env.evaluate(instance_id)
+    except Exception as e:
+        raise EpisodeError(
+            f"task {task_id} (instance {instance_id}) after {episode.num_generations} "
+            f"generations: {type(e).__name__}: {e}"
+        ) from e
+    finally:
+        # Always released: a crashed trainer step must not leave episodes holding the
+        # service's live-episode slots until they expire.
+        await env.release(instance_id)
+    return episode.sample(task_id, report)
+
+
+def _cap(sampling: SamplingParams, limits: EpisodeLimits) -> int:
+    return min(sampling.max_new_tokens, limits.max_new_tokens)
+
+
+class _Episode:
+    """The growing token sequence of one episode and its bookkeeping."""
+
+    def __init__(self, chat: TurnTokenizer, limits: EpisodeLimits, sampling: SamplingParams):
+        self.chat = chat
+        self.limits = limits
+        self.sampling = sampling
+        self.ids: list[int] = []
+        self.prompt_length = 0
+        self.mask: list[int] = []
+        self.logprobs: list[float] | None = []
+        self.num_generations = 0
+        self.stop_reason: StopReason | None = None
+
+    def start(self, first_messages: list[dict]) -> None:
+        self.ids = self.chat.prompt_ids(first_messages)
+        self.prompt_length = len(self.ids)
+
+    def fits_next_generation(self, extra: int = 0) -> bool:
+        return len(self.ids) + extra + self.sampling.max_new_tokens <= self.limits.max_context_tokens
+
+    async def play(self, env: EnvClient, generator: Generator, instance_id: str) -> None:
+        while True:
+            if not self.fits_next_generation():
+                self.stop_reason = "context_limit"
+                return
+            generation = await generator.generate(self.ids, self.sampling)
+            closed = self.append_generation(generation)
+            text = self.chat.decode(generation.token_ids[:-1] if closed else generation.token_ids)
+            reply = await env.step(instance_id, text)
+            if reply.terminated:
+                self.stop_reason = "terminated"
+                return
+            if self.num_generations >= self.limits.max_generations:
+                self.stop_reason = "max_generations"
+                return
+            observation = self.chat.observation(reply.messages, self.limits.max_observation_tokens)
+            closing = [] if closed else [self.chat.end_of_turn_id]
+            if not self.fits_next_generation(len(closing) + len(observation.ids)):
+                self.stop_reason = "context_limit"
+                return
+            self.append_unmasked(closing + observation.ids)
+
+    def append_generation(self, generation: Generation) -> bool:
+        """Append the generated ids as they are; returns whether they closed the turn."""
+        self.check(generation)
+        self.num_generations += 1
+        self.ids += generation.token_ids
+        self.mask += [1] * len(generation.token_ids)
+        if self.logprobs is not None and self.num_generations == 1 and generation.logprobs is None:
+            self.logprobs = None
+        elif (self.logprobs is None) != (generation.logprobs is None):
+            raise GenerationError("the generator returned log-probabilities for some generations only")
+        if self.logprobs is not None:
+            self.logprobs += generation.logprobs
+        return generation.token_ids[-1] == self.chat.end_of_turn_id
+
+    def append_unmasked(self, ids: list[int]) -> None:
+        self.ids += ids
+        self.mask += [0] * len(ids)
+        if self.logprobs is not None:
+            self.logprobs += [0.0] * len(ids)
+
+    def check(self, generation: Generation) -> None:
+        """A generation that breaks the Generator contract is an error, not output."""
+        ids = generation.token_ids
+        if generation.finish_reason not in ("stop", "length"):
+            raise GenerationError(f"unknown finish_reason {generation.finish_reason!r}")
+        if not ids:
+            raise GenerationError("empty generation")
+        if len(ids) > self.sampling.max_new_tokens:
+            raise GenerationError(
+                f"{len(ids)} generated ids exceed max_new_tokens {self.sampling.max_new_tokens}"
+            )
+        if self.chat.end_of_turn_id in ids[:-1]:
+            raise GenerationError("generated ids continue after the end-of-turn token")
+        if generation.logprobs is not None and len(generation.logprobs) != len(ids):
+            raise GenerationError(
+                f"{len(generation.logprobs)} log-probabilities for {len(ids)} generated ids"
+            )
+
+    def sample(self, task_id: str, report: dict) -> EpisodeSample:
+        prompt, response = self.ids[: self.prompt_length], self.ids[self.prompt_length :]
+        return EpisodeSample(
+            task_id=task_id,
+            category=report["category"],
+            prompt_ids=prompt,
+            response_ids=response,
+            response_mask=self.mask,
+            response_logprobs=self.logprobs,
+            reward=report["reward"],
+            accuracy=report["accuracy"],
+            progress=report["progress"],
+            failure_tags=report["failure_tags"],
+            num_generations=self.num_generations,
+            stop_reason=self.stop_reason,
+            report=report,
+            input_text=self.chat.decode(prompt),
+            output_text=self.chat.decode(response),
+        )

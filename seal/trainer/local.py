@@ -1,0 +1,329 @@
+"""The single-process SEAL trainer: any Hugging Face causal LM on one CPU or GPU.
+
+One step (`train_step`), as in the paper: roll out `batch` tasks x `n` samples against
+the environment service (training observations evolved) -> the service verifies and
+diagnoses each episode into turn tags -> the capability state observes them and updates
+the dynamic tag weights -> GRPO advantages per task group -> A-Patch scales each
+sample's advantages by its tags -> the actor update (clipped loss + KL to the frozen
+reference) -> the failure profile goes back to the service (the closed loop).
+Validation (n = 1, greedy, the plain benchmark) runs at step 0, every `test_freq` steps
+and at the end; checkpoints keep the best by `best_metric` and resume exactly.
+
+Simplifications, named: generation and training share one model object (no weight
+sync), old log-probs are recomputed by the actor before the update (as verl does), and
+one pass is made over the samples per step (ppo_epochs = 1, the paper's setting).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import torch
+from tqdm import tqdm
+from tqdm.asyncio import tqdm_asyncio
+
+from seal.algos.advantage import GRPOConfig, grpo_advantages
+from seal.algos.loss import PolicyLossConfig
+from seal.eval.records import ValidationRecord, write_step
+from seal.eval.summary import summarize_step
+from seal.rollout.driver import EpisodeLimits, EpisodeSample, run_episode
+from seal.rollout.env_client import EnvClient
+from seal.rollout.generation import SamplingParams
+from seal.rollout.hf_generator import HFGenerator
+from seal.tocf.apatch import APatchConfig, apply_apatch
+from seal.tocf.state import (
+    STATE_FILENAME,
+    CapabilityState,
+    TrajectoryOutcome,
+    open_capability_state,
+)
+from seal.trainer import checkpoint as ckpt
+from seal.trainer.config import TrainerConfig
+from seal.trainer.metrics import MetricsLogger
+from seal.trainer.model import frozen_copy, load_policy, load_tokenizer
+from seal.trainer.update import batch_logprobs, policy_update
+
+
+class LocalTrainer:
+    def __init__(self, cfg: TrainerConfig, env_url: str, run_dir: Path):
+        self.cfg, self.env_url, self.run_dir = cfg, env_url, run_dir
+        self.tokenizer = load_tokenizer(cfg.model)
+        resume_from = ckpt.latest_checkpoint(run_dir) if cfg.checkpoint.resume else None
+        if cfg.checkpoint.resume and resume_from is None:
+            raise FileNotFoundError(f"checkpoint.resume is set but {run_dir} has no checkpoint")
+        self.policy = load_policy(cfg.model, self.tokenizer, resume_from)
+        use_reference = cfg.loss.kl_loss_coef > 0
+        self.reference = (
+            frozen_copy(load_policy(cfg.model, self.tokenizer)) if use_reference else None
+        )
+        self.optimizer = torch.optim.AdamW(
+            self.policy.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
+        )
+        self.generator = HFGenerator(
+            self.policy, self.tokenizer, max_batch_size=cfg.rollout.max_batch_size
+        )
+        self.state = ckpt.TrainerState()
+        self.capability, self.capability_path = open_capability_state(
+            run_dir, resume=resume_from is not None
+        )
+        if resume_from is not None:
+            self._restore(resume_from)
+        self.train_ids = _task_ids(cfg.data.train_file, cfg.data.max_train_tasks)
+        self.val_ids = _task_ids(cfg.data.val_file, cfg.data.max_val_tasks)
+        self.steps_per_epoch = max(1, len(self.train_ids) // cfg.data.train_batch_size)
+        self.total_steps = cfg.total_steps or cfg.total_epochs * self.steps_per_epoch
+        self.log = MetricsLogger(run_dir, cfg, resume_step=self.state.step if resume_from else None)
+
+    def _restore(self, path: Path) -> None:
+        self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+        self.state = ckpt.load_trainer_state(path)
+        # The run directory's state may be ahead of the checkpoint (saved every step).
+        self.capability = CapabilityState.load(path / STATE_FILENAME)
+        self.capability.save(self.capability_path)
+        ckpt.restore_rng(path)
+        print(f"[trainer] resumed from {path} at step {self.state.step}")
+
+    # --- the step ----------------------------------------------------------------------
+
+    def train_step(self, step: int, epoch: int, task_ids: list[str]) -> dict[str, float]:
+        cfg, t0 = self.cfg, time.perf_counter()
+        samples = self.rollout(
+            task_ids, cfg.rollout.n, mode="sample", temperature=cfg.rollout.temperature
+        )
+        t1 = time.perf_counter()
+        for s in samples:
+            self.capability.observe(
+                TrajectoryOutcome(
+                    s.category, s.task_id, s.reward, bool(s.accuracy), s.failure_tags, step, epoch
+                )
+            )
+        weights = self.capability.update_weights()
+        width = max(max(len(s.response_ids) for s in samples), 1)
+        mask = torch.stack([_padded(s.response_mask, width) for s in samples])
+        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+        groups = [s.task_id for s in samples]
+        advantages = grpo_advantages(
+            rewards, groups, mask, GRPOConfig(norm_by_std=cfg.loss.norm_adv_by_std)
+        )
+        apatch = APatchConfig(**asdict(cfg.apatch))
+        advantages, apatch_metrics = apply_apatch(
+            advantages,
+            mask,
+            [s.failure_tags for s in samples],
+            apatch,
+            step=step,
+            dynamic_weights=weights,
+        )
+        lp_args = (
+            samples,
+            width,
+            cfg.optim.micro_batch_size,
+            cfg.optim.logprob_chunk_tokens,
+            self.pad_id,
+        )
+        old = batch_logprobs(self.policy, *lp_args)
+        ref = batch_logprobs(self.reference, *lp_args) if self.reference is not None else None
+        update_metrics = policy_update(
+            self.policy, self.optimizer, samples, advantages, old, ref, self.loss_config,
+            samples_per_mini_batch=cfg.optim.mini_batch_size * cfg.rollout.n,
+            micro_batch_size=cfg.optim.micro_batch_size,
+            chunk_tokens=cfg.optim.logprob_chunk_tokens,
+            grad_clip=cfg.optim.grad_clip,
+            pad_id=self.pad_id,
+        )  # fmt: skip
+        self.capability.save(self.capability_path)
+        if cfg.rollout.push_profile:
+            asyncio.run(_push_profile(self.env_url, self.capability.failure_profile()))
+        t2 = time.perf_counter()
+        return {
+            **_rollout_metrics(samples, prefix="train"),
+            **{f"tocf/weight/{tag}": w for tag, w in weights.items()},
+            **apatch_metrics,
+            **update_metrics,
+            "time/rollout_s": t1 - t0,
+            "time/update_s": t2 - t1,
+        }
+
+    # --- rollouts and validation ---------------------------------------------------------
+
+    def rollout(
+        self, task_ids: list[str], n: int, mode: str, temperature: float
+    ) -> list[EpisodeSample]:
+        r = self.cfg.rollout
+        params = {"rollout_mode": mode}
+        if mode == "sample":
+            params |= {
+                "observation_lite": r.observation_lite,
+                "recovery_feedback": r.recovery_feedback,
+                "diagnostic_guidelines": r.diagnostic_guidelines,
+            }
+        limits = EpisodeLimits(
+            r.max_generations, r.max_context_tokens, r.max_new_tokens, r.max_observation_tokens
+        )
+        sampling = SamplingParams(
+            max_new_tokens=r.max_new_tokens, temperature=temperature, top_p=r.top_p
+        )
+        self.policy.eval()
+        with torch.no_grad():
+            return asyncio.run(self._rollout(task_ids, n, params, limits, sampling, desc=mode))
+
+    async def _rollout(self, task_ids, n, params, limits, sampling, desc) -> list[EpisodeSample]:
+        async with EnvClient(self.env_url) as env:
+            episodes = [
+                run_episode(env, self.generator, self.tokenizer, tid, params, limits, sampling)
+                for tid in task_ids
+                for _ in range(n)
+            ]
+            return await tqdm_asyncio.gather(*episodes, desc=desc, unit="episode", leave=False)
+
+    def validate(self, step: int) -> dict[str, float]:
+        samples = self.rollout(
+            self.val_ids, 1, mode="validate", temperature=self.cfg.validation.temperature
+        )
+        records = [_record(s, step) for s in samples]
+        write_step(self.run_dir / "validation", step, records, overwrite=True)
+        summary = summarize_step(step, records)
+        metrics = {
+            f"val/{c}": float(p.rate) for c, p in summary.by_category.items() if p.rate is not None
+        }
+        if summary.average is not None:
+            metrics["val/average"] = float(summary.average)
+        metrics["val/overall"] = (
+            float(summary.overall.rate) if summary.overall.rate is not None else 0.0
+        )
+        return metrics
+
+    # --- the loop ----------------------------------------------------------------------
+
+    def fit(self) -> ckpt.TrainerState:
+        cfg, state = self.cfg, self.state
+        if state.step == 0 and cfg.validation.before_train:
+            self._after_validation(0, self.validate(0))
+        progress = tqdm(total=self.total_steps, initial=state.step, desc="train", unit="step")
+        while state.step < self.total_steps:
+            epoch, offset = divmod(state.step, self.steps_per_epoch)
+            self.capability.start_epoch(epoch)
+            batch = _epoch_order(self.train_ids, cfg.data.seed, epoch)[
+                offset * cfg.data.train_batch_size : (offset + 1) * cfg.data.train_batch_size
+            ]
+            metrics = self.train_step(state.step + 1, epoch, batch)
+            state.step, state.epoch = state.step + 1, epoch
+            last = state.step == self.total_steps
+            if last or state.step % cfg.validation.test_freq == 0:
+                metrics |= self._after_validation(state.step, self.validate(state.step))
+            self.log.write(state.step, metrics)
+            progress.update(1)
+            progress.set_postfix(reward=f"{metrics['train/reward_mean']:.3f}")
+            if last or (cfg.checkpoint.save_freq and state.step % cfg.checkpoint.save_freq == 0):
+                self._save()
+        progress.close()
+        self.log.close()
+        return state
+
+    def _after_validation(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
+        state, key = self.state, self.cfg.checkpoint.best_metric
+        if key not in metrics:
+            raise KeyError(
+                f"checkpoint.best_metric {key!r} is not a validation metric: {sorted(metrics)}"
+            )
+        state.history.append({"step": step, **metrics})
+        if state.best_metric is None or metrics[key] > state.best_metric:
+            state.best_metric, state.best_step = metrics[key], step
+        print(
+            f"[trainer] validation at step {step}: "
+            + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        )
+        if step == 0:
+            self.log.write(0, metrics)
+        return metrics
+
+    def _save(self) -> None:
+        ckpt.save_checkpoint(self.run_dir, self.state, self.policy, self.optimizer, self.capability)
+        if self.cfg.checkpoint.keep_only_best:
+            ckpt.prune_checkpoints(self.run_dir, self.state)
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id
+
+    @property
+    def loss_config(self) -> PolicyLossConfig:
+        c = self.cfg.loss
+        return PolicyLossConfig(
+            clip_ratio_low=c.clip_ratio_low,
+            clip_ratio_high=c.clip_ratio_high,
+            clip_ratio_c=c.clip_ratio_c,
+            loss_agg_mode=c.loss_agg_mode,
+            use_kl_loss=c.kl_loss_coef > 0,
+            kl_loss_coef=c.kl_loss_coef,
+            kl_loss_type=c.kl_loss_type,
+            entropy_coeff=c.entropy_coeff,
+        )
+
+
+def run_local_training(cfg, env_url: str, run_dir: Path, split_file: Path) -> None:
+    """The launcher's `local` job."""
+    LocalTrainer(cfg.trainer, env_url, run_dir).fit()
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _task_ids(parquet: str, limit: int) -> list[str]:
+    rows = pq.read_table(parquet, columns=["extra_info"]).column("extra_info").to_pylist()
+    ids = [r["task_id"] for r in rows]
+    return ids[:limit] if limit else ids
+
+
+def _epoch_order(task_ids: list[str], seed: int, epoch: int) -> list[str]:
+    """The training order of one epoch: a function of seed and epoch only (exact resume)."""
+    order = list(task_ids)
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return order
+
+
+def _padded(values: list[int], width: int) -> torch.Tensor:
+    out = torch.zeros(width)
+    out[: len(values)] = torch.tensor(values, dtype=torch.float32)
+    return out
+
+
+def _rollout_metrics(samples: list[EpisodeSample], prefix: str) -> dict[str, float]:
+    metrics = {
+        f"{prefix}/reward_mean": sum(s.reward for s in samples) / len(samples),
+        f"{prefix}/accuracy": sum(s.accuracy for s in samples) / len(samples),
+        f"{prefix}/generations_mean": sum(s.num_generations for s in samples) / len(samples),
+        f"{prefix}/response_tokens_mean": sum(len(s.response_ids) for s in samples) / len(samples),
+    }
+    for category in sorted({s.category for s in samples}):
+        group = [s for s in samples if s.category == category]
+        metrics[f"{prefix}/accuracy/{category}"] = sum(s.accuracy for s in group) / len(group)
+    tags = [t for s in samples for t in s.failure_tags]
+    for tag in sorted(set(tags)):
+        metrics[f"{prefix}/tag_frac/{tag}"] = tags.count(tag) / len(tags)
+    return metrics
+
+
+def _record(s: EpisodeSample, step: int) -> ValidationRecord:
+    return ValidationRecord(
+        task_id=s.task_id,
+        data_source=s.category,
+        score=s.accuracy,
+        reward=s.reward,
+        step=step,
+        input=s.input_text,
+        output=s.output_text,
+        failure_tags=s.failure_tags,
+        turns=s.num_generations,
+        progress=s.progress,
+    )
+
+
+async def _push_profile(env_url: str, profile: dict) -> None:
+    async with EnvClient(env_url) as env:
+        await env.push_profile(profile)

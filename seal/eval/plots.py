@@ -180,13 +180,15 @@ def plot_tag_shares(
 
 
 def plot_weights_and_scale(
-    weights: Mapping[str, Series], apatch: Mapping[str, Series], path: Path
+    weights: Mapping[str, Series],
+    mean_scale: Series | None,
+    scaled_frac: Series | None,
+    path: Path,
 ) -> Path:
     """Dynamic tag weights (top) and A-Patch's mean scale and scaled share (bottom)."""
-    panels = [p for p in (weights, apatch) if p]
-    fig, axes = plt.subplots(
-        len(panels), 1, figsize=(9, 3.6 * len(panels)), squeeze=False, sharex=True
-    )
+    has_apatch = mean_scale is not None or scaled_frac is not None
+    rows = int(bool(weights)) + int(has_apatch)
+    fig, axes = plt.subplots(rows, 1, figsize=(9, 3.6 * rows), squeeze=False, sharex=True)
     axes = list(axes[:, 0])
     if weights:
         ax = axes.pop(0)
@@ -196,10 +198,12 @@ def plot_weights_and_scale(
         ax.set_title("Dynamic tag weights (clamped to [0.5, 2.0])")
         ax.grid(alpha=0.3)
         _legend_outside(ax, "failure tag")
-    if apatch:
+    if has_apatch:
         ax = axes.pop(0)
-        for (label, (steps, values)), color in zip(apatch.items(), ("black", "tab:cyan")):
-            ax.plot(steps, values, color=color, label=label)
+        if mean_scale is not None:
+            ax.plot(*mean_scale, color="black", label="mean scale")
+        if scaled_frac is not None:
+            ax.plot(*scaled_frac, color="tab:cyan", label="share of samples scaled")
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
         ax.set_ylabel("scale / share")
         ax.set_title("A-Patch: mean advantage scale and share of samples scaled")

@@ -182,9 +182,9 @@ def paper_table(best: StepSummary, label: str) -> str:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for result in PAPER_RESULTS:
-        model = result.backbone if result.method == "untrained" else f"+ {result.method}"
+        model = result.backbone
         if result.method != "untrained":
-            model = f"{result.backbone} {model}"
+            model += f" + {result.method}"
         cells = [result.category_pct.get(c) for c in CATEGORIES]
         cells = ["–" if pct is None else f"{pct:.2f}" for pct in cells]
         lines.append(f"| {model} | {result.average_pct:.2f} | " + " | ".join(cells) + " |")
@@ -266,16 +266,13 @@ def training_sections(run: RunData, out_dir: Path) -> list[str]:
         tag: M.series(run.metrics, M.tag_weight_key(tag))
         for tag in M.names_under(run.metrics, M.TAG_WEIGHT_PREFIX)
     }
-    apatch = {
-        name: M.series(run.metrics, key)
-        for name, key in (
-            ("mean scale", M.APATCH_MEAN_SCALE),
-            ("share of samples scaled", M.APATCH_SCALED_FRAC),
+    mean_scale = M.series(run.metrics, M.APATCH_MEAN_SCALE)
+    scaled_frac = M.series(run.metrics, M.APATCH_SCALED_FRAC)
+    mean_scale, scaled_frac = (curve if curve[0] else None for curve in (mean_scale, scaled_frac))
+    if weights or mean_scale or scaled_frac:
+        png = plots.plot_weights_and_scale(
+            weights, mean_scale, scaled_frac, out_dir / "tag_weights.png"
         )
-    }
-    apatch = {name: curve for name, curve in apatch.items() if curve[0]}
-    if weights or apatch:
-        png = plots.plot_weights_and_scale(weights, apatch, out_dir / "tag_weights.png")
         sections.append(_figure("Dynamic tag weights and A-Patch", png))
     else:
         run.notes.append("metrics.jsonl has no tag weights or A-Patch scales: figure skipped")

@@ -112,25 +112,39 @@ async def run_episode(
         instance_id, first_messages = await env.create(task_id, env_params)
     except Exception as e:
         raise EpisodeError(f"task {task_id}: creating the episode failed: {e}") from e
-    episode = _Episode(chat, limits, dataclasses.replace(sampling, max_new_tokens=_cap(sampling, limits)))
+    sampling = dataclasses.replace(
+        sampling, max_new_tokens=min(sampling.max_new_tokens, limits.max_new_tokens)
+    )
+    episode = _Episode(chat, limits, sampling)
     try:
         episode.start(first_messages)
         await episode.play(env, generator, instance_id)
         report = await env.evaluate(instance_id)
-    except Exception as e:
+    except BaseException as e:
+        # Released on every failure, cancellation included: a crashed trainer step must
+        # not hold the service's live-episode slots until they expire.
+        release_failure = await _release_after_failure(env, instance_id)
+        if not isinstance(e, Exception):
+            raise
         raise EpisodeError(
             f"task {task_id} (instance {instance_id}) after {episode.num_generations} "
-            f"generations: {type(e).__name__}: {e}"
+            f"generations: {type(e).__name__}: {e}{release_failure}"
         ) from e
-    finally:
-        # Always released: a crashed trainer step must not leave episodes holding the
-        # service's live-episode slots until they expire.
+    try:
         await env.release(instance_id)
+    except Exception as e:
+        raise EpisodeError(f"task {task_id}: releasing instance {instance_id} failed: {e}") from e
     return episode.sample(task_id, report)
 
 
-def _cap(sampling: SamplingParams, limits: EpisodeLimits) -> int:
-    return min(sampling.max_new_tokens, limits.max_new_tokens)
+async def _release_after_failure(env: EnvClient, instance_id: str) -> str:
+    """Release after an error; returns a note to add to that error if this fails too
+    (the first error is the one to report)."""
+    try:
+        await env.release(instance_id)
+    except Exception as e:
+        return f"; releasing the episode failed too: {e}"
+    return ""
 
 
 class _Episode:
@@ -143,7 +157,8 @@ class _Episode:
         self.ids: list[int] = []
         self.prompt_length = 0
         self.mask: list[int] = []
-        self.logprobs: list[float] | None = []
+        self.logprobs: list[float] = []
+        self.has_logprobs = False
         self.num_generations = 0
         self.stop_reason: StopReason | None = None
 
@@ -152,7 +167,9 @@ class _Episode:
         self.prompt_length = len(self.ids)
 
     def fits_next_generation(self, extra: int = 0) -> bool:
-        return len(self.ids) + extra + self.sampling.max_new_tokens <= self.limits.max_context_tokens
+        return (
+            len(self.ids) + extra + self.sampling.max_new_tokens <= self.limits.max_context_tokens
+        )
 
     async def play(self, env: EnvClient, generator: Generator, instance_id: str) -> None:
         while True:
@@ -180,21 +197,21 @@ class _Episode:
         """Append the generated ids as they are; returns whether they closed the turn."""
         self.check(generation)
         self.num_generations += 1
+        if self.num_generations == 1:
+            self.has_logprobs = generation.logprobs is not None
+        elif self.has_logprobs != (generation.logprobs is not None):
+            raise GenerationError(
+                "the generator returned log-probabilities for some generations only"
+            )
         self.ids += generation.token_ids
         self.mask += [1] * len(generation.token_ids)
-        if self.logprobs is not None and self.num_generations == 1 and generation.logprobs is None:
-            self.logprobs = None
-        elif (self.logprobs is None) != (generation.logprobs is None):
-            raise GenerationError("the generator returned log-probabilities for some generations only")
-        if self.logprobs is not None:
-            self.logprobs += generation.logprobs
+        self.logprobs += generation.logprobs or [0.0] * len(generation.token_ids)
         return generation.token_ids[-1] == self.chat.end_of_turn_id
 
     def append_unmasked(self, ids: list[int]) -> None:
         self.ids += ids
         self.mask += [0] * len(ids)
-        if self.logprobs is not None:
-            self.logprobs += [0.0] * len(ids)
+        self.logprobs += [0.0] * len(ids)
 
     def check(self, generation: Generation) -> None:
         """A generation that breaks the Generator contract is an error, not output."""
@@ -222,7 +239,7 @@ class _Episode:
             prompt_ids=prompt,
             response_ids=response,
             response_mask=self.mask,
-            response_logprobs=self.logprobs,
+            response_logprobs=self.logprobs if self.has_logprobs else None,
             reward=report["reward"],
             accuracy=report["accuracy"],
             progress=report["progress"],

@@ -17,12 +17,10 @@ one pass is made over the samples per step (ppo_epochs = 1, the paper's setting)
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import torch
 from tqdm import tqdm
 from tqdm.asyncio import tqdm_asyncio
@@ -44,6 +42,7 @@ from seal.tocf.state import (
 )
 from seal.trainer import checkpoint as ckpt
 from seal.trainer.config import TrainerConfig
+from seal.trainer.data import epoch_order, task_ids_of
 from seal.trainer.metrics import MetricsLogger
 from seal.trainer.model import frozen_copy, load_policy, load_tokenizer
 from seal.trainer.update import batch_logprobs, policy_update
@@ -73,8 +72,8 @@ class LocalTrainer:
         )
         if resume_from is not None:
             self._restore(resume_from)
-        self.train_ids = _task_ids(cfg.data.train_file, cfg.data.max_train_tasks)
-        self.val_ids = _task_ids(cfg.data.val_file, cfg.data.max_val_tasks)
+        self.train_ids = task_ids_of(cfg.data.train_file, cfg.data.max_train_tasks)
+        self.val_ids = task_ids_of(cfg.data.val_file, cfg.data.max_val_tasks)
         self.steps_per_epoch = max(1, len(self.train_ids) // cfg.data.train_batch_size)
         self.total_steps = cfg.total_steps or cfg.total_epochs * self.steps_per_epoch
         self.log = MetricsLogger(run_dir, cfg, resume_step=self.state.step if resume_from else None)
@@ -208,7 +207,7 @@ class LocalTrainer:
         while state.step < self.total_steps:
             epoch, offset = divmod(state.step, self.steps_per_epoch)
             self.capability.start_epoch(epoch)
-            batch = _epoch_order(self.train_ids, cfg.data.seed, epoch)[
+            batch = epoch_order(self.train_ids, cfg.data.seed, epoch)[
                 offset * cfg.data.train_batch_size : (offset + 1) * cfg.data.train_batch_size
             ]
             metrics = self.train_step(state.step + 1, epoch, batch)
@@ -272,19 +271,6 @@ def run_local_training(cfg, env_url: str, run_dir: Path, split_file: Path) -> No
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-def _task_ids(parquet: str, limit: int) -> list[str]:
-    rows = pq.read_table(parquet, columns=["extra_info"]).column("extra_info").to_pylist()
-    ids = [r["task_id"] for r in rows]
-    return ids[:limit] if limit else ids
-
-
-def _epoch_order(task_ids: list[str], seed: int, epoch: int) -> list[str]:
-    """The training order of one epoch: a function of seed and epoch only (exact resume)."""
-    order = list(task_ids)
-    random.Random(seed * 1_000_003 + epoch).shuffle(order)
-    return order
 
 
 def _padded(values: list[int], width: int) -> torch.Tensor:

@@ -1,0 +1,200 @@
+"""Score an OpenAI-compatible chat endpoint on the BFCL multi-turn eval tasks (seal/eval/evaluator.py).
+
+Runs every task of the split as a validate-mode episode of the environment service (the
+unevolved benchmark, up to 20 generations, temperature 0, 4096 tokens per generation),
+writes validation records for one step and prints the pass rates in the paper's format.
+Run it again with the same arguments to retry failed tasks and finish an interrupted run.
+
+    python -m env_service --port 8082 &        # or pass --start-env
+    python scripts/eval_endpoint.py --base-url http://127.0.0.1:8000/v1 \\
+        --model Qwen/Qwen2.5-7B-Instruct --out-dir outputs/eval/qwen7b
+
+Exit status: 0 when every task was scored, 1 when any failed (listed in
+OUT_DIR/errors_step_<step>.jsonl, not scored 0) or the run could not start.
+"""
+
+import argparse
+import asyncio
+import os
+import re
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from seal.eval.chat_endpoint import EndpointSettings
+from seal.eval.evaluator import errors_file, evaluate_endpoint
+from seal.eval.replay import split_task_ids
+from seal.eval.summary import render_markdown, summarize_step
+from seal.launch.service import environment_service
+from seal.rollout.env_client import EnvServiceError
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_SPLIT_FILE = REPO / "data" / "seal_split.json"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--base-url",
+        required=True,
+        help="the endpoint's API root, up to /v1 (requests go to BASE_URL/chat/completions)",
+    )
+    parser.add_argument("--model", required=True, help="model name sent in each request")
+    parser.add_argument(
+        "--split",
+        choices=("eval", "train", "all"),
+        default="eval",
+        help="tasks to score: the paper's 400 held-out (eval), its 400 training tasks, "
+        "or all 800 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--split-file",
+        type=Path,
+        default=DEFAULT_SPLIT_FILE,
+        help="JSON file with the train and eval task ids (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--limit",
+        type=int,
+        help="score only the first N tasks of the split (a smoke test: not comparable "
+        "with the paper)",
+    )
+    parser.add_argument(
+        "--step",
+        type=int,
+        default=0,
+        help="step number the records carry, e.g. the checkpoint's training step (default: 0)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=16,
+        help="episodes in flight at once, hence concurrent requests (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        help="run directory for the records (default: outputs/eval/<model, / replaced by _>)",
+    )
+    parser.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="environment variable holding the API key, sent as a Bearer token (default: no key)",
+    )
+    parser.add_argument(
+        "--max-generations",
+        type=int,
+        default=20,
+        help="model replies per episode before it is cut off (default: %(default)s, the paper's)",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=4096,
+        help="max_tokens of each request (default: %(default)s, the paper's)",
+    )
+    parser.add_argument(
+        "--attempts",
+        type=int,
+        default=5,
+        help="tries per request on connection errors, timeouts, 429 and 5xx before the "
+        "task fails (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--request-timeout-s",
+        type=float,
+        default=600.0,
+        help="seconds one request may take before it counts as a timeout (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--env-url",
+        default="http://127.0.0.1:8082",
+        help="the environment service (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--start-env",
+        action="store_true",
+        help="start the environment service on --env-url's host and port unless one answers "
+        "there; stopped at exit, log in OUT_DIR/env_service.log",
+    )
+    parser.add_argument(
+        "--allow-failures",
+        action="store_true",
+        help="write the step's record file even if tasks failed (they are missing from it, "
+        "not scored 0; the summary script warns about them)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    for flag in ("limit", "concurrency", "max_generations", "max_tokens", "attempts"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    return args
+
+
+def endpoint_settings(args: argparse.Namespace) -> EndpointSettings:
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            raise ValueError(f"--api-key-env {args.api_key_env}: that variable is not set")
+    return EndpointSettings(
+        base_url=args.base_url,
+        model=args.model,
+        api_key=api_key,
+        max_tokens=args.max_tokens,
+        attempts=args.attempts,
+        timeout_s=args.request_timeout_s,
+    )
+
+
+def evaluate(args: argparse.Namespace, out_dir: Path, settings: EndpointSettings) -> int:
+    task_ids = split_task_ids(args.split, args.split_file)[: args.limit]
+    outcome = asyncio.run(
+        evaluate_endpoint(
+            settings,
+            task_ids,
+            out_dir,
+            env_url=args.env_url,
+            step=args.step,
+            concurrency=args.concurrency,
+            max_generations=args.max_generations,
+            allow_failures=args.allow_failures,
+            show_progress=not args.quiet,
+        )
+    )
+    print(f"\n{len(task_ids)} tasks, {outcome.skipped} already done in {out_dir}")
+    if outcome.records:
+        records = list(outcome.records.values())
+        print(render_markdown([summarize_step(args.step, records)]))
+    if outcome.step_file:
+        print(f"records: {outcome.step_file}")
+    if outcome.failures:
+        print(
+            f"FAILED, not scored: {len(outcome.failures)} tasks, listed with their errors in "
+            f"{errors_file(out_dir, args.step)}; run the same command again to retry them",
+            file=sys.stderr,
+        )
+        for failure in outcome.failures[:5]:
+            print(f"  {failure.task_id}: {failure.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out_dir = args.out_dir or REPO / "outputs" / "eval" / re.sub(r"[^\w.-]", "_", args.model)
+    try:
+        settings = endpoint_settings(args)
+        if not args.start_env:
+            return evaluate(args, out_dir, settings)
+        env = urlsplit(args.env_url)
+        with environment_service(env.hostname, env.port, out_dir / "env_service.log"):
+            return evaluate(args, out_dir, settings)
+    except (OSError, ValueError, RuntimeError, EnvServiceError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""Score any OpenAI-compatible endpoint on BFCL multi-turn tasks through the environment service.
+
+Each task is one validate-mode episode, the unevolved benchmark, under the paper's limits:
+create it, send the conversation as it stands to the endpoint (``seal.eval.chat_endpoint``),
+step the service with the reply's text, append the reply and the service's messages, and
+repeat until the service ends the episode or `max_generations` replies were sent; then
+evaluate and release. Results are validation records (``seal.eval.records``), so
+``scripts/stats_validation_bfcl.py`` and ``seal-report`` read them like a trainer's.
+
+A task whose endpoint or service requests fail for good is reported as failed, with the
+error, and never scored 0: it is left out of the records and listed in the errors file.
+
+Files, in OUT_DIR (a run directory: ``seal-report OUT_DIR`` applies):
+
+    partial_step_<step>.jsonl     one record per finished task, appended as tasks finish
+    validation/step_<step>.jsonl  all records of the step, written once no task failed
+                                  (or with allow_failures); the partial file is then removed
+    errors_step_<step>.jsonl      {"task_id", "step", "error"} per task that failed this time
+
+Resuming: records already in either record file for the step are kept and their tasks
+skipped, so running the same command again only retries what failed or never ran. Records
+made with another model or other limits are refused rather than mixed into one step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from seal.eval.chat_endpoint import ChatEndpoint, EndpointError, EndpointSettings
+from seal.eval.records import (
+    RecordFormatError,
+    ValidationRecord,
+    read_step_file,
+    step_file_name,
+    write_step,
+)
+from seal.eval.replay import record_from_report
+from seal.rollout.env_client import EnvClient, EnvServiceError
+
+VALIDATION_DIRNAME = "validation"
+
+
+def partial_file(out_dir: Path, step: int) -> Path:
+    # "partial_" first keeps it out of the records' step_*.jsonl glob.
+    return out_dir / f"partial_{step_file_name(step)}"
+
+
+def errors_file(out_dir: Path, step: int) -> Path:
+    return out_dir / f"errors_{step_file_name(step)}"
+
+
+@dataclass(frozen=True)
+class TaskFailure:
+    task_id: str
+    error: str
+
+
+@dataclass
+class EvalOutcome:
+    records: dict[str, ValidationRecord]
+    """Every result of the step, earlier runs' included, by task id."""
+    failures: list[TaskFailure]
+    """Tasks that failed in this run; they have no record."""
+    skipped: int
+    """Tasks not run because a record of them already existed."""
+    step_file: Path | None
+    """The step's record file, or None when failures kept it from being written."""
+
+
+async def run_episode(
+    env: EnvClient, chat: ChatEndpoint, task_id: str, max_generations: int
+) -> dict:
+    """One validate-mode episode; the evaluation report plus 'input' and 'output' messages."""
+    # The service's own cap equals ours, so an episode cut at the limit is marked truncated.
+    params = {"rollout_mode": "validate", "max_steps": max_generations}
+    instance_id, first = await env.create(task_id, params)
+    messages, transcript = list(first), []
+    try:
+        for _ in range(max_generations):
+            text = await chat.complete(messages, task_id)
+            reply = await env.step(instance_id, text)
+            turn = [{"role": "assistant", "content": text}, *reply.messages]
+            messages += turn
+            transcript += turn
+            if reply.terminated:
+                break
+        report = await env.evaluate(instance_id)
+    except BaseException:
+        # The first error is the one to report; the service expires the episode anyway.
+        with contextlib.suppress(EnvServiceError):
+            await env.release(instance_id)
+        raise
+    await env.release(instance_id)
+    return {**report, "input": first, "output": transcript}
+
+
+def run_settings(settings: EndpointSettings, max_generations: int) -> dict:
+    """What makes two records comparable; kept in each record's `extra`."""
+    return {
+        "model": settings.model,
+        "max_generations": max_generations,
+        "max_tokens": settings.max_tokens,
+        "temperature": settings.temperature,
+    }
+
+
+def read_partial(path: Path) -> list[ValidationRecord]:
+    """Records of a partial file; a last line cut short by a crash is ignored."""
+    records = []
+    lines = path.read_bytes().split(b"\n")[:-1]  # what follows the last newline is unfinished
+    for line_number, line in enumerate(lines, start=1):
+        try:
+            records.append(ValidationRecord.model_validate_json(line))
+        except ValueError as error:
+            raise RecordFormatError(f"{path}:{line_number}: {error}") from None
+    return records
+
+
+def load_done(out_dir: Path, step: int, expected: dict) -> dict[str, ValidationRecord]:
+    """Records of `step` already in OUT_DIR; an error if any was made with other settings."""
+    done: dict[str, ValidationRecord] = {}
+    step_path = out_dir / VALIDATION_DIRNAME / step_file_name(step)
+    if step_path.exists():
+        done.update((r.task_id, r) for r in read_step_file(step_path))
+    if partial_file(out_dir, step).exists():
+        done.update((r.task_id, r) for r in read_partial(partial_file(out_dir, step)))
+    for record in done.values():
+        found = {key: record.extra.get(key) for key in expected}
+        if record.step != step or found != expected:
+            raise ValueError(
+                f"{out_dir} already holds step {step} results of {record.task_id} made with "
+                f"{found}, not {expected}: use another --out-dir or --step"
+            )
+    return done
+
+
+def report_extra(report: dict) -> dict:
+    """Counters of the evaluation report worth keeping beside the score."""
+    keys = ("truncated", "tool_calls", "invalid_calls", "tool_errors", "num_turns", "turns_reached")
+    return {key: report[key] for key in keys if key in report}
+
+
+def write_errors(out_dir: Path, step: int, failures: list[TaskFailure]) -> None:
+    """This run's failures, one JSON object per line; no file when none failed."""
+    path = errors_file(out_dir, step)
+    if not failures:
+        path.unlink(missing_ok=True)  # a stale list from an earlier run would mislead
+        return
+    lines = (
+        json.dumps({"task_id": f.task_id, "step": step, "error": f.error}) + "\n"
+        for f in sorted(failures, key=lambda f: f.task_id)
+    )
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+async def evaluate_endpoint(
+    settings: EndpointSettings,
+    task_ids: list[str],
+    out_dir: Path,
+    *,
+    env_url: str,
+    step: int = 0,
+    concurrency: int = 16,
+    max_generations: int = 20,
+    allow_failures: bool = False,
+    show_progress: bool = True,
+) -> EvalOutcome:
+    """Evaluate the tasks not yet done in `out_dir`; see the module doc for the files."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    extra = run_settings(settings, max_generations)
+    records = load_done(out_dir, step, extra)
+    todo = [task_id for task_id in task_ids if task_id not in records]
+    failures: list[TaskFailure] = []
+    gate = asyncio.Semaphore(concurrency)
+    bar = tqdm(total=len(todo), desc=settings.model, unit="task", disable=not show_progress)
+
+    async with (
+        EnvClient(env_url, max_connections=concurrency) as env,
+        ChatEndpoint(settings, max_connections=concurrency) as chat,
+    ):
+        if todo and not await env.healthy():
+            raise EnvServiceError(f"no healthy environment service at {env_url}")
+
+        with partial_file(out_dir, step).open("a", encoding="utf-8") as partial:
+
+            async def one(task_id: str) -> None:
+                async with gate:
+                    try:
+                        report = await run_episode(env, chat, task_id, max_generations)
+                    except (EndpointError, EnvServiceError) as error:
+                        failures.append(TaskFailure(task_id, str(error)))
+                        bar.set_postfix(failed=len(failures))
+                    else:
+                        record = record_from_report(report, step)
+                        record = record.model_copy(
+                            update={"extra": {**report_extra(report), **extra}}
+                        )
+                        records[task_id] = record
+                        # One line per task, flushed: a crash loses at most the tasks in flight.
+                        partial.write(record.model_dump_json() + "\n")
+                        partial.flush()
+                    finally:
+                        bar.update()
+
+            await asyncio.gather(*(one(task_id) for task_id in todo))
+    bar.close()
+
+    write_errors(out_dir, step, failures)
+    step_file = None
+    if not failures or allow_failures:
+        order = {task_id: k for k, task_id in enumerate(task_ids)}
+        ordered = sorted(
+            records.values(), key=lambda r: (order.get(r.task_id, len(order)), r.task_id)
+        )
+        step_file = write_step(out_dir / VALIDATION_DIRNAME, step, ordered, overwrite=True)
+        partial_file(out_dir, step).unlink(missing_ok=True)
+    return EvalOutcome(records, failures, len(task_ids) - len(todo), step_file)

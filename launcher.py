@@ -1,6 +1,6 @@
 """SEAL-repro launcher: compose a run's config, start the environment service, run the job.
 
-    python launcher.py [--conf exp/replay_demo.yaml] [--with-bfcl] [-- key=value ...]
+    python launcher.py [--conf exp/cpu_default.yaml] [--with-bfcl] [-- key=value ...]
 
 The config is `exp/NAME.yaml` merged onto the documented defaults in
 seal/launch/config.py, then the `key=value` overrides. The resolved config and the code
@@ -100,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--conf",
         type=Path,
-        default=REPO_ROOT / "exp/replay_demo.yaml",
-        help="experiment config (default: exp/replay_demo.yaml)",
+        default=REPO_ROOT / "exp/cpu_default.yaml",
+        help="experiment config (default: exp/cpu_default.yaml)",
     )
     p.add_argument(
         "--with-bfcl",

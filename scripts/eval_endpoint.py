@@ -18,15 +18,16 @@ import asyncio
 import os
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from seal.bfcl.tasks import category_of
 from seal.eval.chat_endpoint import EndpointSettings
 from seal.eval.evaluator import errors_file, evaluate_endpoint
 from seal.eval.replay import split_task_ids
 from seal.eval.summary import render_markdown, summarize_step
 from seal.launch.service import environment_service
-from seal.rollout.env_client import EnvServiceError
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SPLIT_FILE = REPO / "data" / "seal_split.json"
@@ -56,8 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--limit",
         type=int,
-        help="score only the first N tasks of the split (a smoke test: not comparable "
-        "with the paper)",
+        help="score only the first N tasks of each category of the split (a smoke test: "
+        "not comparable with the paper)",
     )
     parser.add_argument(
         "--step",
@@ -148,8 +149,22 @@ def endpoint_settings(args: argparse.Namespace) -> EndpointSettings:
     )
 
 
+def first_per_category(task_ids: list[str], limit: int) -> list[str]:
+    """The first `limit` task ids of each category, in the split's order."""
+    taken: Counter[str] = Counter()
+    kept = []
+    for task_id in task_ids:
+        category = category_of(task_id)
+        if taken[category] < limit:
+            taken[category] += 1
+            kept.append(task_id)
+    return kept
+
+
 def evaluate(args: argparse.Namespace, out_dir: Path, settings: EndpointSettings) -> int:
-    task_ids = split_task_ids(args.split, args.split_file)[: args.limit]
+    task_ids = split_task_ids(args.split, args.split_file)
+    if args.limit:
+        task_ids = first_per_category(task_ids, args.limit)
     outcome = asyncio.run(
         evaluate_endpoint(
             settings,
@@ -175,8 +190,8 @@ def evaluate(args: argparse.Namespace, out_dir: Path, settings: EndpointSettings
             f"{errors_file(out_dir, args.step)}; run the same command again to retry them",
             file=sys.stderr,
         )
-        for failure in outcome.failures[:5]:
-            print(f"  {failure.task_id}: {failure.error}", file=sys.stderr)
+        for failure in sorted(outcome.failures, key=lambda f: f.task_id)[:5]:
+            print(f"  {failure.error}", file=sys.stderr)  # the error names the task
         return 1
     return 0
 
@@ -191,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         env = urlsplit(args.env_url)
         with environment_service(env.hostname, env.port, out_dir / "env_service.log"):
             return evaluate(args, out_dir, settings)
-    except (OSError, ValueError, RuntimeError, EnvServiceError) as error:
+    # EnvServiceError and a service that will not start are RuntimeErrors.
+    except (OSError, ValueError, RuntimeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
 

@@ -140,3 +140,14 @@ def test_epoch_order_is_a_function_of_seed_and_epoch():
     assert epoch_order(ids, 0, 1) == epoch_order(list(ids), 0, 1)
     assert epoch_order(ids, 0, 1) != epoch_order(ids, 0, 2)
     assert sorted(epoch_order(ids, 5, 3)) == sorted(ids)
+
+
+def test_task_subsets_cover_every_category():
+    from seal.trainer.data import task_ids_of
+
+    ids = task_ids_of("data/bfcl_eval.parquet", limit=8)
+    assert len(ids) == 8
+    assert {i.rsplit("_", 1)[0] for i in ids} == {
+        "multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"
+    }  # fmt: skip
+    assert len(task_ids_of("data/bfcl_eval.parquet")) == 400

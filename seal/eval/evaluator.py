@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,6 +160,43 @@ def write_errors(out_dir: Path, step: int, failures: list[TaskFailure]) -> None:
     path.write_text("".join(lines), encoding="utf-8")
 
 
+async def run_tasks(
+    settings: EndpointSettings,
+    task_ids: list[str],
+    on_report: Callable[[dict], None],
+    *,
+    env_url: str,
+    concurrency: int,
+    max_generations: int,
+    show_progress: bool,
+) -> list[TaskFailure]:
+    """Run every task's episode, `concurrency` at a time; hand each evaluation report to
+    `on_report` as it arrives and return the tasks that failed."""
+    failures: list[TaskFailure] = []
+    gate = asyncio.Semaphore(concurrency)
+    async with (
+        EnvClient(env_url, max_connections=concurrency) as env,
+        ChatEndpoint(settings, max_connections=concurrency) as chat,
+    ):
+        if not await env.healthy():
+            raise EnvServiceError(f"no healthy environment service at {env_url}")
+        with tqdm(
+            total=len(task_ids), desc=settings.model, unit="task", disable=not show_progress
+        ) as bar:
+
+            async def one(task_id: str) -> None:
+                async with gate:
+                    try:
+                        on_report(await run_episode(env, chat, task_id, max_generations))
+                    except (EndpointError, EnvServiceError) as error:
+                        failures.append(TaskFailure(task_id, str(error)))
+                        bar.set_postfix(failed=len(failures))
+                    bar.update()
+
+            await asyncio.gather(*(one(task_id) for task_id in task_ids))
+    return failures
+
+
 async def evaluate_endpoint(
     settings: EndpointSettings,
     task_ids: list[str],
@@ -178,39 +216,26 @@ async def evaluate_endpoint(
     records = load_done(out_dir, step, extra)
     todo = [task_id for task_id in task_ids if task_id not in records]
     failures: list[TaskFailure] = []
-    gate = asyncio.Semaphore(concurrency)
-    bar = tqdm(total=len(todo), desc=settings.model, unit="task", disable=not show_progress)
-
-    async with (
-        EnvClient(env_url, max_connections=concurrency) as env,
-        ChatEndpoint(settings, max_connections=concurrency) as chat,
-    ):
-        if todo and not await env.healthy():
-            raise EnvServiceError(f"no healthy environment service at {env_url}")
-
+    if todo:
         with partial_file(out_dir, step).open("a", encoding="utf-8") as partial:
 
-            async def one(task_id: str) -> None:
-                async with gate:
-                    try:
-                        report = await run_episode(env, chat, task_id, max_generations)
-                    except (EndpointError, EnvServiceError) as error:
-                        failures.append(TaskFailure(task_id, str(error)))
-                        bar.set_postfix(failed=len(failures))
-                    else:
-                        record = record_from_report(report, step)
-                        record = record.model_copy(
-                            update={"extra": {**report_extra(report), **extra}}
-                        )
-                        records[task_id] = record
-                        # One line per task, flushed: a crash loses at most the tasks in flight.
-                        partial.write(record.model_dump_json() + "\n")
-                        partial.flush()
-                    finally:
-                        bar.update()
+            def keep(report: dict) -> None:
+                record = record_from_report(report, step)
+                record = record.model_copy(update={"extra": {**report_extra(report), **extra}})
+                records[record.task_id] = record
+                # One line per task, flushed: a crash loses at most the tasks in flight.
+                partial.write(record.model_dump_json() + "\n")
+                partial.flush()
 
-            await asyncio.gather(*(one(task_id) for task_id in todo))
-    bar.close()
+            failures = await run_tasks(
+                settings,
+                todo,
+                keep,
+                env_url=env_url,
+                concurrency=concurrency,
+                max_generations=max_generations,
+                show_progress=show_progress,
+            )
 
     write_errors(out_dir, step, failures)
     step_file = None

@@ -43,15 +43,17 @@ TAG_WEIGHT_PREFIX = "tocf/weight/"
 APATCH_MEAN_SCALE = "apatch/mean_scale"
 """Mean A-Patch advantage scale over the step's samples (`apply_apatch`)."""
 APATCH_SCALED_FRAC = "apatch/scaled_frac"
-"""Share of the step's samples whose advantages A-Patch changed (its `scaled_count` / batch)."""
-LOSS_POLICY = "loss/policy"
+"""Share of the step's samples whose advantages A-Patch changed (`scaled_count` / samples)."""
+# The loss keys are verl's own names (seal.algos.loss keeps them), so that runs of the local
+# trainer and of verl compare key for key.
+LOSS_POLICY = "actor/pg_loss"
 """Clipped policy-gradient loss, averaged over the step's mini-batches."""
-LOSS_KL = "loss/kl"
+LOSS_KL = "actor/kl_loss"
 """KL loss to the reference policy (low_var_kl), averaged over the step's mini-batches."""
-TIME_GENERATION_S = "time/generation_s"
+TIME_ROLLOUT_S = "time/rollout_s"
 """Seconds spent rolling out the step's episodes (generation and environment)."""
-TIME_STEP_S = "time/step_s"
-"""Seconds of the whole step, rollout to update."""
+TIME_UPDATE_S = "time/update_s"
+"""Seconds from the end of the rollout to the end of the policy update."""
 
 
 def accuracy_key(category: str) -> str:

@@ -18,6 +18,7 @@ matplotlib.use("Agg")  # files only: no display on training nodes and CI
 
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from seal.tocf import tags as T  # noqa: E402
 
@@ -76,6 +77,12 @@ def ordered_tags(tags: Sequence[str]) -> list[str]:
     return sorted(set(tags) - set(known)) + known
 
 
+def _is_light(color) -> bool:
+    """Whether dark text reads better than white on `color` (by its luminance)."""
+    red, green, blue, _ = matplotlib.colors.to_rgba(color)
+    return 0.299 * red + 0.587 * green + 0.114 * blue > 0.5
+
+
 def _legend_outside(ax: plt.Axes, title: str | None = None) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title=title)
 
@@ -88,7 +95,54 @@ def _save(fig: plt.Figure, path: Path) -> Path:
 
 
 def _integer_steps(ax: plt.Axes) -> None:
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
+
+
+def _step_ticks(ax: plt.Axes, steps: Sequence[int]) -> None:
+    """A tick at each validation step while they are few and far enough apart to read
+    (a last step just after a round one would print as "7072"), else integer ticks."""
+    gaps = np.diff(sorted(steps))
+    if len(steps) <= 15 and (not len(gaps) or gaps.min() * 20 >= steps[-1] - steps[0]):
+        ax.set_xticks(steps)
+    else:
+        _integer_steps(ax)
+
+
+def _pass_rate_bars(ax: plt.Axes, rates_pct: Mapping[str, float], average_pct: float) -> None:
+    """One validation step: a bar per category and the average, each labelled."""
+    labels = [short_category(c) for c in rates_pct] + ["average"]
+    colors = [CATEGORY_COLORS.get(c) for c in rates_pct] + [AVERAGE_COLOR]
+    bars = ax.bar(labels, [*rates_pct.values(), average_pct], color=colors, width=0.6)
+    ax.bar_label(bars, fmt="%.1f", padding=2)
+    ax.set_xlabel("category")
+
+
+def _pass_rate_lines(ax, steps, rates_pct, average_pct, best) -> None:
+    # The average goes underneath as a wide translucent band, so that a category with the
+    # same values stays visible on top of it.
+    ax.plot(
+        steps,
+        average_pct,
+        marker="s",
+        markersize=9,
+        linewidth=6,
+        alpha=0.3,
+        color=AVERAGE_COLOR,
+        label="average",
+    )
+    for category, rates in rates_pct.items():
+        ax.plot(
+            steps,
+            rates,
+            marker="o",
+            color=CATEGORY_COLORS.get(category),
+            label=short_category(category),
+        )
+    if best is not None:
+        ax.axvline(best, color="grey", linestyle=":", label=f"best step ({best})")
+    ax.set_xlabel("training step")
+    _step_ticks(ax, steps)
+    _legend_outside(ax, "category")
 
 
 def plot_pass_rates(
@@ -98,51 +152,44 @@ def plot_pass_rates(
     best: int | None,
     path: Path,
 ) -> Path:
-    """Pass rate (%) per category and their average over the validation steps."""
-    fig, ax = plt.subplots(figsize=(9, 4.8))
-    for category, rates in rates_pct.items():
-        ax.plot(
-            steps,
-            rates,
-            marker="o",
-            color=CATEGORY_COLORS.get(category),
-            label=short_category(category),
-        )
-    ax.plot(
-        steps,
-        average_pct,
-        marker="s",
-        linestyle="--",
-        linewidth=2.5,
-        color=AVERAGE_COLOR,
-        label="average",
-    )
-    if best is not None:
-        ax.axvline(best, color="grey", linestyle=":", label=f"best step ({best})")
-    ax.set_ylim(-2, 102)
-    ax.set_xlabel("training step")
+    """Pass rate (%) per category and their average over the validation steps; a bar
+    chart when there is only one step, where lines would collapse into one point."""
+    fig, ax = plt.subplots(figsize=(9, 4.8), layout="constrained")
+    if len(steps) == 1:
+        _pass_rate_bars(ax, {c: rates[0] for c, rates in rates_pct.items()}, average_pct[0])
+        ax.set_title(f"Validation pass rate per BFCL multi-turn category (step {steps[0]})")
+    else:
+        _pass_rate_lines(ax, steps, rates_pct, average_pct, best)
+        ax.set_title("Validation pass rate per BFCL multi-turn category")
+    ax.set_ylim(0, 105)
     ax.set_ylabel("pass rate (%)")
-    ax.set_title("Validation pass rate per BFCL multi-turn category")
-    ax.grid(alpha=0.3)
-    _integer_steps(ax)
-    _legend_outside(ax, "category")
+    ax.grid(alpha=0.3, axis="y")
     return _save(fig, path)
 
 
 def _stacked_bars(ax: plt.Axes, steps: Sequence[int], shares: Mapping[str, Sequence[float]]):
-    gaps = np.diff(sorted(steps))
-    width = 0.8 * (gaps.min() if len(gaps) else 1.0)
+    # Evenly spaced bars labelled with their step: validation steps need not be evenly
+    # spaced (every 10 steps and the last one), and bars at true positions would collide.
+    slots = np.arange(len(steps))
     bottom = np.zeros(len(steps))
     for tag in ordered_tags(list(shares)):
         values = np.asarray(shares[tag], dtype=float) * 100
-        ax.bar(steps, values, width, bottom=bottom, color=tag_color(tag), label=tag)
+        bars = ax.bar(slots, values, 0.7, bottom=bottom, color=tag_color(tag), label=tag)
+        # Shares in the bars are readable only while there are few of them.
+        labels = [f"{v:.0f}%" if v >= 5 and len(steps) <= 12 else "" for v in values]
+        text_color = "black" if _is_light(tag_color(tag)) else "white"
+        ax.bar_label(bars, labels, label_type="center", fontsize=8, color=text_color)
         bottom += values
+    ax.set_xticks(slots, [str(step) for step in steps])
+    pad = 0.75 if len(steps) > 1 else 1.5  # a lone bar would otherwise fill the panel
+    ax.set_xlim(-pad, len(steps) - 1 + pad)
 
 
 def _stacked_areas(ax: plt.Axes, steps: Sequence[int], shares: Mapping[str, Sequence[float]]):
     tags = ordered_tags(list(shares))
     values = [np.nan_to_num(np.asarray(shares[tag], dtype=float)) * 100 for tag in tags]
     ax.stackplot(steps, values, colors=[tag_color(tag) for tag in tags], labels=tags)
+    _integer_steps(ax)
 
 
 def plot_tag_shares(
@@ -152,8 +199,9 @@ def plot_tag_shares(
 
     Few steps (validation) are drawn as stacked bars, many (training) as stacked areas.
     """
+    # Not sharing x: validation bars and training areas have different step spans.
     fig, axes = plt.subplots(
-        len(panels), 1, figsize=(9, 3.6 * len(panels)), squeeze=False, sharex=True
+        len(panels), 1, figsize=(9, 3.6 * len(panels)), squeeze=False, layout="constrained"
     )
     for ax, (title, steps, shares) in zip(axes[:, 0], panels, strict=True):
         if len(steps) <= 20:
@@ -163,7 +211,6 @@ def plot_tag_shares(
         ax.set_ylim(0, 100)
         ax.set_ylabel("share of turns (%)")
         ax.set_title(title)
-        _integer_steps(ax)
         handles, labels = ax.get_legend_handles_labels()
         # Top of the legend = top of the stack.
         ax.legend(
@@ -174,7 +221,7 @@ def plot_tag_shares(
             frameon=False,
             title="failure tag",
         )
-    axes[-1, 0].set_xlabel("training step")
+        ax.set_xlabel("training step")
     fig.suptitle("Failure-tag distribution (one tag per ground-truth turn)")
     return _save(fig, path)
 
@@ -188,7 +235,9 @@ def plot_weights_and_scale(
     """Dynamic tag weights (top) and A-Patch's mean scale and scaled share (bottom)."""
     has_apatch = mean_scale is not None or scaled_frac is not None
     rows = int(bool(weights)) + int(has_apatch)
-    fig, axes = plt.subplots(rows, 1, figsize=(9, 3.6 * rows), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        rows, 1, figsize=(9, 3.6 * rows), squeeze=False, sharex=True, layout="constrained"
+    )
     axes = list(axes[:, 0])
     if weights:
         ax = axes.pop(0)
@@ -214,20 +263,47 @@ def plot_weights_and_scale(
     return _save(fig, path)
 
 
+def _smoothing_window(num_points: int) -> int:
+    return 1 if num_points < 20 else max(3, num_points // 15)
+
+
+def _trailing_mean(values: Sequence[float], window: int) -> np.ndarray:
+    """Mean of each value and the `window - 1` before it (fewer at the start); NaN-safe."""
+    values = np.asarray(values, dtype=float)
+    out = np.empty_like(values)
+    for i in range(len(values)):
+        chunk = values[max(0, i - window + 1) : i + 1]
+        out[i] = np.nanmean(chunk) if np.isfinite(chunk).any() else np.nan
+    return out
+
+
 def plot_training_curves(
     panels: Sequence[tuple[str, str, Mapping[str, Series], Mapping[str, str]]], path: Path
 ) -> Path:
     """Panels of (title, y label, {label: series}, {label: colour}) over training steps."""
     fig, axes = plt.subplots(
-        len(panels), 1, figsize=(9, 3.2 * len(panels)), squeeze=False, sharex=True
+        len(panels),
+        1,
+        figsize=(9, 3.2 * len(panels)),
+        squeeze=False,
+        sharex=True,
+        layout="constrained",
     )
     for ax, (title, ylabel, curves, colors) in zip(axes[:, 0], panels, strict=True):
         for label, (steps, values) in curves.items():
-            ax.plot(steps, values, label=label, color=colors.get(label))
+            window = _smoothing_window(len(steps))
+            if window == 1:
+                ax.plot(steps, values, label=label, color=colors.get(label))
+                continue
+            # Per-step values of a 32-task batch are noisy: faint raw values, a bold trend.
+            (raw,) = ax.plot(steps, values, color=colors.get(label), alpha=0.25, linewidth=0.8)
+            trend = _trailing_mean(values, window)
+            ax.plot(steps, trend, color=raw.get_color(), label=f"{label} ({window}-step mean)")
         ax.set_title(title)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        _legend_outside(ax)
+        if len(curves) > 1 or _smoothing_window(len(next(iter(curves.values()))[0])) > 1:
+            _legend_outside(ax)  # a single unsmoothed curve is named by the title
     axes[-1, 0].set_xlabel("training step")
     _integer_steps(axes[-1, 0])
     return _save(fig, path)
@@ -241,9 +317,7 @@ def _annotated_heatmap(ax, values, counts, cmap, title, rows, columns, vmax=1.0)
                 ax.text(j, i, "–", ha="center", va="center", color="grey")
                 continue
             value = values[i, j]
-            shade = image.cmap(image.norm(value))
-            # Dark text on light cells, light text on dark ones (relative luminance).
-            light = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] > 0.5
+            light = _is_light(image.cmap(image.norm(value)))
             ax.text(
                 j,
                 i,
@@ -280,14 +354,22 @@ def plot_capability(
     totals = counts.sum(axis=1, keepdims=True)
     shares = np.divide(counts, totals, out=np.zeros(counts.shape), where=totals > 0)
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(4 + 1.9 * len(tags), 4.2), sharey=True)
-    image = _annotated_heatmap(
-        left, shares, counts, "Blues", "share of the category's turns", categories, tags
+    # Stacked, not side by side: the long tag names are written once, and the figure keeps
+    # a width that stays legible when a page scales it down.
+    fig, (top, bottom) = plt.subplots(
+        2,
+        1,
+        figsize=(3 + 1.3 * len(tags), 1.2 + 1.5 * len(categories)),
+        sharex=True,
+        layout="constrained",
     )
-    fig.colorbar(image, ax=left, fraction=0.046, pad=0.03)
     image = _annotated_heatmap(
-        right, rewards, counts, "RdYlGn", "mean reward of their episodes", categories, tags
+        top, shares, counts, "Blues", "share of the category's turns", categories, tags
     )
-    fig.colorbar(image, ax=right, fraction=0.046, pad=0.03)
+    fig.colorbar(image, ax=top, pad=0.02)
+    image = _annotated_heatmap(
+        bottom, rewards, counts, "RdYlGn", "mean reward of their episodes", categories, tags
+    )
+    fig.colorbar(image, ax=bottom, pad=0.02)
     fig.suptitle(f"Capability state per category and failure tag ({source})")
     return _save(fig, path)

@@ -143,7 +143,8 @@ def training_panels(rows: list[dict]) -> list:
     panels = []
     rewards = {"reward (mean)": M.series(rows, M.REWARD_MEAN)}
     colors = {"reward (mean)": plots.AVERAGE_COLOR}
-    for category in M.names_under(rows, M.ACCURACY_PREFIX):
+    logged = M.names_under(rows, M.ACCURACY_PREFIX)
+    for category in [c for c in CATEGORIES if c in logged] + sorted(set(logged) - set(CATEGORIES)):
         label = f"accuracy {plots.short_category(category)}"
         rewards[label] = M.series(rows, M.accuracy_key(category))
         colors[label] = plots.CATEGORY_COLORS.get(category)
@@ -155,8 +156,8 @@ def training_panels(rows: list[dict]) -> list:
             "Time per step",
             "seconds",
             {
-                "generation": M.series(rows, M.TIME_GENERATION_S),
-                "whole step": M.series(rows, M.TIME_STEP_S),
+                "rollout": M.series(rows, M.TIME_ROLLOUT_S),
+                "update": M.series(rows, M.TIME_UPDATE_S),
             },
             {},
         ),
@@ -301,7 +302,7 @@ def write_report(
     label: str | None = None,
     split: Path = DEFAULT_SPLIT,
 ) -> Path:
-    """Write the figures and ``report.md`` to `out_dir` (default RUN_DIR/report); return the page."""
+    """Write the PNGs and ``report.md`` to `out_dir` (default RUN_DIR/report); return the page."""
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir else run_dir / REPORT_DIRNAME
     label = label or run_dir.resolve().name

@@ -19,18 +19,23 @@ Token rules (DESIGN.md section 6):
   reply to the last step) conditioned nothing and is left out, so prompt + response is
   exactly the sequence the model saw at its last generation plus what it generated.
 
-Context rule: a generation starts only if the full `max_new_tokens` still fits, i.e.
-len(sequence) + max_new_tokens <= max_context_tokens; an observation that would break
-this for the next generation is not appended and the episode stops with
-`context_limit`. So every sample fits in max_context_tokens and every generation had
-the same budget: "length" always means the model used all of it, never that the
-context ran out. A prompt too long for even one generation gives a sample with no
-response (num_generations 0, stop_reason context_limit); the trainer decides.
+Context rule (as verl's agent loop): the sequence never exceeds max_context_tokens.
+Each generation may produce min(max_new_tokens, max_context_tokens - len(sequence))
+tokens, so a generation late in a long episode can be cut short by the context (it
+then ends "length" and the episode stops with `context_limit` after it). An
+observation is appended only if at least one token of room is left after it;
+otherwise the episode stops with `context_limit` without it. Reserving a full
+max_new_tokens before every generation instead would cap episodes at
+16384 - 4096 tokens with the paper's limits, which 17 of the 800 ground-truth
+trajectories exceed (long_context tasks): tasks a policy could solve would be cut. A
+prompt with no room at all gives a sample with no response (num_generations 0,
+stop_reason context_limit); the trainer decides what to do with it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from dataclasses import dataclass
 from typing import Literal
 
@@ -48,7 +53,8 @@ class EpisodeLimits:
     max_generations: int = 20
     """Most generations (assistant messages) per episode."""
     max_context_tokens: int = 16384
-    """Most tokens of prompt + response; see the context rule in the module docstring."""
+    """Most tokens of prompt + response (the model length); see the context rule in the
+    module docstring."""
     max_new_tokens: int = 4096
     """Most tokens per generation; lowers SamplingParams.max_new_tokens if that is larger."""
     max_observation_tokens: int = 4096
@@ -87,7 +93,8 @@ class EpisodeSample:
     report: dict
     """The service's full evaluation of the episode."""
     input_text: str
-    """prompt_ids decoded, special tokens kept (for logs and validation records)."""
+    """The rendered prompt, i.e. prompt_ids decoded with special tokens (for logs and
+    validation records)."""
     output_text: str
     """response_ids decoded, special tokens kept."""
 
@@ -108,9 +115,15 @@ async def run_episode(
 ) -> EpisodeSample:
     """Play one episode of `task_id` (see the module docstring for the rules)."""
     chat = turn_tokenizer(tokenizer)
+    # Chosen here rather than by the service, so an episode whose creation reply never
+    # arrived (cancelled, timed out) can still be released.
+    instance_id = uuid.uuid4().hex
     try:
-        instance_id, first_messages = await env.create(task_id, env_params)
-    except Exception as e:
+        _, first_messages = await env.create(task_id, env_params, instance_id=instance_id)
+    except BaseException as e:
+        await _release_after_failure(env, instance_id)  # usually there is nothing to release
+        if not isinstance(e, Exception):
+            raise
         raise EpisodeError(f"task {task_id}: creating the episode failed: {e}") from e
     sampling = dataclasses.replace(
         sampling, max_new_tokens=min(sampling.max_new_tokens, limits.max_new_tokens)
@@ -156,6 +169,7 @@ class _Episode:
         self.sampling = sampling
         self.ids: list[int] = []
         self.prompt_length = 0
+        self.prompt_text = ""
         self.mask: list[int] = []
         self.logprobs: list[float] = []
         self.has_logprobs = False
@@ -163,21 +177,23 @@ class _Episode:
         self.stop_reason: StopReason | None = None
 
     def start(self, first_messages: list[dict]) -> None:
-        self.ids = self.chat.prompt_ids(first_messages)
+        self.ids, self.prompt_text = self.chat.prompt(first_messages)
         self.prompt_length = len(self.ids)
 
-    def fits_next_generation(self, extra: int = 0) -> bool:
-        return (
-            len(self.ids) + extra + self.sampling.max_new_tokens <= self.limits.max_context_tokens
-        )
+    def room(self) -> int:
+        """Tokens left in the context."""
+        return self.limits.max_context_tokens - len(self.ids)
 
     async def play(self, env: EnvClient, generator: Generator, instance_id: str) -> None:
         while True:
-            if not self.fits_next_generation():
+            if self.room() < 1:
                 self.stop_reason = "context_limit"
                 return
-            generation = await generator.generate(self.ids, self.sampling)
-            closed = self.append_generation(generation)
+            sampling = self.sampling
+            if self.room() < sampling.max_new_tokens:
+                sampling = dataclasses.replace(sampling, max_new_tokens=self.room())
+            generation = await generator.generate(self.ids, sampling)
+            closed = self.append_generation(generation, sampling.max_new_tokens)
             text = self.chat.decode(generation.token_ids[:-1] if closed else generation.token_ids)
             reply = await env.step(instance_id, text)
             if reply.terminated:
@@ -188,14 +204,14 @@ class _Episode:
                 return
             observation = self.chat.observation(reply.messages, self.limits.max_observation_tokens)
             closing = [] if closed else [self.chat.end_of_turn_id]
-            if not self.fits_next_generation(len(closing) + len(observation.ids)):
+            if len(closing) + len(observation.ids) >= self.room():
                 self.stop_reason = "context_limit"
                 return
             self.append_unmasked(closing + observation.ids)
 
-    def append_generation(self, generation: Generation) -> bool:
+    def append_generation(self, generation: Generation, max_new_tokens: int) -> bool:
         """Append the generated ids as they are; returns whether they closed the turn."""
-        self.check(generation)
+        self.check(generation, max_new_tokens)
         self.num_generations += 1
         if self.num_generations == 1:
             self.has_logprobs = generation.logprobs is not None
@@ -213,16 +229,16 @@ class _Episode:
         self.mask += [0] * len(ids)
         self.logprobs += [0.0] * len(ids)
 
-    def check(self, generation: Generation) -> None:
+    def check(self, generation: Generation, max_new_tokens: int) -> None:
         """A generation that breaks the Generator contract is an error, not output."""
         ids = generation.token_ids
         if generation.finish_reason not in ("stop", "length"):
             raise GenerationError(f"unknown finish_reason {generation.finish_reason!r}")
         if not ids:
             raise GenerationError("empty generation")
-        if len(ids) > self.sampling.max_new_tokens:
+        if len(ids) > max_new_tokens:
             raise GenerationError(
-                f"{len(ids)} generated ids exceed max_new_tokens {self.sampling.max_new_tokens}"
+                f"{len(ids)} generated ids exceed max_new_tokens {max_new_tokens}"
             )
         if self.chat.end_of_turn_id in ids[:-1]:
             raise GenerationError("generated ids continue after the end-of-turn token")
@@ -247,6 +263,6 @@ class _Episode:
             num_generations=self.num_generations,
             stop_reason=self.stop_reason,
             report=report,
-            input_text=self.chat.decode(prompt),
+            input_text=self.prompt_text,
             output_text=self.chat.decode(response),
         )

@@ -34,7 +34,8 @@ class Generation:
     """New ids only, up to and including the first stop token when there is one."""
     logprobs: list[float] | None
     """Log-probability of each id in `token_ids` under the sampling distribution
-    (logits / temperature, before top-p), or None when the backend has none."""
+    (logits / temperature, before top-p; the plain logits when greedy), or None when
+    the backend has none."""
     finish_reason: FinishReason
     """"stop": it ended with a stop token; "length": it hit max_new_tokens."""
 

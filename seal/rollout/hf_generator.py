@@ -2,9 +2,12 @@
 
 Episodes run concurrently on one event loop and each awaits `generate` for one prompt;
 running them one by one would leave the model at batch size 1. Requests therefore go
-into a queue, and a worker task takes up to `max_batch_size` pending ones with equal
-sampling parameters, left-pads them, runs `model.generate` once in a thread (the loop
-keeps serving the environment meanwhile) and hands each request its own new ids.
+into a queue, and a worker task takes up to `max_batch_size` pending ones with the same
+temperature and top-p, left-pads them, runs `model.generate` once in a thread (the loop
+keeps serving the environment meanwhile) with the largest max_new_tokens among them,
+and hands each request its own new ids, cut at its first stop token or its own
+max_new_tokens (the episode driver lowers it near the end of the context, so requests
+differ there).
 
 The model object is shared with the trainer: `set_model` swaps it (e.g. after loading
 a checkpoint); in-place weight updates need nothing, the next batch uses them.
@@ -41,6 +44,11 @@ _NEUTRAL_WARPERS = {
     "epsilon_cutoff": 0.0,
     "eta_cutoff": 0.0,
 }
+
+
+def _distribution(sampling: SamplingParams) -> tuple[float, float]:
+    """What must be equal for requests to share a model.generate call."""
+    return sampling.temperature, sampling.top_p
 
 
 @dataclass
@@ -145,22 +153,24 @@ class HFGenerator:
                         request.future.set_result(result)
 
     def _take_batch(self) -> list[_Request]:
-        """The oldest pending request and up to max_batch_size - 1 later ones with the
-        same sampling parameters; the others keep their order in the queue. Requests
-        whose caller was cancelled are dropped."""
+        """The oldest pending request and up to max_batch_size - 1 later ones that sample
+        alike; the others keep their order in the queue. Requests whose caller was
+        cancelled are dropped."""
         batch, others = [], deque()
         while self._pending and len(batch) < self.max_batch_size:
             request = self._pending.popleft()
             if request.future.done():
                 continue
-            (batch if not batch or request.sampling == batch[0].sampling else others).append(
-                request
-            )
+            if not batch or _distribution(request.sampling) == _distribution(batch[0].sampling):
+                batch.append(request)
+            else:
+                others.append(request)
         self._pending.extendleft(reversed(others))
         return batch
 
     def _generate_batch(self, batch: list[_Request]) -> list[Generation]:
         model, sampling = self.model, batch[0].sampling
+        max_new_tokens = max(r.sampling.max_new_tokens for r in batch)
         device = next(model.parameters()).device
         width = max(len(r.prompt_ids) for r in batch)
         input_ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
@@ -181,7 +191,7 @@ class HFGenerator:
                 **_NEUTRAL_WARPERS,
             }
         config = GenerationConfig(
-            max_new_tokens=sampling.max_new_tokens,
+            max_new_tokens=max_new_tokens,
             eos_token_id=self.stop_token_ids,
             pad_token_id=self.pad_token_id,
             use_cache=True,
@@ -198,14 +208,16 @@ class HFGenerator:
         new_ids = output[:, width:].cpu()
         logprobs = recorder.finish(output[:, -1]).cpu()
         return [
-            self._cut(new_ids[row].tolist(), logprobs[row].tolist()) for row in range(len(batch))
+            self._cut(new_ids[row].tolist(), logprobs[row].tolist(), r.sampling.max_new_tokens)
+            for row, r in enumerate(batch)
         ]
 
-    def _cut(self, ids: list[int], logprobs: list[float]) -> Generation:
-        """One row's ids up to and including its first stop token (the rest is padding
-        `generate` adds once a row has finished while others continue)."""
+    def _cut(self, ids: list[int], logprobs: list[float], max_new_tokens: int) -> Generation:
+        """One row's ids up to and including its first stop token, within its own
+        max_new_tokens (what follows is padding `generate` adds once a row has finished,
+        or tokens beyond this request's limit)."""
         stops = set(self.stop_token_ids)
-        for i, token in enumerate(ids):
+        for i, token in enumerate(ids[:max_new_tokens]):
             if token in stops:
                 return Generation(ids[: i + 1], logprobs[: i + 1], "stop")
-        return Generation(ids, logprobs, "length")
+        return Generation(ids[:max_new_tokens], logprobs[:max_new_tokens], "length")

@@ -20,7 +20,8 @@ def text_generation(tokenizer, text: str, closed: bool = True) -> Generation:
 
 
 class ScriptedGenerator:
-    """Returns `generations` in order, one per call; running out is an error."""
+    """Returns `generations` in order, one per call, each cut to the call's
+    max_new_tokens; running out is an error."""
 
     def __init__(self, generations: list[Generation], record_prompts: bool = False):
         self.generations = list(generations)
@@ -41,4 +42,10 @@ class ScriptedGenerator:
         if self.record_prompts:
             self.prompts.append(list(prompt_ids))
         self.calls += 1
-        return self.generations[self.calls - 1]
+        generation = self.generations[self.calls - 1]
+        if len(generation.token_ids) <= sampling.max_new_tokens:
+            return generation
+        # Cut as a model would be: the driver lowers max_new_tokens near the context end.
+        n = sampling.max_new_tokens
+        logprobs = generation.logprobs[:n] if generation.logprobs is not None else None
+        return Generation(generation.token_ids[:n], logprobs, "length")

@@ -50,6 +50,10 @@ class TurnTokenizer:
                 f"{tokenizer.eos_token!r}; incremental rendering needs it to"
             )
         self._suffix_pieces = functools.lru_cache(maxsize=64)(self._derive_pieces)
+        # The n rollouts of a task share their prompt, 20-30 KB of tool signatures whose
+        # tokenization was half of the driver's CPU time per episode; 64 covers a step's
+        # tasks (the paper's 32).
+        self._prompt_ids = functools.lru_cache(maxsize=64)(lambda text: tuple(self.encode(text)))
 
     def _render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
         return self.tokenizer.apply_chat_template(
@@ -60,13 +64,17 @@ class TurnTokenizer:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def decode(self, ids: list[int]) -> str:
-        """Text of ids with the special tokens kept, as the model saw or wrote them."""
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
+        """Text of ids with the special tokens kept, as the model saw or wrote them (no
+        clean-up of spaces, which would change what the model wrote)."""
+        return self.tokenizer.decode(
+            ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
 
-    def prompt_ids(self, messages: list[dict]) -> list[int]:
-        """The first messages rendered with the generation prompt. No `tools=`: the
-        service's system message already carries the tool signatures."""
-        return self.encode(self._render(messages, add_generation_prompt=True))
+    def prompt(self, messages: list[dict]) -> tuple[list[int], str]:
+        """The first messages rendered with the generation prompt: (ids, text). No
+        `tools=`: the service's system message already carries the tool signatures."""
+        text = self._render(messages, add_generation_prompt=True)
+        return list(self._prompt_ids(text)), text
 
     def _derive_pieces(self, roles: tuple[str, ...]) -> tuple[str, ...]:
         """The template text between the end-of-turn token and the contents of new

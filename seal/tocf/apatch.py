@@ -121,6 +121,7 @@ def apply_apatch(
         "apatch/active": float(active),
         "apatch/mean_scale": scales.mean().item() if len(sample_tags) else 1.0,
         "apatch/scaled_count": float(scaled_count),
+        "apatch/scaled_frac": scaled_count / len(sample_tags) if len(sample_tags) else 0.0,
     }
     carriers = Counter(tag for tags in sample_tags for tag in set(tags))
     for tag, count in sorted(carriers.items()):

@@ -22,13 +22,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 from tqdm.asyncio import tqdm_asyncio
 
 from seal.algos.advantage import GRPOConfig, grpo_advantages
 from seal.algos.loss import PolicyLossConfig
-from seal.eval.records import ValidationRecord, write_step
-from seal.eval.summary import summarize_step
+from seal.eval.records import ValidationRecord, read_val_dir, write_step
+from seal.eval.summary import render_markdown, summarize, summarize_step
 from seal.rollout.driver import EpisodeLimits, EpisodeSample, run_episode
 from seal.rollout.env_client import EnvClient
 from seal.rollout.generation import SamplingParams
@@ -40,6 +41,7 @@ from seal.tocf.state import (
     TrajectoryOutcome,
     open_capability_state,
 )
+from seal.tocf.summary import write_epoch_summary
 from seal.trainer import checkpoint as ckpt
 from seal.trainer.config import TrainerConfig
 from seal.trainer.data import epoch_order, task_ids_of
@@ -50,6 +52,8 @@ from seal.trainer.update import batch_logprobs, policy_update
 
 class LocalTrainer:
     def __init__(self, cfg: TrainerConfig, env_url: str, run_dir: Path):
+        if isinstance(cfg, DictConfig):  # from the launcher: make it the typed dataclasses
+            cfg = OmegaConf.to_object(cfg)
         self.cfg, self.env_url, self.run_dir = cfg, env_url, run_dir
         self.tokenizer = load_tokenizer(cfg.model)
         resume_from = ckpt.latest_checkpoint(run_dir) if cfg.checkpoint.resume else None
@@ -141,7 +145,7 @@ class LocalTrainer:
         t2 = time.perf_counter()
         return {
             **_rollout_metrics(samples, prefix="train"),
-            **{f"tocf/weight/{tag}": w for tag, w in weights.items()},
+            **self.capability.metrics(),
             **apatch_metrics,
             **update_metrics,
             "time/rollout_s": t1 - t0,
@@ -187,14 +191,12 @@ class LocalTrainer:
         records = [_record(s, step) for s in samples]
         write_step(self.run_dir / "validation", step, records, overwrite=True)
         summary = summarize_step(step, records)
-        metrics = {
-            f"val/{c}": float(p.rate) for c, p in summary.by_category.items() if p.rate is not None
-        }
-        if summary.average is not None:
-            metrics["val/average"] = float(summary.average)
-        metrics["val/overall"] = (
-            float(summary.overall.rate) if summary.overall.rate is not None else 0.0
-        )
+        rates = {c: float(p.rate) for c, p in summary.by_category.items() if p.rate is not None}
+        metrics = {f"val/{c}": rate for c, rate in rates.items()}
+        # The paper's average is the mean of the four categories; a validation subset
+        # averages the categories it covers.
+        metrics["val/average"] = sum(rates.values()) / len(rates)
+        metrics["val/overall"] = float(summary.overall.rate)
         return metrics
 
     # --- the loop ----------------------------------------------------------------------
@@ -206,6 +208,8 @@ class LocalTrainer:
         progress = tqdm(total=self.total_steps, initial=state.step, desc="train", unit="step")
         while state.step < self.total_steps:
             epoch, offset = divmod(state.step, self.steps_per_epoch)
+            if epoch > self.capability.epoch:
+                write_epoch_summary(self.capability, self.run_dir / "tocf")
             self.capability.start_epoch(epoch)
             batch = epoch_order(self.train_ids, cfg.data.seed, epoch)[
                 offset * cfg.data.train_batch_size : (offset + 1) * cfg.data.train_batch_size
@@ -221,6 +225,7 @@ class LocalTrainer:
             if last or (cfg.checkpoint.save_freq and state.step % cfg.checkpoint.save_freq == 0):
                 self._save()
         progress.close()
+        write_epoch_summary(self.capability, self.run_dir / "tocf")
         self.log.close()
         return state
 
@@ -266,8 +271,15 @@ class LocalTrainer:
 
 
 def run_local_training(cfg, env_url: str, run_dir: Path, split_file: Path) -> None:
-    """The launcher's `local` job."""
-    LocalTrainer(cfg.trainer, env_url, run_dir).fit()
+    """The launcher's `local` job: train, then print validation pass rates per category."""
+    state = LocalTrainer(cfg.trainer, env_url, run_dir).fit()
+    summaries = summarize(read_val_dir(run_dir / "validation"))
+    print(f"\nvalidation pass rates per category ({run_dir / 'validation'}):\n")
+    print(render_markdown(summaries))
+    print(
+        f"\nbest step {state.best_step} ({cfg.trainer.checkpoint.best_metric} = {state.best_metric:.4f}); "
+        f"checkpoints in {run_dir / 'checkpoints'}; report: seal-report {run_dir}"
+    )
 
 
 # --- helpers -------------------------------------------------------------------------------

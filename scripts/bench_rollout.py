@@ -1,0 +1,247 @@
+"""Benchmark the episode driver without a model: what it costs on top of the service.
+
+    python scripts/bench_rollout.py [--concurrency 64] [--runs 3] [--split train] [--n 1]
+
+Two measurements:
+
+1. Throughput over HTTP. Starts `python -m env_service` in its own process (as
+   scripts/bench_env.py does) and plays the ground truth of every task of the split,
+   `--n` times each, twice per run: with the plain scripted runner
+   (seal.rollout.scripted: the service alone) and through `run_episode` with a
+   scripted generator (the driver: chat template, incremental tokenization, masks,
+   decoding for logs). Prints episodes/s, tokens/s (prompt + response ids built) and
+   the client's CPU milliseconds per episode; the difference is the driver's cost.
+
+2. Sample building against episode length, in process (no HTTP, no model): a synthetic
+   environment answers every generation with a long observation (about
+   `--observation-tokens` tokens) until `k` generations, for k = 2 ... 40. Prints the
+   driver's time per generation, which stays flat when building is linear in the
+   episode's length, and beside it what re-rendering and re-tokenizing the whole
+   conversation before every generation would cost (the approach the driver avoids),
+   which grows with k. Medians over `--runs`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import socket
+import statistics
+import time
+from pathlib import Path
+
+from bench_env import start_service  # scripts/ is on sys.path when run as a script
+from transformers import AutoTokenizer
+
+from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
+from seal.bfcl.tasks import load_task
+from seal.rollout.driver import EpisodeLimits, run_episode
+from seal.rollout.env_client import EnvClient, StepReply
+from seal.rollout.generation import SamplingParams
+from seal.rollout.scripted import run_scripted_episode
+from seal.rollout.scripted_generator import ScriptedGenerator, text_generation
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TOKENIZER_DIR = REPO_ROOT / "seal/assets/qwen2.5-tokenizer"
+PARAMS = {"rollout_mode": "sample", "observation_lite": True}
+LENGTHS = (2, 5, 10, 20, 40)
+UNSOLVABLE = {"multi_turn_miss_func_49"}  # see README: its ground truth fails by design
+TOOL_CALL = '<tool_call>\n{"name": "grep", "arguments": {"file_name": "report.txt", "pattern": "budget"}}\n</tool_call>'
+
+
+# --- 1. throughput over HTTP ---------------------------------------------------------
+
+
+async def play_all(url: str, tokenizer, scripts: dict, args, driver: bool) -> dict:
+    gate = asyncio.Semaphore(args.concurrency)
+    episodes = [tid for tid in scripts for _ in range(args.n)]
+    async with EnvClient(url, max_connections=args.concurrency) as env:
+
+        async def one(task_id: str) -> int:
+            async with gate:
+                if not driver:
+                    await run_scripted_episode(env, task_id, scripts[task_id], PARAMS)
+                    return 0
+                texts = [t for turn in scripts[task_id] for t in turn]
+                sample = await run_episode(
+                    env,
+                    ScriptedGenerator.from_texts(tokenizer, texts),
+                    tokenizer,
+                    task_id,
+                    PARAMS,
+                    EpisodeLimits(),
+                    SamplingParams(),
+                )
+                assert sample.accuracy == 1 or task_id in UNSOLVABLE, task_id
+                return len(sample.prompt_ids) + len(sample.response_ids)
+
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        tokens = sum(await asyncio.gather(*(one(tid) for tid in episodes)))
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    row = {"episodes/s": len(episodes) / elapsed}
+    if driver:
+        row["tokens/s"] = tokens / elapsed
+    row["client CPU ms/episode"] = 1e3 * cpu / len(episodes)
+    return row
+
+
+def free_port() -> int:
+    # A fixed port could reach another service already listening there (start_service
+    # only checks that something healthy answers).
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def bench_http(args, tokenizer) -> None:
+    ids = json.loads((REPO_ROOT / "data/seal_split.json").read_text())[args.split]
+    scripts = {tid: assistant_messages(ground_truth_trajectory(load_task(tid))) for tid in ids}
+    port = args.port or free_port()
+    proc = start_service(port)
+    url = f"http://127.0.0.1:{port}"
+    rows = {"service alone (scripted runner)": [], "driver (run_episode)": []}
+    try:
+        for run in range(1, args.runs + 1):
+            for name, driver in zip(rows, (False, True), strict=True):
+                row = asyncio.run(play_all(url, tokenizer, scripts, args, driver))
+                rows[name].append(row)
+                print(f"run {run} {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    print(
+        f"\nHTTP: median of {args.runs} runs, {len(ids)} {args.split} tasks x {args.n}, "
+        f"{args.concurrency} live at once"
+    )
+    for name, runs in rows.items():
+        cells = ", ".join(f"{k} {statistics.median(r[k] for r in runs):.1f}" for k in runs[0])
+        print(f"  {name:<34} {cells}")
+
+
+# --- 2. sample building against episode length ---------------------------------------
+
+
+class SyntheticEnv:
+    """Stands in for EnvClient: a fixed long prompt, then `observations[k]` after the
+    k-th generation until all are used. Contents are made before timing starts."""
+
+    def __init__(self, system: str, observations: list[str]):
+        self.system, self.observations, self.steps = system, observations, 0
+
+    async def create(self, task_id, params=None, instance_id=None):
+        return "synthetic", [
+            {"role": "system", "content": self.system},
+            {"role": "user", "content": "Find the budget figures in every report."},
+        ]
+
+    async def step(self, instance_id, content):
+        self.steps += 1
+        done = self.steps >= len(self.observations)
+        return StepReply(
+            [{"role": "user", "content": self.observations[self.steps - 1]}], done, 0.0
+        )
+
+    async def evaluate(self, instance_id):
+        return {
+            "category": "synthetic",
+            "reward": 0.0,
+            "accuracy": 0,
+            "progress": 0.0,
+            "failure_tags": [],
+        }
+
+    async def release(self, instance_id):
+        pass
+
+
+def tool_output(rng: random.Random, approx_tokens: int) -> str:
+    """A JSON tool response of about `approx_tokens` tokens (about 4 per record field)."""
+    words = ["budget", "revenue", "margin", "quarter", "growth", "cost", "asset", "equity"]
+    records = [
+        {"line": i, "text": " ".join(rng.choices(words, k=6)), "value": rng.randint(0, 10**6)}
+        for i in range(approx_tokens // 24)
+    ]
+    return "<tool_response>\n" + json.dumps({"matching_lines": records}) + "\n</tool_response>"
+
+
+def rerender_cost(tokenizer, first: list[dict], observations: list[str], k: int) -> float:
+    """Seconds to render and tokenize the whole conversation before each of k generations."""
+    messages = list(first)
+    t0 = time.perf_counter()
+    for step in range(k):
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        tokenizer.encode(text, add_special_tokens=False)
+        messages += [
+            {"role": "assistant", "content": TOOL_CALL},
+            {"role": "user", "content": observations[step]},
+        ]
+    return time.perf_counter() - t0
+
+
+def bench_lengths(args, tokenizer) -> None:
+    rng = random.Random(0)
+    system = tool_output(rng, 5000)  # about the size of a BFCL system prompt with tools
+    observations = [tool_output(rng, args.observation_tokens) for _ in range(max(LENGTHS))]
+    limits = EpisodeLimits(max_generations=max(LENGTHS), max_context_tokens=10**8)
+    generation = text_generation(tokenizer, TOOL_CALL)
+    print(
+        f"\nsample building, synthetic episodes: observations of about "
+        f"{args.observation_tokens} tokens, median of {args.runs} runs"
+    )
+    print(
+        f"{'generations':>12} {'tokens':>8} {'driver ms':>10} {'ms/gen':>8} {'re-render ms/gen':>17}"
+    )
+    for k in LENGTHS:
+        times, rerenders, length = [], [], 0
+        for _ in range(args.runs):
+            env = SyntheticEnv(system, observations[:k])
+            generator = ScriptedGenerator([generation] * k)
+            t0 = time.perf_counter()
+            sample = asyncio.run(
+                run_episode(env, generator, tokenizer, "synthetic", {}, limits, SamplingParams())
+            )
+            times.append(time.perf_counter() - t0)
+            first = [{"role": "system", "content": system}, {"role": "user", "content": "x"}]
+            rerenders.append(rerender_cost(tokenizer, first, observations, k))
+            length = len(sample.prompt_ids) + len(sample.response_ids)
+            assert sample.num_generations == k
+        t, r = statistics.median(times), statistics.median(rerenders)
+        print(f"{k:>12} {length:>8} {1e3 * t:>10.1f} {1e3 * t / k:>8.2f} {1e3 * r / k:>17.2f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--concurrency", type=int, default=64, help="live episodes at once (default 64)")
+    p.add_argument("--runs", type=int, default=3, help="repetitions; medians printed (default 3)")
+    p.add_argument(
+        "--split", choices=["train", "eval"], default="train", help="tasks to play (default train)"
+    )
+    p.add_argument(
+        "--n",
+        type=int,
+        default=1,
+        help="episodes per task, like the trainer's rollout.n (default 1; 8 in the paper)",
+    )
+    p.add_argument(
+        "--observation-tokens",
+        type=int,
+        default=2000,
+        help="approximate length of each synthetic observation (default 2000)",
+    )
+    p.add_argument("--port", type=int, default=0, help="port for the service (default: a free one)")
+    p.add_argument(
+        "--skip-http", action="store_true", help="only the in-process length measurement"
+    )
+    args = p.parse_args(argv)
+    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    if not args.skip_http:
+        bench_http(args, tokenizer)
+    bench_lengths(args, tokenizer)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Training metrics log: round trip, resume truncation, crash leftovers, key names of the producers."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from seal.algos.loss import PolicyLossConfig, actor_loss
+from seal.eval import metrics_log as M
+from seal.tocf.apatch import APatchConfig, apply_apatch
+from seal.tocf.state import CapabilityState, TrajectoryOutcome
+
+
+def write_steps(run_dir, steps, resume_step=None):
+    with M.MetricsWriter(run_dir, resume_step=resume_step) as log:
+        for step in steps:
+            log.write(step, {M.REWARD_MEAN: step / 10, M.LOSS_KL: step})
+
+
+def test_rows_round_trip_with_numbers_as_written(tmp_path):
+    with M.MetricsWriter(tmp_path) as log:
+        log.write(1, {M.REWARD_MEAN: 0.25, "train/num_samples": 256, M.LOSS_POLICY: math.nan})
+        log.write(2, {M.REWARD_MEAN: 0.5})
+    rows = M.read_metrics(tmp_path)
+    assert rows == [
+        {"step": 1, M.REWARD_MEAN: 0.25, "train/num_samples": 256, M.LOSS_POLICY: None},
+        {"step": 2, M.REWARD_MEAN: 0.5},
+    ]
+    assert isinstance(rows[0]["train/num_samples"], int)
+    # The file is plain JSON (no NaN token) that any reader accepts.
+    text = (tmp_path / M.METRICS_FILENAME).read_text()
+    assert "NaN" not in text and [json.loads(line) for line in text.splitlines()] == rows
+    steps, values = M.series(rows, M.LOSS_POLICY)
+    assert steps == [1] and math.isnan(values[0])
+    assert M.series(rows, M.REWARD_MEAN) == ([1, 2], [0.25, 0.5])
+
+
+def test_rows_are_on_disk_after_each_write(tmp_path):
+    log = M.MetricsWriter(tmp_path)
+    log.write(1, {M.REWARD_MEAN: 0.1})
+    assert M.read_metrics(tmp_path) == [{"step": 1, M.REWARD_MEAN: 0.1}]
+    log.close()
+
+
+def test_new_run_refuses_an_existing_log(tmp_path):
+    write_steps(tmp_path, [1, 2])
+    with pytest.raises(FileExistsError, match="resume"):
+        M.MetricsWriter(tmp_path)
+
+
+def test_resume_drops_rows_after_the_resumed_step_and_appends(tmp_path):
+    write_steps(tmp_path, [1, 2, 3, 4, 5])
+    with M.MetricsWriter(tmp_path, resume_step=3) as log:
+        assert [row["step"] for row in M.read_metrics(tmp_path)] == [1, 2, 3]
+        with pytest.raises(ValueError, match="after step 3"):
+            log.write(3, {M.REWARD_MEAN: 0.0})
+        log.write(4, {M.REWARD_MEAN: 0.99})
+    rows = M.read_metrics(tmp_path)
+    assert [row["step"] for row in rows] == [1, 2, 3, 4]
+    assert rows[-1][M.REWARD_MEAN] == 0.99
+
+
+def test_resume_without_a_log_starts_one(tmp_path):
+    write_steps(tmp_path, [8, 9], resume_step=7)
+    assert [row["step"] for row in M.read_metrics(tmp_path)] == [8, 9]
+
+
+def test_line_cut_short_by_a_crash_is_ignored_and_removed_on_resume(tmp_path):
+    write_steps(tmp_path, [1, 2])
+    path = tmp_path / M.METRICS_FILENAME
+    with path.open("a") as log:
+        log.write('{"step": 3, "train/rew')
+    assert [row["step"] for row in M.read_metrics(path)] == [1, 2]
+    write_steps(tmp_path, [3], resume_step=2)
+    assert [row["step"] for row in M.read_metrics(path)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "lines, problem",
+    [
+        (['{"step": 1}', "not json", '{"step": 3}'], ":2: not JSON"),
+        (['{"step": 1}', '{"loss/kl": 1.0}'], ":2: expected an object with an integer 'step'"),
+        (['{"step": 2}', '{"step": 2}'], ":2: step 2 does not follow step 2"),
+        (['{"step": 1}', ""], ":2: not JSON"),
+    ],
+)
+def test_malformed_logs_name_file_and_line(tmp_path, lines, problem):
+    path = tmp_path / M.METRICS_FILENAME
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(M.MetricsFormatError, match=problem):
+        M.read_metrics(path)
+
+
+def test_writer_refuses_bad_rows(tmp_path):
+    with M.MetricsWriter(tmp_path) as log:
+        with pytest.raises(TypeError, match="'actor/kl_loss' must be a number"):
+            log.write(1, {M.LOSS_KL: "0.1"})
+        with pytest.raises(TypeError, match="must be a number, not bool"):
+            log.write(1, {"apatch/active": True})
+        with pytest.raises(ValueError, match="row's key"):
+            log.write(1, {"step": 1})
+        log.write(5, {})
+        with pytest.raises(ValueError, match="step 4 logged after step 5"):
+            log.write(4, {})
+
+
+def test_tag_fractions_are_shares_of_turns():
+    fractions = M.tag_fractions(
+        [["pass", "state_mismatch"], ["pass", "pass", "spurious_tool_call"]]
+    )
+    assert fractions == {
+        "train/tag_frac/pass": 0.6,
+        "train/tag_frac/spurious_tool_call": 0.2,
+        "train/tag_frac/state_mismatch": 0.2,
+    }
+    assert M.names_under([fractions], M.TAG_FRAC_PREFIX) == [
+        "pass",
+        "spurious_tool_call",
+        "state_mismatch",
+    ]
+
+
+def test_key_names_match_what_the_capability_state_apatch_and_the_loss_emit():
+    state = CapabilityState()
+    state.observe(TrajectoryOutcome("multi_turn_base", "t", 0.0, False, ["state_mismatch"], 1, 0))
+    weights = state.update_weights()
+    metrics = state.metrics()
+    assert {M.tag_weight_key(tag) for tag in weights} <= metrics.keys()
+    assert M.names_under([metrics], M.TAG_WEIGHT_PREFIX) == sorted(weights)
+
+    _, apatch_metrics = apply_apatch(
+        torch.ones(2, 3),
+        torch.ones(2, 3),
+        [["state_mismatch"], ["pass"]],
+        APatchConfig(),
+        step=1,
+        dynamic_weights=weights,
+    )
+    assert M.APATCH_MEAN_SCALE in apatch_metrics
+
+    log_prob = torch.zeros(1, 3)
+    _, loss_metrics = actor_loss(
+        log_prob,
+        log_prob,
+        torch.ones(1, 3),
+        torch.ones(1, 3),
+        PolicyLossConfig(use_kl_loss=True),
+        ref_log_prob=log_prob,
+    )
+    assert {M.LOSS_POLICY, M.LOSS_KL} <= loss_metrics.keys()

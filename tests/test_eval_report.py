@@ -1,0 +1,198 @@
+"""Run report: figures and page from a synthetic run directory, skipped parts, empty runs, CLI."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+
+from seal.eval import metrics_log as M
+from seal.eval import plots
+from seal.eval.records import ValidationRecord, read_val_dir, write_step
+from seal.eval.report import (
+    EmptyRunError,
+    main,
+    training_tag_shares,
+    validation_tag_shares,
+    write_report,
+)
+from seal.tocf.state import STATE_FILENAME, CapabilityState, TrajectoryOutcome
+from seal.tocf.summary import write_epoch_summary
+from seal.tocf.tags import CATEGORIES
+
+REPO = Path(__file__).resolve().parent.parent
+SPLIT = REPO / "data" / "seal_split.json"
+TASKS_PER_CATEGORY = 5
+# Accurate tasks per category (out of 5) at each validation step; step 20 is the best.
+PASSED = {0: (1, 0, 0, 0), 10: (2, 1, 1, 0), 20: (4, 3, 2, 3)}
+FIGURES = ("pass_rate.png", "failure_tags.png", "training.png", "tag_weights.png", "capability.png")
+
+
+def eval_ids(category):
+    ids = json.loads(SPLIT.read_text())["eval"]
+    return [t for t in ids if t.startswith(category + "_")][:TASKS_PER_CATEGORY]
+
+
+def write_validation(run_dir):
+    for step, passed in PASSED.items():
+        records = []
+        for category, n_passed in zip(CATEGORIES, passed, strict=True):
+            for k, task_id in enumerate(eval_ids(category)):
+                score = int(k < n_passed)
+                tags = ["pass", "correct_abstention"] if score else ["pass", "state_mismatch"]
+                records.append(
+                    ValidationRecord(
+                        task_id=task_id,
+                        data_source=category,
+                        score=score,
+                        reward=float(score),
+                        step=step,
+                        input="prompt",
+                        output="trajectory",
+                        failure_tags=tags,
+                        turns=2,
+                    )
+                )
+        write_step(run_dir / "validation", step, records)
+
+
+def write_training(run_dir):
+    """21 steps of metrics and an epoch summary, both made with the real capability state."""
+    state = CapabilityState()
+    with M.MetricsWriter(run_dir) as log:
+        for step in range(1, 22):
+            tags = [["pass", "spurious_tool_call"], ["empty_turn_model_response", "pass"]]
+            if step > 10:
+                tags[1] = ["pass", "pass"]
+            for k, sample_tags in enumerate(tags):
+                success = "pass" == sample_tags[-1] == sample_tags[0]
+                state.observe(
+                    TrajectoryOutcome(
+                        CATEGORIES[k], f"task_{k}", float(success), success, sample_tags, step, 0
+                    )
+                )
+            state.update_weights()
+            log.write(
+                step,
+                {
+                    M.REWARD_MEAN: step / 40,
+                    M.accuracy_key(CATEGORIES[0]): step / 30,
+                    **M.tag_fractions(tags),
+                    **state.metrics(),
+                    M.APATCH_MEAN_SCALE: 1.2,
+                    M.APATCH_SCALED_FRAC: 0.5,
+                    M.LOSS_POLICY: -0.01,
+                    M.LOSS_KL: 0.001,
+                    M.TIME_ROLLOUT_S: 30.0,
+                },
+            )
+    write_epoch_summary(state, run_dir / "tocf")
+    return state
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    write_validation(tmp_path)
+    write_training(tmp_path)
+    return tmp_path
+
+
+def test_full_run_gives_every_figure_and_the_paper_table(run_dir):
+    page = write_report(run_dir, label="synthetic")
+    assert page == run_dir / "report" / "report.md"
+    for name in FIGURES:
+        image = matplotlib.image.imread(page.parent / name)
+        assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 400, name
+        assert image.std() > 0.01, f"{name} is blank"
+    text = page.read_text()
+    for name in FIGURES:
+        assert f"]({name})" in text  # relative links: the folder moves as a whole
+    assert "skipped" not in text  # every part of the run was found
+    # The paper's rows in its format, then this run's best step (20: 4/5, 3/5, 2/5, 3/5).
+    assert "| model | avg | base | miss_func | miss_param | long_ctx |" in text
+    assert "| Qwen2.5-7B-Instruct + SEAL | 40.25 | 58.00 | 36.00 | 34.00 | 33.00 |" in text
+    assert (
+        "| **synthetic, step 20** | **60.00** | **80.00** | **60.00** | **40.00** | **60.00** |"
+        in text
+    )
+    assert "| 20   | 0.8000 (4/5)" in text  # the per-step summary table
+    assert "epoch 0 window, up to step 21" in text
+
+
+def test_tag_shares_per_step_sum_to_one(run_dir):
+    steps, shares = validation_tag_shares(read_val_dir(run_dir / "validation"))
+    assert steps == [0, 10, 20]
+    # Step 10: 16 of 20 tasks failed, each with one state_mismatch among its two turns.
+    assert shares["state_mismatch"][1] == pytest.approx(16 / 40)
+    for k in range(3):
+        assert sum(share[k] for share in shares.values()) == pytest.approx(1.0)
+
+    steps, shares = training_tag_shares(M.read_metrics(run_dir))
+    assert steps == list(range(1, 22))
+    assert shares["empty_turn_model_response"][0] == 0.25
+    # A tag that did not occur in a step counts 0 there.
+    assert shares["empty_turn_model_response"][10] == 0.0
+
+
+def test_missing_parts_are_skipped_with_a_note(tmp_path):
+    write_validation(tmp_path)
+    page = write_report(tmp_path, split=tmp_path / "no_split.json")
+    produced = {path.name for path in page.parent.glob("*.png")}
+    assert produced == {"pass_rate.png", "failure_tags.png"}
+    text = page.read_text()
+    assert "no `metrics.jsonl` rows" in text
+    assert "no capability state" in text
+    assert "split file" in text and "not found" in text
+
+
+def test_subset_of_the_split_is_flagged_as_not_comparable(tmp_path):
+    write_validation(tmp_path)
+    text = write_report(tmp_path).read_text()
+    assert "380 missing" in text and "not comparable with the paper" in text
+
+
+def test_capability_state_file_stands_in_for_epoch_summaries(tmp_path):
+    state = CapabilityState()
+    state.observe(TrajectoryOutcome(CATEGORIES[2], "t", 1.0, True, ["pass"], 7, 0))
+    state.save(tmp_path / STATE_FILENAME)
+    page = write_report(tmp_path)
+    assert {path.name for path in page.parent.glob("*.png")} == {"capability.png"}
+    assert "whole run up to step 7" in page.read_text()
+
+
+def test_empty_run_is_an_error(tmp_path, capsys):
+    with pytest.raises(EmptyRunError):
+        write_report(tmp_path)
+    assert main([str(tmp_path)]) == 1
+    assert "no validation records, metrics or capability state" in capsys.readouterr().err
+
+
+def test_malformed_records_fail_the_command(tmp_path, capsys):
+    (tmp_path / "validation").mkdir()
+    (tmp_path / "validation" / "step_000000.jsonl").write_text("{}\n")
+    assert main([str(tmp_path)]) == 1
+    assert "step_000000.jsonl:1" in capsys.readouterr().err
+
+
+def test_colours_are_fixed_per_tag():
+    assert plots.tag_color("pass") == plots.TAG_COLORS["pass"]
+    assert plots.tag_color("a_new_tag") == plots.tag_color("a_new_tag")
+    assert plots.ordered_tags(["pass", "zzz", "state_mismatch"]) == [
+        "zzz",
+        "state_mismatch",
+        "pass",
+    ]
+
+
+def test_module_runs_as_a_command(run_dir):
+    out_dir = run_dir / "elsewhere"
+    done = subprocess.run(
+        [sys.executable, "-m", "seal.eval.report", str(run_dir), "--out-dir", str(out_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (out_dir / "report.md").exists() and (out_dir / "capability.png").exists()

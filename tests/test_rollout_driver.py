@@ -1,0 +1,399 @@
+"""The episode driver on real episodes: the real service over a socket, the real Qwen2.5
+template, scripted generators in place of a model."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
+from seal.bfcl.tasks import load_task
+from seal.rollout.driver import EpisodeError, EpisodeLimits, EpisodeSample, run_episode
+from seal.rollout.env_client import EnvClient
+from seal.rollout.generation import Generation, GenerationError, SamplingParams
+from seal.rollout.scripted_generator import ScriptedGenerator, text_generation
+
+TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "seal/assets/qwen2.5-tokenizer"
+PARAMS = {"rollout_mode": "sample", "observation_lite": True}
+GREP_TASK = "multi_turn_base_0"
+LONG_TASK = "multi_turn_long_context_0"  # a grep answer of several hundred tokens
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+
+
+def gt_texts(task_id: str) -> list[str]:
+    """The ground-truth policy's assistant texts, all turns in order."""
+    turns = assistant_messages(ground_truth_trajectory(load_task(task_id)))
+    return [text for turn in turns for text in turn]
+
+
+class RecordingEnv(EnvClient):
+    """EnvClient that keeps the conversation as the service sent and received it."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.messages: list[dict] = []
+        self.observations: list[list[dict]] = []
+
+    async def create(self, task_id, params=None, instance_id=None):
+        instance_id, first = await super().create(task_id, params, instance_id)
+        self.messages = list(first)
+        return instance_id, first
+
+    async def step(self, instance_id, content):
+        reply = await super().step(instance_id, content)
+        self.messages.append({"role": "assistant", "content": content})
+        self.observations.append(reply.messages)
+        return reply
+
+
+def play(base_url, tokenizer, task_id, generator, limits: EpisodeLimits | None = None):
+    async def main():
+        async with RecordingEnv(base_url) as env:
+            sample = await run_episode(
+                env,
+                generator,
+                tokenizer,
+                task_id,
+                PARAMS,
+                limits or EpisodeLimits(),
+                SamplingParams(),
+            )
+            return sample, env
+
+    return asyncio.run(main())
+
+
+def conversation_the_model_saw(env: RecordingEnv, sample: EpisodeSample) -> list[dict]:
+    """First messages, then each generation followed by the observation the next
+    generation saw (the reply to the last step conditioned nothing)."""
+    messages, observations = env.messages[:2], env.observations[: sample.num_generations - 1]
+    for k, assistant in enumerate(env.messages[2:]):
+        messages += [assistant, *(observations[k] if k < len(observations) else [])]
+    return messages
+
+
+def rerender(tokenizer, messages: list[dict]) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def generated_spans(generator: ScriptedGenerator, sample: EpisodeSample):
+    """(start, ids) of each generation inside the response."""
+    offset = len(sample.prompt_ids)
+    return [
+        (start - offset, generator.generations[k].token_ids)
+        for k, start in enumerate(generator.prompt_lengths)
+    ]
+
+
+def assert_sequence_is_what_the_model_saw(generator, sample):
+    full = sample.prompt_ids + sample.response_ids
+    assert len(sample.response_mask) == len(sample.response_ids)
+    expected_mask = [0] * len(sample.response_ids)
+    for k, (start, ids) in enumerate(generated_spans(generator, sample)):
+        assert sample.response_ids[start : start + len(ids)] == ids  # kept as returned
+        assert generator.prompts[k] == full[: len(sample.prompt_ids) + start]  # a prefix
+        expected_mask[start : start + len(ids)] = [1] * len(ids)
+    assert sample.response_mask == expected_mask
+    last_start, last_ids = generated_spans(generator, sample)[-1]
+    assert last_start + len(last_ids) == len(sample.response_ids)  # ends with the last generation
+
+
+@pytest.mark.parametrize(
+    "task_id",
+    [
+        "multi_turn_base_0",
+        "multi_turn_miss_func_0",  # a held-out tool is revealed in a later turn
+        "multi_turn_miss_param_0",
+        "multi_turn_long_context_0",
+    ],
+)
+def test_ground_truth_episode_scores_1_and_equals_a_full_rerender(live_service, tokenizer, task_id):
+    base_url, engine = live_service
+    texts = gt_texts(task_id)
+    generator = ScriptedGenerator.from_texts(tokenizer, texts, record_prompts=True)
+    sample, env = play(base_url, tokenizer, task_id, generator)
+
+    assert (sample.accuracy, sample.reward, sample.stop_reason) == (1, 1.0, "terminated")
+    assert sample.num_generations == len(texts) == generator.calls
+    assert sample.category == load_task(task_id).category and sample.task_id == task_id
+    assert sample.failure_tags == sample.report["failure_tags"]
+    assert [m["content"] for m in env.messages[2:]] == texts  # the service got the texts
+    assert_sequence_is_what_the_model_saw(generator, sample)
+    # Canonical tokenization: the incremental ids are the full template render's,
+    # except the "\n" the template puts after the final <|im_end|>.
+    assert rerender(tokenizer, conversation_the_model_saw(env, sample)) == (
+        sample.prompt_ids + sample.response_ids + tokenizer.encode("\n")
+    )
+    assert sample.input_text == tokenizer.decode(sample.prompt_ids)
+    assert sample.output_text == tokenizer.decode(sample.response_ids)
+    assert sample.output_text.endswith("Done.<|im_end|>")
+    assert sample.response_logprobs is None
+    assert engine.stats()["live_episodes"] == 0
+
+
+def test_non_canonical_generated_ids_are_kept_not_retokenized(live_service, tokenizer):
+    """A model may write "Done." one character per token. Re-tokenizing the conversation
+    would turn that into other ids than the model produced; the driver keeps its ids."""
+    task_id = "multi_turn_miss_param_0"
+    texts = gt_texts(task_id)
+    spelled = [tokenizer.convert_tokens_to_ids(c) for c in "Done."]
+    assert spelled != tokenizer.encode("Done.")
+    generations = [
+        Generation(spelled + [tokenizer.eos_token_id], None, "stop")
+        if text == "Done."
+        else text_generation(tokenizer, text)
+        for text in texts
+    ]
+    generator = ScriptedGenerator(generations, record_prompts=True)
+    sample, env = play(
+        base_url=live_service[0], tokenizer=tokenizer, task_id=task_id, generator=generator
+    )
+
+    assert sample.accuracy == 1  # the service got the same text
+    assert_sequence_is_what_the_model_saw(generator, sample)
+    full = sample.prompt_ids + sample.response_ids
+    retokenized = rerender(tokenizer, conversation_the_model_saw(env, sample))
+    assert tokenizer.decode(retokenized) == tokenizer.decode(full) + "\n"
+    assert retokenized[:-1] != full  # a re-render would have drifted
+
+
+def test_max_generations_stops_after_the_last_generation(live_service, tokenizer):
+    generator = ScriptedGenerator.from_texts(tokenizer, gt_texts(GREP_TASK), record_prompts=True)
+    sample, env = play(
+        live_service[0], tokenizer, GREP_TASK, generator, EpisodeLimits(max_generations=3)
+    )
+    assert (sample.stop_reason, sample.num_generations, generator.calls) == (
+        "max_generations",
+        3,
+        3,
+    )
+    assert len(env.messages) == 2 + 3  # the third text still reached the service
+    assert sample.accuracy == 0 and sample.report["steps"] == 3
+    assert_sequence_is_what_the_model_saw(generator, sample)
+    assert sample.response_ids[-1] == tokenizer.eos_token_id and sample.response_mask[-1] == 1
+
+
+def context_probe(base_url, tokenizer) -> ScriptedGenerator:
+    """The ground truth of GREP_TASK played without limits: where each generation starts."""
+    probe = ScriptedGenerator.from_texts(tokenizer, gt_texts(GREP_TASK))
+    play(base_url, tokenizer, GREP_TASK, probe)
+    return probe
+
+
+def test_an_observation_that_would_fill_the_context_is_not_appended(live_service, tokenizer):
+    base_url, engine = live_service
+    probe = context_probe(base_url, tokenizer)
+    # The third generation would start at probe.prompt_lengths[2]: one token short.
+    limits = EpisodeLimits(max_context_tokens=probe.prompt_lengths[2])
+    generator = ScriptedGenerator.from_texts(tokenizer, gt_texts(GREP_TASK), record_prompts=True)
+    sample, env = play(base_url, tokenizer, GREP_TASK, generator, limits)
+
+    assert (sample.stop_reason, sample.num_generations) == ("context_limit", 2)
+    assert len(env.messages) == 2 + 2  # both generations reached the service
+    assert_sequence_is_what_the_model_saw(generator, sample)
+    assert generator.prompt_lengths == probe.prompt_lengths[:2]
+    assert sample.response_mask[-1] == 1  # ends with the second generation
+    assert engine.stats()["live_episodes"] == 0
+
+
+def test_a_generation_is_cut_to_the_room_left_in_the_context(live_service, tokenizer):
+    base_url, _ = live_service
+    probe = context_probe(base_url, tokenizer)
+    texts = gt_texts(GREP_TASK)
+    room = 5  # for the third generation, a tool call of about 30 tokens
+    limits = EpisodeLimits(max_context_tokens=probe.prompt_lengths[2] + room)
+    generator = ScriptedGenerator.from_texts(tokenizer, texts, record_prompts=True)
+    sample, env = play(base_url, tokenizer, GREP_TASK, generator, limits)
+
+    assert (sample.stop_reason, sample.num_generations) == ("context_limit", 3)
+    full_third = tokenizer.encode(texts[2])
+    assert sample.response_ids[-room:] == full_third[:room]
+    assert sample.response_mask[-room:] == [1] * room
+    assert env.messages[-1]["content"] == tokenizer.decode(full_third[:room])  # sent, cut
+    assert len(sample.prompt_ids) + len(sample.response_ids) == limits.max_context_tokens
+
+
+def test_a_prompt_too_long_for_one_generation_gives_an_empty_response(live_service, tokenizer):
+    base_url, engine = live_service
+    generator = ScriptedGenerator([])
+    limits = EpisodeLimits(max_context_tokens=4000)  # its prompt has about 4950 tokens
+    sample, _ = play(base_url, tokenizer, GREP_TASK, generator, limits)
+    assert (sample.stop_reason, sample.num_generations, generator.calls) == ("context_limit", 0, 0)
+    assert sample.response_ids == sample.response_mask == [] and sample.accuracy == 0
+    assert engine.stats()["live_episodes"] == 0
+
+
+def test_long_observations_are_clipped_and_marked(live_service, tokenizer):
+    task_id, limit = LONG_TASK, 60
+    generator = ScriptedGenerator.from_texts(tokenizer, gt_texts(task_id), record_prompts=True)
+    sample, env = play(
+        live_service[0], tokenizer, task_id, generator, EpisodeLimits(max_observation_tokens=limit)
+    )
+    assert sample.accuracy == 1
+    assert_sequence_is_what_the_model_saw(generator, sample)
+    grep_answer = next(
+        m["content"] for obs in env.observations for m in obs if "matching_lines" in m["content"]
+    )
+    assert len(tokenizer.encode(grep_answer)) > 500
+    assert grep_answer not in sample.output_text
+    clipped = [
+        part.split("<|im_end|>")[0]
+        for part in sample.output_text.split("<|im_start|>user\n")[1:]
+        if "[truncated" in part
+    ]
+    assert len(clipped) >= 1
+    for content in clipped:
+        assert len(tokenizer.encode(content)) <= limit
+        kept = content.split("\n... [truncated")[0]
+        assert any(m["content"].startswith(kept) for obs in env.observations for m in obs)
+    seen = [m["content"] for obs in env.observations[: sample.num_generations - 1] for m in obs]
+    short = [c for c in seen if len(tokenizer.encode(c)) <= limit]
+    assert short and all(c in sample.output_text for c in short)  # not clipped
+
+
+def test_length_stopped_generation_is_sent_and_its_turn_closed_unmasked(live_service, tokenizer):
+    task_id = "multi_turn_miss_param_0"
+    texts = gt_texts(task_id)
+    cut = text_generation(tokenizer, texts[0], closed=False)  # no eos: hit max_new_tokens
+    generations = [cut] + [text_generation(tokenizer, t) for t in texts[1:]]
+    generator = ScriptedGenerator(generations, record_prompts=True)
+    limits = EpisodeLimits(max_new_tokens=len(cut.token_ids) + 200)
+    sample, env = play(live_service[0], tokenizer, task_id, generator, limits)
+
+    assert sample.accuracy == 1  # the cut text still ran its calls
+    assert env.messages[2]["content"] == texts[0]
+    assert_sequence_is_what_the_model_saw(generator, sample)
+    end = len(cut.token_ids)
+    assert sample.response_ids[end] == tokenizer.eos_token_id  # closed by the driver
+    assert sample.response_mask[end] == 0  # ... which the model did not generate
+    assert rerender(tokenizer, conversation_the_model_saw(env, sample)) == (
+        sample.prompt_ids + sample.response_ids + tokenizer.encode("\n")
+    )
+
+
+def test_logprobs_sit_on_generated_ids_and_zero_elsewhere(live_service, tokenizer):
+    task_id = "multi_turn_miss_param_0"
+    generations = [text_generation(tokenizer, t) for t in gt_texts(task_id)]
+    for k, g in enumerate(generations):
+        g.logprobs = [-0.001 * (k + 1)] * len(g.token_ids)
+    sample, _ = play(live_service[0], tokenizer, task_id, ScriptedGenerator(generations))
+    assert len(sample.response_logprobs) == len(sample.response_ids)
+    for lp, m in zip(sample.response_logprobs, sample.response_mask, strict=True):
+        assert (lp < 0) == (m == 1)
+    assert sum(lp for lp in sample.response_logprobs) == pytest.approx(
+        sum(sum(g.logprobs) for g in generations)
+    )
+
+
+class FailingGenerator(ScriptedGenerator):
+    """Fails on call number `fail_at` (1-based) with `error`."""
+
+    def __init__(self, generations, fail_at, error):
+        super().__init__(generations)
+        self.fail_at, self.error = fail_at, error
+
+    async def generate(self, prompt_ids, sampling):
+        if self.calls + 1 == self.fail_at:
+            raise self.error
+        return await super().generate(prompt_ids, sampling)
+
+
+@pytest.mark.parametrize(
+    "make_generator, cause",
+    [
+        (
+            lambda gens: FailingGenerator(gens, 2, GenerationError("CUDA out of memory")),
+            "out of memory",
+        ),
+        (
+            lambda gens: ScriptedGenerator([gens[0], Generation([], None, "stop")]),
+            "empty generation",
+        ),
+        (
+            lambda gens: ScriptedGenerator([gens[0], Generation(gens[1].token_ids, [0.0], "stop")]),
+            "log-probabilities for",
+        ),
+    ],
+    ids=["raises", "empty", "logprob-count"],
+)
+def test_generator_failure_names_the_task_and_releases_the_episode(
+    live_service, tokenizer, make_generator, cause
+):
+    base_url, engine = live_service
+    generator = make_generator([text_generation(tokenizer, t) for t in gt_texts(GREP_TASK)])
+    with pytest.raises(
+        EpisodeError, match=rf"task {GREP_TASK} .* after 1 generations: .*{cause}"
+    ) as info:
+        play(base_url, tokenizer, GREP_TASK, generator)
+    assert isinstance(info.value.__cause__, GenerationError)
+    assert engine.stats()["live_episodes"] == 0
+    assert engine.stats()["released"] == 1
+
+
+def test_unknown_task_is_an_error_naming_it(live_service, tokenizer):
+    with pytest.raises(EpisodeError, match="multi_turn_base_999"):
+        play(live_service[0], tokenizer, "multi_turn_base_999", ScriptedGenerator([]))
+
+
+class Stuck(ScriptedGenerator):
+    async def generate(self, prompt_ids, sampling):
+        await asyncio.sleep(3600)
+
+
+class LostCreateReply(EnvClient):
+    """The service creates the episode but its reply never arrives."""
+
+    async def create(self, task_id, params=None, instance_id=None):
+        await super().create(task_id, params, instance_id)
+        await asyncio.sleep(3600)
+
+
+@pytest.mark.parametrize(
+    "env_cls, generator", [(EnvClient, Stuck([])), (LostCreateReply, ScriptedGenerator([]))]
+)
+def test_a_cancelled_episode_is_released(live_service, tokenizer, env_cls, generator):
+    base_url, engine = live_service
+
+    async def main():
+        async with env_cls(base_url) as env:
+            episode = run_episode(
+                env, generator, tokenizer, GREP_TASK, PARAMS, EpisodeLimits(), SamplingParams()
+            )
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(episode, timeout=0.5)
+
+    asyncio.run(main())
+    assert engine.stats()["created"] == 1 and engine.stats()["live_episodes"] == 0
+
+
+def test_concurrent_episodes_share_one_client(live_service, tokenizer):
+    task_ids = [f"multi_turn_base_{i}" for i in range(8)]
+
+    async def main():
+        async with EnvClient(live_service[0]) as env:
+            return await asyncio.gather(
+                *(
+                    run_episode(
+                        env,
+                        ScriptedGenerator.from_texts(tokenizer, gt_texts(tid)),
+                        tokenizer,
+                        tid,
+                        PARAMS,
+                        EpisodeLimits(),
+                        SamplingParams(),
+                    )
+                    for tid in task_ids
+                )
+            )
+
+    samples = asyncio.run(main())
+    assert [s.task_id for s in samples] == task_ids
+    assert [s.accuracy for s in samples] == [1] * 8

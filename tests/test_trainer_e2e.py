@@ -1,0 +1,69 @@
+"""The whole local SEAL loop on CPU through the real service: a tiny model trains two
+steps, writes validation records, a checkpoint and the capability state; a second run
+resumes from the checkpoint and continues exactly where the first stopped."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from seal.eval.metrics_log import read_metrics
+from seal.eval.records import read_val_dir
+from seal.tocf.state import STATE_FILENAME, CapabilityState
+from seal.trainer import checkpoint as ckpt
+from seal.trainer.config import TrainerConfig
+from seal.trainer.local import LocalTrainer
+
+
+def tiny_config(**overrides) -> TrainerConfig:
+    base = {
+        "total_steps": 2,
+        "model": {"path": "tiny-qwen2", "dtype": "float32", "device": "cpu"},
+        "data": {"train_batch_size": 2, "max_train_tasks": 4, "max_val_tasks": 2},
+        "rollout": {
+            "n": 2, "max_generations": 2, "max_new_tokens": 6, "max_context_tokens": 8192,
+            "max_observation_tokens": 64,
+        },
+        "optim": {"lr": 1e-3, "mini_batch_size": 1, "micro_batch_size": 2},
+        "validation": {"test_freq": 2},
+        "checkpoint": {"save_freq": 1},
+        "logging": {"wandb": "disabled"},
+    }  # fmt: skip
+    cfg = OmegaConf.merge(OmegaConf.structured(TrainerConfig), base, overrides)
+    return cfg
+
+
+def test_train_two_steps_then_resume(live_service, tmp_path):
+    url, engine = live_service
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    state = LocalTrainer(tiny_config(), url, run_dir).fit()
+    assert state.step == 2
+
+    steps = read_val_dir(run_dir / "validation")
+    assert sorted(steps) == [0, 2] and all(len(records) == 2 for records in steps.values())
+    assert all(len(r.failure_tags) > 0 for r in steps[2])
+    assert ckpt.latest_checkpoint(run_dir).name == "step_000002"
+    capability = CapabilityState.load(run_dir / STATE_FILENAME)
+    assert capability.run.num_trajectories == 2 * 2 * 2  # steps x tasks x samples
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert "apatch/mean_scale" in rows[1] and "actor/pg_loss" in rows[1]
+    assert engine.stats()["live_episodes"] == 0, "episodes leaked"
+    assert engine.pushed_profile is not None, "the failure profile never reached the service"
+
+    # A fresh run in the same directory is refused: resuming must be explicit.
+    with pytest.raises(FileExistsError):
+        LocalTrainer(tiny_config(), url, run_dir)
+
+    resumed = LocalTrainer(tiny_config(total_steps=3, checkpoint={"resume": True}), url, run_dir)
+    assert resumed.state.step == 2
+    state = resumed.fit()
+    assert state.step == 3
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert sorted(read_val_dir(run_dir / "validation")) == [0, 2, 3]
+    assert CapabilityState.load(run_dir / STATE_FILENAME).run.num_trajectories == 3 * 2 * 2
+    saved = json.loads((ckpt.latest_checkpoint(run_dir) / "trainer_state.json").read_text())
+    assert saved["step"] == 3 and [h["step"] for h in saved["history"]] == [0, 2, 3]

@@ -38,11 +38,11 @@ fi
 # pyproject.toml lists what they do need (mpmath, filelock).
 "${pip[@]}" --no-deps bfcl-eval==2026.3.23
 
-if [ "$mode" = cpu ]; then
-  "${pip[@]}" -e .
-else
-  "${pip[@]}" -e ".[test]"
-fi
+case "$mode" in
+  cpu) "${pip[@]}" -e . ;;
+  test) "${pip[@]}" -e ".[test]" ;;
+  gpu) "${pip[@]}" -e ".[test,tracking]" ;;
+esac
 if [ "$mode" = test ]; then
   # verl-core (not the [cpu] extra, which pins a torch that pulls CUDA): the equality
   # tests import verl's own functions.

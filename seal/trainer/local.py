@@ -220,6 +220,7 @@ class LocalTrainer:
             if last or state.step % cfg.validation.test_freq == 0:
                 metrics |= self._after_validation(state.step, self.validate(state.step))
             self.log.write(state.step, metrics)
+            progress.write(_console_line(state.step, metrics))
             progress.update(1)
             progress.set_postfix(reward=f"{metrics['train/reward_mean']:.3f}")
             if last or (cfg.checkpoint.save_freq and state.step % cfg.checkpoint.save_freq == 0):
@@ -283,6 +284,22 @@ def run_local_training(cfg, env_url: str, run_dir: Path, split_file: Path) -> No
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def _console_line(step: int, m: dict[str, float]) -> str:
+    keys = {
+        "reward": "train/reward_mean",
+        "acc": "train/accuracy",
+        "scale": "apatch/mean_scale",
+        "pg": "actor/pg_loss",
+        "kl": "actor/kl_loss",
+        "clip": "actor/pg_clipfrac",
+        "rollout_s": "time/rollout_s",
+        "update_s": "time/update_s",
+        "val_avg": "val/average",
+    }
+    parts = [f"{name} {m[key]:.4g}" for name, key in keys.items() if key in m]
+    return f"[step {step}] " + "  ".join(parts)
 
 
 def _padded(values: list[int], width: int) -> torch.Tensor:

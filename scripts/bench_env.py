@@ -43,7 +43,7 @@ import psutil
 
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
 from seal.bfcl.tasks import load_task, task_ids
-from seal.eval.records import ValidationRecord
+from seal.eval.replay import record_from_report
 from seal.eval.summary import render_markdown, summarize_step
 from seal.rollout.env_client import EnvClient
 from seal.rollout.scripted import run_scripted_episode
@@ -119,21 +119,6 @@ async def replay_all(
         return reports, client.latencies, elapsed
 
 
-def to_record(report: dict) -> ValidationRecord:
-    return ValidationRecord(
-        task_id=report["task_id"],
-        data_source=report["category"],
-        score=report["accuracy"],
-        reward=report["reward"],
-        step=0,
-        input=json.dumps(report["input"]),
-        output=json.dumps(report["output"]),
-        failure_tags=report["failure_tags"],
-        turns=report["steps"],
-        progress=report["progress"],
-    )
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -176,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
         proc.terminate()
         proc.wait(timeout=10)
 
-    summary = summarize_step(0, [to_record(r) for r in reports])
+    summary = summarize_step(0, [record_from_report(r, step=0) for r in reports])
     print("\naccuracy of the ground truth through the service (last run):")
     print(render_markdown([summary]))
     failed = sorted(r["task_id"] for r in reports if not r["accuracy"])

@@ -95,50 +95,24 @@ class LocalTrainer:
 
     def train_step(self, step: int, epoch: int, task_ids: list[str]) -> dict[str, float]:
         cfg, t0 = self.cfg, time.perf_counter()
-        samples = self.rollout(
-            task_ids, cfg.rollout.n, mode="sample", temperature=cfg.rollout.temperature
-        )
+        # 1. Roll out every task n times; the service verifies and tags each episode.
+        samples = self.rollout(task_ids, cfg.rollout.n, "sample", cfg.rollout.temperature)
         t1 = time.perf_counter()
-        for s in samples:
-            self.capability.observe(
-                TrajectoryOutcome(
-                    s.category, s.task_id, s.reward, bool(s.accuracy), s.failure_tags, step, epoch
-                )
-            )
-        weights = self.capability.update_weights()
-        width = max(max(len(s.response_ids) for s in samples), 1)
-        mask = torch.stack([_padded(s.response_mask, width) for s in samples])
-        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+        # 2. The capability state observes the tags and moves the dynamic tag weights.
+        weights = self._observe(samples, step, epoch)
+        # 3. GRPO: outcome rewards normalised within each task's group of samples.
+        mask = _response_mask(samples)
+        rewards = torch.tensor([s.reward for s in samples])
         groups = [s.task_id for s in samples]
-        advantages = grpo_advantages(
-            rewards, groups, mask, GRPOConfig(norm_by_std=cfg.loss.norm_adv_by_std)
-        )
-        apatch = APatchConfig(**asdict(cfg.apatch))
+        advantages = grpo_advantages(rewards, groups, mask, self.grpo_config)
+        # 4. A-Patch: scale each sample's advantages by the weights of its turn tags.
+        tags = [s.failure_tags for s in samples]
         advantages, apatch_metrics = apply_apatch(
-            advantages,
-            mask,
-            [s.failure_tags for s in samples],
-            apatch,
-            step=step,
-            dynamic_weights=weights,
+            advantages, mask, tags, self.apatch_config, step=step, dynamic_weights=weights
         )
-        lp_args = (
-            samples,
-            width,
-            cfg.optim.micro_batch_size,
-            cfg.optim.logprob_chunk_tokens,
-            self.pad_id,
-        )
-        old = batch_logprobs(self.policy, *lp_args)
-        ref = batch_logprobs(self.reference, *lp_args) if self.reference is not None else None
-        update_metrics = policy_update(
-            self.policy, self.optimizer, samples, advantages, old, ref, self.loss_config,
-            samples_per_mini_batch=cfg.optim.mini_batch_size * cfg.rollout.n,
-            micro_batch_size=cfg.optim.micro_batch_size,
-            chunk_tokens=cfg.optim.logprob_chunk_tokens,
-            grad_clip=cfg.optim.grad_clip,
-            pad_id=self.pad_id,
-        )  # fmt: skip
+        # 5. The actor update: clipped loss with KL to the frozen reference.
+        update_metrics = self._update(samples, advantages, width=mask.shape[1])
+        # 6. Close the loop: the service's guidelines follow the current failure profile.
         self.capability.save(self.capability_path)
         if cfg.rollout.push_profile:
             asyncio.run(_push_profile(self.env_url, self.capability.failure_profile()))
@@ -151,6 +125,29 @@ class LocalTrainer:
             "time/rollout_s": t1 - t0,
             "time/update_s": t2 - t1,
         }
+
+    def _observe(self, samples: list[EpisodeSample], step: int, epoch: int) -> dict[str, float]:
+        for s in samples:
+            success = bool(s.accuracy)
+            outcome = TrajectoryOutcome(
+                s.category, s.task_id, s.reward, success, s.failure_tags, step, epoch
+            )
+            self.capability.observe(outcome)
+        return self.capability.update_weights()
+
+    def _update(self, samples: list[EpisodeSample], advantages: torch.Tensor, width: int):
+        o = self.cfg.optim
+        logprob_args = (samples, width, o.micro_batch_size, o.logprob_chunk_tokens, self.pad_id)
+        old = batch_logprobs(self.policy, *logprob_args)
+        ref = None if self.reference is None else batch_logprobs(self.reference, *logprob_args)
+        return policy_update(
+            self.policy, self.optimizer, samples, advantages, old, ref, self.loss_config,
+            samples_per_mini_batch=o.mini_batch_size * self.cfg.rollout.n,
+            micro_batch_size=o.micro_batch_size,
+            chunk_tokens=o.logprob_chunk_tokens,
+            grad_clip=o.grad_clip,
+            pad_id=self.pad_id,
+        )  # fmt: skip
 
     # --- rollouts and validation ---------------------------------------------------------
 
@@ -257,6 +254,14 @@ class LocalTrainer:
         return self.tokenizer.pad_token_id
 
     @property
+    def grpo_config(self) -> GRPOConfig:
+        return GRPOConfig(norm_by_std=self.cfg.loss.norm_adv_by_std)
+
+    @property
+    def apatch_config(self) -> APatchConfig:
+        return APatchConfig(**asdict(self.cfg.apatch))
+
+    @property
     def loss_config(self) -> PolicyLossConfig:
         c = self.cfg.loss
         return PolicyLossConfig(
@@ -302,10 +307,13 @@ def _console_line(step: int, m: dict[str, float]) -> str:
     return f"[step {step}] " + "  ".join(parts)
 
 
-def _padded(values: list[int], width: int) -> torch.Tensor:
-    out = torch.zeros(width)
-    out[: len(values)] = torch.tensor(values, dtype=torch.float32)
-    return out
+def _response_mask(samples: list[EpisodeSample]) -> torch.Tensor:
+    """[N, longest response] with 1 on generated tokens, right-padded with 0."""
+    width = max(max(len(s.response_ids) for s in samples), 1)
+    mask = torch.zeros((len(samples), width))
+    for i, s in enumerate(samples):
+        mask[i, : len(s.response_mask)] = torch.tensor(s.response_mask, dtype=torch.float32)
+    return mask
 
 
 def _rollout_metrics(samples: list[EpisodeSample], prefix: str) -> dict[str, float]:

@@ -1,0 +1,202 @@
+"""`SealBfclAgentLoop`: verl's agent loop for BFCL multi-turn rows (agent_name "seal_bfcl").
+
+verl's AgentLoopWorker instantiates the loop once per sample (hydra.utils.instantiate
+with trainer_config, server_manager, tokenizer, ...) and awaits
+`run(sampling_params, **row)`, where `row` is the dataset row minus agent_name
+(extra_info, raw_prompt, data_source, index, ...). The loop plays the row's task with
+the shared episode driver against the environment service, generating through verl's
+LLM server client, and returns the episode as an `AgentLoopOutput` whose reward_score
+is the service's reward (so verl's reward loop is not called for it).
+
+Settings come from an optional `seal` section of the trainer config (add it with
+`+seal.env_url=...` on the command line); see `LoopSettings`.
+
+Lengths: verl pads the prompt to rollout.prompt_length and the response to
+rollout.response_length and fails on longer ones. The driver bounds prompt + response
+by max_context_tokens only, so the loop requires max_context_tokens <=
+response_length (then every response fits) and fails an episode whose prompt exceeds
+prompt_length rather than truncating it (a cut prompt is not what the model saw).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from dataclasses import dataclass, fields
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    register,
+)
+
+from seal.rollout.driver import EpisodeLimits, EpisodeSample, run_episode
+from seal.rollout.env_client import EnvClient
+from seal.rollout.generation import SamplingParams
+from seal.trainer.verl.generator import VerlGenerator
+
+AGENT_NAME = "seal_bfcl"
+"""The parquet's agent_name column (scripts/prepare_data.py)."""
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """The trainer config's `seal` section; defaults are the paper's (as RolloutSettings)."""
+
+    env_url: str = "http://127.0.0.1:8082"
+    max_generations: int = 20
+    max_new_tokens: int = 4096
+    max_context_tokens: int = 16384
+    max_observation_tokens: int = 4096
+    observation_lite: bool = True
+    recovery_feedback: bool = False
+    diagnostic_guidelines: bool = True
+    env_timeout_s: float = 60.0
+    max_env_connections: int = 256
+
+    @classmethod
+    def from_config(cls, config: DictConfig | dict) -> LoopSettings:
+        section = config.get("seal") if config is not None else None
+        if section is None:
+            return cls()
+        values = OmegaConf.to_container(section) if isinstance(section, DictConfig) else section
+        unknown = set(values) - {f.name for f in fields(cls)}
+        if unknown:
+            # A misspelt key would otherwise silently keep the default.
+            raise ValueError(f"unknown seal settings: {sorted(unknown)}")
+        return cls(**values)
+
+    def limits(self) -> EpisodeLimits:
+        return EpisodeLimits(
+            max_generations=self.max_generations,
+            max_context_tokens=self.max_context_tokens,
+            max_new_tokens=self.max_new_tokens,
+            max_observation_tokens=self.max_observation_tokens,
+        )
+
+    def env_params(self, split: str) -> dict:
+        """The create params of the local trainer: training rows get the training
+        environment layers, every other split (the eval parquet) plain validation."""
+        if split != "train":
+            return {"rollout_mode": "validate"}
+        return {
+            "rollout_mode": "sample",
+            "observation_lite": self.observation_lite,
+            "recovery_feedback": self.recovery_feedback,
+            "diagnostic_guidelines": self.diagnostic_guidelines,
+        }
+
+
+# One EnvClient per (event loop, URL): verl builds a loop instance per sample, and an
+# aiohttp session per episode would open hundreds of connection pools per step.
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, EnvClient]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def shared_env_client(settings: LoopSettings) -> EnvClient:
+    per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
+    if settings.env_url not in per_loop:
+        per_loop[settings.env_url] = EnvClient(
+            settings.env_url,
+            timeout_s=settings.env_timeout_s,
+            max_connections=settings.max_env_connections,
+        )
+    return per_loop[settings.env_url]
+
+
+async def close_shared_env_clients() -> None:
+    """Close this event loop's clients (tests, shutdown)."""
+    for client in _clients.pop(asyncio.get_running_loop(), {}).values():
+        await client.aclose()
+
+
+@register(AGENT_NAME)
+class SealBfclAgentLoop(AgentLoopBase):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.settings = LoopSettings.from_config(self.config)
+        self.limits = self.settings.limits()
+        response_length = self.rollout_config.response_length
+        if self.limits.max_context_tokens > response_length:
+            raise ValueError(
+                f"seal.max_context_tokens {self.limits.max_context_tokens} exceeds "
+                f"rollout.response_length {response_length}: a long episode after a short "
+                "prompt would not fit verl's response tensor"
+            )
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        extra_info = kwargs.get("extra_info") or {}
+        if "task_id" not in extra_info:
+            raise ValueError(f"row has no extra_info.task_id (keys: {sorted(kwargs)})")
+        task_id = str(extra_info["task_id"])
+        split = str(extra_info.get("split", "train"))
+        sampling = SamplingParams(
+            max_new_tokens=self.limits.max_new_tokens,
+            temperature=float(sampling_params.get("temperature", 1.0)),
+            top_p=float(sampling_params.get("top_p", 1.0)),
+        )
+        # The eos is the template's end of turn; another stop token at exactly
+        # max_new_tokens is labelled "length", which changes nothing in the sample.
+        generator = VerlGenerator(
+            self.server_manager, sampling_params, stop_token_ids={self.tokenizer.eos_token_id}
+        )
+        start = time.perf_counter()
+        sample = await run_episode(
+            shared_env_client(self.settings),
+            generator,
+            self.tokenizer,
+            task_id,
+            self.settings.env_params(split),
+            self.limits,
+            sampling,
+        )
+        total = time.perf_counter() - start
+        prompt_length = self.rollout_config.prompt_length
+        if len(sample.prompt_ids) > prompt_length:
+            raise ValueError(
+                f"task {task_id}: prompt of {len(sample.prompt_ids)} tokens exceeds "
+                f"rollout.prompt_length {prompt_length}"
+            )
+        metrics = AgentLoopMetrics(
+            generate_sequences=generator.seconds, tool_calls=total - generator.seconds
+        )
+        return to_output(sample, metrics)
+
+
+def to_output(sample: EpisodeSample, metrics: AgentLoopMetrics) -> AgentLoopOutput:
+    report = sample.report
+    return AgentLoopOutput(
+        prompt_ids=sample.prompt_ids,
+        response_ids=sample.response_ids,
+        response_mask=sample.response_mask,
+        response_logprobs=sample.response_logprobs,
+        reward_score=float(sample.reward),
+        num_turns=num_turns(sample.response_mask),
+        metrics=metrics,
+        extra_fields={
+            # The trainer's A-Patch and capability state read these per sample.
+            "task_id": sample.task_id,
+            "category": sample.category,
+            "failure_tags": list(sample.failure_tags),
+            "accuracy": int(sample.accuracy),
+            "progress": float(sample.progress),
+            "num_generations": sample.num_generations,
+            "stop_reason": sample.stop_reason,
+            "tool_calls": report.get("tool_calls"),
+            "invalid_calls": report.get("invalid_calls"),
+            "tool_errors": report.get("tool_errors"),
+            "turns_reached": report.get("turns_reached"),
+        },
+    )
+
+
+def num_turns(response_mask: list[int]) -> int:
+    """verl counts chat messages (user, assistant, tool): the first user message, one
+    per generated run of the mask and one per observation run between them."""
+    runs = sum(1 for i, m in enumerate(response_mask) if i == 0 or m != response_mask[i - 1])
+    return 1 + runs

@@ -1,0 +1,37 @@
+"""The module verl loads through the `verl.plugins` entry point: importing it registers
+the project's extensions with verl.
+
+verl 0.9.1 imports every `verl.plugins` entry point while `import verl` runs, in every
+process (Ray workers too), and swallows a failing import at debug level. A broken
+plugin therefore shows up only later, as "Agent loop seal_bfcl not registered" deep
+in a rollout worker; `check_registrations()` turns that into an error at start-up,
+naming what is missing.
+"""
+
+from __future__ import annotations
+
+from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+from seal.trainer.verl.agent_loop import AGENT_NAME, SealBfclAgentLoop
+
+ENTRY_POINT_GROUP = "verl.plugins"
+ENTRY_POINT = "seal = seal.trainer.verl.plugin"
+"""The line of pyproject.toml's [project.entry-points."verl.plugins"] table."""
+
+
+def missing_registrations() -> list[str]:
+    """What verl's registries lack of this plugin (empty when all is registered)."""
+    missing = []
+    # verl 0.9.1 has no public getter for agent loops; the worker reads this dict.
+    entry = _agent_loop_registry.get(AGENT_NAME)
+    target = f"{SealBfclAgentLoop.__module__}.{SealBfclAgentLoop.__qualname__}"
+    if entry is None or entry.get("_target_") != target:
+        missing.append(f"agent loop {AGENT_NAME!r} -> {target} (registered: {entry})")
+    return missing
+
+
+def check_registrations() -> None:
+    """Raise if anything this plugin registers is missing from verl."""
+    missing = missing_registrations()
+    if missing:
+        raise RuntimeError("seal verl plugin not registered: " + "; ".join(missing))

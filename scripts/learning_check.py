@@ -1,0 +1,495 @@
+"""Learning check: the SEAL loop raises the success rate of a small policy on a few tasks.
+
+    python scripts/learning_check.py [--k 4] [--steps 6] [--warmup-max-steps 200]
+                                     [--seed 0] [--out-dir outputs/learning_check]
+
+What it shows: on K easy BFCL training tasks that the policy can partly solve, GRPO with
+the project's own machinery (LocalTrainer.train_step: rollouts through the real
+environment service, verification and diagnosis, capability state, A-Patch, the clipped
+update with KL to a frozen reference, the failure profile pushed back) raises the
+sampled success rate. It prints the curve (step, sampled success rate, mean reward,
+A-Patch mean scale) and writes it as JSON and PNG under --out-dir.
+
+Simplifications, named:
+- No pretrained model runs fast enough on 2 CPU cores with 2.3k-6k-token prompts, and a
+  random model solves nothing, so the policy is the tiny random Qwen2 (`tiny-qwen2`,
+  slightly enlarged) first *warmed up* by supervised learning on the ground-truth
+  episodes of the K tasks (played through the real service with a scripted generator;
+  negative log-likelihood of the generated tokens only). The warm-up stops by a measured
+  criterion: as soon as the sampled success rate (temperature 1) lies in
+  [--warmup-low, --warmup-high], so GRPO starts from a policy that partly solves the
+  tasks. If the budget runs out first, the script says so and trains anyway.
+- The K tasks are both the training and the evaluation tasks: this checks that the
+  optimisation works (the policy learns what it is rewarded for), not generalisation.
+- Evaluation is sampled (temperature 1, --eval-samples per task) in the training episode
+  mode (same observation layers as the rollouts), because that is the distribution GRPO
+  optimises; greedy success on the plain benchmark (validate mode) is reported before and
+  after GRPO for reference.
+- Each GRPO step uses all K tasks (batch = K), so `epoch` = step - 1 for the capability
+  state; the trainer's own validation loop (greedy, eval split) is not used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shutil
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
+from seal.bfcl.tasks import load_task
+from seal.launch.service import environment_service
+from seal.rollout.driver import EpisodeLimits, EpisodeSample, run_episode
+from seal.rollout.env_client import EnvClient
+from seal.rollout.generation import SamplingParams
+from seal.rollout.scripted_generator import ScriptedGenerator
+from seal.trainer.batch import collate
+from seal.trainer.config import TrainerConfig
+from seal.trainer.data import task_ids_of
+from seal.trainer.local import LocalTrainer
+from seal.trainer.logprobs import response_logprobs
+from seal.trainer.model import frozen_copy, load_tokenizer
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+# --- settings ------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--k", type=int, default=4, help="number of easy training tasks (4)")
+    p.add_argument("--steps", type=int, default=6, help="GRPO steps (6)")
+    p.add_argument("--n", type=int, default=8, help="GRPO samples per task (8)")
+    p.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate (3e-4)")
+    p.add_argument("--eval-every", type=int, default=3, help="evaluate every N GRPO steps (3)")
+    p.add_argument("--eval-samples", type=int, default=16, help="eval samples per task (16)")
+    p.add_argument(
+        "--warmup-max-steps", type=int, default=200, help="warm-up budget, NLL steps (200)"
+    )
+    p.add_argument("--warmup-lr", type=float, default=1e-2, help="warm-up learning rate (1e-2)")
+    p.add_argument(
+        "--warmup-check-every", type=int, default=4, help="check success every N steps (4)"
+    )
+    p.add_argument("--warmup-check-samples", type=int, default=4, help="per task (4)")
+    p.add_argument(
+        "--warmup-check-nll",
+        type=float,
+        default=6.0,
+        help="check only once the ground-truth episode NLL (nats) is below this (6.0)",
+    )
+    p.add_argument("--warmup-low", type=float, default=0.1, help="stop warm-up at >= (0.1)")
+    p.add_argument("--warmup-high", type=float, default=0.6, help="... and <= this (0.6)")
+    p.add_argument("--hidden", type=int, default=64, help="tiny Qwen2 hidden size (64)")
+    p.add_argument("--layers", type=int, default=2, help="tiny Qwen2 layers (2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of everything (0)")
+    p.add_argument(
+        "--out-dir",
+        type=Path,
+        default=REPO_ROOT / "outputs" / "learning_check",
+        help="outputs: curve.json, curve.png, run/ (default outputs/learning_check)",
+    )
+    return p.parse_args(argv)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- tasks ---------------------------------------------------------------------------------
+
+
+def gt_texts(task_id: str) -> list[str]:
+    """The ground-truth policy's assistant texts, in order (one per generation)."""
+    turns = assistant_messages(ground_truth_trajectory(load_task(task_id)))
+    return [text for turn in turns for text in turn]
+
+
+def pick_tasks(k: int, tokenizer, train_file: str) -> list[str]:
+    """The k training tasks with the fewest generated ground-truth tokens (ties: fewer
+    generations, then id). long_context tasks repeat base tasks with longer
+    observations, so they are skipped to keep k distinct problems."""
+
+    def cost(task_id: str) -> tuple[int, int, str]:
+        texts = gt_texts(task_id)
+        tokens = sum(len(tokenizer.encode(t, add_special_tokens=False)) + 1 for t in texts)
+        return tokens, len(texts), task_id
+
+    ids = [t for t in task_ids_of(train_file) if "long_context" not in t]
+    return sorted(ids, key=cost)[:k]
+
+
+def episode_sizes(task_ids: list[str], tokenizer) -> tuple[int, int]:
+    """(longest ground-truth generation in tokens incl. eos, most ground-truth generations)."""
+    texts = [gt_texts(t) for t in task_ids]
+    longest = max(
+        len(tokenizer.encode(x, add_special_tokens=False)) + 1 for ts in texts for x in ts
+    )
+    return longest, max(len(ts) for ts in texts)
+
+
+def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerConfig:
+    """The tiny CPU trainer, shaped like tests/test_trainer_e2e.py, sized to the tasks."""
+    overrides = {
+        "total_steps": args.steps,
+        "model": {
+            "path": "tiny-qwen2",
+            "dtype": "float32",
+            "device": "cpu",
+            "tiny": {
+                "hidden_size": args.hidden,
+                "num_hidden_layers": args.layers,
+                "intermediate_size": 2 * args.hidden,
+                "seed": args.seed,
+            },
+        },
+        "data": {"train_batch_size": args.k, "seed": args.seed},
+        "rollout": {
+            "n": args.n,
+            "temperature": 1.0,
+            "max_generations": max_generations,
+            "max_new_tokens": max_new_tokens,
+            "max_context_tokens": 12288,
+            "max_observation_tokens": 512,
+            "max_batch_size": 64,
+        },
+        # One optimizer step per task group: 4 updates per GRPO step with K = 4.
+        "optim": {"lr": args.lr, "mini_batch_size": 1, "micro_batch_size": 4},
+        "apatch": {"enable": True},
+        "validation": {"before_train": False},
+        "checkpoint": {"save_freq": 0},
+        "logging": {"wandb": "disabled"},
+    }
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainerConfig), overrides))
+
+
+# --- warm-up -------------------------------------------------------------------------------
+
+
+async def _gt_episodes(url, tokenizer, task_ids, params, limits) -> list[EpisodeSample]:
+    sampling = SamplingParams(max_new_tokens=limits.max_new_tokens)
+    async with EnvClient(url) as env:
+        jobs = [
+            run_episode(
+                env,
+                ScriptedGenerator.from_texts(tokenizer, gt_texts(t)),
+                tokenizer,
+                t,
+                params,
+                limits,
+                sampling,
+            )
+            for t in task_ids
+        ]
+        return await asyncio.gather(*jobs)
+
+
+def ground_truth_samples(trainer: LocalTrainer, task_ids: list[str]) -> list[EpisodeSample]:
+    """The ground truth played through the service in the training episode mode, so the
+    warm-up sees the same prompts and observations as the GRPO rollouts."""
+    r = trainer.cfg.rollout
+    params = {
+        "rollout_mode": "sample",
+        "observation_lite": r.observation_lite,
+        "recovery_feedback": r.recovery_feedback,
+        "diagnostic_guidelines": r.diagnostic_guidelines,
+    }
+    limits = EpisodeLimits(
+        r.max_generations, r.max_context_tokens, r.max_new_tokens, r.max_observation_tokens
+    )
+    samples = asyncio.run(
+        _gt_episodes(trainer.env_url, trainer.tokenizer, task_ids, params, limits)
+    )
+    failed = [s.task_id for s in samples if not s.accuracy]
+    if failed:
+        raise SystemExit(f"error: the ground truth fails through the service on {failed}")
+    return samples
+
+
+def nll_step(model, optimizer, samples: list[EpisodeSample], pad_id: int, chunk: int) -> float:
+    """One supervised step on the mean NLL per generated token (one batch of all
+    samples); returns the NLL per episode (nats), whose exp(-x) approximates the chance
+    that sampling reproduces the ground truth."""
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    batch = collate(samples, list(range(len(samples))), pad_id, torch.device("cpu"))
+    logp, _ = response_logprobs(model, batch, chunk)
+    loss = -(logp * batch.response_mask).sum() / batch.response_mask.sum()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss.item() * float(batch.response_mask.sum()) / len(samples)
+
+
+def sampled_success(trainer: LocalTrainer, task_ids: list[str], n: int) -> dict[str, float]:
+    """Success rate and mean reward of n episodes per task at temperature 1, training mode."""
+    samples = trainer.rollout(task_ids, n, mode="sample", temperature=1.0)
+    per_task = {
+        t: float(np.mean([s.accuracy for s in samples if s.task_id == t])) for t in task_ids
+    }
+    return {
+        "success": float(np.mean([s.accuracy for s in samples])),
+        "reward": float(np.mean([s.reward for s in samples])),
+        "per_task": per_task,
+    }
+
+
+def greedy_success(trainer: LocalTrainer, task_ids: list[str]) -> dict[str, int]:
+    """Greedy success per task on the plain benchmark (validate mode), for reference."""
+    samples = trainer.rollout(task_ids, 1, mode="validate", temperature=0.0)
+    return {s.task_id: int(s.accuracy) for s in samples}
+
+
+def warm_up(trainer: LocalTrainer, task_ids: list[str], args) -> tuple[list[dict], bool]:
+    """Supervised warm-up until the sampled success rate is in [low, high] (or budget)."""
+    gt = ground_truth_samples(trainer, task_ids)
+    optimizer = torch.optim.AdamW(trainer.policy.parameters(), lr=args.warmup_lr)
+    chunk = trainer.cfg.optim.logprob_chunk_tokens
+    history: list[dict] = []
+    for step in range(1, args.warmup_max_steps + 1):
+        loss = nll_step(trainer.policy, optimizer, gt, trainer.pad_id, chunk)
+        history.append({"step": step, "nll": loss})
+        print(f"[warm-up {step:4d}] ground-truth episode NLL {loss:.2f}", flush=True)
+        # Sampled checks cost a rollout each; while the ground truth's likelihood is
+        # ~exp(-NLL) < exp(-6) they cannot succeed, so they start once it is in reach.
+        due = step % args.warmup_check_every == 0 and loss <= args.warmup_check_nll
+        if not due and step != args.warmup_max_steps:
+            continue
+        check = sampled_success(trainer, task_ids, args.warmup_check_samples)
+        history[-1] |= check
+        print(
+            f"[warm-up {step:4d}] episode NLL {loss:.2f}  sampled success {check['success']:.3f}  "
+            f"per task {check['per_task']}",
+            flush=True,
+        )
+        if args.warmup_low <= check["success"] <= args.warmup_high:
+            return history, True
+        if check["success"] > args.warmup_high:
+            # Overshot between checks: GRPO has little left to learn; say so, go on.
+            print("[warm-up] overshot the target range; continuing with this policy")
+            return history, False
+    print("[warm-up] budget spent before the target range; continuing with this policy")
+    return history, False
+
+
+# --- GRPO ----------------------------------------------------------------------------------
+
+
+def restart_from_warm_policy(trainer: LocalTrainer) -> None:
+    """GRPO starts from the warmed-up weights: its KL reference and optimizer too."""
+    if trainer.reference is not None:
+        trainer.reference = frozen_copy(trainer.policy)
+    c = trainer.cfg.optim
+    trainer.optimizer = torch.optim.AdamW(
+        trainer.policy.parameters(), lr=c.lr, weight_decay=c.weight_decay
+    )
+
+
+def grpo(trainer: LocalTrainer, task_ids: list[str], args) -> list[dict]:
+    """GRPO steps on all K tasks; the curve rows (train metrics, periodic evaluation)."""
+    curve = [{"step": 0, **_eval_row(trainer, task_ids, args)}]
+    print(_row_line(curve[-1]), flush=True)
+    for step in range(1, args.steps + 1):
+        trainer.capability.start_epoch(step - 1)
+        metrics = trainer.train_step(step, step - 1, list(task_ids))
+        trainer.log.write(step, metrics)
+        row = {
+            "step": step,
+            "train_success": metrics["train/accuracy"],
+            "train_reward": metrics["train/reward_mean"],
+            "apatch_mean_scale": metrics.get("apatch/mean_scale", float("nan")),
+            "kl": metrics.get("actor/kl_loss", float("nan")),
+            "time_s": metrics["time/rollout_s"] + metrics["time/update_s"],
+        }
+        if step % args.eval_every == 0 or step == args.steps:
+            row |= _eval_row(trainer, task_ids, args)
+        curve.append(row)
+        print(_row_line(row), flush=True)
+    trainer.log.close()
+    return curve
+
+
+def _eval_row(trainer: LocalTrainer, task_ids: list[str], args) -> dict:
+    check = sampled_success(trainer, task_ids, args.eval_samples)
+    return {
+        "eval_success": check["success"],
+        "eval_reward": check["reward"],
+        "eval_per_task": check["per_task"],
+    }
+
+
+def _fmt(value) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def _row_line(row: dict) -> str:
+    parts = [f"step {row['step']:3d}"]
+    for key in (
+        "train_success",
+        "train_reward",
+        "apatch_mean_scale",
+        "eval_success",
+        "eval_reward",
+    ):
+        if key in row:
+            parts.append(f"{key} {row[key]:.3f}")
+    return "[grpo] " + "  ".join(parts)
+
+
+# --- outputs -------------------------------------------------------------------------------
+
+
+def print_table(curve: list[dict]) -> None:
+    header = "| step | train success (n x K) | train reward | A-Patch mean scale | eval success (temp 1) | eval reward |"
+    print("\n" + header + "\n|---|---|---|---|---|---|")
+    for r in curve:
+        cells = [
+            _fmt(r.get(k))
+            for k in (
+                "train_success",
+                "train_reward",
+                "apatch_mean_scale",
+                "eval_success",
+                "eval_reward",
+            )
+        ]
+        print(f"| {r['step']} | " + " | ".join(cells) + " |")
+
+
+def plot(curve: list[dict], warm: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
+    checks = [w for w in warm if "success" in w]
+    ax0.plot([w["step"] for w in warm], [w["nll"] for w in warm], "-", color="grey")
+    ax0.set(title="supervised warm-up", xlabel="NLL step", ylabel="ground-truth episode NLL")
+    ax0.set_yscale("log")
+    ax0r = ax0.twinx()
+    ax0r.plot([w["step"] for w in checks], [w["success"] for w in checks], "o-", color="C0")
+    ax0r.set(ylabel="sampled success (temp 1)", ylim=(0, 1))
+    train = [r for r in curve if "train_success" in r]
+    evals = [r for r in curve if "eval_success" in r]
+    ax1.plot(
+        [r["step"] for r in train],
+        [r["train_success"] for r in train],
+        ".-",
+        label="train success (rollouts)",
+    )
+    ax1.plot(
+        [r["step"] for r in evals],
+        [r["eval_success"] for r in evals],
+        "o-",
+        label="eval success (temp 1)",
+    )
+    ax1.plot(
+        [r["step"] for r in train],
+        [r["apatch_mean_scale"] for r in train],
+        "x:",
+        label="A-Patch mean scale",
+    )
+    ax1.set(
+        title="GRPO (SEAL) on the same tasks",
+        xlabel="GRPO step",
+        ylim=(0, max(2.0, ax1.get_ylim()[1])),
+    )
+    ax1.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# --- main ----------------------------------------------------------------------------------
+
+
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds, so the service context stops its process
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    t_start = time.perf_counter()
+    seed_everything(args.seed)
+    out_dir: Path = args.out_dir
+    run_dir = out_dir / "run"
+    if run_dir.exists():  # this script's own previous run: the trainer refuses to mix runs
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+
+    probe = trainer_config(args, 1, 1)
+    tokenizer = load_tokenizer(probe.model)
+    task_ids = pick_tasks(args.k, tokenizer, probe.data.train_file)
+    longest, generations = episode_sizes(task_ids, tokenizer)
+    # A little room beyond the ground truth: a sample can be wrong without being cut off.
+    cfg = trainer_config(args, max_new_tokens=longest + 8, max_generations=generations + 1)
+    settings = {"args": {k: str(v) for k, v in vars(args).items()}, "tasks": task_ids,
+                "max_new_tokens": cfg.rollout.max_new_tokens,
+                "max_generations": cfg.rollout.max_generations}  # fmt: skip
+    print(f"[learning-check] seed {args.seed}; tasks {task_ids}")
+    print(f"[learning-check] settings {json.dumps(settings)}", flush=True)
+
+    port = free_port()
+    with environment_service("127.0.0.1", port, run_dir / "service.log") as url:
+        trainer = LocalTrainer(cfg, url, run_dir)
+        greedy_start = greedy_success(trainer, task_ids)
+        t0 = time.perf_counter()
+        warm, in_range = warm_up(trainer, task_ids, args)
+        warm_s = time.perf_counter() - t0
+        greedy_warm = greedy_success(trainer, task_ids)
+        print(f"[learning-check] warm-up {warm_s:.0f} s; greedy success (validate) {greedy_warm}")
+        restart_from_warm_policy(trainer)
+        seed_everything(args.seed + 1)  # GRPO's sampling does not depend on the warm-up length
+        curve = grpo(trainer, task_ids, args)
+        greedy_end = greedy_success(trainer, task_ids)
+    runtime = time.perf_counter() - t_start
+
+    print_table(curve)
+    evals = [r["eval_success"] for r in curve if "eval_success" in r]
+    rose = evals[-1] > evals[0]
+    print(
+        f"\n[learning-check] eval success {evals[0]:.3f} -> {evals[-1]:.3f} "
+        f"({'rose' if rose else 'did not rise'}); greedy (validate) before warm-up "
+        f"{greedy_start}, after warm-up {greedy_warm}, after GRPO {greedy_end}; "
+        f"runtime {runtime:.0f} s"
+    )
+    result = {
+        **settings,
+        "warmup": {"history": warm, "in_target_range": in_range, "seconds": warm_s},
+        "greedy_validate": {
+            "initial": greedy_start,
+            "after_warmup": greedy_warm,
+            "after_grpo": greedy_end,
+        },
+        "curve": curve,
+        "eval_success_rose": rose,
+        "runtime_s": runtime,
+    }
+    (out_dir / "curve.json").write_text(json.dumps(result, indent=2))
+    plot(curve, warm, out_dir / "curve.png")
+    print(f"[learning-check] wrote {out_dir / 'curve.json'} and {out_dir / 'curve.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -27,6 +27,18 @@ Simplifications, named:
   after GRPO for reference.
 - Each GRPO step uses all K tasks (batch = K), so `epoch` = step - 1 for the capability
   state; the trainer's own validation loop (greedy, eval split) is not used.
+- Weights and the NLL warm-up are seeded and repeat exactly; sampled rollouts do not
+  (the HF generator batches concurrent episodes as they arrive, so batch composition
+  and hence the random stream depend on timing). Success rates are noisy estimates.
+
+Cost on 2 CPU cores (hidden 64): ~4.5 s per warm-up step (forward + backward over four
+~4.6k-token episodes), ~120 steps to partial success (~9-10 min); ~1 min per GRPO step
+(32 episodes + update) and ~40 s per evaluation (64 episodes): ~17 min in all.
+`--warm-policy OUT/warm_policy.pt` reuses a previous warm-up to re-tune GRPO.
+
+Observed: at --lr 1e-3 the first GRPO update moved this fragile, just-memorised policy
+too far (ppo_kl 0.135, clip fraction 6%): success fell to 0 and stayed there (all-zero
+rewards give zero advantages, while Adam keeps drifting the weights). Hence 3e-4.
 """
 
 from __future__ import annotations
@@ -72,6 +84,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=6, help="GRPO steps (6)")
     p.add_argument("--n", type=int, default=8, help="GRPO samples per task (8)")
     p.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate (3e-4)")
+    p.add_argument(
+        "--guidelines",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="diagnostic guidelines in training episodes (default on, as in the paper)",
+    )
     p.add_argument("--eval-every", type=int, default=3, help="evaluate every N GRPO steps (3)")
     p.add_argument("--eval-samples", type=int, default=16, help="eval samples per task (16)")
     p.add_argument(
@@ -92,6 +110,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup-high", type=float, default=0.6, help="... and <= this (0.6)")
     p.add_argument("--hidden", type=int, default=64, help="tiny Qwen2 hidden size (64)")
     p.add_argument("--layers", type=int, default=2, help="tiny Qwen2 layers (2)")
+    p.add_argument(
+        "--warm-policy",
+        type=Path,
+        default=None,
+        help="skip the warm-up: load this state_dict (a previous run's OUT/warm_policy.pt,\n"
+        "same --hidden/--layers/--k/--seed) and only run GRPO (default: warm up)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of everything (0)")
     p.add_argument(
         "--out-dir",
@@ -170,6 +195,9 @@ def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerCo
             "max_context_tokens": 12288,
             "max_observation_tokens": 512,
             "max_batch_size": 64,
+            # Guidelines change the system prompt mid-run; a tiny model that memorised its
+            # warm-up prompt is thrown off by that (suspected cause of the first run's collapse).
+            "diagnostic_guidelines": args.guidelines,
         },
         # One optimizer step per task group: 4 updates per GRPO step with K = 4.
         "optim": {"lr": args.lr, "mini_batch_size": 1, "micro_batch_size": 4},
@@ -454,7 +482,12 @@ def main(argv: list[str] | None = None) -> int:
         trainer = LocalTrainer(cfg, url, run_dir)
         greedy_start = greedy_success(trainer, task_ids)
         t0 = time.perf_counter()
-        warm, in_range = warm_up(trainer, task_ids, args)
+        if args.warm_policy is not None:  # re-tune GRPO without repeating the warm-up
+            trainer.policy.load_state_dict(torch.load(args.warm_policy, weights_only=True))
+            warm, in_range = [], None
+        else:
+            warm, in_range = warm_up(trainer, task_ids, args)
+            torch.save(trainer.policy.state_dict(), out_dir / "warm_policy.pt")
         warm_s = time.perf_counter() - t0
         greedy_warm = greedy_success(trainer, task_ids)
         print(f"[learning-check] warm-up {warm_s:.0f} s; greedy success (validate) {greedy_warm}")

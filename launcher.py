@@ -25,10 +25,12 @@ from seal.launch.config import RunConfig
 from seal.launch.service import environment_service, is_healthy
 
 REPO_ROOT = Path(__file__).resolve().parent
-# Imported when chosen: the trainer pulls in torch and transformers, the replay job not.
+# Imported when chosen: the trainers pull in torch and transformers (verl: also Ray),
+# the replay job none of them.
 JOBS = {
     "replay": "seal.eval.replay:run_replay_job",
     "local": "seal.trainer.local:run_local_training",
+    "verl": "seal.trainer.verl.launch:run_verl_training",
 }
 
 

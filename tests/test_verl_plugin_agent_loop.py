@@ -28,9 +28,9 @@ from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory  
 from seal.bfcl.tasks import load_task  # noqa: E402
 from seal.rollout.scripted_generator import text_generation  # noqa: E402
 from seal.tocf.tags import PASS  # noqa: E402
+from seal.trainer.config import VerlSealSection  # noqa: E402
 from seal.trainer.verl.agent_loop import (  # noqa: E402
     AGENT_NAME,
-    LoopSettings,
     close_shared_env_clients,
     num_turns,
 )
@@ -59,14 +59,14 @@ class ScriptedServer:
         return TokenOutput(token_ids=ids, log_probs=[LOGPROB] * len(ids), stop_reason="completed")
 
 
-def trainer_config(model_dir: Path, env_url: str, **seal):
+def trainer_config(model_dir: Path, env_url: str, **rollout_settings):
     config = OmegaConf.load(Path(verl_config_dir.__file__).parent / "_generated_ppo_trainer.yaml")
     config.actor_rollout_ref.model.path = str(model_dir)
     rollout = config.actor_rollout_ref.rollout
     rollout.name = "vllm"
     rollout.prompt_length, rollout.response_length = PROMPT_LENGTH, RESPONSE_LENGTH
     rollout.max_model_len = PROMPT_LENGTH + RESPONSE_LENGTH
-    config.seal = {"env_url": env_url, **seal}
+    config.seal = {"env_url": env_url, "rollout": rollout_settings}
     return config
 
 
@@ -160,6 +160,21 @@ def test_ground_truth_episodes_through_agent_loop_worker(model_dir, live_service
     assert list(nt["num_generations"]) == [len(server.script)] * 2
     # first user + one message per generation + the observations between them
     assert list(nt["__num_turns__"]) == [2 * len(server.script)] * 2
+    # What verl's validation hands to the SEAL trainer's validation records.
+    assert (
+        list(nt["reward_extra_info"])
+        == [
+            {
+                "acc": 1,
+                "task_id": TASK,
+                "category": "multi_turn_base",
+                "failure_tags": ",".join([PASS] * turns),
+                "turns": len(server.script),
+                "progress": 1.0,
+            }
+        ]
+        * 2
+    )
 
 
 def test_prompt_longer_than_prompt_length_fails(model_dir, live_service):
@@ -181,15 +196,17 @@ def test_context_beyond_response_length_refused(model_dir):
 
 
 def test_settings():
-    assert LoopSettings.from_config(OmegaConf.create({})) == LoopSettings()
-    with pytest.raises(ValueError, match="env_ulr"):
-        LoopSettings.from_config(OmegaConf.create({"seal": {"env_ulr": "x"}}))
-    settings = LoopSettings(recovery_feedback=True)
-    assert settings.env_params("train") == {
+    assert VerlSealSection.from_config(OmegaConf.create({})) == VerlSealSection()
+    with pytest.raises(Exception, match="env_ulr"):  # a misspelt key is an error
+        VerlSealSection.from_config(OmegaConf.create({"seal": {"env_ulr": "x"}}))
+    settings = VerlSealSection.from_config(
+        OmegaConf.create({"seal": {"rollout": {"recovery_feedback": True}}})
+    )
+    assert settings.rollout.env_params("sample") == {
         "rollout_mode": "sample",
         "observation_lite": True,
         "recovery_feedback": True,
         "diagnostic_guidelines": True,
     }
-    assert settings.env_params("eval") == {"rollout_mode": "validate"}
+    assert settings.rollout.env_params("validate") == {"rollout_mode": "validate"}
     assert num_turns([1, 1, 0, 0, 1]) == 4 and num_turns([1]) == 2 and num_turns([]) == 1

@@ -1,4 +1,5 @@
-"""The plugin module registers the agent loop, and verl's own entry-point loader finds it.
+"""The plugin module registers the agent loop and the trainer, and verl's own
+entry-point loader finds both.
 
 The loader test does not depend on `pip install -e .`: it puts a throwaway dist-info
 with the plugin's entry point on the path of a fresh interpreter, so it checks what
@@ -24,7 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 REGISTERED = (
     "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry;"
     "assert _agent_loop_registry['seal_bfcl'] == "
-    "{'_target_': 'seal.trainer.verl.agent_loop.SealBfclAgentLoop'}, _agent_loop_registry"
+    "{'_target_': 'seal.trainer.verl.agent_loop.SealBfclAgentLoop'}, _agent_loop_registry;"
+    "from verl.trainer.ppo.v1 import get_trainer_cls;"
+    "assert get_trainer_cls('seal_sync').__name__ == 'SealPPOTrainer'"
 )
 
 
@@ -44,6 +47,14 @@ def test_check_registrations(monkeypatch):
     monkeypatch.delitem(_agent_loop_registry, "seal_bfcl")
     assert plugin.missing_registrations()
     with pytest.raises(RuntimeError, match="agent loop 'seal_bfcl'"):
+        plugin.check_registrations()
+
+
+def test_check_registrations_names_a_missing_trainer(monkeypatch):
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+    monkeypatch.delitem(TRAINER_REGISTRY, "seal_sync")
+    with pytest.raises(RuntimeError, match="trainer 'seal_sync'"):
         plugin.check_registrations()
 
 

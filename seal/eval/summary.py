@@ -73,6 +73,18 @@ def summarize_step(step: int, records: Sequence[ValidationRecord]) -> StepSummar
     return StepSummary(step=step, by_category=by_category, overall=overall)
 
 
+def validation_metrics(step: int, records: Sequence[ValidationRecord]) -> dict[str, float]:
+    """The trainers' logged validation metrics: `val/<category>` pass rates, `val/average`
+    (the paper's mean of the categories; a validation subset averages the categories it
+    covers) and `val/overall` (passed / validated)."""
+    summary = summarize_step(step, records)
+    rates = {c: float(p.rate) for c, p in summary.by_category.items() if p.rate is not None}
+    metrics = {f"val/{c}": rate for c, rate in rates.items()}
+    metrics["val/average"] = sum(rates.values()) / len(rates)
+    metrics["val/overall"] = float(summary.overall.rate)
+    return metrics
+
+
 def summarize(steps: dict[int, list[ValidationRecord]]) -> list[StepSummary]:
     """One summary per step, in ascending step order."""
     return [summarize_step(step, steps[step]) for step in sorted(steps)]

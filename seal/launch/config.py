@@ -42,13 +42,46 @@ class ReplaySettings:
 
 
 @dataclass
+class VerlSettings:
+    """The `verl` job: the paper's recipe on multi-GPU nodes (seal/trainer/verl). The
+    `trainer` section is mapped onto verl's own config keys (seal/trainer/verl/config.py
+    lists the mapping); these are the keys verl needs that the local trainer has not."""
+
+    n_gpus_per_node: int = 4
+    nnodes: int = 1
+    """Nodes of the Ray cluster (more than 1: start Ray on every node first and launch
+    with RAY_ADDRESS=auto; see the README)."""
+    rollout_engine: str = "vllm"
+    """verl's rollout server: vllm (installed by install.sh --gpu) or sglang."""
+    tensor_parallel_size: int = 1
+    """GPUs per rollout replica (1 fits Qwen2.5-7B in bf16 on an 80 GB GPU)."""
+    gpu_memory_utilization: float = 0.6
+    """Fraction of GPU memory the rollout engine's weights and KV cache may take."""
+    max_prompt_length: int = 8192
+    """verl's prompt tensor width: must hold the longest BFCL first prompt (tools +
+    first question; tests/test_verl_config.py checks all 800 tasks)."""
+    micro_batch_size_per_gpu: int = 1
+    """Samples per forward/backward pass on one GPU (actor update and log-probs)."""
+    param_offload: bool = False
+    """FSDP: keep parameters on CPU between uses (less GPU memory, slower)."""
+    optimizer_offload: bool = False
+    """FSDP: keep the optimizer state on CPU."""
+    overrides: list[str] = field(default_factory=list)
+    """Any other verl key, in Hydra syntax (`actor_rollout_ref.rollout.max_num_seqs=512`);
+    applied last, so they win over the mapped keys. Unknown keys are errors."""
+
+
+@dataclass
 class RunConfig:
     name: str = "replay_demo"
     """Run name; outputs go to `{output_dir}/{name}`."""
     job: str = "replay"
-    """What the launcher runs: `replay` (a scripted policy through the service) or `local`
-    (the single-process GRPO trainer, seal/trainer/local.py)."""
+    """What the launcher runs: `replay` (a scripted policy through the service), `local`
+    (the single-process trainer, seal/trainer/local.py: CPU or one GPU) or `verl` (the
+    same recipe on verl: Ray, vLLM rollouts, FSDP; GPUs). The one key that switches the
+    backend: the `trainer` section means the same on both."""
     output_dir: str = "outputs"
     service: ServiceSettings = field(default_factory=ServiceSettings)
     replay: ReplaySettings = field(default_factory=ReplaySettings)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    verl: VerlSettings = field(default_factory=VerlSettings)

@@ -142,3 +142,13 @@ class EnvClient:
         except EnvServiceError:
             return False
         return status == 200
+
+
+def push_profile(env_url: str, profile: dict) -> None:
+    """Push a failure profile from synchronous code (a trainer step) over a fresh client."""
+
+    async def push() -> None:
+        async with EnvClient(env_url) as env:
+            await env.push_profile(profile)
+
+    asyncio.run(push())

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from omegaconf import OmegaConf
+
+from seal.rollout.driver import EpisodeLimits
+
 
 @dataclass
 class TinyModelSettings:
@@ -77,6 +81,26 @@ class RolloutSettings:
     """Guidelines from the failure profile in training episodes (closed loop)."""
     push_profile: bool = True
     """Push the capability state's failure profile to the service after every step."""
+
+    def limits(self) -> EpisodeLimits:
+        return EpisodeLimits(
+            max_generations=self.max_generations,
+            max_context_tokens=self.max_context_tokens,
+            max_new_tokens=self.max_new_tokens,
+            max_observation_tokens=self.max_observation_tokens,
+        )
+
+    def env_params(self, mode: str) -> dict:
+        """The service's create params: `sample` episodes get the training layers,
+        `validate` episodes are the plain benchmark."""
+        if mode == "validate":
+            return {"rollout_mode": "validate"}
+        return {
+            "rollout_mode": mode,
+            "observation_lite": self.observation_lite,
+            "recovery_feedback": self.recovery_feedback,
+            "diagnostic_guidelines": self.diagnostic_guidelines,
+        }
 
 
 @dataclass
@@ -164,3 +188,32 @@ class TrainerConfig:
     validation: ValidationSettings = field(default_factory=ValidationSettings)
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     logging: LoggingSettings = field(default_factory=LoggingSettings)
+
+
+@dataclass
+class VerlSealSection:
+    """The `seal` section of a verl config: what verl's own keys cannot hold. The launcher
+    writes it from the run config (seal/trainer/verl/config.py); the agent loop and the
+    SEAL trainer read it with `from_config`. Unknown keys are errors."""
+
+    env_url: str = "http://127.0.0.1:8082"
+    """The environment service every agent-loop worker and the trainer talk to."""
+    run_dir: str = "outputs/verl_run"
+    """Validation records (validation/), capability state, tocf summaries, best checkpoint."""
+    env_timeout_s: float = 60.0
+    """Per-request timeout of the environment client."""
+    max_env_connections: int = 256
+    """Connections per agent-loop worker to the service."""
+    rollout: RolloutSettings = field(default_factory=RolloutSettings)
+    """Episode limits and training layers. `n`, `temperature` and `top_p` are copied into
+    verl's own rollout keys, which are the ones verl uses; `max_batch_size` is unused."""
+    apatch: APatchSettings = field(default_factory=APatchSettings)
+    best_metric: str = "val/average"
+    """Validation metric that picks the best checkpoint (hard-linked to checkpoints/best)."""
+
+    @classmethod
+    def from_config(cls, config) -> VerlSealSection:
+        """The typed section of a verl DictConfig (defaults if it has none)."""
+        section = config.get("seal") if config is not None else None
+        merged = OmegaConf.merge(OmegaConf.structured(cls), section or {})
+        return OmegaConf.to_object(merged)

@@ -29,16 +29,15 @@ from tqdm.asyncio import tqdm_asyncio
 from seal.algos.advantage import GRPOConfig, grpo_advantages
 from seal.algos.loss import PolicyLossConfig
 from seal.eval.records import ValidationRecord, read_val_dir, write_step
-from seal.eval.summary import render_markdown, summarize, summarize_step
-from seal.rollout.driver import EpisodeLimits, EpisodeSample, run_episode
-from seal.rollout.env_client import EnvClient
+from seal.eval.summary import render_markdown, summarize, validation_metrics
+from seal.rollout.driver import EpisodeSample, run_episode
+from seal.rollout.env_client import EnvClient, push_profile
 from seal.rollout.generation import SamplingParams
 from seal.rollout.hf_generator import HFGenerator
-from seal.tocf.apatch import APatchConfig, apply_apatch
+from seal.tocf.apatch import APatchConfig
 from seal.tocf.state import (
     STATE_FILENAME,
     CapabilityState,
-    TrajectoryOutcome,
     open_capability_state,
 )
 from seal.tocf.summary import write_epoch_summary
@@ -47,6 +46,7 @@ from seal.trainer.config import TrainerConfig
 from seal.trainer.data import epoch_order, task_ids_of
 from seal.trainer.metrics import MetricsLogger
 from seal.trainer.model import frozen_copy, load_policy, load_tokenizer
+from seal.trainer.reweight import observe_and_reweight
 from seal.trainer.update import batch_logprobs, policy_update
 
 
@@ -98,42 +98,30 @@ class LocalTrainer:
         # 1. Roll out every task n times; the service verifies and tags each episode.
         samples = self.rollout(task_ids, cfg.rollout.n, "sample", cfg.rollout.temperature)
         t1 = time.perf_counter()
-        # 2. The capability state observes the tags and moves the dynamic tag weights.
-        weights = self._observe(samples, step, epoch)
-        # 3. GRPO: outcome rewards normalised within each task's group of samples.
+        # 2. GRPO: outcome rewards normalised within each task's group of samples.
         mask = _response_mask(samples)
         rewards = torch.tensor([s.reward for s in samples])
         groups = [s.task_id for s in samples]
         advantages = grpo_advantages(rewards, groups, mask, self.grpo_config)
-        # 4. A-Patch: scale each sample's advantages by the weights of its turn tags.
-        tags = [s.failure_tags for s in samples]
-        advantages, apatch_metrics = apply_apatch(
-            advantages, mask, tags, self.apatch_config, step=step, dynamic_weights=weights
+        # 3. SEAL: the capability state observes the tags and moves the dynamic tag
+        #    weights; A-Patch scales each sample's advantages by the weights of its tags.
+        advantages, seal_metrics = observe_and_reweight(
+            self.capability, samples, advantages, mask, self.apatch_config, step=step, epoch=epoch
         )
-        # 5. The actor update: clipped loss with KL to the frozen reference.
+        # 4. The actor update: clipped loss with KL to the frozen reference.
         update_metrics = self._update(samples, advantages, width=mask.shape[1])
-        # 6. Close the loop: the service's guidelines follow the current failure profile.
+        # 5. Close the loop: the service's guidelines follow the current failure profile.
         self.capability.save(self.capability_path)
         if cfg.rollout.push_profile:
-            asyncio.run(_push_profile(self.env_url, self.capability.failure_profile()))
+            push_profile(self.env_url, self.capability.failure_profile())
         t2 = time.perf_counter()
         return {
             **_rollout_metrics(samples, prefix="train"),
-            **self.capability.metrics(),
-            **apatch_metrics,
+            **seal_metrics,
             **update_metrics,
             "time/rollout_s": t1 - t0,
             "time/update_s": t2 - t1,
         }
-
-    def _observe(self, samples: list[EpisodeSample], step: int, epoch: int) -> dict[str, float]:
-        for s in samples:
-            success = bool(s.accuracy)
-            outcome = TrajectoryOutcome(
-                s.category, s.task_id, s.reward, success, s.failure_tags, step, epoch
-            )
-            self.capability.observe(outcome)
-        return self.capability.update_weights()
 
     def _update(self, samples: list[EpisodeSample], advantages: torch.Tensor, width: int):
         o = self.cfg.optim
@@ -155,19 +143,10 @@ class LocalTrainer:
         self, task_ids: list[str], n: int, mode: str, temperature: float
     ) -> list[EpisodeSample]:
         r = self.cfg.rollout
-        params = {"rollout_mode": mode}
-        if mode == "sample":
-            params |= {
-                "observation_lite": r.observation_lite,
-                "recovery_feedback": r.recovery_feedback,
-                "diagnostic_guidelines": r.diagnostic_guidelines,
-            }
-        limits = EpisodeLimits(
-            r.max_generations, r.max_context_tokens, r.max_new_tokens, r.max_observation_tokens
-        )
         sampling = SamplingParams(
             max_new_tokens=r.max_new_tokens, temperature=temperature, top_p=r.top_p
         )
+        params, limits = r.env_params(mode), r.limits()
         self.policy.eval()
         with torch.no_grad():
             return asyncio.run(self._rollout(task_ids, n, params, limits, sampling, desc=mode))
@@ -187,14 +166,7 @@ class LocalTrainer:
         )
         records = [_record(s, step) for s in samples]
         write_step(self.run_dir / "validation", step, records, overwrite=True)
-        summary = summarize_step(step, records)
-        rates = {c: float(p.rate) for c, p in summary.by_category.items() if p.rate is not None}
-        metrics = {f"val/{c}": rate for c, rate in rates.items()}
-        # The paper's average is the mean of the four categories; a validation subset
-        # averages the categories it covers.
-        metrics["val/average"] = sum(rates.values()) / len(rates)
-        metrics["val/overall"] = float(summary.overall.rate)
-        return metrics
+        return validation_metrics(step, records)
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -345,8 +317,3 @@ def _record(s: EpisodeSample, step: int) -> ValidationRecord:
         turns=s.num_generations,
         progress=s.progress,
     )
-
-
-async def _push_profile(env_url: str, profile: dict) -> None:
-    async with EnvClient(env_url) as env:
-        await env.push_profile(profile)

@@ -8,8 +8,8 @@ the shared episode driver against the environment service, generating through ve
 LLM server client, and returns the episode as an `AgentLoopOutput` whose reward_score
 is the service's reward (so verl's reward loop is not called for it).
 
-Settings come from an optional `seal` section of the trainer config (add it with
-`+seal.env_url=...` on the command line); see `LoopSettings`.
+Settings come from the `seal` section of the trainer config, which the launcher writes
+(`VerlSealSection` in seal/trainer/config.py: env URL, episode limits, training layers).
 
 Lengths: verl pads the prompt to rollout.prompt_length and the response to
 rollout.response_length and fails on longer ones. The driver bounds prompt + response
@@ -23,10 +23,8 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from dataclasses import dataclass, fields
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopBase,
     AgentLoopMetrics,
@@ -34,61 +32,17 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
-from seal.rollout.driver import EpisodeLimits, EpisodeSample, run_episode
+from seal.rollout.driver import EpisodeSample, run_episode
 from seal.rollout.env_client import EnvClient
 from seal.rollout.generation import SamplingParams
+from seal.trainer.config import VerlSealSection
 from seal.trainer.verl.generator import VerlGenerator
+
+TAG_SEPARATOR = ","
+"""Joins a sample's failure tags in `reward_extra_info` (tag names have no commas)."""
 
 AGENT_NAME = "seal_bfcl"
 """The parquet's agent_name column (scripts/prepare_data.py)."""
-
-
-@dataclass(frozen=True)
-class LoopSettings:
-    """The trainer config's `seal` section; defaults are the paper's (as RolloutSettings)."""
-
-    env_url: str = "http://127.0.0.1:8082"
-    max_generations: int = 20
-    max_new_tokens: int = 4096
-    max_context_tokens: int = 16384
-    max_observation_tokens: int = 4096
-    observation_lite: bool = True
-    recovery_feedback: bool = False
-    diagnostic_guidelines: bool = True
-    env_timeout_s: float = 60.0
-    max_env_connections: int = 256
-
-    @classmethod
-    def from_config(cls, config: DictConfig | dict) -> LoopSettings:
-        section = config.get("seal") if config is not None else None
-        if section is None:
-            return cls()
-        values = OmegaConf.to_container(section) if isinstance(section, DictConfig) else section
-        unknown = set(values) - {f.name for f in fields(cls)}
-        if unknown:
-            # A misspelt key would otherwise silently keep the default.
-            raise ValueError(f"unknown seal settings: {sorted(unknown)}")
-        return cls(**values)
-
-    def limits(self) -> EpisodeLimits:
-        return EpisodeLimits(
-            max_generations=self.max_generations,
-            max_context_tokens=self.max_context_tokens,
-            max_new_tokens=self.max_new_tokens,
-            max_observation_tokens=self.max_observation_tokens,
-        )
-
-    def env_params(self, split: str) -> dict:
-        """The create params of the local trainer: training rows get the training
-        environment layers, every other split (the eval parquet) plain validation."""
-        if split != "train":
-            return {"rollout_mode": "validate"}
-        return {
-            "rollout_mode": "sample",
-            "observation_lite": self.observation_lite,
-            "recovery_feedback": self.recovery_feedback,
-            "diagnostic_guidelines": self.diagnostic_guidelines,
-        }
 
 
 # One EnvClient per (event loop, URL): verl builds a loop instance per sample, and an
@@ -98,7 +52,7 @@ _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, EnvClie
 )
 
 
-def shared_env_client(settings: LoopSettings) -> EnvClient:
+def shared_env_client(settings: VerlSealSection) -> EnvClient:
     per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
     if settings.env_url not in per_loop:
         per_loop[settings.env_url] = EnvClient(
@@ -119,8 +73,8 @@ async def close_shared_env_clients() -> None:
 class SealBfclAgentLoop(AgentLoopBase):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.settings = LoopSettings.from_config(self.config)
-        self.limits = self.settings.limits()
+        self.settings = VerlSealSection.from_config(self.config)
+        self.limits = self.settings.rollout.limits()
         response_length = self.rollout_config.response_length
         if self.limits.max_context_tokens > response_length:
             raise ValueError(
@@ -134,7 +88,8 @@ class SealBfclAgentLoop(AgentLoopBase):
         if "task_id" not in extra_info:
             raise ValueError(f"row has no extra_info.task_id (keys: {sorted(kwargs)})")
         task_id = str(extra_info["task_id"])
-        split = str(extra_info.get("split", "train"))
+        # Rows of the eval parquet (and any split but train) play the plain benchmark.
+        mode = "sample" if str(extra_info.get("split", "train")) == "train" else "validate"
         sampling = SamplingParams(
             max_new_tokens=self.limits.max_new_tokens,
             temperature=float(sampling_params.get("temperature", 1.0)),
@@ -151,7 +106,7 @@ class SealBfclAgentLoop(AgentLoopBase):
             generator,
             self.tokenizer,
             task_id,
-            self.settings.env_params(split),
+            self.settings.rollout.env_params(mode),
             self.limits,
             sampling,
         )
@@ -191,6 +146,18 @@ def to_output(sample: EpisodeSample, metrics: AgentLoopMetrics) -> AgentLoopOutp
             "invalid_calls": report.get("invalid_calls"),
             "tool_errors": report.get("tool_errors"),
             "turns_reached": report.get("turns_reached"),
+            # verl's validation gathers this dict per sample into its metrics (numbers
+            # only; strings are skipped) and its generation dump, from which the SEAL
+            # trainer writes the validation records. Tags are joined: a list would
+            # break verl's numeric reductions.
+            "reward_extra_info": {
+                "acc": int(sample.accuracy),
+                "task_id": sample.task_id,
+                "category": sample.category,
+                "failure_tags": TAG_SEPARATOR.join(sample.failure_tags),
+                "turns": sample.num_generations,
+                "progress": float(sample.progress),
+            },
         },
     )
 

@@ -11,8 +11,10 @@ naming what is missing.
 from __future__ import annotations
 
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+from verl.trainer.ppo.v1 import get_trainer_cls
 
 from seal.trainer.verl.agent_loop import AGENT_NAME, SealBfclAgentLoop
+from seal.trainer.verl.trainer import TRAINER_MODE, SealPPOTrainer
 
 ENTRY_POINT_GROUP = "verl.plugins"
 ENTRY_POINT = "seal = seal.trainer.verl.plugin"
@@ -27,6 +29,12 @@ def missing_registrations() -> list[str]:
     target = f"{SealBfclAgentLoop.__module__}.{SealBfclAgentLoop.__qualname__}"
     if entry is None or entry.get("_target_") != target:
         missing.append(f"agent loop {AGENT_NAME!r} -> {target} (registered: {entry})")
+    try:
+        trainer = get_trainer_cls(TRAINER_MODE)
+    except (KeyError, ValueError) as error:
+        trainer = error
+    if trainer is not SealPPOTrainer:
+        missing.append(f"trainer {TRAINER_MODE!r} -> SealPPOTrainer (registered: {trainer})")
     return missing
 
 

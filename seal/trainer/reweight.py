@@ -1,0 +1,53 @@
+"""The SEAL part of a training step, shared by the local trainer and the verl trainer.
+
+After GRPO has normalised the rewards within each task's group, the capability state
+observes every sample's outcome and turn tags, moves the dynamic tag weights, and
+A-Patch scales each sample's advantages by the weights of its tags. Both backends call
+`observe_and_reweight` with the same inputs, so they patch advantages identically
+(tests/test_verl_trainer.py checks the verl side against this function).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from seal.tocf.apatch import APatchConfig, apply_apatch
+from seal.tocf.state import CapabilityState, TrajectoryOutcome
+
+
+@dataclass(frozen=True)
+class SampleOutcome:
+    """What the SEAL step needs of one sample (an EpisodeSample has these attributes)."""
+
+    task_id: str
+    category: str
+    reward: float
+    accuracy: int
+    failure_tags: Sequence[str]
+
+
+def observe_and_reweight(
+    capability: CapabilityState,
+    samples: Sequence[SampleOutcome],
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: APatchConfig,
+    *,
+    step: int,
+    epoch: int,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Observe the samples, update the tag weights, return (patched advantages, metrics)."""
+    for s in samples:
+        outcome = TrajectoryOutcome(
+            s.category, s.task_id, s.reward, bool(s.accuracy), list(s.failure_tags), step, epoch
+        )
+        capability.observe(outcome)
+    weights = capability.update_weights()
+    tags = [list(s.failure_tags) for s in samples]
+    advantages, apatch_metrics = apply_apatch(
+        advantages, response_mask, tags, config, step=step, dynamic_weights=weights
+    )
+    return advantages, {**capability.metrics(), **apatch_metrics}

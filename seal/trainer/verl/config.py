@@ -1,0 +1,196 @@
+"""The verl config of a run: the run config's `trainer` section mapped onto verl's keys.
+
+`compose_verl_config` composes verl 0.9.1's own `ppo_trainer` config with Hydra, with
+the mapped keys and then the run's `verl.overrides` as overrides (so an unknown key is
+an error, as on verl's command line), adds the `seal` section (VerlSealSection) and
+validates the result: no missing (`???`) value, verl's own `validate_config`, and the
+sections verl turns into dataclasses (actor, rollout, reference, algorithm) convert.
+The same `trainer` keys therefore mean the same on the local and the verl backend.
+
+Mapping (run config -> verl), besides the fixed choices in `FIXED`:
+  trainer.model.path                  actor_rollout_ref.model.path
+  trainer.model.gradient_checkpointing  actor_rollout_ref.model.enable_gradient_checkpointing
+  trainer.data.train_file/val_file    data.train_files / data.val_files
+  trainer.data.train_batch_size, seed data.train_batch_size, data.seed
+  trainer.data.max_train/val_tasks    data.train_max_samples / val_max_samples (0 -> -1)
+  trainer.rollout.n/temperature/top_p actor_rollout_ref.rollout.n/temperature/top_p
+  trainer.rollout.max_context_tokens  data.max_response_length (verl pads each episode's
+                                      response to it; the agent loop requires it)
+  trainer.optim.lr/weight_decay/grad_clip  actor_rollout_ref.actor.optim.lr/weight_decay/clip_grad
+  trainer.optim.mini_batch_size       actor_rollout_ref.actor.ppo_mini_batch_size (tasks)
+  trainer.loss.*                      actor_rollout_ref.actor clip ratios, loss_agg_mode,
+                                      use_kl_loss (coef > 0), kl_loss_coef/type, entropy_coeff;
+                                      algorithm.norm_adv_by_std_in_grpo
+  trainer.validation.*                trainer.test_freq, val_before_train,
+                                      rollout.val_kwargs (n = 1, greedy at temperature 0)
+  trainer.checkpoint.save_freq/resume/keep_only_best
+                                      trainer.save_freq (0 -> -1), resume_mode auto|disable,
+                                      max_actor_ckpt_to_keep 1 (best is kept as hard links)
+  trainer.total_epochs/total_steps    trainer.total_epochs / total_training_steps
+  trainer.logging.*                   trainer.project_name, logger (console [+ wandb])
+  name, output_dir                    trainer.experiment_name, default_local_dir
+                                      ({run_dir}/checkpoints), validation_data_dir
+  verl.*                              GPUs, nodes, engine, TP, memory, micro-batches, offload
+`trainer.model.dtype/device/tiny`, `rollout.max_batch_size` and `optim.micro_batch_size`
+have no verl counterpart (verl trains in bf16 mixed precision on its own GPUs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_module
+from omegaconf import DictConfig, OmegaConf, open_dict
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+from seal.trainer.config import VerlSealSection
+from seal.trainer.model import TINY
+from seal.trainer.verl.agent_loop import AGENT_NAME
+from seal.trainer.verl.trainer import TRAINER_MODE
+
+FIXED = {
+    "algorithm.adv_estimator": "grpo",
+    "algorithm.use_kl_in_reward": False,
+    "trainer.use_v1": True,
+    "trainer.v1.trainer_mode": TRAINER_MODE,
+    "actor_rollout_ref.rollout.mode": "async",
+    "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_NAME,
+    "actor_rollout_ref.rollout.calculate_log_probs": True,
+    "actor_rollout_ref.rollout.val_kwargs.n": 1,
+    "actor_rollout_ref.actor.ppo_epochs": 1,
+    # The reward is the service's verdict, returned by the agent loop; no reward model.
+    "reward.reward_model.enable": False,
+}
+"""verl keys every SEAL run sets the same way."""
+
+DATACLASS_SECTIONS = (
+    "actor_rollout_ref.actor",
+    "actor_rollout_ref.rollout",
+    "algorithm",
+)
+
+
+def mapped_keys(run_cfg, run_dir: Path) -> dict:
+    """verl key -> value for one run (see the module docstring)."""
+    t, v = run_cfg.trainer, run_cfg.verl
+    if t.model.path == TINY:
+        raise ValueError(
+            f"the verl backend needs a Hugging Face model (trainer.model.path), not {TINY!r}"
+        )
+    run_dir = Path(run_dir).absolute()
+    logger = ["console"] + ([] if t.logging.wandb == "disabled" else ["wandb"])
+    a, r, ref = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"
+    return {
+        **FIXED,
+        "actor_rollout_ref.model.path": t.model.path,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": t.model.gradient_checkpointing,
+        # Absolute: Ray workers need not share the launcher's working directory.
+        "data.train_files": str(Path(t.data.train_file).absolute()),
+        "data.val_files": str(Path(t.data.val_file).absolute()),
+        "data.train_batch_size": t.data.train_batch_size,
+        "data.seed": t.data.seed,
+        "data.train_max_samples": t.data.max_train_tasks or -1,
+        "data.val_max_samples": t.data.max_val_tasks or -1,
+        "data.max_prompt_length": v.max_prompt_length,
+        "data.max_response_length": t.rollout.max_context_tokens,
+        f"{r}.name": v.rollout_engine,
+        "reward.reward_model.rollout.name": v.rollout_engine,  # unused, but verl has no default
+        f"{r}.n": t.rollout.n,
+        f"{r}.temperature": t.rollout.temperature,
+        f"{r}.top_p": t.rollout.top_p,
+        f"{r}.tensor_model_parallel_size": v.tensor_parallel_size,
+        f"{r}.gpu_memory_utilization": v.gpu_memory_utilization,
+        f"{r}.log_prob_micro_batch_size_per_gpu": v.micro_batch_size_per_gpu,
+        f"{r}.val_kwargs.temperature": t.validation.temperature,
+        f"{r}.val_kwargs.do_sample": t.validation.temperature > 0,
+        f"{a}.optim.lr": t.optim.lr,
+        f"{a}.optim.weight_decay": t.optim.weight_decay,
+        f"{a}.optim.clip_grad": t.optim.grad_clip,
+        f"{a}.ppo_mini_batch_size": t.optim.mini_batch_size,
+        f"{a}.ppo_micro_batch_size_per_gpu": v.micro_batch_size_per_gpu,
+        f"{a}.clip_ratio_low": t.loss.clip_ratio_low,
+        f"{a}.clip_ratio_high": t.loss.clip_ratio_high,
+        f"{a}.clip_ratio_c": t.loss.clip_ratio_c,
+        f"{a}.loss_agg_mode": t.loss.loss_agg_mode,
+        f"{a}.use_kl_loss": t.loss.kl_loss_coef > 0,
+        f"{a}.kl_loss_coef": t.loss.kl_loss_coef,
+        f"{a}.kl_loss_type": t.loss.kl_loss_type,
+        f"{a}.entropy_coeff": t.loss.entropy_coeff,
+        f"{a}.fsdp_config.param_offload": v.param_offload,
+        f"{a}.fsdp_config.optimizer_offload": v.optimizer_offload,
+        f"{ref}.log_prob_micro_batch_size_per_gpu": v.micro_batch_size_per_gpu,
+        f"{ref}.fsdp_config.param_offload": v.param_offload,
+        "algorithm.norm_adv_by_std_in_grpo": t.loss.norm_adv_by_std,
+        "trainer.total_epochs": t.total_epochs,
+        "trainer.total_training_steps": t.total_steps or None,
+        "trainer.test_freq": t.validation.test_freq,
+        "trainer.val_before_train": t.validation.before_train,
+        "trainer.save_freq": t.checkpoint.save_freq or -1,
+        "trainer.resume_mode": "auto" if t.checkpoint.resume else "disable",
+        "trainer.max_actor_ckpt_to_keep": 1 if t.checkpoint.keep_only_best else None,
+        "trainer.project_name": t.logging.project,
+        "trainer.experiment_name": run_cfg.name,
+        "trainer.logger": logger,
+        "trainer.default_local_dir": str(run_dir / "checkpoints"),
+        "trainer.validation_data_dir": str(run_dir / "verl_validation"),
+        "trainer.n_gpus_per_node": v.n_gpus_per_node,
+        "trainer.nnodes": v.nnodes,
+    }
+
+
+def seal_section(run_cfg, env_url: str, run_dir: Path) -> VerlSealSection:
+    t = run_cfg.trainer
+    return VerlSealSection(
+        env_url=env_url,
+        run_dir=str(Path(run_dir).absolute()),
+        rollout=OmegaConf.to_object(t.rollout) if isinstance(t.rollout, DictConfig) else t.rollout,
+        apatch=OmegaConf.to_object(t.apatch) if isinstance(t.apatch, DictConfig) else t.apatch,
+        best_metric=t.checkpoint.best_metric,
+    )
+
+
+def compose_verl_config(run_cfg, env_url: str, run_dir: Path) -> DictConfig:
+    """verl's config for the run, validated (raises with the offending key otherwise)."""
+    mapped = mapped_keys(run_cfg, run_dir)
+    overrides = [hydra_override(k, value) for k, value in mapped.items()]
+    overrides += list(run_cfg.verl.overrides)
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=overrides)
+    with open_dict(config):
+        config.seal = OmegaConf.structured(seal_section(run_cfg, env_url, run_dir))
+    validate(config)
+    return config
+
+
+def validate(config: DictConfig) -> None:
+    """verl's own checks, plus what verl would find only on the GPU nodes."""
+    missing = sorted(OmegaConf.missing_keys(config))
+    if missing:
+        raise ValueError(f"verl config has keys without a value: {missing}")
+    validate_config(config, need_reference_policy(config), need_critic(config))
+    for section in DATACLASS_SECTIONS:
+        omega_conf_to_dataclass(OmegaConf.select(config, section))
+    VerlSealSection.from_config(config)
+    seal = config.seal.rollout
+    if seal.max_context_tokens > config.actor_rollout_ref.rollout.response_length:
+        raise ValueError("rollout.response_length must hold max_context_tokens (agent_loop.py)")
+
+
+def hydra_override(key: str, value) -> str:
+    """`key=value` in Hydra's override grammar; strings are quoted, so paths and names
+    with special characters stay literal."""
+    return f"{key}={hydra_value(value)}"
+
+
+def hydra_value(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{text}'"

@@ -1,0 +1,225 @@
+"""`SealPPOTrainer`: verl's synchronous PPO trainer with the SEAL step added.
+
+Registered as trainer mode `seal_sync` (select it with `trainer.v1.trainer_mode`, which
+the launcher's verl job does). verl runs the step: rollouts through the agent loop
+(seal_bfcl), old/reference log-probs, GRPO advantages, the FSDP actor update. This class
+adds what SEAL needs, each through an overridden hook that calls verl's own first:
+
+- `_compute_advantage`: after verl's GRPO advantages, the capability state observes
+  every sample's tags and A-Patch rescales its advantages (seal/trainer/reweight.py, the
+  same function the local trainer calls); the failure profile goes to the service.
+- `_dump_generations` (validation): writes the project's validation records
+  (seal/eval/records.py, as the local trainer) and keeps the best checkpoint.
+- `_save_checkpoint` / `_load_checkpoint`: the capability state and the best-so-far
+  travel with verl's checkpoints, so a resumed run continues the same weights.
+- `on_step_begin`: opens the capability state's epoch window (epoch summaries in tocf/).
+
+The sample's task, category, reward and tags come from the TransferQueue fields the
+agent loop filled (`extra_fields`, `rm_scores`), read with the batch's own keys, so
+rows line up with the advantages by construction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import transfer_queue as tq
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1 import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.workers.utils.padding import response_to_nested
+
+from seal.eval.records import ValidationRecord, write_step
+from seal.eval.summary import validation_metrics
+from seal.rollout.env_client import push_profile
+from seal.tocf.apatch import APatchConfig
+from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state
+from seal.tocf.summary import write_epoch_summary
+from seal.trainer.config import VerlSealSection
+from seal.trainer.reweight import SampleOutcome, observe_and_reweight
+from seal.trainer.verl.agent_loop import TAG_SEPARATOR
+
+TRAINER_MODE = "seal_sync"
+BEST_DIR = "best"
+"""checkpoints/best: hard links to the files of the best validated checkpoint."""
+BEST_FILE = "seal_best.json"
+"""Best step and metric so far, saved in each checkpoint and in checkpoints/best."""
+
+
+@register_trainer(TRAINER_MODE)
+class SealPPOTrainer(PPOTrainerSync):
+    def __init__(self, config):
+        super().__init__(config)
+        self.seal = VerlSealSection.from_config(config)
+        self.apatch_config = APatchConfig(**asdict(self.seal.apatch))
+        self.run_dir = Path(self.seal.run_dir)
+        if not config.trainer.get("validation_data_dir"):
+            raise ValueError(
+                "trainer.validation_data_dir must be set: the SEAL trainer writes its "
+                "validation records from verl's validation dump"
+            )
+        self.capability: CapabilityState | None = None  # opened by _load_checkpoint
+        self.capability_path = self.run_dir / STATE_FILENAME
+        self.best: dict = {"step": None, "metric": self.seal.best_metric, "value": None}
+
+    # --- the SEAL step -----------------------------------------------------------------
+
+    def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        batch = super()._compute_advantage(batch, metrics)
+        fields = ["advantages", "response_mask", "rm_scores", "extra_fields"]
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
+        )
+        nested_mask = data["response_mask"]
+        advantages = data["advantages"].to_padded_tensor(0.0)
+        mask = nested_mask.to_padded_tensor(0).to(advantages.dtype)
+        rewards = data["rm_scores"].to_padded_tensor(0.0).sum(dim=-1)
+        # list(): the non-tensor field comes back as a list, a NonTensorStack or an
+        # array depending on the TransferQueue backend (as verl reads raw_prompt).
+        extras = list(data["extra_fields"])
+        # verl's batch balancing appends no-op padding samples (a copy of the first
+        # sample's fields): they must not be counted as outcomes or rescaled.
+        real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+        samples = [sample_outcome(extras[i], float(rewards[i])) for i in real]
+        patched, seal_metrics = observe_and_reweight(
+            self.capability,
+            samples,
+            advantages[real],
+            mask[real],
+            self.apatch_config,
+            step=self.global_steps,
+            epoch=self.capability.epoch,
+        )
+        advantages[real] = patched
+        output = TensorDict(
+            {"advantages": response_to_nested(advantages, nested_mask)}, batch_size=len(batch)
+        )
+        batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
+        metrics.update(seal_metrics)
+        self.capability.save(self.capability_path)
+        if self.seal.rollout.push_profile:
+            push_profile(self.seal.env_url, self.capability.failure_profile())
+        return batch
+
+    def on_step_begin(self):
+        super().on_step_begin()
+        epoch = (self.global_steps - 1) // self.steps_per_epoch
+        if epoch > self.capability.epoch:
+            write_epoch_summary(self.capability, self.run_dir / "tocf")
+        self.capability.start_epoch(epoch)
+
+    def on_step_end(self):
+        super().on_step_end()
+        if self.global_steps >= self.total_training_steps:  # verl's fit returns after it
+            write_epoch_summary(self.capability, self.run_dir / "tocf")
+
+    # --- validation records and the best checkpoint --------------------------------------
+
+    def _dump_generations(self, inputs, outputs, gts, scores, reward_extra_infos_dict, dump_path):
+        super()._dump_generations(inputs, outputs, gts, scores, reward_extra_infos_dict, dump_path)
+        if dump_path != self.config.trainer.validation_data_dir:
+            return  # a rollout dump (trainer.rollout_data_dir), not a validation
+        records = validation_records(
+            self.global_steps, inputs, outputs, scores, reward_extra_infos_dict
+        )
+        write_step(self.run_dir / "validation", self.global_steps, records, overwrite=True)
+        self._track_best(validation_metrics(self.global_steps, records))
+
+    def _track_best(self, val_metrics: dict[str, float]) -> None:
+        key = self.seal.best_metric
+        if key not in val_metrics:
+            raise KeyError(
+                f"seal.best_metric {key!r} is not a validation metric: {sorted(val_metrics)}"
+            )
+        print(f"[seal] validation at step {self.global_steps}: {json.dumps(val_metrics)}")
+        if self.best["value"] is not None and val_metrics[key] <= self.best["value"]:
+            return
+        self.best |= {"step": self.global_steps, "value": val_metrics[key]}
+        # fit() saves a step's checkpoint before validating it, so it exists here when
+        # save_freq divides test_freq (step 0 is the base model: nothing to keep).
+        folder = self._checkpoint_folder(self.global_steps)
+        if self.global_steps > 0 and folder.exists():
+            link_checkpoint(folder, self._checkpoint_root() / BEST_DIR, self.best)
+        elif self.global_steps > 0:
+            print(
+                f"[seal] best step {self.global_steps} has no checkpoint: set save_freq = test_freq"
+            )
+
+    # --- checkpoints ---------------------------------------------------------------------
+
+    def _checkpoint_root(self) -> Path:
+        return Path(self.config.trainer.default_local_dir).absolute()
+
+    def _checkpoint_folder(self, step: int) -> Path:
+        if self.config.trainer.resume_mode == "resume_path" and step == self._resumed_from_step:
+            return Path(self.config.trainer.resume_from_path).absolute()
+        return self._checkpoint_root() / f"global_step_{step}"
+
+    def _save_checkpoint(self):
+        super()._save_checkpoint()
+        folder = self._checkpoint_folder(self.global_steps)
+        self.capability.save(folder / STATE_FILENAME)
+        (folder / BEST_FILE).write_text(json.dumps(self.best))
+
+    def _load_checkpoint(self):
+        super()._load_checkpoint()  # sets global_steps (0 on a fresh start)
+        self._resumed_from_step = self.global_steps
+        resumed = self.global_steps > 0
+        # A fresh run refuses a run_dir that holds another run's state; a resumed one
+        # takes the state saved with the checkpoint (the run_dir's may be ahead of it).
+        self.capability, self.capability_path = open_capability_state(self.run_dir, resume=resumed)
+        if resumed:
+            folder = self._checkpoint_folder(self.global_steps)
+            self.capability = CapabilityState.load(folder / STATE_FILENAME)
+            self.capability.save(self.capability_path)
+            self.best = json.loads((folder / BEST_FILE).read_text())
+
+
+def sample_outcome(extra_fields: dict, reward: float) -> SampleOutcome:
+    """One sample's outcome from the agent loop's extra fields (seal_bfcl)."""
+    return SampleOutcome(
+        task_id=extra_fields["task_id"],
+        category=extra_fields["category"],
+        reward=reward,
+        accuracy=int(extra_fields["accuracy"]),
+        failure_tags=list(extra_fields["failure_tags"]),
+    )
+
+
+def validation_records(step, inputs, outputs, scores, infos) -> list[ValidationRecord]:
+    """Records from verl's validation dump arguments (one entry per sample)."""
+    records = []
+    for i in range(len(inputs)):
+        tags = infos["failure_tags"][i]
+        records.append(
+            ValidationRecord(
+                task_id=infos["task_id"][i],
+                data_source=infos["category"][i],
+                score=int(infos["acc"][i]),
+                reward=float(scores[i]),
+                step=step,
+                input=inputs[i],
+                output=outputs[i],
+                failure_tags=tags.split(TAG_SEPARATOR) if tags else [],
+                turns=int(infos["turns"][i]),
+                progress=float(infos["progress"][i]),
+            )
+        )
+    return records
+
+
+def link_checkpoint(source: Path, target: Path, best: dict) -> None:
+    """Make `target` a copy of checkpoint `source` made of hard links (no data copied), so
+    verl's rotation of old checkpoints (max_actor_ckpt_to_keep) cannot delete it."""
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source, tmp, copy_function=os.link)
+    (tmp / BEST_FILE).unlink(missing_ok=True)  # a link: writing through it edits the source
+    (tmp / BEST_FILE).write_text(json.dumps(best))
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)

@@ -66,6 +66,9 @@ class VerlSettings:
     """FSDP: keep parameters on CPU between uses (less GPU memory, slower)."""
     optimizer_offload: bool = False
     """FSDP: keep the optimizer state on CPU."""
+    env_url: str = ""
+    """URL at which the Ray workers reach the environment service; empty = the launcher's
+    (right on one node). Multi-node: `http://HEAD_IP:8082` with `service.host=0.0.0.0`."""
     overrides: list[str] = field(default_factory=list)
     """Any other verl key, in Hydra syntax (`actor_rollout_ref.rollout.max_num_seqs=512`);
     applied last, so they win over the mapped keys. Unknown keys are errors."""

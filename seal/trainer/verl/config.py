@@ -153,6 +153,7 @@ def seal_section(run_cfg, env_url: str, run_dir: Path) -> VerlSealSection:
 def compose_verl_config(run_cfg, env_url: str, run_dir: Path) -> DictConfig:
     """verl's config for the run, validated (raises with the offending key otherwise)."""
     mapped = mapped_keys(run_cfg, run_dir)
+    env_url = run_cfg.verl.env_url or env_url
     overrides = [hydra_override(k, value) for k, value in mapped.items()]
     overrides += list(run_cfg.verl.overrides)
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):

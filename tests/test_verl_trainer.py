@@ -168,6 +168,9 @@ def test_advantage_step_equals_core(local_tq, tmp_path, live_service):
     assert got[:12].abs().sum() > 0  # the groups have mixed rewards: not a zero check
     assert got[12:].abs().sum() == 0  # padding samples: zero GRPO advantage, not rescaled
     assert metrics["apatch/mean_scale"] != 1.0 and 0 < metrics["apatch/scaled_count"] <= 12
+    accuracy = [s["output"].extra_fields["accuracy"] for s in samples]
+    assert metrics["train/accuracy"] == sum(accuracy) / 12
+    assert metrics["train/accuracy/multi_turn_base"] == sum(accuracy[:N]) / N
     # The capability state saw the 12 real samples only, exactly as the core's did.
     assert trainer.capability.to_dict() == capability.to_dict()
     assert CapabilityState.load(trainer.capability_path).to_dict() == capability.to_dict()

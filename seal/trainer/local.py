@@ -46,7 +46,7 @@ from seal.trainer.config import TrainerConfig
 from seal.trainer.data import epoch_order, task_ids_of
 from seal.trainer.metrics import MetricsLogger
 from seal.trainer.model import frozen_copy, load_policy, load_tokenizer
-from seal.trainer.reweight import observe_and_reweight
+from seal.trainer.reweight import observe_and_reweight, outcome_metrics
 from seal.trainer.update import batch_logprobs, policy_update
 
 
@@ -289,19 +289,12 @@ def _response_mask(samples: list[EpisodeSample]) -> torch.Tensor:
 
 
 def _rollout_metrics(samples: list[EpisodeSample], prefix: str) -> dict[str, float]:
-    metrics = {
-        f"{prefix}/reward_mean": sum(s.reward for s in samples) / len(samples),
-        f"{prefix}/accuracy": sum(s.accuracy for s in samples) / len(samples),
-        f"{prefix}/generations_mean": sum(s.num_generations for s in samples) / len(samples),
-        f"{prefix}/response_tokens_mean": sum(len(s.response_ids) for s in samples) / len(samples),
+    n = len(samples)
+    return {
+        **outcome_metrics(samples, prefix),
+        f"{prefix}/generations_mean": sum(s.num_generations for s in samples) / n,
+        f"{prefix}/response_tokens_mean": sum(len(s.response_ids) for s in samples) / n,
     }
-    for category in sorted({s.category for s in samples}):
-        group = [s for s in samples if s.category == category]
-        metrics[f"{prefix}/accuracy/{category}"] = sum(s.accuracy for s in group) / len(group)
-    tags = [t for s in samples for t in s.failure_tags]
-    for tag in sorted(set(tags)):
-        metrics[f"{prefix}/tag_frac/{tag}"] = tags.count(tag) / len(tags)
-    return metrics
 
 
 def _record(s: EpisodeSample, step: int) -> ValidationRecord:

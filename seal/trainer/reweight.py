@@ -51,3 +51,18 @@ def observe_and_reweight(
         advantages, response_mask, tags, config, step=step, dynamic_weights=weights
     )
     return advantages, {**capability.metrics(), **apatch_metrics}
+
+
+def outcome_metrics(samples: Sequence[SampleOutcome], prefix: str = "train") -> dict[str, float]:
+    """Reward, accuracy overall and per category, and tag fractions of a batch."""
+    metrics = {
+        f"{prefix}/reward_mean": sum(s.reward for s in samples) / len(samples),
+        f"{prefix}/accuracy": sum(s.accuracy for s in samples) / len(samples),
+    }
+    for category in sorted({s.category for s in samples}):
+        group = [s for s in samples if s.category == category]
+        metrics[f"{prefix}/accuracy/{category}"] = sum(s.accuracy for s in group) / len(group)
+    tags = [t for s in samples for t in s.failure_tags]
+    for tag in sorted(set(tags)):
+        metrics[f"{prefix}/tag_frac/{tag}"] = tags.count(tag) / len(tags)
+    return metrics

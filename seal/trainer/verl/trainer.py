@@ -41,7 +41,7 @@ from seal.tocf.apatch import APatchConfig
 from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state
 from seal.tocf.summary import write_epoch_summary
 from seal.trainer.config import VerlSealSection
-from seal.trainer.reweight import SampleOutcome, observe_and_reweight
+from seal.trainer.reweight import SampleOutcome, observe_and_reweight, outcome_metrics
 from seal.trainer.verl.agent_loop import TAG_SEPARATOR
 
 TRAINER_MODE = "seal_sync"
@@ -100,7 +100,7 @@ class SealPPOTrainer(PPOTrainerSync):
             {"advantages": response_to_nested(advantages, nested_mask)}, batch_size=len(batch)
         )
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
-        metrics.update(seal_metrics)
+        metrics.update(seal_metrics | outcome_metrics(samples))
         self.capability.save(self.capability_path)
         if self.seal.rollout.push_profile:
             push_profile(self.seal.env_url, self.capability.failure_profile())

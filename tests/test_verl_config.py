@@ -122,3 +122,33 @@ def test_prompt_length_holds_every_bfcl_prompt(tmp_path):
         for t in task_ids()
     )
     assert 6000 < longest <= config.actor_rollout_ref.rollout.prompt_length == 8192
+
+
+def test_verl_job_hands_the_validated_config_to_verl(tmp_path, monkeypatch, capsys):
+    """The launcher's `verl` job up to verl's entry point (which needs GPUs): the config
+    it passes is the validated one, saved in the run directory, and the job prints the
+    per-category table from the records the trainer writes."""
+    from omegaconf import OmegaConf
+
+    from seal.eval.records import ValidationRecord, write_step
+    from seal.trainer.verl import launch
+
+    handed = {}
+
+    def fake_run_ppo(config, task_runner_class):
+        handed["config"], handed["runner"] = config, task_runner_class
+        record = ValidationRecord(
+            task_id="multi_turn_base_3", data_source="multi_turn_base", score=1, reward=1.0,
+            step=0, input="", output="", failure_tags=["pass"], turns=1,
+        )  # fmt: skip
+        write_step(Path(config.seal.run_dir) / "validation", 0, [record])
+
+    monkeypatch.setattr(launch, "run_ppo", fake_run_ppo)
+    run_cfg = launcher.compose(REPO / "exp/SEAL.yaml", [])
+    launch.run_verl_training(run_cfg, URL, tmp_path, REPO / "data/seal_split.json")
+    config = handed["config"]
+    assert handed["runner"] is launch.TaskRunnerV1
+    assert config.trainer.v1.trainer_mode == "seal_sync" and config.seal.env_url == URL
+    assert OmegaConf.load(tmp_path / "verl_config.yaml") == config
+    out = capsys.readouterr().out
+    assert "1.0000 (1/1)" in out and "n/a (0/0)" in out  # base passed 1/1, others not run

@@ -66,6 +66,7 @@ class SealPPOTrainer(PPOTrainerSync):
         self.capability: CapabilityState | None = None  # opened by _load_checkpoint
         self.capability_path = self.run_dir / STATE_FILENAME
         self.best: dict = {"step": None, "metric": self.seal.best_metric, "value": None}
+        self._resumed_from_step = 0
 
     # --- the SEAL step -----------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from seal.trainer.verl.trainer import (  # noqa: E402
     BEST_FILE,
     SealPPOTrainer,
     link_checkpoint,
+    numeric,
     validation_records,
 )
 
@@ -233,6 +234,7 @@ def test_capability_state_travels_with_checkpoints(local_tq, tmp_path, monkeypat
     resumed._load_checkpoint()
     assert resumed.capability.to_dict() == trainer.capability.to_dict()
     assert resumed.best == trainer.best
+    assert resumed.metrics_log.path == trainer.run_dir / "metrics.jsonl"
     assert CapabilityState.load(folder / STATE_FILENAME).to_dict() == trainer.capability.to_dict()
 
     fresh = SealPPOTrainer(config)  # a fresh start must not adopt the run's state
@@ -241,3 +243,10 @@ def test_capability_state_travels_with_checkpoints(local_tq, tmp_path, monkeypat
     )
     with pytest.raises(FileExistsError):
         fresh._load_checkpoint()
+
+
+def test_only_numbers_go_to_the_metrics_log():
+    import numpy as np
+
+    metrics = {"a": 1, "b": np.float32(0.5), "c": "text", "d": True, "e": [1]}
+    assert numeric(metrics) == {"a": 1, "b": np.float32(0.5)}

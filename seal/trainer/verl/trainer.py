@@ -13,6 +13,8 @@ adds what SEAL needs, each through an overridden hook that calls verl's own firs
 - `_save_checkpoint` / `_load_checkpoint`: the capability state and the best-so-far
   travel with verl's checkpoints, so a resumed run continues the same weights.
 - `on_step_begin`: opens the capability state's epoch window (epoch summaries in tocf/).
+- `_compute_metrics`: the step's numeric metrics also go to `{run_dir}/metrics.jsonl`
+  (seal/eval/metrics_log.py), so `seal-report` reads a verl run like a local one.
 
 The sample's task, category, reward and tags come from the TransferQueue fields the
 agent loop filled (`extra_fields`, `rm_scores`), read with the batch's own keys, so
@@ -25,6 +27,7 @@ import json
 import os
 import shutil
 from dataclasses import asdict
+from numbers import Real
 from pathlib import Path
 
 import transfer_queue as tq
@@ -34,6 +37,7 @@ from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.utils.padding import response_to_nested
 
+from seal.eval.metrics_log import MetricsWriter
 from seal.eval.records import ValidationRecord, write_step
 from seal.eval.summary import validation_metrics
 from seal.rollout.env_client import push_profile
@@ -67,6 +71,8 @@ class SealPPOTrainer(PPOTrainerSync):
         self.capability_path = self.run_dir / STATE_FILENAME
         self.best: dict = {"step": None, "metric": self.seal.best_metric, "value": None}
         self._resumed_from_step = 0
+        self._val_metrics: dict[str, float] = {}
+        self.metrics_log: MetricsWriter | None = None  # opened by _load_checkpoint
 
     # --- the SEAL step -----------------------------------------------------------------
 
@@ -119,7 +125,17 @@ class SealPPOTrainer(PPOTrainerSync):
         if self.global_steps >= self.total_training_steps:  # verl's fit returns after it
             write_epoch_summary(self.capability, self.run_dir / "tocf")
 
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        self.metrics_log.write(global_steps, numeric(metrics))
+
     # --- validation records and the best checkpoint --------------------------------------
+
+    def _validate(self) -> dict[str, float]:
+        val_metrics = super()._validate() | self._val_metrics  # verl's and the project's
+        if self.global_steps == 0:  # fit() logs the initial validation on its own
+            self.metrics_log.write(0, numeric(val_metrics))
+        return val_metrics
 
     def _dump_generations(self, inputs, outputs, gts, scores, reward_extra_infos_dict, dump_path):
         super()._dump_generations(inputs, outputs, gts, scores, reward_extra_infos_dict, dump_path)
@@ -129,7 +145,8 @@ class SealPPOTrainer(PPOTrainerSync):
             self.global_steps, inputs, outputs, scores, reward_extra_infos_dict
         )
         write_step(self.run_dir / "validation", self.global_steps, records, overwrite=True)
-        self._track_best(validation_metrics(self.global_steps, records))
+        self._val_metrics = validation_metrics(self.global_steps, records)
+        self._track_best(self._val_metrics)
 
     def _track_best(self, val_metrics: dict[str, float]) -> None:
         key = self.seal.best_metric
@@ -174,11 +191,18 @@ class SealPPOTrainer(PPOTrainerSync):
         # A fresh run refuses a run_dir that holds another run's state; a resumed one
         # takes the state saved with the checkpoint (the run_dir's may be ahead of it).
         self.capability, self.capability_path = open_capability_state(self.run_dir, resume=resumed)
+        resume_step = self.global_steps if resumed else None
+        self.metrics_log = MetricsWriter(self.run_dir, resume_step=resume_step)
         if resumed:
             folder = self._checkpoint_folder(self.global_steps)
             self.capability = CapabilityState.load(folder / STATE_FILENAME)
             self.capability.save(self.capability_path)
             self.best = json.loads((folder / BEST_FILE).read_text())
+
+
+def numeric(metrics: dict) -> dict[str, float]:
+    """The metrics a JSON Lines row can hold (verl also logs a few non-numbers)."""
+    return {k: v for k, v in metrics.items() if isinstance(v, Real) and not isinstance(v, bool)}
 
 
 def sample_outcome(extra_fields: dict, reward: float) -> SampleOutcome:

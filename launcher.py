@@ -36,7 +36,15 @@ JOBS = {
 
 def job_function(name: str):
     module, function = JOBS[name].split(":")
-    return getattr(importlib.import_module(module), function)
+    try:
+        return getattr(importlib.import_module(module), function)
+    except ModuleNotFoundError as error:
+        if name == "verl" and error.name and error.name.split(".")[0] in ("verl", "ray"):
+            raise RuntimeError(
+                "the verl job needs verl: run `bash install.sh --gpu` on a GPU machine, "
+                "or `-- job=local` for the single-process trainer"
+            ) from error
+        raise
 
 
 def code_version() -> str:

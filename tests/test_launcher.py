@@ -66,3 +66,19 @@ def test_a_started_service_is_stopped_on_exit(tmp_path):
         assert is_healthy(url)
         raise RuntimeError("boom")
     assert not is_healthy(url), "the service outlived the launcher"
+
+
+def test_verl_job_without_verl_says_how_to_install(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_verl(name, *args, **kwargs):
+        if name == "verl" or name.startswith("verl."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_verl)
+    monkeypatch.delitem(sys.modules, "seal.trainer.verl.launch", raising=False)
+    with pytest.raises(RuntimeError, match="install.sh --gpu"):
+        launcher.job_function("verl")

@@ -1,7 +1,8 @@
 """Learning check: the SEAL loop raises the success rate of a small policy on a few tasks.
 
-    python scripts/learning_check.py [--k 4] [--steps 6] [--warmup-max-steps 200]
+    python scripts/learning_check.py [--k 4] [--steps 12] [--warmup-max-steps 200]
                                      [--seed 0] [--out-dir outputs/learning_check]
+    python scripts/learning_check_seeds.py OUT_*/curve.json   # combine several seeds
 
 What it shows: on K easy BFCL training tasks that the policy can partly solve, GRPO with
 the project's own machinery (LocalTrainer.train_step: rollouts through the real
@@ -33,12 +34,21 @@ Simplifications, named:
 
 Cost on 2 CPU cores (hidden 64): ~4.5 s per warm-up step (forward + backward over four
 ~4.6k-token episodes), ~120 steps to partial success (~9-10 min); ~1 min per GRPO step
-(32 episodes + update) and ~40 s per evaluation (64 episodes): ~17 min in all.
-`--warm-policy OUT/warm_policy.pt` reuses a previous warm-up to re-tune GRPO.
+(32 episodes + update) and ~1.5 min per evaluation (128 episodes): ~22 min for GRPO.
+`--warm-policy OUT/warm_policy.pt` reuses a previous warm-up (same --hidden/--layers/--k)
+and only runs GRPO.
 
-Observed: at --lr 1e-3 the first GRPO update moved this fragile, just-memorised policy
-too far (ppo_kl 0.135, clip fraction 6%): success fell to 0 and stayed there (all-zero
-rewards give zero advantages, while Adam keeps drifting the weights). Hence 3e-4.
+Observed (defaults, one warm-up, GRPO seeds 0-2, 128 eval episodes per point): eval
+success 0.076 +- 0.014 at step 0 -> 0.195 (step 4) -> 0.242 (step 8) -> 0.258 +- 0.021
+at step 12, higher in 3/3 seeds; with lr 0 (no update) it stays flat. Two settings
+fail, for reasons named: at --lr 1e-3 the first update moved this fragile, just-memorised
+policy too far (ppo_kl 0.135) and success fell to 0, where all-zero rewards give zero
+advantages and nothing recovers it; with --guidelines (the paper's closed loop; at 1e-4,
+and at 3e-4 before) success fell to 0 from step 2, the first step whose prompts carry
+the guideline section that the failure profile of step 1 switched on: the memorising tiny model breaks on the changed
+system prompt (its dominant tag went from 56% to 71% empty turns) before any update
+could matter. Hence lr 1e-4 and guidelines off by default. The guideline layer is
+exercised by the tests and the CPU default run; this check is about the optimisation.
 """
 
 from __future__ import annotations
@@ -84,17 +94,17 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--k", type=int, default=4, help="number of easy training tasks (4)")
-    p.add_argument("--steps", type=int, default=6, help="GRPO steps (6)")
+    p.add_argument("--steps", type=int, default=12, help="GRPO steps (12)")
     p.add_argument("--n", type=int, default=8, help="GRPO samples per task (8)")
-    p.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate (3e-4)")
+    p.add_argument("--lr", type=float, default=1e-4, help="GRPO learning rate (1e-4)")
     p.add_argument(
         "--guidelines",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="diagnostic guidelines in training episodes (default on, as in the paper)",
+        default=False,
+        help="diagnostic guidelines in training episodes (default off: see the docstring)",
     )
-    p.add_argument("--eval-every", type=int, default=3, help="evaluate every N GRPO steps (3)")
-    p.add_argument("--eval-samples", type=int, default=16, help="eval samples per task (16)")
+    p.add_argument("--eval-every", type=int, default=4, help="evaluate every N GRPO steps (4)")
+    p.add_argument("--eval-samples", type=int, default=32, help="eval samples per task (32)")
     p.add_argument(
         "--warmup-max-steps", type=int, default=200, help="warm-up budget, NLL steps (200)"
     )

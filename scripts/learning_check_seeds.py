@@ -5,8 +5,8 @@
 
 Prints, per evaluated step, each run's sampled eval success and the mean over runs
 with its standard error (between runs), then the change from step 0 per run; draws
-each run's eval curve and the mean. Runs are grouped by --label (one per file, default
-the file's parent directory name), so settings can be compared in one figure.
+each run's eval curve and the mean. Runs are grouped by --label (one per file, or one
+for all; default the file's parent directory name), so settings can be compared.
 """
 
 from __future__ import annotations
@@ -74,10 +74,12 @@ def plot(groups: dict[str, dict[str, dict[int, float]]], path: Path) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("curves", nargs="+", type=Path, help="curve.json files of learning_check.py")
-    p.add_argument("--label", nargs="*", default=None, help="group label per file")
+    p.add_argument("--label", nargs="*", default=None, help="group label per file, or one for all")
     p.add_argument("--png", type=Path, default=None, help="write the figure here")
     args = p.parse_args()
     labels = args.label or [c.parent.name for c in args.curves]
+    if len(labels) == 1:  # one label for all files
+        labels = labels * len(args.curves)
     if len(labels) != len(args.curves):
         p.error(f"{len(labels)} labels for {len(args.curves)} files")
     groups: dict[str, dict[str, dict[int, float]]] = defaultdict(dict)

@@ -52,6 +52,19 @@ _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, EnvClie
 )
 
 
+# verl builds one loop per sample from the worker's one config object; parsing its
+# `seal` section (~3 ms of OmegaConf work, on the event loop every episode shares) is
+# done once per config. The config is kept in the value so a reused id cannot match.
+_settings: dict[int, tuple[object, VerlSealSection]] = {}
+
+
+def loop_settings(config) -> VerlSealSection:
+    cached = _settings.get(id(config))
+    if cached is None or cached[0] is not config:
+        cached = _settings[id(config)] = (config, VerlSealSection.from_config(config))
+    return cached[1]
+
+
 def shared_env_client(settings: VerlSealSection) -> EnvClient:
     per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
     if settings.env_url not in per_loop:
@@ -73,7 +86,7 @@ async def close_shared_env_clients() -> None:
 class SealBfclAgentLoop(AgentLoopBase):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.settings = VerlSealSection.from_config(self.config)
+        self.settings = loop_settings(self.config)
         self.limits = self.settings.rollout.limits()
         response_length = self.rollout_config.response_length
         if self.limits.max_context_tokens > response_length:

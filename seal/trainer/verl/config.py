@@ -140,13 +140,13 @@ def mapped_keys(run_cfg, run_dir: Path) -> dict:
 
 
 def seal_section(run_cfg, env_url: str, run_dir: Path) -> VerlSealSection:
-    t = run_cfg.trainer
+    trainer = OmegaConf.to_object(run_cfg.trainer)  # the typed TrainerConfig
     return VerlSealSection(
         env_url=env_url,
         run_dir=str(Path(run_dir).absolute()),
-        rollout=OmegaConf.to_object(t.rollout) if isinstance(t.rollout, DictConfig) else t.rollout,
-        apatch=OmegaConf.to_object(t.apatch) if isinstance(t.apatch, DictConfig) else t.apatch,
-        best_metric=t.checkpoint.best_metric,
+        rollout=trainer.rollout,
+        apatch=trainer.apatch,
+        best_metric=trainer.checkpoint.best_metric,
     )
 
 

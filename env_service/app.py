@@ -17,8 +17,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from env_service import api_native, api_wire
-from env_service.backends import preload_backends
 from env_service.engine import EngineError, EnvEngine, InvalidRequestError, ServiceConfig
+from seal.bfcl.backends import preload_backends
 from seal.bfcl.tasks import task_ids
 
 EXPIRY_SWEEP_S = 5.0

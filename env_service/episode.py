@@ -18,10 +18,9 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from env_service import evolution
-from env_service.backends import Backends, is_tool_error
-from env_service.diagnosis import Diagnosis, diagnose
 from env_service.evolution import EvolutionSettings
 from seal.bfcl import prompt
+from seal.bfcl.backends import Backends, is_tool_error
 from seal.bfcl.calls import (
     CallParseError,
     ToolCall,
@@ -29,6 +28,7 @@ from seal.bfcl.calls import (
     has_tool_call,
     parse_tool_calls,
 )
+from seal.bfcl.diagnosis import Diagnosis, diagnose
 from seal.bfcl.tasks import BfclTask, load_task
 
 RolloutMode = Literal["sample", "validate"]

@@ -4,7 +4,7 @@
 
 For every task: the ground truth, and three corruptions of it on a randomly chosen
 turn that has calls (drop one call, skip the turn, duplicate one call). Each trajectory
-is scored by `env_service.diagnosis.diagnose` (calls run as data in private backends)
+is scored by `seal.bfcl.diagnosis.diagnose` (calls run as data in private backends)
 and by bfcl-eval's `multi_turn_checker` (fed the same calls as strings). Prints the
 agreement per category and corruption and every disagreement; exits 1 on any.
 Ground-truth trajectories the official checker itself fails are reported separately
@@ -17,13 +17,17 @@ import argparse
 import random
 import sys
 from collections import Counter
+from pathlib import Path
 
 from tqdm import tqdm
 
-from env_service.diagnosis import diagnose
 from seal.bfcl import ground_truth as gt
-from seal.bfcl.official import bfcl_globals_left, official_accuracy
+from seal.bfcl.diagnosis import diagnose
 from seal.bfcl.tasks import CATEGORIES, load_task, task_ids
+
+# The official checker is a test oracle: it lives with the tests, never in the product.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from bfcl_official import bfcl_globals_left, official_accuracy  # noqa: E402
 
 CORRUPTIONS = ("ground_truth", "drop_call", "skip_turn", "duplicate_call")
 

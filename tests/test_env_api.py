@@ -7,6 +7,7 @@ import time
 
 import httpx
 import pytest
+from bfcl_official import bfcl_globals_left
 
 from env_service.app import create_app
 from env_service.engine import EnvEngine, NotFoundError, ServiceConfig
@@ -14,7 +15,6 @@ from env_service.episode import EpisodeSettings
 from seal.bfcl import prompt
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory, tool_call_text
-from seal.bfcl.official import bfcl_globals_left
 from seal.bfcl.tasks import load_task
 from seal.rollout.env_client import EnvClient, EnvServiceError
 from seal.rollout.scripted import run_scripted_episode

@@ -4,14 +4,14 @@ import copy
 from dataclasses import replace
 
 import pytest
+from bfcl_official import bfcl_globals_left, official_accuracy
 
-import env_service.diagnosis as diagnosis_module
-from env_service.backends import ERROR_PREFIX, Backends, format_result
-from env_service.diagnosis import diagnose
+import seal.bfcl.diagnosis as diagnosis_module
 from env_service.episode import Episode, EpisodeSettings, RewardSettings
 from seal.bfcl import ground_truth as gt
+from seal.bfcl.backends import ERROR_PREFIX, Backends, format_result
 from seal.bfcl.calls import ToolCall
-from seal.bfcl.official import bfcl_globals_left, official_accuracy
+from seal.bfcl.diagnosis import diagnose
 from seal.bfcl.tasks import load_task
 from seal.tocf import tags as T
 

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from env_service.backends import ERROR_PREFIX, Backends, cost_error, is_tool_error
-from env_service.diagnosis import diagnose
 from env_service.evolution import add_schema_cues, allowed_values
+from seal.bfcl.backends import ERROR_PREFIX, Backends, cost_error, is_tool_error
 from seal.bfcl.calls import ToolCall
+from seal.bfcl.diagnosis import diagnose
 from seal.bfcl.prompt import to_tool
 from seal.bfcl.tasks import load_task
 

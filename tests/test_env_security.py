@@ -10,10 +10,10 @@ import json
 
 import pytest
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker, multi_turn_utils
+from bfcl_official import bfcl_globals_left
 
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import tool_call_text
-from seal.bfcl.official import bfcl_globals_left
 
 TASK = "multi_turn_base_1"  # GorillaFileSystem, starting in /alex
 

@@ -1,11 +1,11 @@
-"""bfcl-eval's official multi-turn checker as a reference oracle, isolated per call.
+"""Test oracle: bfcl-eval's official multi-turn checker, isolated per call.
 
 Used by tests and `scripts/check_agreement.py` to show that the service's diagnosis
 agrees with BFCL; never by the service itself, because the official executor `eval`s
 call strings. Inputs here are ground-truth strings (or corruptions of them), never model
 text. Each check runs under a fresh model name, and the backend instances bfcl-eval
 caches in its executor's module globals for that name are deleted afterwards, and the
-mutable default arguments its backends mutate (see env_service.backends) are restored,
+mutable default arguments its backends mutate (see seal.bfcl.backends) are restored,
 so every check sees what a fresh BFCL process would.
 """
 
@@ -19,7 +19,7 @@ from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPIN
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
-from env_service.backends import mutable_defaults
+from seal.bfcl.backends import mutable_defaults
 from seal.bfcl.tasks import BfclTask
 
 

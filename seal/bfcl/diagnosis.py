@@ -32,7 +32,7 @@ from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (
     state_checker,
 )
 
-from env_service.backends import ERROR_PREFIX, Backends
+from seal.bfcl.backends import ERROR_PREFIX, Backends
 from seal.bfcl.calls import ToolCall, parse_call_string
 from seal.bfcl.tasks import BfclTask
 from seal.tocf import tags as T

@@ -1,16 +1,23 @@
 """The service's own API: episodes as resources under /v1, typed bodies, HTTP statuses.
 
     POST   /v1/episodes                    create (201)       -> EpisodeCreated
-    POST   /v1/episodes/{id}/steps         one assistant turn -> StepResult
+    POST   /v1/episodes/{id}/steps         one assistant turn -> StepResult; the step that
+                                           ends the episode carries its Evaluation and
+                                           releases it
     GET    /v1/episodes/{id}/evaluation    verify + diagnose  -> Evaluation
-    DELETE /v1/episodes/{id}               release (204)
+    DELETE /v1/episodes/{id}               release (204); ?evaluate=true: 200 + Evaluation
     GET    /v1/episodes/{id}               status             -> EpisodeStatus
     GET    /v1/tasks/{task_id}             task summary       -> TaskInfo
     PUT    /v1/profile  / GET /v1/profile  failure profile for diagnostic guidelines
     GET    /v1/stats                       live episodes and totals
 
+An episode played to its end therefore costs k + 1 requests (create and k steps); one
+the client stops early (its context is full) one more, the evaluating DELETE. The bodies
+are defined once, in seal.rollout.protocol, for the service and its clients.
+
 Errors are `{"detail": message}` with 404 (unknown task or episode), 409 (episode id in
-use, step after the end), 413 (message too large), 422 (malformed body), 503 (busy).
+use, step after the end or out of sequence), 413 (message too large), 422 (malformed
+body), 503 (busy).
 """
 
 from __future__ import annotations
@@ -19,58 +26,14 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
 from env_service.engine import EnvEngine, NotFoundError
-from env_service.episode import EpisodeSettings
 from seal.bfcl.tasks import UnknownTaskError, load_task
-
-
-class CreateEpisode(BaseModel):
-    task_id: str
-    episode_id: str | None = Field(None, description="Client-chosen id; generated if absent.")
-    settings: EpisodeSettings = Field(default_factory=EpisodeSettings)
-
-
-class Message(BaseModel):
-    role: str
-    content: str
-
-
-class EpisodeCreated(BaseModel):
-    episode_id: str
-    task_id: str
-    category: str
-    num_turns: int
-    messages: list[Message]
-
-
-class StepRequest(BaseModel):
-    content: str = Field(description="The raw assistant text, tool-call blocks included.")
-
-
-class StepResult(BaseModel):
-    messages: list[Message]
-    terminated: bool
-    truncated: bool
-    reward: float
-    turn: int
-
-
-class Evaluation(BaseModel):
-    accuracy: int
-    reward: float
-    progress: float
-    failure_tags: list[str]
-    tag_notes: list[str]
-    num_turns: int
-    turns_reached: int
-    terminated: bool
-    truncated: bool
-    steps: int
-    tool_calls: int
-    invalid_calls: int
-    invalid_by_kind: dict[str, int]
-    tool_errors: int
-    task_id: str
-    category: str
+from seal.rollout.protocol import (
+    CreateEpisode,
+    EpisodeCreated,
+    Evaluation,
+    StepRequest,
+    StepResult,
+)
 
 
 class EpisodeStatus(BaseModel):
@@ -103,32 +66,41 @@ def engine_of(request: Request) -> EnvEngine:
     return request.app.state.engine
 
 
+def json_reply(model: BaseModel, status: int = 200) -> Response:
+    # pydantic's own JSON encoder: FastAPI's generic response path re-encodes the model
+    # through jsonable_encoder, which cost more than the episode work on 20-30 KB prompts.
+    return Response(model.model_dump_json(), status, media_type="application/json")
+
+
 router = APIRouter(prefix="/v1", tags=["episodes"])
 
 
 @router.post("/episodes", status_code=201, response_model=EpisodeCreated)
 async def create_episode(body: CreateEpisode, request: Request):
     episode_id, ep = engine_of(request).create(body.task_id, body.settings, body.episode_id)
-    return EpisodeCreated(
+    created = EpisodeCreated(
         episode_id=episode_id,
         task_id=ep.task.task_id,
         category=ep.task.category,
         num_turns=ep.task.num_turns,
         messages=ep.initial_messages,
     )
+    return json_reply(created, 201)
 
 
 @router.post("/episodes/{episode_id}/steps", response_model=StepResult)
 async def step_episode(episode_id: str, body: StepRequest, request: Request):
-    engine = engine_of(request)
-    outcome = engine.step(episode_id, body.content)
-    return StepResult(
+    outcome = engine_of(request).step(episode_id, body.content, body.seq, release_at_end=True)
+    result = StepResult(
+        seq=outcome.seq,
         messages=outcome.messages,
         terminated=outcome.terminated,
         truncated=outcome.truncated,
         reward=outcome.reward,
-        turn=engine.get(episode_id).turn,
+        turn=outcome.turn,
+        evaluation=outcome.evaluation,
     )
+    return json_reply(result)
 
 
 @router.get("/episodes/{episode_id}/evaluation", response_model=Evaluation)
@@ -150,10 +122,18 @@ async def episode_status(episode_id: str, request: Request):
     )
 
 
-@router.delete("/episodes/{episode_id}", status_code=204)
-async def release_episode(episode_id: str, request: Request):
-    engine_of(request).release(episode_id)
-    return Response(status_code=204)
+@router.delete(
+    "/episodes/{episode_id}",
+    status_code=204,
+    responses={200: {"model": Evaluation, "description": "Released, with ?evaluate=true"}},
+)
+async def release_episode(episode_id: str, request: Request, evaluate: bool = False):
+    engine = engine_of(request)
+    report = engine.get(episode_id).report() if evaluate else None
+    engine.release(episode_id)
+    if report is None:
+        return Response(status_code=204)
+    return json_reply(Evaluation(**report))
 
 
 @router.get("/tasks/{task_id}", response_model=TaskInfo, tags=["tasks"])

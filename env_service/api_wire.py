@@ -12,7 +12,8 @@ uses). `/create` takes the rollout mode and observation settings in `params`:
     diagnostic_guidelines guidelines from the failure profile             default false
     max_guidelines        at most this many guidelines                    default 3
     evolve_in_validation  keep the layers on in validate mode             default false
-    max_steps             service-side cap on assistant messages          default 64
+    max_steps             assistant messages before the service ends the
+                          episode (EpisodeLimits.max_generations)         default 20
     partial_credit_cap    0 = binary reward (paper); see RewardSettings   default 0
     partial_credit_weight weight of progress under the cap                default 1
 
@@ -26,11 +27,10 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from env_service.engine import EngineError, EnvEngine, InvalidRequestError
-from env_service.episode import EpisodeSettings, RewardSettings
-from env_service.evolution import EvolutionSettings
+from seal.rollout.protocol import EpisodeSettings
 
 ENV_TYPE = "bfcl"
 
@@ -69,6 +69,9 @@ _REWARD_KEYS = {"partial_credit_cap", "partial_credit_weight"}
 _TOP_KEYS = {"rollout_mode", "evolve_in_validation", "max_steps"}
 
 
+_SETTINGS = TypeAdapter(EpisodeSettings)
+
+
 def settings_from_params(params: dict) -> tuple[EpisodeSettings, list[str]]:
     """Episode settings from wire params, and the keys that were not understood."""
     evo, reward, ignored = {}, {}, []
@@ -82,10 +85,10 @@ def settings_from_params(params: dict) -> tuple[EpisodeSettings, list[str]]:
     top = {k: params[k] for k in _TOP_KEYS & params.keys()}
     if "rollout_mode" in top:
         top["mode"] = top.pop("rollout_mode")
+    if "max_steps" in top:
+        top["limits"] = {"max_generations": top.pop("max_steps")}
     try:
-        settings = EpisodeSettings(
-            **top, evolution=EvolutionSettings(**evo), reward=RewardSettings(**reward)
-        )
+        settings = _SETTINGS.validate_python({**top, "evolution": evo, "reward": reward})
     except ValidationError as e:
         raise InvalidRequestError(f"invalid params: {e.errors(include_url=False)}") from None
     return settings, sorted(ignored)
@@ -143,10 +146,9 @@ async def step(body: WireRequest, request: Request):
     try:
         instance_id = _require(body.instance_id, "instance_id")
         outcome = _engine(request).step(instance_id, _assistant_text(body.messages))
-        turn = _engine(request).get(instance_id).turn
     except EngineError as e:
         return wire_error(e)
-    info = {"instance_id": instance_id, "turn": turn, "truncated": outcome.truncated}
+    info = {"instance_id": instance_id, "turn": outcome.turn, "truncated": outcome.truncated}
     return ok(
         {
             "state": outcome.messages,

@@ -3,18 +3,25 @@
 Both HTTP protocols (api_native.py, api_wire.py) are thin layers over `EnvEngine`. All
 engine calls run on the server's event-loop thread and none of them awaits, so each
 call sees and leaves a consistent registry without locks; episodes share no state.
+
+Retries are safe: a create repeated with the same client-chosen id (and the same task
+and settings, before any step) returns the episode it made; a step repeated with the
+same `seq` returns its first answer instead of running again, also after the step that
+ended (and released) the episode, whose final answer is kept for `episode_ttl_s`.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections import OrderedDict
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from env_service.episode import Episode, EpisodeSettings, StepOutcome
+from env_service.episode import Episode, StepOutcome
 from seal.bfcl.tasks import UnknownTaskError, load_task
+from seal.rollout.protocol import EpisodeSettings
 from seal.tocf.state import load_failure_profile
 
 
@@ -63,6 +70,9 @@ class EnvEngine:
     def __init__(self, config: ServiceConfig | None = None):
         self.config = config or ServiceConfig()
         self.episodes: dict[str, Episode] = {}
+        # Final answers of episodes that ended and were released, for retried final steps:
+        # id -> (time ended, answer); oldest first, bounded like the live episodes.
+        self.finished: OrderedDict[str, tuple[float, StepOutcome]] = OrderedDict()
         self.pushed_profile: dict | None = None
         self._file_profile: tuple[float, dict | None] | None = None  # (mtime, profile)
         self.totals = {"created": 0, "released": 0, "expired": 0, "rejected_busy": 0}
@@ -74,8 +84,16 @@ class EnvEngine:
     ) -> tuple[str, Episode]:
         self.expire_idle()
         episode_id = episode_id or uuid.uuid4().hex
-        if episode_id in self.episodes:
+        existing = self.episodes.get(episode_id)
+        if existing is not None:
+            if (existing.task.task_id, existing.settings) == (task_id, settings) and (
+                existing.counters.steps == 0
+            ):
+                existing.last_used = time.monotonic()
+                return episode_id, existing  # a retried create: the reply was lost
             raise ConflictError(f"episode id {episode_id!r} is already in use")
+        if episode_id in self.finished:
+            raise ConflictError(f"episode id {episode_id!r} was used by an episode that ended")
         if len(self.episodes) >= self.config.max_live_episodes:
             self.totals["rejected_busy"] += 1
             raise BusyError(
@@ -100,16 +118,47 @@ class EnvEngine:
         episode.last_used = time.monotonic()
         return episode
 
-    def step(self, episode_id: str, content: str) -> StepOutcome:
+    def step(
+        self,
+        episode_id: str,
+        content: str,
+        seq: int | None = None,
+        release_at_end: bool = False,
+    ) -> StepOutcome:
+        """Run one assistant message. With `seq`, a repeat of the last step returns its
+        answer; `release_at_end` releases the episode on the step that ends it (the
+        native API: its answer carries the evaluation)."""
         if len(content) > self.config.max_message_chars:
             raise TooLargeError(
                 f"assistant message of {len(content)} characters exceeds the limit of "
                 f"{self.config.max_message_chars}"
             )
+        if episode_id not in self.episodes and episode_id in self.finished:
+            last = self.finished[episode_id][1]
+            if seq is not None and seq == last.seq:
+                return last
+            raise ConflictError(
+                f"episode {episode_id!r} has ended (step {last.seq}) and was released"
+            )
         episode = self.get(episode_id)
+        last = episode.last_outcome
+        if seq is not None and last is not None and seq == last.seq:
+            return last
+        if seq is not None and seq != episode.counters.steps + 1:
+            raise ConflictError(
+                f"step seq {seq} for episode {episode_id!r}, expected "
+                f"{episode.counters.steps + 1} (the last step was {episode.counters.steps})"
+            )
         if episode.terminated:
             raise ConflictError(f"episode {episode_id!r} has ended; evaluate or release it")
-        return episode.step(content)
+        outcome = episode.step(content)
+        episode.last_outcome = outcome
+        if outcome.terminated and release_at_end:
+            self.release(episode_id)
+            self.finished[episode_id] = (time.monotonic(), outcome)
+            while len(self.finished) > self.config.max_live_episodes:
+                self.finished.popitem(last=False)
+        return outcome
 
     def release(self, episode_id: str) -> None:
         if self.episodes.pop(episode_id, None) is None:
@@ -123,6 +172,8 @@ class EnvEngine:
         for eid in stale:
             del self.episodes[eid]
         self.totals["expired"] += len(stale)
+        while self.finished and next(iter(self.finished.values()))[0] < cutoff:
+            self.finished.popitem(last=False)
         return len(stale)
 
     # --- failure profile ---------------------------------------------------------------

@@ -13,12 +13,8 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass, field
-from typing import Literal
-
-from pydantic import BaseModel, Field
 
 from env_service import evolution
-from env_service.evolution import EvolutionSettings
 from seal.bfcl import prompt
 from seal.bfcl.backends import Backends, is_tool_error
 from seal.bfcl.calls import (
@@ -30,37 +26,7 @@ from seal.bfcl.calls import (
 )
 from seal.bfcl.diagnosis import Diagnosis, diagnose
 from seal.bfcl.tasks import BfclTask, load_task
-
-RolloutMode = Literal["sample", "validate"]
-
-
-class RewardSettings(BaseModel):
-    """How an episode's verification becomes its reward."""
-
-    partial_credit_cap: float = Field(0.0, ge=0.0, le=1.0)
-    """0 (the paper): reward = accuracy. Above 0: a failed episode earns
-    min(cap, partial_credit_weight * progress)."""
-    partial_credit_weight: float = Field(1.0, ge=0.0)
-
-
-class EpisodeSettings(BaseModel):
-    """Everything a client chooses when it creates an episode."""
-
-    mode: RolloutMode = "sample"
-    """`sample` (training: evolution allowed) or `validate` (the plain benchmark)."""
-    evolution: EvolutionSettings = Field(default_factory=EvolutionSettings)
-    evolve_in_validation: bool = False
-    """Apply the evolution layers in validate mode too (off: validation is the benchmark)."""
-    max_steps: int = Field(64, ge=1, le=1024)
-    """Assistant messages after which the service ends the episode (a runaway guard;
-    clients normally stop earlier with their own generation limit)."""
-    reward: RewardSettings = Field(default_factory=RewardSettings)
-
-    @property
-    def effective_evolution(self) -> EvolutionSettings:
-        if self.mode == "validate" and not self.evolve_in_validation:
-            return EvolutionSettings()
-        return self.evolution
+from seal.rollout.protocol import EpisodeSettings
 
 
 @dataclass
@@ -76,10 +42,15 @@ class Counters:
 
 @dataclass
 class StepOutcome:
+    seq: int
+    """The step's number in its episode (1-based)."""
     messages: list[dict]
     terminated: bool
     reward: float
-    truncated: bool = False
+    truncated: bool
+    turn: int
+    evaluation: dict | None = None
+    """The report, on the step that ended the episode."""
 
 
 class EpisodeFinishedError(RuntimeError):
@@ -120,6 +91,8 @@ class Episode:
         self.terminated = False
         self.truncated = False
         self.created_at = self.last_used = time.monotonic()
+        self.last_outcome: StepOutcome | None = None
+        """The answer to the last step, repeated for a retried step (set by the engine)."""
         self._diagnosis: Diagnosis | None = None
         self._held_back = frozenset(d["name"] for docs in task.held_out.values() for d in docs)
         self._available = {d["name"]: d for d in task.tools_until(0)}
@@ -170,10 +143,18 @@ class Episode:
             messages = [{"role": "user", "content": self._run_calls(content)}]
         else:
             messages = self._next_turn()
-        if not self.terminated and self.counters.steps >= self.settings.max_steps:
+        if not self.terminated and self.counters.steps >= self.settings.limits.max_generations:
             self.terminated = self.truncated = True
-        reward = self.reward() if self.terminated else 0.0
-        return StepOutcome(messages, self.terminated, reward, self.truncated)
+        report = self.report() if self.terminated else None
+        return StepOutcome(
+            seq=self.counters.steps,
+            messages=messages,
+            terminated=self.terminated,
+            reward=report["reward"] if report else 0.0,
+            truncated=self.truncated,
+            turn=self.turn,
+            evaluation=report,
+        )
 
     def _next_turn(self) -> list[dict]:
         self.turn += 1
@@ -225,10 +206,7 @@ class Episode:
 
     def reward(self) -> float:
         d = self.diagnosis()
-        cfg = self.settings.reward
-        if d.accuracy or cfg.partial_credit_cap <= 0:
-            return float(d.accuracy)
-        return min(cfg.partial_credit_cap, cfg.partial_credit_weight * d.progress)
+        return self.settings.reward.reward(d.accuracy, d.progress)
 
     def report(self) -> dict:
         """The full evaluation: accuracy, progress, one tag per turn and the counters."""

@@ -1,5 +1,7 @@
 """Observation evolution: what a training episode shows beyond the plain benchmark.
 
+Which layers an episode gets is `seal.rollout.protocol.EvolutionSettings`.
+
 Three independent layers, all off by default and forced off in validation (the prompt a
 validation episode sees is byte-identical to the unevolved one):
 
@@ -17,29 +19,7 @@ from __future__ import annotations
 import json
 import re
 
-from pydantic import BaseModel, Field
-
 from seal.tocf import tags as T
-
-
-class EvolutionSettings(BaseModel):
-    """Which layers a training episode gets. Every key defaults to off."""
-
-    schema_cues: bool = False
-    """Mark required parameters, surface allowed values and add the constraint note."""
-    type_hints: bool = False
-    """With schema_cues: also spell out each parameter's expected type in its description."""
-    recovery_feedback: bool = False
-    """Append a recovery hint to invalid-call and tool-error observations."""
-    guidelines: bool = False
-    """Add guidelines for the prevalent unsolved failure tags of the current profile."""
-    max_guidelines: int = Field(3, ge=0, le=len(T.FAILURE_TAGS))
-    """At most this many guidelines (the profile's top tags by share)."""
-
-    @property
-    def any(self) -> bool:
-        return self.schema_cues or self.recovery_feedback or self.guidelines
-
 
 # --- schema cues -------------------------------------------------------------------------
 

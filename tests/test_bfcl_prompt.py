@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 import seal
-from env_service.episode import Episode, EpisodeSettings
+from env_service.episode import Episode
 from seal.bfcl import prompt
 from seal.bfcl.ground_truth import ground_truth_trajectory, tool_call_text
 from seal.bfcl.tasks import load_task
+from seal.rollout.protocol import EpisodeSettings
 
 TOKENIZER_DIR = Path(seal.__file__).parent / "assets" / "qwen2.5-tokenizer"
 ONE_PER_CATEGORY = [

@@ -8,11 +8,12 @@ import pytest
 from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
 from bfcl_official import bfcl_globals_left, official_accuracy
 
-from env_service.episode import Episode, EpisodeSettings
+from env_service.episode import Episode
 from seal.bfcl import ground_truth as gt
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.diagnosis import diagnose
 from seal.bfcl.tasks import load_task, task_ids
+from seal.rollout.protocol import EpisodeSettings
 from seal.tocf.tags import CATEGORIES, PASS
 
 TASKS_PER_CATEGORY = 10

@@ -11,12 +11,12 @@ from bfcl_official import bfcl_globals_left
 
 from env_service.app import create_app
 from env_service.engine import EnvEngine, NotFoundError, ServiceConfig
-from env_service.episode import EpisodeSettings
 from seal.bfcl import prompt
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory, tool_call_text
 from seal.bfcl.tasks import load_task
 from seal.rollout.env_client import EnvClient, EnvServiceError
+from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
 
 ONE_PER_CATEGORY = [
@@ -203,20 +203,73 @@ def test_native_ground_truth_scores_one(service, gt_texts, task_id):
     }
     assert info["tools"] == [d["name"] for d in task.tools]
 
+    seq = 0
     for texts in gt_texts(task_id):
         for text in texts:
-            result = http.post("/v1/episodes/ep-1/steps", json={"content": text})
+            seq += 1
+            result = http.post("/v1/episodes/ep-1/steps", json={"content": text, "seq": seq})
             assert result.status_code == 200
-    assert result.json()["terminated"] is True
-    assert result.json()["reward"] == 1.0
-    status = http.get("/v1/episodes/ep-1").json()
-    assert status["terminated"] and status["mode"] == "sample"
-    evaluation = http.get("/v1/episodes/ep-1/evaluation").json()
-    assert evaluation["accuracy"] == 1
-    assert len(evaluation["failure_tags"]) == task.num_turns
-    assert http.delete("/v1/episodes/ep-1").status_code == 204
+            assert result.json()["seq"] == seq
+            if not result.json()["terminated"]:
+                assert result.json()["evaluation"] is None
+                assert http.get("/v1/episodes/ep-1").json()["mode"] == "sample"
+    final = result.json()
+    assert final["terminated"] is True and final["reward"] == 1.0
+    # The step that ends the episode carries the evaluation and releases the episode.
+    assert final["evaluation"]["accuracy"] == 1
+    assert len(final["evaluation"]["failure_tags"]) == task.num_turns
     assert http.get("/v1/episodes/ep-1").status_code == 404
+    assert http.get("/v1/stats").json() | {"live_episodes": 0, "released": 1} == (
+        http.get("/v1/stats").json()
+    )
+
+
+def test_native_retries_are_answered_not_rerun(service, gt_texts):
+    """A create or step whose reply was lost is sent again by the client: the service
+    answers the repeat with the first answer instead of running it twice."""
+    http = service().http
+    body = {"task_id": "multi_turn_base_0", "episode_id": "ep-r"}
+    first = http.post("/v1/episodes", json=body)
+    assert http.post("/v1/episodes", json=body).json() == first.json()
+    other_task = {**body, "task_id": "multi_turn_base_1"}
+    assert http.post("/v1/episodes", json=other_task).status_code == 409
+
+    texts = [t for turn in gt_texts("multi_turn_base_0") for t in turn]
+    step1 = http.post("/v1/episodes/ep-r/steps", json={"content": texts[0], "seq": 1}).json()
+    again = http.post("/v1/episodes/ep-r/steps", json={"content": texts[0], "seq": 1}).json()
+    assert again == step1
+    status = http.get("/v1/episodes/ep-r").json()
+    assert status["steps"] == 1  # ran once
+    assert http.post("/v1/episodes", json=body).status_code == 409  # stepped: not a retry
+    gap = http.post("/v1/episodes/ep-r/steps", json={"content": texts[1], "seq": 3})
+    assert gap.status_code == 409 and "expected 2" in gap.json()["detail"]
+    for seq, text in enumerate(texts[1:], start=2):
+        last = http.post("/v1/episodes/ep-r/steps", json={"content": text, "seq": seq})
+    assert last.json()["terminated"] and last.json()["evaluation"]["accuracy"] == 1
+    # The final answer survives the release for a retried final step.
+    repeat = http.post("/v1/episodes/ep-r/steps", json={"content": texts[-1], "seq": seq})
+    assert repeat.json() == last.json()
+    late = http.post("/v1/episodes/ep-r/steps", json={"content": "x", "seq": seq + 1})
+    assert late.status_code == 409
+    assert http.post("/v1/episodes", json=body).status_code == 409  # the id stays taken
     assert http.get("/v1/stats").json()["released"] == 1
+
+
+def test_native_delete_can_evaluate(service, gt_texts):
+    http = service().http
+    http.post("/v1/episodes", json={"task_id": "multi_turn_base_0", "episode_id": "a"})
+    http.post("/v1/episodes", json={"task_id": "multi_turn_base_0", "episode_id": "b"})
+    first = gt_texts("multi_turn_base_0")[0][0]
+    for eid in ("a", "b"):
+        http.post(f"/v1/episodes/{eid}/steps", json={"content": first, "seq": 1})
+    evaluated = http.delete("/v1/episodes/a", params={"evaluate": "true"})
+    assert evaluated.status_code == 200
+    report = evaluated.json()
+    assert report["steps"] == 1 and report["accuracy"] == 0 and not report["terminated"]
+    assert report["failure_tags"][0] != "empty_turn_model_response"  # turn 1 had its calls
+    assert http.delete("/v1/episodes/b").status_code == 204
+    assert http.delete("/v1/episodes/a").status_code == 404
+    assert http.get("/v1/stats").json()["live_episodes"] == 0
 
 
 def test_env_client_and_scripted_runner_over_a_socket(live_service):
@@ -298,8 +351,15 @@ def test_reused_episode_id_is_a_conflict(service):
     error = svc.wire("/create", expect=409, task_id="multi_turn_base_2", instance_id="mine")
     assert "already in use" in error["error"]
     assert svc.wire("/get_info", instance_id="mine")["data"]["task_id"] == "multi_turn_base_1"
+    # Same task and settings before any step is a retried create (answered, see
+    # test_native_retries_are_answered_not_rerun); other settings are a conflict.
     native = svc.http.post(
-        "/v1/episodes", json={"task_id": "multi_turn_base_1", "episode_id": "mine"}
+        "/v1/episodes",
+        json={
+            "task_id": "multi_turn_base_1",
+            "episode_id": "mine",
+            "settings": {"mode": "validate"},
+        },
     )
     assert native.status_code == 409
     svc.wire("/release", instance_id="mine")

@@ -7,12 +7,13 @@ import pytest
 from bfcl_official import bfcl_globals_left, official_accuracy
 
 import seal.bfcl.diagnosis as diagnosis_module
-from env_service.episode import Episode, EpisodeSettings, RewardSettings
+from env_service.episode import Episode
 from seal.bfcl import ground_truth as gt
 from seal.bfcl.backends import ERROR_PREFIX, Backends, format_result
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.diagnosis import diagnose
 from seal.bfcl.tasks import load_task
+from seal.rollout.protocol import EpisodeSettings, RewardSettings
 from seal.tocf import tags as T
 
 # multi_turn_base_0 (GorillaFileSystem + TwitterAPI), ground truth per turn:

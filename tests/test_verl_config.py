@@ -15,9 +15,10 @@ from hydra.errors import ConfigCompositionException  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 import launcher  # noqa: E402
-from env_service.episode import Episode, EpisodeSettings  # noqa: E402
-from env_service.evolution import GUIDELINES, EvolutionSettings  # noqa: E402
+from env_service.episode import Episode  # noqa: E402
+from env_service.evolution import GUIDELINES  # noqa: E402
 from seal.bfcl.tasks import load_task, task_ids  # noqa: E402
+from seal.rollout.protocol import EpisodeSettings, EvolutionSettings  # noqa: E402
 from seal.rollout.turn_tokens import turn_tokenizer  # noqa: E402
 from seal.trainer.config import VerlSealSection  # noqa: E402
 from seal.trainer.model import SHIPPED_TOKENIZER  # noqa: E402

@@ -1,0 +1,223 @@
+"""The episode contract between trainers and the environment service, as data.
+
+One definition of each idea, used on both sides of the native API (`/v1`):
+
+- `EpisodeLimits`: where an episode stops and how its parts are cut. The driver applies
+  the token limits; the service ends the episode at `max_generations` assistant
+  messages, so both stop on the same step. Also the trainers' `trainer.limits` section.
+- `EvolutionSettings`: the observation layers of training episodes (the environment
+  half of SEAL). Also the trainers' `trainer.evolution` section.
+- `RewardSettings`: how a verified episode becomes a reward (`trainer.reward`).
+- `EpisodeSettings`: everything a client chooses when it creates an episode.
+- The request and reply bodies (`CreateEpisode`, `EpisodeCreated`, `StepRequest`,
+  `StepResult`, `Evaluation`): the service validates and shapes them, the client parses
+  them, so a field means the same on both ends.
+
+The settings are plain dataclasses so that OmegaConf merges `exp/*.yaml` onto them
+(unknown keys are errors) and pydantic validates them in request bodies (unknown keys
+are a 422); `__post_init__` checks the ranges on both paths. Imports nothing heavy: the
+service, the trainers and the evaluator all use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from seal.tocf.tags import FAILURE_TAGS
+
+_STRICT = ConfigDict(extra="forbid")
+"""pydantic reads this off a stdlib dataclass: unknown keys in a request are a 422."""
+
+ROLLOUT_MODES = ("sample", "validate")
+
+
+def _require_positive(obj: object) -> None:
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < 1:
+            raise ValueError(f"{type(obj).__name__}.{f.name} must be at least 1, got {value}")
+
+
+@dataclass
+class EpisodeLimits:
+    """Where an episode stops and how its parts are cut (the paper's values)."""
+
+    __pydantic_config__ = _STRICT
+
+    max_generations: int = 20
+    """Assistant messages per episode. The service ends the episode (truncated) at this
+    many steps and the driver stops generating, so the two agree."""
+    max_context_tokens: int = 16384
+    """Tokens of prompt + response the model may see (its context). A generation is cut
+    to the room left; an observation that does not fit ends the episode
+    (`context_limit`). See seal/rollout/driver.py for the exact rule."""
+    max_new_tokens: int = 4096
+    """Tokens one generation may produce."""
+    max_observation_tokens: int = 4096
+    """Each observation (tool results, next question) is clipped to this many tokens,
+    clip marker included (the paper's tool-response clip)."""
+
+    def __post_init__(self):
+        _require_positive(self)
+
+
+@dataclass
+class EvolutionSettings:
+    """Observation layers of an episode (the environment half of SEAL). Every layer is
+    off unless switched on; validation episodes never get them unless
+    `EpisodeSettings.evolve_in_validation` says so."""
+
+    __pydantic_config__ = _STRICT
+
+    schema_cues: bool = False
+    """"observation_lite", the paper's headline layer: mark required parameters, surface
+    allowed values as enums, add one constraint note to the system prompt."""
+    type_hints: bool = False
+    """With schema_cues: also state each parameter's expected type in its description."""
+    recovery_feedback: bool = False
+    """Append a short recovery hint to invalid-call and tool-error observations."""
+    guidelines: bool = False
+    """Add system-prompt guidelines for the prevalent, unsolved failure tags of the
+    current failure profile (the closed loop; the trainer pushes the profile)."""
+    max_guidelines: int = 3
+    """At most this many guidelines (the profile's top tags by share)."""
+
+    def __post_init__(self):
+        if not 0 <= self.max_guidelines <= len(FAILURE_TAGS):
+            raise ValueError(f"max_guidelines must be in [0, {len(FAILURE_TAGS)}]")
+
+    @property
+    def any(self) -> bool:
+        return self.schema_cues or self.recovery_feedback or self.guidelines
+
+
+@dataclass
+class RewardSettings:
+    """How an episode's verification becomes its reward."""
+
+    __pydantic_config__ = _STRICT
+
+    partial_credit_cap: float = 0.0
+    """0 (the paper): reward = accuracy, 0 or 1. Above 0: a failed episode earns
+    min(cap, partial_credit_weight * progress), progress = passed / scorable turns."""
+    partial_credit_weight: float = 1.0
+    """Weight of progress under the cap."""
+
+    def __post_init__(self):
+        if not 0.0 <= self.partial_credit_cap <= 1.0:
+            raise ValueError("partial_credit_cap must be in [0, 1]")
+        if self.partial_credit_weight < 0:
+            raise ValueError("partial_credit_weight must be >= 0")
+
+    def reward(self, accuracy: int, progress: float) -> float:
+        if accuracy or self.partial_credit_cap <= 0:
+            return float(accuracy)
+        return min(self.partial_credit_cap, self.partial_credit_weight * progress)
+
+
+@dataclass
+class EpisodeSettings:
+    """Everything a client chooses when it creates an episode."""
+
+    __pydantic_config__ = _STRICT
+
+    mode: str = "sample"
+    """`sample` (training: evolution allowed) or `validate` (the plain benchmark)."""
+    evolution: EvolutionSettings = field(default_factory=EvolutionSettings)
+    evolve_in_validation: bool = False
+    """Apply the evolution layers in validate mode too (off: validation is the benchmark)."""
+    limits: EpisodeLimits = field(default_factory=EpisodeLimits)
+    reward: RewardSettings = field(default_factory=RewardSettings)
+
+    def __post_init__(self):
+        if self.mode not in ROLLOUT_MODES:
+            raise ValueError(f"mode must be one of {ROLLOUT_MODES}, not {self.mode!r}")
+
+    @property
+    def effective_evolution(self) -> EvolutionSettings:
+        if self.mode == "validate" and not self.evolve_in_validation:
+            return EvolutionSettings()
+        return self.evolution
+
+
+# --- request and reply bodies of the native API ------------------------------------------
+
+
+class Message(BaseModel):
+    role: str
+    content: str
+
+
+class CreateEpisode(BaseModel):
+    model_config = _STRICT
+
+    task_id: str
+    episode_id: str | None = Field(
+        None,
+        description="Client-chosen id (lets a client release an episode whose creation "
+        "reply it never got, and makes a retried create safe); generated if absent.",
+    )
+    settings: EpisodeSettings = Field(default_factory=EpisodeSettings)
+
+
+class EpisodeCreated(BaseModel):
+    episode_id: str
+    task_id: str
+    category: str
+    num_turns: int
+    messages: list[Message]
+
+
+class StepRequest(BaseModel):
+    model_config = _STRICT
+
+    content: str = Field(description="The raw assistant text, tool-call blocks included.")
+    seq: int | None = Field(
+        None,
+        ge=1,
+        description="1 for the episode's first step, 2 for the next, ... A step whose seq "
+        "repeats the last one is answered with the first answer and not run again (a "
+        "retried request); any other gap is a 409. Omitted: no such check.",
+    )
+
+
+class Evaluation(BaseModel):
+    """The verification and diagnosis of an episode."""
+
+    accuracy: int
+    """1 when bfcl-eval's official checker passes the whole episode, else 0."""
+    reward: float
+    progress: float
+    """Turns tagged pass or correct_abstention over the scorable turns."""
+    failure_tags: list[str]
+    """One diagnosis tag per ground-truth turn (seal.tocf.tags)."""
+    tag_notes: list[str]
+    num_turns: int
+    turns_reached: int
+    terminated: bool
+    truncated: bool
+    """The service ended the episode at `limits.max_generations`."""
+    steps: int
+    tool_calls: int
+    invalid_calls: int
+    invalid_by_kind: dict[str, int]
+    tool_errors: int
+    task_id: str
+    category: str
+
+
+class StepResult(BaseModel):
+    seq: int
+    """The number of this step in the episode (1-based)."""
+    messages: list[Message]
+    """The observation: tool results or the next question; empty when the episode ended."""
+    terminated: bool
+    truncated: bool
+    reward: float
+    turn: int
+    evaluation: Evaluation | None = None
+    """On the step that ends the episode: its evaluation. The episode is then released
+    (its final reply stays available for a retried step for a while)."""

@@ -22,7 +22,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from seal.launch.config import RunConfig
-from seal.launch.service import environment_service, is_healthy
+from seal.launch.service import environment_service
+from seal.rollout.env_client import is_healthy
 
 REPO_ROOT = Path(__file__).resolve().parent
 # Imported when chosen: the trainers pull in torch and transformers (verl: also Ray),

@@ -74,7 +74,7 @@ def main() -> None:
     timings = {
         "grpo_advantages": time_ms(lambda: grpo_advantages(rewards, group_ids, mask), args.runs),
         "apply_apatch": time_ms(
-            lambda: apply_apatch(advantages, mask, tags, config, step=1, dynamic_weights=weights),
+            lambda: apply_apatch(advantages, mask, tags, config, step=1, weights=weights),
             args.runs,
         ),
         "grpo_advantages + apply_apatch": time_ms(
@@ -84,7 +84,7 @@ def main() -> None:
                 tags,
                 config,
                 step=1,
-                dynamic_weights=weights,
+                weights=weights,
             ),
             args.runs,
         ),

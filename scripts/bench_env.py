@@ -3,9 +3,10 @@
     python scripts/bench_env.py [--concurrency 256] [--runs 3] [--pause-ms 150] [--split all]
 
 Starts `python -m env_service` in its own process and replays the ground truth of every
-task through the wire protocol (create, one step per turn with all its calls, one
-closing step per turn, evaluate, release) with `--concurrency` live episodes at once,
-in two modes:
+task through the client's episode lifecycle on the native API (create, one step per turn
+with all its calls, one closing step per turn; the last step's answer carries the
+evaluation and releases the episode) with `--concurrency` live episodes at once, in two
+modes:
 
 - saturated: each episode sends its next request as soon as the last one is answered,
   which measures the most episodes/s the service gives. Request latency here is mostly
@@ -38,14 +39,14 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import psutil
 
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
 from seal.bfcl.tasks import load_task, task_ids
 from seal.eval.replay import record_from_report
 from seal.eval.summary import render_markdown, summarize_step
-from seal.rollout.env_client import EnvClient
+from seal.rollout.env_client import EnvClient, is_healthy
+from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -58,12 +59,18 @@ class TimedClient(EnvClient):
         super().__init__(*a, **kw)
         self.latencies: list[tuple[str, float]] = []
 
-    async def _post(self, path, what, **body):
+    async def call(self, method, path, *args, **kwargs):
         t0 = time.perf_counter()
         try:
-            return await super()._post(path, what, **body)
+            return await super().call(method, path, *args, **kwargs)
         finally:
-            self.latencies.append((path, time.perf_counter() - t0))
+            self.latencies.append((request_kind(method, path), time.perf_counter() - t0))
+
+
+def request_kind(method: str, path: str) -> str:
+    if path.endswith("/steps"):
+        return "step"
+    return {"POST": "create", "DELETE": "release"}.get(method, path)
 
 
 class PeakRss(threading.Thread):
@@ -84,11 +91,9 @@ def start_service(port: int) -> subprocess.Popen:
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.1)
+        if is_healthy(f"http://127.0.0.1:{port}", timeout_s=1):
+            return proc
+        time.sleep(0.1)
     proc.kill()
     raise SystemExit("error: the environment service did not become healthy within 60 s")
 
@@ -104,7 +109,7 @@ async def replay_all(
         async def one(task_id: str) -> dict:
             async with gate:
                 return await run_scripted_episode(
-                    client, task_id, scripts[task_id], {"rollout_mode": "validate"}, pause
+                    client, task_id, scripts[task_id], EpisodeSettings(mode="validate"), pause
                 )
 
         t0 = time.perf_counter()
@@ -189,15 +194,16 @@ def measure(proc, args, ids, scripts, mode: str, pause_s: float) -> tuple[list[d
         row = {
             "episodes/s": len(ids) / elapsed,
             "requests/s": len(latencies) / elapsed,
+            "requests/episode": len(latencies) / len(ids),
             "p50 ms": q[49] * 1e3,
             "p99 ms": q[98] * 1e3,
             "peak RSS MB": sampler.peak / 2**20,
             "server CPU %": 100 * (sum(sampler.process.cpu_times()[:2]) - server_cpu0) / elapsed,
             "client CPU %": 100 * (time.process_time() - client_cpu0) / elapsed,
         }
-        for path in ("/create", "/step", "/evaluate", "/release"):
-            q = statistics.quantiles([lat for p, lat in latencies if p == path], n=100)
-            row[f"{path} p99 ms"] = q[98] * 1e3
+        for kind in ("create", "step"):
+            q = statistics.quantiles([lat for k, lat in latencies if k == kind], n=100)
+            row[f"{kind} p99 ms"] = q[98] * 1e3
         rows.append(row)
         print(f"{mode} run {run}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()))
     return rows, reports

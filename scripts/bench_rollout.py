@@ -37,15 +37,15 @@ from transformers import AutoTokenizer
 
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
 from seal.bfcl.tasks import load_task
-from seal.rollout.driver import EpisodeLimits, run_episode
+from seal.rollout.driver import run_episode
 from seal.rollout.env_client import EnvClient, StepReply
-from seal.rollout.generation import SamplingParams
+from seal.rollout.protocol import EpisodeLimits, EpisodeSettings, EvolutionSettings
 from seal.rollout.scripted import run_scripted_episode
 from seal.rollout.scripted_generator import ScriptedGenerator, text_generation
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER_DIR = REPO_ROOT / "seal/assets/qwen2.5-tokenizer"
-PARAMS = {"rollout_mode": "sample", "observation_lite": True}
+SETTINGS = EpisodeSettings(mode="sample", evolution=EvolutionSettings(schema_cues=True))
 LENGTHS = (2, 5, 10, 20, 40)
 UNSOLVABLE = {"multi_turn_miss_func_49"}  # see README: its ground truth fails by design
 TOOL_CALL = '<tool_call>\n{"name": "grep", "arguments": {"file_name": "report.txt", "pattern": "budget"}}\n</tool_call>'
@@ -62,7 +62,7 @@ async def play_all(url: str, tokenizer, scripts: dict, args, driver: bool) -> di
         async def one(task_id: str) -> int:
             async with gate:
                 if not driver:
-                    await run_scripted_episode(env, task_id, scripts[task_id], PARAMS)
+                    await run_scripted_episode(env, task_id, scripts[task_id], SETTINGS)
                     return 0
                 texts = [t for turn in scripts[task_id] for t in turn]
                 sample = await run_episode(
@@ -70,9 +70,7 @@ async def play_all(url: str, tokenizer, scripts: dict, args, driver: bool) -> di
                     ScriptedGenerator.from_texts(tokenizer, texts),
                     tokenizer,
                     task_id,
-                    PARAMS,
-                    EpisodeLimits(),
-                    SamplingParams(),
+                    SETTINGS,
                 )
                 assert sample.accuracy == 1 or task_id in UNSOLVABLE, task_id
                 return len(sample.prompt_ids) + len(sample.response_ids)
@@ -124,26 +122,38 @@ def bench_http(args, tokenizer) -> None:
 
 
 class SyntheticEnv:
-    """Stands in for EnvClient: a fixed long prompt, then `observations[k]` after the
-    k-th generation until all are used. Contents are made before timing starts."""
+    """Stands in for EnvClient: its episode has a fixed long prompt, then answers the
+    k-th generation with `observations[k]` until all are used. Contents are made before
+    timing starts."""
 
     def __init__(self, system: str, observations: list[str]):
-        self.system, self.observations, self.steps = system, observations, 0
+        self.system, self.observations = system, observations
 
-    async def create(self, task_id, params=None, instance_id=None):
-        return "synthetic", [
-            {"role": "system", "content": self.system},
+    def episode(self, task_id, settings=None):
+        return SyntheticEpisode(self)
+
+
+class SyntheticEpisode:
+    def __init__(self, env: SyntheticEnv):
+        self.env, self.steps, self.what = env, 0, "synthetic"
+        self.messages = [
+            {"role": "system", "content": env.system},
             {"role": "user", "content": "Find the budget figures in every report."},
         ]
 
-    async def step(self, instance_id, content):
-        self.steps += 1
-        done = self.steps >= len(self.observations)
-        return StepReply(
-            [{"role": "user", "content": self.observations[self.steps - 1]}], done, 0.0
-        )
+    async def __aenter__(self):
+        return self
 
-    async def evaluate(self, instance_id):
+    async def __aexit__(self, *exc):
+        pass
+
+    async def step(self, content):
+        self.steps += 1
+        done = self.steps >= len(self.env.observations)
+        observation = [{"role": "user", "content": self.env.observations[self.steps - 1]}]
+        return StepReply(observation, done, truncated=False)
+
+    async def finish(self):
         return {
             "category": "synthetic",
             "reward": 0.0,
@@ -151,9 +161,6 @@ class SyntheticEnv:
             "progress": 0.0,
             "failure_tags": [],
         }
-
-    async def release(self, instance_id):
-        pass
 
 
 def tool_output(rng: random.Random, approx_tokens: int) -> str:
@@ -200,7 +207,7 @@ def bench_lengths(args, tokenizer) -> None:
             generator = ScriptedGenerator([generation] * k)
             t0 = time.perf_counter()
             sample = asyncio.run(
-                run_episode(env, generator, tokenizer, "synthetic", {}, limits, SamplingParams())
+                run_episode(env, generator, tokenizer, "synthetic", EpisodeSettings(limits=limits))
             )
             times.append(time.perf_counter() - t0)
             first = [{"role": "system", "content": system}, {"role": "user", "content": "x"}]

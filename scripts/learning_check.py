@@ -54,7 +54,6 @@ exercised by the tests and the CPU default run; this check is about the optimisa
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import random
 import shutil
@@ -69,20 +68,18 @@ import torch
 
 # scripts/ is on sys.path when this file runs as a script.
 from learning_check_output import plot, print_table  # noqa: E402
+from learning_check_warmup import (  # noqa: E402
+    episode_sizes,
+    greedy_success,
+    pick_tasks,
+    sampled_success,
+    warm_up,
+)
 from omegaconf import OmegaConf
 
-from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
-from seal.bfcl.tasks import load_task
 from seal.launch.service import environment_service
-from seal.rollout.driver import EpisodeLimits, EpisodeSample, run_episode
-from seal.rollout.env_client import EnvClient
-from seal.rollout.generation import SamplingParams
-from seal.rollout.scripted_generator import ScriptedGenerator
-from seal.trainer.batch import collate
 from seal.trainer.config import TrainerConfig
-from seal.trainer.data import task_ids_of
 from seal.trainer.local import LocalTrainer
-from seal.trainer.logprobs import response_logprobs
 from seal.trainer.model import frozen_copy, load_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -152,38 +149,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-# --- tasks ---------------------------------------------------------------------------------
-
-
-def gt_texts(task_id: str) -> list[str]:
-    """The ground-truth policy's assistant texts, in order (one per generation)."""
-    turns = assistant_messages(ground_truth_trajectory(load_task(task_id)))
-    return [text for turn in turns for text in turn]
-
-
-def pick_tasks(k: int, tokenizer, train_file: str) -> list[str]:
-    """The k training tasks with the fewest generated ground-truth tokens (ties: fewer
-    generations, then id). long_context tasks repeat base tasks with longer
-    observations, so they are skipped to keep k distinct problems."""
-
-    def cost(task_id: str) -> tuple[int, int, str]:
-        texts = gt_texts(task_id)
-        tokens = sum(len(tokenizer.encode(t, add_special_tokens=False)) + 1 for t in texts)
-        return tokens, len(texts), task_id
-
-    ids = [t for t in task_ids_of(train_file) if "long_context" not in t]
-    return sorted(ids, key=cost)[:k]
-
-
-def episode_sizes(task_ids: list[str], tokenizer) -> tuple[int, int]:
-    """(longest ground-truth generation in tokens incl. eos, most ground-truth generations)."""
-    texts = [gt_texts(t) for t in task_ids]
-    longest = max(
-        len(tokenizer.encode(x, add_special_tokens=False)) + 1 for ts in texts for x in ts
-    )
-    return longest, max(len(ts) for ts in texts)
-
-
 def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerConfig:
     """The tiny CPU trainer, shaped like tests/test_trainer_e2e.py, sized to the tasks."""
     overrides = {
@@ -200,18 +165,16 @@ def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerCo
             },
         },
         "data": {"train_batch_size": args.k, "seed": args.seed},
-        "rollout": {
-            "n": args.n,
-            "temperature": 1.0,
+        "rollout": {"n": args.n, "temperature": 1.0, "max_batch_size": 64},
+        "limits": {
             "max_generations": max_generations,
             "max_new_tokens": max_new_tokens,
             "max_context_tokens": 12288,
             "max_observation_tokens": 512,
-            "max_batch_size": 64,
-            # Guidelines change the system prompt mid-run; a tiny model that memorised its
-            # warm-up prompt is thrown off by that (suspected cause of the first run's collapse).
-            "diagnostic_guidelines": args.guidelines,
         },
+        # Guidelines change the system prompt mid-run; a tiny model that memorised its
+        # warm-up prompt is thrown off by that (suspected cause of the first run's collapse).
+        "evolution": {"guidelines": args.guidelines},
         # One optimizer step per task group: 4 updates per GRPO step with K = 4.
         "optim": {"lr": args.lr, "mini_batch_size": 1, "micro_batch_size": 4},
         "apatch": {"enable": True},
@@ -220,115 +183,6 @@ def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerCo
         "logging": {"wandb": "disabled"},
     }
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainerConfig), overrides))
-
-
-# --- warm-up -------------------------------------------------------------------------------
-
-
-async def _gt_episodes(url, tokenizer, task_ids, params, limits) -> list[EpisodeSample]:
-    sampling = SamplingParams(max_new_tokens=limits.max_new_tokens)
-    async with EnvClient(url) as env:
-        jobs = [
-            run_episode(
-                env,
-                ScriptedGenerator.from_texts(tokenizer, gt_texts(t)),
-                tokenizer,
-                t,
-                params,
-                limits,
-                sampling,
-            )
-            for t in task_ids
-        ]
-        return await asyncio.gather(*jobs)
-
-
-def ground_truth_samples(trainer: LocalTrainer, task_ids: list[str]) -> list[EpisodeSample]:
-    """The ground truth played through the service in the training episode mode, so the
-    warm-up sees the same prompts and observations as the GRPO rollouts."""
-    r = trainer.cfg.rollout
-    params = {
-        "rollout_mode": "sample",
-        "observation_lite": r.observation_lite,
-        "recovery_feedback": r.recovery_feedback,
-        "diagnostic_guidelines": r.diagnostic_guidelines,
-    }
-    limits = EpisodeLimits(
-        r.max_generations, r.max_context_tokens, r.max_new_tokens, r.max_observation_tokens
-    )
-    samples = asyncio.run(
-        _gt_episodes(trainer.env_url, trainer.tokenizer, task_ids, params, limits)
-    )
-    failed = [s.task_id for s in samples if not s.accuracy]
-    if failed:
-        raise SystemExit(f"error: the ground truth fails through the service on {failed}")
-    return samples
-
-
-def nll_step(model, optimizer, samples: list[EpisodeSample], pad_id: int, chunk: int) -> float:
-    """One supervised step on the mean NLL per generated token (one batch of all
-    samples); returns the NLL per episode (nats), whose exp(-x) approximates the chance
-    that sampling reproduces the ground truth."""
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    batch = collate(samples, list(range(len(samples))), pad_id, torch.device("cpu"))
-    logp, _ = response_logprobs(model, batch, chunk)
-    loss = -(logp * batch.response_mask).sum() / batch.response_mask.sum()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    return loss.item() * float(batch.response_mask.sum()) / len(samples)
-
-
-def sampled_success(trainer: LocalTrainer, task_ids: list[str], n: int) -> dict[str, float]:
-    """Success rate and mean reward of n episodes per task at temperature 1, training mode."""
-    samples = trainer.rollout(task_ids, n, mode="sample", temperature=1.0)
-    per_task = {
-        t: float(np.mean([s.accuracy for s in samples if s.task_id == t])) for t in task_ids
-    }
-    return {
-        "success": float(np.mean([s.accuracy for s in samples])),
-        "reward": float(np.mean([s.reward for s in samples])),
-        "per_task": per_task,
-    }
-
-
-def greedy_success(trainer: LocalTrainer, task_ids: list[str]) -> dict[str, int]:
-    """Greedy success per task on the plain benchmark (validate mode), for reference."""
-    samples = trainer.rollout(task_ids, 1, mode="validate", temperature=0.0)
-    return {s.task_id: int(s.accuracy) for s in samples}
-
-
-def warm_up(trainer: LocalTrainer, task_ids: list[str], args) -> tuple[list[dict], bool]:
-    """Supervised warm-up until the sampled success rate is in [low, high] (or budget)."""
-    gt = ground_truth_samples(trainer, task_ids)
-    optimizer = torch.optim.AdamW(trainer.policy.parameters(), lr=args.warmup_lr)
-    chunk = trainer.cfg.optim.logprob_chunk_tokens
-    history: list[dict] = []
-    for step in range(1, args.warmup_max_steps + 1):
-        loss = nll_step(trainer.policy, optimizer, gt, trainer.pad_id, chunk)
-        history.append({"step": step, "nll": loss})
-        print(f"[warm-up {step:4d}] ground-truth episode NLL {loss:.2f}", flush=True)
-        # Sampled checks cost a rollout each; while the ground truth's likelihood is
-        # ~exp(-NLL) < exp(-6) they cannot succeed, so they start once it is in reach.
-        due = step % args.warmup_check_every == 0 and loss <= args.warmup_check_nll
-        if not due and step != args.warmup_max_steps:
-            continue
-        check = sampled_success(trainer, task_ids, args.warmup_check_samples)
-        history[-1] |= check
-        print(
-            f"[warm-up {step:4d}] episode NLL {loss:.2f}  sampled success {check['success']:.3f}  "
-            f"per task {check['per_task']}",
-            flush=True,
-        )
-        if args.warmup_low <= check["success"] <= args.warmup_high:
-            return history, True
-        if check["success"] > args.warmup_high:
-            # Overshot between checks: GRPO has little left to learn; say so, go on.
-            print("[warm-up] overshot the target range; continuing with this policy")
-            return history, False
-    print("[warm-up] budget spent before the target range; continuing with this policy")
-    return history, False
 
 
 # --- GRPO ----------------------------------------------------------------------------------
@@ -416,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     # A little room beyond the ground truth: a sample can be wrong without being cut off.
     cfg = trainer_config(args, max_new_tokens=longest + 8, max_generations=generations + 1)
     settings = {"args": {k: str(v) for k, v in vars(args).items()}, "tasks": task_ids,
-                "max_new_tokens": cfg.rollout.max_new_tokens,
-                "max_generations": cfg.rollout.max_generations}  # fmt: skip
+                "max_new_tokens": cfg.limits.max_new_tokens,
+                "max_generations": cfg.limits.max_generations}  # fmt: skip
     print(f"[learning-check] seed {args.seed}; tasks {task_ids}")
     print(f"[learning-check] settings {json.dumps(settings)}", flush=True)
 

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from seal.tocf.apatch import APatchConfig, apply_apatch, sample_scale
+from seal.tocf.apatch import APatchConfig, apply_apatch, sample_scale, tag_weights
+from seal.tocf.state import CapabilityConfig, CapabilityState
 from seal.tocf.tags import BASE_TAG_WEIGHTS
 
 
@@ -48,8 +49,8 @@ TAGS = [
 ]
 
 
-def patch(config, step=0, tags=TAGS, **kwargs):
-    return apply_apatch(ADVANTAGES, MASK, tags, config, step=step, **kwargs)
+def patch(config, step=0, tags=TAGS, weights=BASE_TAG_WEIGHTS):
+    return apply_apatch(ADVANTAGES, MASK, tags, config, step=step, weights=weights)
 
 
 def test_static_weights_scale_each_sample():
@@ -69,13 +70,21 @@ def test_input_is_not_modified():
     assert torch.equal(ADVANTAGES, before)
 
 
-def test_dynamic_weights_come_from_the_caller():
+def test_weights_come_from_the_caller():
     weights = {"spurious_tool_call": 1.2, "pass": 1.0, "instance_mismatch": 0.8}
-    patched, metrics = patch(APatchConfig(), dynamic_weights=weights)
+    patched, metrics = patch(APatchConfig(), weights=weights)
     torch.testing.assert_close(patched, ADVANTAGES * torch.tensor([[1.1], [0.8], [1.0]]))
     assert metrics["apatch/weight/spurious_tool_call"] == 1.2
-    with pytest.raises(ValueError, match="dynamic_weights"):
-        patch(APatchConfig())
+
+
+def test_weight_source_picks_live_or_base_weights_of_the_capability_state():
+    capability = CapabilityState(
+        CapabilityConfig(base_weights={"pass": 1.0, "state_mismatch": 1.3})
+    )
+    capability.weights["state_mismatch"] = 1.7  # as update_weights would move it
+    assert tag_weights(APatchConfig(), capability)["state_mismatch"] == 1.7
+    static = tag_weights(APatchConfig(weight_source="static"), capability)
+    assert static == {"pass": 1.0, "state_mismatch": 1.3}
 
 
 def test_apply_to_positive_and_negative():
@@ -101,6 +110,7 @@ def test_padding_is_never_scaled():
         [["spurious_tool_call"]],
         APatchConfig(weight_source="static"),
         step=0,
+        weights=BASE_TAG_WEIGHTS,
     )
     torch.testing.assert_close(patched, torch.tensor([[2.0, 3.0]]))
 
@@ -131,6 +141,7 @@ def test_budget_renormalises_mean_scale_over_touched_samples():
         tags,
         APatchConfig(weight_source="static", budget=True),
         step=0,
+        weights=BASE_TAG_WEIGHTS,
     )
     torch.testing.assert_close(patched, torch.tensor([[1.0], [0.0]]))
 

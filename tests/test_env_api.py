@@ -281,10 +281,11 @@ def test_env_client_and_scripted_runner_over_a_socket(live_service):
         async with EnvClient(base_url) as client:
             assert await client.healthy()
             result = await run_scripted_episode(
-                client, task_id, turns, {"rollout_mode": "validate"}
+                client, task_id, turns, EpisodeSettings(mode="validate")
             )
             with pytest.raises(EnvServiceError, match="multi_turn_base_999"):
-                await client.create("multi_turn_base_999")
+                async with client.episode("multi_turn_base_999"):
+                    pass
             await client.push_profile({"tags": [{"tag": "state_mismatch", "share": 0.5}]})
             return result
 

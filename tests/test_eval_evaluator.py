@@ -193,7 +193,7 @@ def test_transient_errors_are_retried(fake_llm, live_service, tmp_path, status):
 @pytest.mark.parametrize(
     "status, times, reply, requests, error",
     [
-        (500, 99, {"error": "boom"}, 3, "failed 3 times; last: HTTP 500"),
+        (500, 99, {"error": "boom"}, 3, "after 3 attempt(s) in"),
         (401, 1, {"error": "bad key"}, 1, "refused the request (HTTP 401"),
         (
             200,

@@ -135,7 +135,7 @@ def test_key_names_match_what_the_capability_state_apatch_and_the_loss_emit():
         [["state_mismatch"], ["pass"]],
         APatchConfig(),
         step=1,
-        dynamic_weights=weights,
+        weights=weights,
     )
     assert M.APATCH_MEAN_SCALE in apatch_metrics
 

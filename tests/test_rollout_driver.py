@@ -11,13 +11,20 @@ from transformers import AutoTokenizer
 
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
 from seal.bfcl.tasks import load_task
-from seal.rollout.driver import EpisodeError, EpisodeLimits, EpisodeSample, run_episode
-from seal.rollout.env_client import EnvClient
-from seal.rollout.generation import Generation, GenerationError, SamplingParams
+from seal.rollout.driver import EpisodeError, EpisodeSample, run_episode
+from seal.rollout.env_client import EnvClient, Episode
+from seal.rollout.generation import Generation, GenerationError
+from seal.rollout.protocol import EpisodeLimits, EpisodeSettings, EvolutionSettings
 from seal.rollout.scripted_generator import ScriptedGenerator, text_generation
 
 TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "seal/assets/qwen2.5-tokenizer"
-PARAMS = {"rollout_mode": "sample", "observation_lite": True}
+LAYERS = EvolutionSettings(schema_cues=True)
+
+
+def settings(limits: EpisodeLimits | None = None) -> EpisodeSettings:
+    return EpisodeSettings(mode="sample", evolution=LAYERS, limits=limits or EpisodeLimits())
+
+
 GREP_TASK = "multi_turn_base_0"
 LONG_TASK = "multi_turn_long_context_0"  # a grep answer of several hundred tokens
 
@@ -34,37 +41,34 @@ def gt_texts(task_id: str) -> list[str]:
 
 
 class RecordingEnv(EnvClient):
-    """EnvClient that keeps the conversation as the service sent and received it."""
+    """EnvClient whose episodes keep the conversation as the service sent and got it."""
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.messages: list[dict] = []
         self.observations: list[list[dict]] = []
 
-    async def create(self, task_id, params=None, instance_id=None):
-        instance_id, first = await super().create(task_id, params, instance_id)
-        self.messages = list(first)
-        return instance_id, first
+    def episode(self, task_id, settings=None):
+        return RecordingEpisode(self, task_id, settings or EpisodeSettings())
 
-    async def step(self, instance_id, content):
-        reply = await super().step(instance_id, content)
-        self.messages.append({"role": "assistant", "content": content})
-        self.observations.append(reply.messages)
+
+class RecordingEpisode(Episode):
+    async def __aenter__(self):
+        await super().__aenter__()
+        self.env.messages = list(self.messages)
+        return self
+
+    async def step(self, content):
+        reply = await super().step(content)
+        self.env.messages.append({"role": "assistant", "content": content})
+        self.env.observations.append(reply.messages)
         return reply
 
 
 def play(base_url, tokenizer, task_id, generator, limits: EpisodeLimits | None = None):
     async def main():
         async with RecordingEnv(base_url) as env:
-            sample = await run_episode(
-                env,
-                generator,
-                tokenizer,
-                task_id,
-                PARAMS,
-                limits or EpisodeLimits(),
-                SamplingParams(),
-            )
+            sample = await run_episode(env, generator, tokenizer, task_id, settings(limits))
             return sample, env
 
     return asyncio.run(main())
@@ -137,6 +141,7 @@ def test_ground_truth_episode_scores_1_and_equals_a_full_rerender(live_service, 
     assert sample.output_text.endswith("Done.<|im_end|>")
     assert sample.response_logprobs is None
     assert engine.stats()["live_episodes"] == 0
+    assert env.http.requests == len(texts) + 1  # create + one per step: the last evaluates
 
 
 def test_non_canonical_generated_ids_are_kept_not_retokenized(live_service, tokenizer):
@@ -351,9 +356,11 @@ class Stuck(ScriptedGenerator):
 class LostCreateReply(EnvClient):
     """The service creates the episode but its reply never arrives."""
 
-    async def create(self, task_id, params=None, instance_id=None):
-        await super().create(task_id, params, instance_id)
-        await asyncio.sleep(3600)
+    async def call(self, method, path, *args, **kwargs):
+        reply = await super().call(method, path, *args, **kwargs)
+        if (method, path) == ("POST", "/v1/episodes"):
+            await asyncio.sleep(3600)
+        return reply
 
 
 @pytest.mark.parametrize(
@@ -364,9 +371,7 @@ def test_a_cancelled_episode_is_released(live_service, tokenizer, env_cls, gener
 
     async def main():
         async with env_cls(base_url) as env:
-            episode = run_episode(
-                env, generator, tokenizer, GREP_TASK, PARAMS, EpisodeLimits(), SamplingParams()
-            )
+            episode = run_episode(env, generator, tokenizer, GREP_TASK, settings())
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(episode, timeout=0.5)
 
@@ -386,9 +391,7 @@ def test_concurrent_episodes_share_one_client(live_service, tokenizer):
                         ScriptedGenerator.from_texts(tokenizer, gt_texts(tid)),
                         tokenizer,
                         tid,
-                        PARAMS,
-                        EpisodeLimits(),
-                        SamplingParams(),
+                        settings(),
                     )
                     for tid in task_ids
                 )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from seal.tocf import atomic_json
+from seal import atomic_file
 from seal.tocf.state import (
     STATE_FILENAME,
     CapabilityConfig,
@@ -33,7 +33,7 @@ def busy_state(config=None):
 
 
 def test_round_trip_restores_everything(tmp_path):
-    config = CapabilityConfig(alpha=0.5, fixed_tags=("pass", "response_mismatch"))
+    config = CapabilityConfig(alpha=0.5, fixed_tags=["pass", "response_mismatch"])
     state = busy_state(config)
     path = state.save(tmp_path / STATE_FILENAME)
     loaded = CapabilityState.load(path)
@@ -61,7 +61,7 @@ def test_crash_during_save_keeps_previous_file(tmp_path, monkeypatch, failing_ca
 
     # fsync fails after the new text was written to the temporary file; replace fails
     # after it was fully flushed: neither may touch the saved state.
-    monkeypatch.setattr(atomic_json.os, failing_call, crash)
+    monkeypatch.setattr(atomic_file.os, failing_call, crash)
     with pytest.raises(OSError, match="disk gone"):
         after.save(path)
     monkeypatch.undo()

@@ -4,10 +4,15 @@ import json
 
 import pytest
 
-from seal.tocf.state import CapabilityConfig, CapabilityState, TrajectoryOutcome
+from seal.tocf.state import (
+    CapabilityConfig,
+    CapabilityState,
+    TrajectoryOutcome,
+    ema_step,
+    target_tag_weight,
+)
 from seal.tocf.summary import epoch_summary, write_epoch_summary
 from seal.tocf.tags import BASE_TAG_WEIGHTS, turn_position
-from seal.tocf.weights import ema_step, target_tag_weight
 
 
 def outcome(tags, reward, success=False, task="t0", category="multi_turn_base", step=1, epoch=0):
@@ -94,7 +99,7 @@ def test_update_weights_moves_toward_target_by_hand():
 
 
 def test_update_weights_accumulates_and_keeps_fixed_tags():
-    config = CapabilityConfig(alpha=2.0, count_saturation=1, fixed_tags=("pass", "state_mismatch"))
+    config = CapabilityConfig(alpha=2.0, count_saturation=1, fixed_tags=["pass", "state_mismatch"])
     fixed = observed(config)
     assert fixed.update_weights()["state_mismatch"] == 1.0
 

@@ -22,8 +22,9 @@ def tiny_config(**overrides) -> TrainerConfig:
         "total_steps": 2,
         "model": {"path": "tiny-qwen2", "dtype": "float32", "device": "cpu"},
         "data": {"train_batch_size": 2, "max_train_tasks": 4, "max_val_tasks": 2},
-        "rollout": {
-            "n": 2, "max_generations": 2, "max_new_tokens": 6, "max_context_tokens": 8192,
+        "rollout": {"n": 2},
+        "limits": {
+            "max_generations": 2, "max_new_tokens": 6, "max_context_tokens": 8192,
             "max_observation_tokens": 64,
         },
         "optim": {"lr": 1e-3, "mini_batch_size": 1, "micro_batch_size": 2},

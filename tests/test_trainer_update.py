@@ -13,10 +13,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from seal.algos.loss import PolicyLossConfig
 from seal.tocf.state import CapabilityState
 from seal.trainer import checkpoint as ckpt
-from seal.trainer.batch import collate
 from seal.trainer.data import epoch_order
-from seal.trainer.logprobs import response_logprobs
-from seal.trainer.update import batch_logprobs, policy_update
+from seal.trainer.update import batch_logprobs, collate, policy_update, response_logprobs
 
 PAD = 151643
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 pytest.importorskip("verl")
 
@@ -20,9 +21,9 @@ from env_service.evolution import GUIDELINES  # noqa: E402
 from seal.bfcl.tasks import load_task, task_ids  # noqa: E402
 from seal.rollout.protocol import EpisodeSettings, EvolutionSettings  # noqa: E402
 from seal.rollout.turn_tokens import turn_tokenizer  # noqa: E402
-from seal.trainer.config import VerlSealSection  # noqa: E402
 from seal.trainer.model import SHIPPED_TOKENIZER  # noqa: E402
 from seal.trainer.verl.config import compose_verl_config, hydra_value, validate  # noqa: E402
+from seal.trainer.verl.section import SealSection  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PAPER_CONFIGS = [
@@ -61,24 +62,26 @@ def test_paper_configs_validate_against_verl(name, tmp_path):
     assert config.trainer.total_epochs == 6 and config.trainer.test_freq == 10
     assert rollout.val_kwargs.n == 1 and rollout.val_kwargs.temperature == 0
     # The agent loop's length contract: every episode fits verl's response tensor.
-    assert rollout.response_length == t.rollout.max_context_tokens == 16384
+    assert rollout.response_length == t.limits.max_context_tokens == 16384
     assert Path(config.data.train_files).is_absolute() and Path(config.data.train_files).exists()
-    seal = VerlSealSection.from_config(config)
+    seal = SealSection.from_config(config)
     assert seal.env_url == URL and seal.run_dir == str((tmp_path / name).absolute())
-    assert seal.apatch.enable == t.apatch.enable
-    assert seal.rollout.observation_lite == t.rollout.observation_lite
-    assert seal.rollout.diagnostic_guidelines == t.rollout.diagnostic_guidelines
+    # The agent loop and the SEAL trainer read the run's very `trainer` section.
+    assert seal.trainer == OmegaConf.to_object(t)
 
 
 def test_ablations_differ_where_the_paper_says(tmp_path):
-    seal = {n: VerlSealSection.from_config(verl_config(n, tmp_path)[1]) for n in PAPER_CONFIGS}
-    assert not seal["GRPO"].apatch.enable and not seal["GRPO"].rollout.observation_lite
+    seal = {n: SealSection.from_config(verl_config(n, tmp_path)[1]).trainer for n in PAPER_CONFIGS}
+    assert seal["SEAL"].apatch.enable and seal["SEAL"].evolution.schema_cues
+    assert seal["SEAL"].evolution.guidelines and seal["SEAL"].rollout.push_profile
+    assert not seal["GRPO"].apatch.enable and not seal["GRPO"].evolution.any
     assert not seal["SEAL_no_reweighting"].apatch.enable
-    assert seal["SEAL_no_reweighting"].rollout.observation_lite
-    assert not seal["SEAL_no_env_adaptation"].rollout.observation_lite
+    assert seal["SEAL_no_reweighting"].evolution.schema_cues
+    assert not seal["SEAL_no_env_adaptation"].evolution.any
     assert seal["SEAL_no_env_adaptation"].apatch.enable
     assert seal["SEAL_no_closed_loop"].apatch.weight_source == "static"
     assert not seal["SEAL_no_closed_loop"].rollout.push_profile
+    assert not seal["SEAL_no_closed_loop"].evolution.guidelines
 
 
 def test_overrides_win_and_unknown_keys_fail(tmp_path):

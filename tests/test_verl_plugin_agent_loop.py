@@ -26,14 +26,15 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory  # noqa: E402
 from seal.bfcl.tasks import load_task  # noqa: E402
+from seal.rollout.protocol import EvolutionSettings  # noqa: E402
 from seal.rollout.scripted_generator import text_generation  # noqa: E402
 from seal.tocf.tags import PASS  # noqa: E402
-from seal.trainer.config import VerlSealSection  # noqa: E402
 from seal.trainer.verl.agent_loop import (  # noqa: E402
     AGENT_NAME,
     close_shared_env_clients,
     num_turns,
 )
+from seal.trainer.verl.section import SealSection  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = "multi_turn_base_0"
@@ -59,14 +60,14 @@ class ScriptedServer:
         return TokenOutput(token_ids=ids, log_probs=[LOGPROB] * len(ids), stop_reason="completed")
 
 
-def trainer_config(model_dir: Path, env_url: str, **rollout_settings):
+def trainer_config(model_dir: Path, env_url: str, **limits):
     config = OmegaConf.load(Path(verl_config_dir.__file__).parent / "_generated_ppo_trainer.yaml")
     config.actor_rollout_ref.model.path = str(model_dir)
     rollout = config.actor_rollout_ref.rollout
     rollout.name = "vllm"
     rollout.prompt_length, rollout.response_length = PROMPT_LENGTH, RESPONSE_LENGTH
     rollout.max_model_len = PROMPT_LENGTH + RESPONSE_LENGTH
-    config.seal = {"env_url": env_url, "rollout": rollout_settings}
+    config.seal = {"env_url": env_url, "trainer": {"limits": limits}}
     return config
 
 
@@ -196,17 +197,17 @@ def test_context_beyond_response_length_refused(model_dir):
 
 
 def test_settings():
-    assert VerlSealSection.from_config(OmegaConf.create({})) == VerlSealSection()
+    assert SealSection.from_config(OmegaConf.create({})) == SealSection()
     with pytest.raises(Exception, match="env_ulr"):  # a misspelt key is an error
-        VerlSealSection.from_config(OmegaConf.create({"seal": {"env_ulr": "x"}}))
-    settings = VerlSealSection.from_config(
-        OmegaConf.create({"seal": {"rollout": {"recovery_feedback": True}}})
+        SealSection.from_config(OmegaConf.create({"seal": {"env_ulr": "x"}}))
+    settings = SealSection.from_config(
+        OmegaConf.create({"seal": {"trainer": {"evolution": {"recovery_feedback": True}}}})
     )
-    assert settings.rollout.env_params("sample") == {
-        "rollout_mode": "sample",
-        "observation_lite": True,
-        "recovery_feedback": True,
-        "diagnostic_guidelines": True,
-    }
-    assert settings.rollout.env_params("validate") == {"rollout_mode": "validate"}
+    sample = settings.trainer.episode_settings("sample")
+    assert sample.evolution == EvolutionSettings(
+        schema_cues=True, recovery_feedback=True, guidelines=True
+    )
+    validate = settings.trainer.episode_settings("validate")
+    assert validate.mode == "validate" and not validate.evolution.any
+    assert validate.limits == sample.limits == settings.trainer.limits
     assert num_turns([1, 1, 0, 0, 1]) == 4 and num_turns([1]) == 2 and num_turns([]) == 1

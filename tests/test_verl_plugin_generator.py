@@ -101,5 +101,7 @@ def test_errors_raise_generation_error(output, message):
 
 def test_no_logprobs_when_not_requested():
     server = FakeServer([TokenOutput(token_ids=[3, EOS], stop_reason="stop")])
-    generation = run(VerlGenerator(server, {"logprobs": False}), [1], SamplingParams())
+    generation = run(
+        VerlGenerator(server, {"logprobs": False}), [1], SamplingParams(max_new_tokens=4096)
+    )
     assert generation.logprobs is None and generation.finish_reason == "stop"

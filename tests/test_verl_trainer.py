@@ -164,7 +164,7 @@ def test_advantage_step_equals_core(local_tq, tmp_path, live_service):
 
     stored = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["advantages"])
     got = stored["advantages"].to_padded_tensor(0.0)
-    want, mask, capability = expected_advantages(samples, trainer.apatch_config)
+    want, mask, capability = expected_advantages(samples, trainer.trainer_cfg.apatch)
     torch.testing.assert_close(got[:12, : want.shape[1]] * mask, want * mask)
     assert got[:12].abs().sum() > 0  # the groups have mixed rewards: not a zero check
     assert got[12:].abs().sum() == 0  # padding samples: zero GRPO advantage, not rescaled
@@ -212,7 +212,7 @@ def test_best_checkpoint_is_hard_linked(tmp_path):
 
 def test_capability_state_travels_with_checkpoints(local_tq, tmp_path, monkeypatch):
     config = verl_config(tmp_path, "http://127.0.0.1:1")
-    config.seal.rollout.push_profile = False
+    config.seal.trainer.rollout.push_profile = False
     trainer = SealPPOTrainer(config)
     folder = Path(config.trainer.default_local_dir) / "global_step_3"
     folder.mkdir(parents=True)

@@ -6,21 +6,20 @@ BFCL system prompt already carries the tool signatures in Qwen's format and the 
 ``<tool_call>`` blocks are parsed by the environment service, exactly as in training.
 
 Transient failures (connection errors, timeouts, 408, 429 and 5xx answers) are retried with
-exponential backoff, honouring a numeric ``Retry-After``; anything else (400, 401, 404, a
+exponential backoff, honouring a numeric ``Retry-After`` (seal.http, shared with the
+environment client); anything else (400, 401, 404, a
 reply without text) fails at once. A failure is always an `EndpointError` that names the
 task and the cause, never an empty or made-up reply taken as the model's output.
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
 from dataclasses import dataclass
 
-import aiohttp
-import orjson
+from seal.http import HttpClient, HttpError, RetryPolicy
 
-TRANSIENT_STATUSES = frozenset({408, 429})
+RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
+"""Answers worth retrying: timeouts, rate limits and server errors."""
 
 
 class EndpointError(RuntimeError):
@@ -48,17 +47,6 @@ class EndpointSettings:
     """Per request: a 4096-token generation on a busy server takes minutes."""
 
 
-def _is_transient(status: int) -> bool:
-    return status in TRANSIENT_STATUSES or status >= 500
-
-
-def _retry_after_s(headers) -> float:
-    try:
-        return float(headers.get("Retry-After", 0))
-    except ValueError:  # an HTTP date: rare enough to fall back to our own backoff
-        return 0.0
-
-
 def _content(payload: object, what: str) -> str:
     try:
         message = payload["choices"][0]["message"]
@@ -81,68 +69,47 @@ class ChatEndpoint:
 
     def __init__(self, settings: EndpointSettings, max_connections: int = 16):
         self.settings = settings
-        self.url = settings.base_url.rstrip("/") + "/chat/completions"
-        self.requests = 0  # HTTP requests sent, retries included
-        self._max_connections = max_connections
-        self._session: aiohttp.ClientSession | None = None
+        headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+        policy = RetryPolicy(
+            attempts=settings.attempts,
+            timeout_s=settings.timeout_s,
+            deadline_s=settings.attempts * (settings.timeout_s + settings.max_backoff_s),
+            backoff_s=settings.backoff_s,
+            max_backoff_s=settings.max_backoff_s,
+            retry_statuses=RETRY_STATUSES,
+        )
+        self.http = HttpClient(settings.base_url, policy, max_connections, headers)
+        self.url = self.http.base_url + "/chat/completions"
 
     @property
-    def session(self) -> aiohttp.ClientSession:
-        # Created lazily: an aiohttp session must be made inside the running event loop.
-        if self._session is None:
-            headers = {}
-            if self.settings.api_key:
-                headers["Authorization"] = f"Bearer {self.settings.api_key}"
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._max_connections),
-                timeout=aiohttp.ClientTimeout(total=self.settings.timeout_s),
-                headers=headers,
-            )
-        return self._session
+    def requests(self) -> int:
+        """HTTP requests sent, retries included."""
+        return self.http.requests
 
     async def __aenter__(self) -> ChatEndpoint:
         return self
 
     async def __aexit__(self, *exc) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.http.aclose()
 
     async def complete(self, messages: list[dict], what: str) -> str:
         """The model's text reply to `messages`; `what` (a task id) names it in errors."""
-        body = orjson.dumps(
-            {
-                "model": self.settings.model,
-                "messages": messages,
-                "temperature": self.settings.temperature,
-                "max_tokens": self.settings.max_tokens,
-            }
-        )
-        delay = self.settings.backoff_s
-        for attempt in range(1, self.settings.attempts + 1):
-            wait = delay
-            self.requests += 1
-            try:
-                async with self.session.post(
-                    self.url, data=body, headers={"Content-Type": "application/json"}
-                ) as response:
-                    status, text = response.status, await response.text()
-                    wait = max(wait, _retry_after_s(response.headers))
-            except (aiohttp.ClientError, asyncio.TimeoutError) as error:
-                problem = f"{type(error).__name__}: {error}"
-            else:
-                if status == 200:
-                    try:
-                        return _content(orjson.loads(text), what)
-                    except orjson.JSONDecodeError:
-                        raise EndpointError(f"{what}: reply is not JSON: {text:.300}") from None
-                problem = f"HTTP {status}: {text:.300}"
-                if not _is_transient(status):
-                    raise EndpointError(f"{what}: {self.url} refused the request ({problem})")
-            if attempt < self.settings.attempts:
-                # Jitter, so that concurrent episodes do not retry in lockstep.
-                await asyncio.sleep(min(wait, self.settings.max_backoff_s) * random.uniform(0.5, 1))
-                delay *= 2
-        raise EndpointError(
-            f"{what}: {self.url} failed {self.settings.attempts} times; last: {problem}"
-        )
+        body = {
+            "model": self.settings.model,
+            "messages": messages,
+            "temperature": self.settings.temperature,
+            "max_tokens": self.settings.max_tokens,
+        }
+        try:
+            reply = await self.http.request("POST", "/chat/completions", what, json=body)
+        except HttpError as error:
+            raise EndpointError(str(error)) from error
+        text = reply.body.decode(errors="replace")
+        if reply.status != 200:
+            raise EndpointError(
+                f"{what}: {self.url} refused the request (HTTP {reply.status}: {text:.300})"
+            )
+        try:
+            return _content(reply.json(), what)
+        except ValueError:
+            raise EndpointError(f"{what}: reply is not JSON: {text:.300}") from None

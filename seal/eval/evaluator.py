@@ -1,10 +1,11 @@
 """Score any OpenAI-compatible endpoint on BFCL multi-turn tasks through the environment service.
 
-Each task is one validate-mode episode, the unevolved benchmark, under the paper's limits:
-create it, send the conversation as it stands to the endpoint (``seal.eval.chat_endpoint``),
-step the service with the reply's text, append the reply and the service's messages, and
-repeat until the service ends the episode or `max_generations` replies were sent; then
-evaluate and release. Results are validation records (``seal.eval.records``), so
+Each task is one validate-mode episode, the unevolved benchmark, under the paper's limits,
+through the client's episode lifecycle (``seal.rollout.env_client``): send the
+conversation as it stands to the endpoint (``seal.eval.chat_endpoint``), step the service
+with the reply's text, append the reply and the service's messages, and repeat until the
+service ends the episode (its last answer carries the evaluation; at `max_generations`
+replies it ends the episode itself). Results are validation records (``seal.eval.records``), so
 ``scripts/stats_validation_bfcl.py`` and ``seal-report`` read them like a trainer's.
 
 A task whose endpoint or service requests fail for good is reported as failed, with the
@@ -25,7 +26,6 @@ made with another model or other limits are refused rather than mixed into one s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +43,7 @@ from seal.eval.records import (
 )
 from seal.eval.replay import record_from_report
 from seal.rollout.env_client import EnvClient, EnvServiceError
+from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
 
 VALIDATION_DIRNAME = "validation"
 
@@ -75,30 +76,24 @@ class EvalOutcome:
 
 
 async def run_episode(
-    env: EnvClient, chat: ChatEndpoint, task_id: str, max_generations: int
+    env: EnvClient, chat: ChatEndpoint, task_id: str, limits: EpisodeLimits
 ) -> dict:
-    """One validate-mode episode; the evaluation report plus 'input' and 'output' messages."""
-    # The service's own cap equals ours, so an episode cut at the limit is marked truncated.
-    params = {"rollout_mode": "validate", "max_steps": max_generations}
-    instance_id, first = await env.create(task_id, params)
-    messages, transcript = list(first), []
-    try:
-        for _ in range(max_generations):
+    """One validate-mode episode; the evaluation plus 'input' and 'output' messages."""
+    transcript: list[dict] = []
+    # The service ends the episode at limits.max_generations (marked truncated), so
+    # the loop's own bound is only a guard.
+    async with env.episode(task_id, EpisodeSettings(mode="validate", limits=limits)) as episode:
+        messages = list(episode.messages)
+        for _ in range(limits.max_generations):
             text = await chat.complete(messages, task_id)
-            reply = await env.step(instance_id, text)
+            reply = await episode.step(text)
             turn = [{"role": "assistant", "content": text}, *reply.messages]
             messages += turn
             transcript += turn
             if reply.terminated:
                 break
-        report = await env.evaluate(instance_id)
-    except BaseException:
-        # The first error is the one to report; the service expires the episode anyway.
-        with contextlib.suppress(EnvServiceError):
-            await env.release(instance_id)
-        raise
-    await env.release(instance_id)
-    return {**report, "input": first, "output": transcript}
+        evaluation = await episode.finish()
+    return {**evaluation, "input": episode.messages, "output": transcript}
 
 
 def run_settings(settings: EndpointSettings, max_generations: int) -> dict:
@@ -174,6 +169,7 @@ async def run_tasks(
     `on_report` as it arrives and return the tasks that failed."""
     failures: list[TaskFailure] = []
     gate = asyncio.Semaphore(concurrency)
+    limits = EpisodeLimits(max_generations=max_generations, max_new_tokens=settings.max_tokens)
     async with (
         EnvClient(env_url, max_connections=concurrency) as env,
         ChatEndpoint(settings, max_connections=concurrency) as chat,
@@ -187,7 +183,7 @@ async def run_tasks(
             async def one(task_id: str) -> None:
                 async with gate:
                     try:
-                        on_report(await run_episode(env, chat, task_id, max_generations))
+                        on_report(await run_episode(env, chat, task_id, limits))
                     except (EndpointError, EnvServiceError) as error:
                         failures.append(TaskFailure(task_id, str(error)))
                         bar.set_postfix(failed=len(failures))

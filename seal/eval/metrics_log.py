@@ -23,11 +23,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from numbers import Integral, Real
 from pathlib import Path
+
+from seal.atomic_file import write_text_atomic
 
 METRICS_FILENAME = "metrics.jsonl"
 STEP = "step"
@@ -154,18 +155,8 @@ class MetricsWriter:
         kept = [row for row in read_metrics(self.path) if row[STEP] <= resume_step]
         if kept:
             self.last_step = kept[-1][STEP]
-        text = "".join(json.dumps(row) + "\n" for row in kept)
-        # Rewritten through a temporary file: a crash now must not lose the rows kept.
-        fd, tmp_name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as tmp:
-                tmp.write(text)
-                tmp.flush()
-                os.fsync(tmp.fileno())
-            os.replace(tmp_name, self.path)
-        except BaseException:
-            os.unlink(tmp_name)
-            raise
+        # Rewritten atomically: a crash now must not lose the rows kept.
+        write_text_atomic(self.path, "".join(json.dumps(row) + "\n" for row in kept))
 
     def write(self, step: int, metrics: Mapping[str, object]) -> None:
         """Append the row of `step`, which must come after every step already logged."""

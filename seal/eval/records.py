@@ -10,15 +10,14 @@ rename), so a reader never sees half a step. The reader refuses anything malform
 file and line, never skipping a line: a silently dropped task would change the pass rates.
 """
 
-import os
 import re
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from seal.atomic_file import write_text_atomic
 from seal.bfcl.tasks import UnknownTaskError, category_of
 
 STEP_FILE_GLOB = "step_*.jsonl"
@@ -90,18 +89,7 @@ def write_step(
             raise ValueError(f"record {record.task_id!r} has step {record.step}, expected {step}")
         lines.append(record.model_dump_json() + "\n")
 
-    # The leading dot keeps the temporary file out of STEP_FILE_GLOB if a crash leaves it behind.
-    fd, tmp_name = tempfile.mkstemp(dir=val_dir, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as tmp:
-            tmp.writelines(lines)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        os.unlink(tmp_name)
-        raise
-    return path
+    return write_text_atomic(path, "".join(lines))
 
 
 def _describe(error: ValidationError) -> str:

@@ -22,6 +22,7 @@ from seal.bfcl.tasks import load_task, task_ids
 from seal.eval.records import ValidationRecord, write_step
 from seal.eval.summary import render_markdown, summarize_step
 from seal.rollout.env_client import EnvClient
+from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
 
 
@@ -74,7 +75,7 @@ async def replay_policy(
         async def one(task_id: str) -> dict:
             async with gate:
                 return await run_scripted_episode(
-                    client, task_id, scripts[task_id], {"rollout_mode": "validate"}
+                    client, task_id, scripts[task_id], EpisodeSettings(mode="validate")
                 )
 
         return await tqdm_asyncio.gather(*(one(t) for t in ids), desc=policy, unit="episode")

@@ -14,14 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-
-
-def is_healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
-    except httpx.TransportError:
-        return False
+from seal.rollout.env_client import is_healthy
 
 
 @contextlib.contextmanager

@@ -1,12 +1,14 @@
 """The multi-turn episode driver: one BFCL episode as one training sample.
 
-`run_episode` creates the episode in the environment service, alternates generations
-and observations until the service ends it or a limit stops it, evaluates and
-releases it, and returns the token sequence the model was conditioned on with its loss
-mask. The single-process trainer and the verl agent loop both call it; only the
-`Generator` differs.
+`run_episode` plays one episode through the service's episode lifecycle
+(seal.rollout.env_client.Episode): it alternates generations and observations until
+the service ends the episode or a limit stops it, and returns the token sequence the
+model was conditioned on with its loss mask and the service's evaluation. The
+single-process trainer and the verl agent loop both call it; only the `Generator`
+differs. The limits are the episode's own (`EpisodeSettings.limits`), which the service
+applies too: it ends the episode at `max_generations`.
 
-Token rules (DESIGN.md section 6):
+Token rules (docs/design.md, "Loss mask"):
 - The ids a generator returns are appended exactly as returned; the conversation is
   never re-tokenized. Only new observation messages are tokenized (turn_tokens.py).
 - Mask 1 on generated ids (content and its end-of-turn token), 0 on everything else.
@@ -34,37 +36,15 @@ stop_reason context_limit); the trainer decides what to do with it.
 
 from __future__ import annotations
 
-import dataclasses
-import uuid
 from dataclasses import dataclass
 from typing import Literal
 
-from seal.rollout.env_client import EnvClient
+from seal.rollout.env_client import EnvClient, Episode
 from seal.rollout.generation import Generation, GenerationError, Generator, SamplingParams
+from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
 from seal.rollout.turn_tokens import TurnTokenizer, turn_tokenizer
 
 StopReason = Literal["terminated", "max_generations", "context_limit"]
-
-
-@dataclass(frozen=True)
-class EpisodeLimits:
-    """Where the driver stops an episode or cuts its parts (the paper's values)."""
-
-    max_generations: int = 20
-    """Most generations (assistant messages) per episode."""
-    max_context_tokens: int = 16384
-    """Most tokens of prompt + response (the model length); see the context rule in the
-    module docstring."""
-    max_new_tokens: int = 4096
-    """Most tokens per generation; lowers SamplingParams.max_new_tokens if that is larger."""
-    max_observation_tokens: int = 4096
-    """Each observation message's content is clipped to this many tokens, clip marker
-    included (the paper's tool-response clip)."""
-
-    def __post_init__(self):
-        for field in dataclasses.fields(self):
-            if getattr(self, field.name) < 1:
-                raise ValueError(f"EpisodeLimits.{field.name} must be positive")
 
 
 @dataclass
@@ -109,64 +89,36 @@ async def run_episode(
     generator: Generator,
     tokenizer,
     task_id: str,
-    env_params: dict,
-    limits: EpisodeLimits,
-    sampling: SamplingParams,
+    settings: EpisodeSettings,
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
 ) -> EpisodeSample:
     """Play one episode of `task_id` (see the module docstring for the rules)."""
-    chat = turn_tokenizer(tokenizer)
-    # Chosen here rather than by the service, so an episode whose creation reply never
-    # arrived (cancelled, timed out) can still be released.
-    instance_id = uuid.uuid4().hex
+    play = _Episode(turn_tokenizer(tokenizer), settings.limits, temperature, top_p)
+    what = f"task {task_id}"
     try:
-        _, first_messages = await env.create(task_id, env_params, instance_id=instance_id)
-    except BaseException as e:
-        await _release_after_failure(env, instance_id)  # usually there is nothing to release
-        if not isinstance(e, Exception):
-            raise
-        raise EpisodeError(f"task {task_id}: creating the episode failed: {e}") from e
-    sampling = dataclasses.replace(
-        sampling, max_new_tokens=min(sampling.max_new_tokens, limits.max_new_tokens)
-    )
-    episode = _Episode(chat, limits, sampling)
-    try:
-        episode.start(first_messages)
-        await episode.play(env, generator, instance_id)
-        report = await env.evaluate(instance_id)
-    except BaseException as e:
-        # Released on every failure, cancellation included: a crashed trainer step must
-        # not hold the service's live-episode slots until they expire.
-        release_failure = await _release_after_failure(env, instance_id)
-        if not isinstance(e, Exception):
-            raise
+        async with env.episode(task_id, settings) as episode:
+            what = episode.what
+            play.start(episode.messages)
+            await play.play(episode, generator)
+            evaluation = await episode.finish()
+    except Exception as e:  # the episode was released on the way out (env_client.Episode)
         raise EpisodeError(
-            f"task {task_id} (instance {instance_id}) after {episode.num_generations} "
-            f"generations: {type(e).__name__}: {e}{release_failure}"
+            f"{what} after {play.num_generations} generations: {type(e).__name__}: {e}"
         ) from e
-    try:
-        await env.release(instance_id)
-    except Exception as e:
-        raise EpisodeError(f"task {task_id}: releasing instance {instance_id} failed: {e}") from e
-    return episode.sample(task_id, report)
-
-
-async def _release_after_failure(env: EnvClient, instance_id: str) -> str:
-    """Release after an error; returns a note to add to that error if this fails too
-    (the first error is the one to report)."""
-    try:
-        await env.release(instance_id)
-    except Exception as e:
-        return f"; releasing the episode failed too: {e}"
-    return ""
+    return play.sample(task_id, evaluation)
 
 
 class _Episode:
     """The growing token sequence of one episode and its bookkeeping."""
 
-    def __init__(self, chat: TurnTokenizer, limits: EpisodeLimits, sampling: SamplingParams):
+    def __init__(
+        self, chat: TurnTokenizer, limits: EpisodeLimits, temperature: float, top_p: float
+    ):
         self.chat = chat
         self.limits = limits
-        self.sampling = sampling
+        self.temperature, self.top_p = temperature, top_p
         self.ids: list[int] = []
         self.prompt_length = 0
         self.prompt_text = ""
@@ -184,23 +136,23 @@ class _Episode:
         """Tokens left in the context."""
         return self.limits.max_context_tokens - len(self.ids)
 
-    async def play(self, env: EnvClient, generator: Generator, instance_id: str) -> None:
+    async def play(self, episode: Episode, generator: Generator) -> None:
         while True:
             if self.room() < 1:
                 self.stop_reason = "context_limit"
                 return
-            sampling = self.sampling
-            if self.room() < sampling.max_new_tokens:
-                sampling = dataclasses.replace(sampling, max_new_tokens=self.room())
+            sampling = SamplingParams(
+                max_new_tokens=min(self.limits.max_new_tokens, self.room()),
+                temperature=self.temperature,
+                top_p=self.top_p,
+            )
             generation = await generator.generate(self.ids, sampling)
             closed = self.append_generation(generation, sampling.max_new_tokens)
             text = self.chat.decode(generation.token_ids[:-1] if closed else generation.token_ids)
-            reply = await env.step(instance_id, text)
+            reply = await episode.step(text)
             if reply.terminated:
-                self.stop_reason = "terminated"
-                return
-            if self.num_generations >= self.limits.max_generations:
-                self.stop_reason = "max_generations"
+                # The service ends the episode at max_generations too (truncated).
+                self.stop_reason = "max_generations" if reply.truncated else "terminated"
                 return
             observation = self.chat.observation(reply.messages, self.limits.max_observation_tokens)
             closing = [] if closed else [self.chat.end_of_turn_id]

@@ -18,8 +18,9 @@ class SamplingParams:
     """How one generation samples. Frozen and hashable: the HF generator batches only
     requests whose parameters are equal."""
 
-    max_new_tokens: int = 4096
-    """Most tokens one generation may produce (the paper's response length, 4096)."""
+    max_new_tokens: int
+    """Most tokens this generation may produce. The driver sets it per generation from
+    the episode's limits (`EpisodeLimits.max_new_tokens`) and the context left."""
     temperature: float = 1.0
     """0 means greedy decoding; the paper samples at 1.0 and validates at 0."""
     top_p: float = 1.0

@@ -96,8 +96,13 @@ class HFGenerator:
         tokenizer,
         max_batch_size: int = 8,
         stop_token_ids: list[int] | None = None,
+        with_logprobs: bool = True,
     ):
         self.model = model
+        self.with_logprobs = with_logprobs
+        """Record each generated id's log-probability. That costs a vocabulary-wide
+        log-softmax per decoded token (151,936 wide for Qwen2.5); the local trainer
+        recomputes old log-probs in its update anyway, so it switches this off."""
         self.max_batch_size = max_batch_size
         """Most prompts per model.generate call; bounds the padded batch's memory."""
         self.stop_token_ids = stop_token_ids or [tokenizer.eos_token_id]
@@ -181,6 +186,7 @@ class HFGenerator:
             attention_mask[row, width - n :] = 1
         greedy = sampling.temperature == 0
         recorder = _LogprobRecorder(1.0 if greedy else sampling.temperature)
+        processors = [recorder] if self.with_logprobs else []
         if greedy:
             sampling_knobs = {"do_sample": False}
         else:
@@ -203,21 +209,27 @@ class HFGenerator:
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
                 generation_config=config,
-                logits_processor=LogitsProcessorList([recorder]),
+                logits_processor=LogitsProcessorList(processors),
             )
         new_ids = output[:, width:].cpu()
-        logprobs = recorder.finish(output[:, -1]).cpu()
+        logprobs = recorder.finish(output[:, -1]).cpu().tolist() if self.with_logprobs else None
         return [
-            self._cut(new_ids[row].tolist(), logprobs[row].tolist(), r.sampling.max_new_tokens)
+            self._cut(
+                new_ids[row].tolist(),
+                None if logprobs is None else logprobs[row],
+                r.sampling.max_new_tokens,
+            )
             for row, r in enumerate(batch)
         ]
 
-    def _cut(self, ids: list[int], logprobs: list[float], max_new_tokens: int) -> Generation:
+    def _cut(self, ids: list[int], logprobs: list[float] | None, max_new_tokens: int) -> Generation:
         """One row's ids up to and including its first stop token, within its own
         max_new_tokens (what follows is padding `generate` adds once a row has finished,
         or tokens beyond this request's limit)."""
         stops = set(self.stop_token_ids)
+        end, reason = max_new_tokens, "length"
         for i, token in enumerate(ids[:max_new_tokens]):
             if token in stops:
-                return Generation(ids[: i + 1], logprobs[: i + 1], "stop")
-        return Generation(ids[:max_new_tokens], logprobs[:max_new_tokens], "length")
+                end, reason = i + 1, "stop"
+                break
+        return Generation(ids[:end], None if logprobs is None else logprobs[:end], reason)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from seal.tocf.tags import BASE_TAG_WEIGHTS, EXCLUDED_TAGS, UNKNOWN_TAG_WEIGHT
+from seal.tocf.tags import EXCLUDED_TAGS, UNKNOWN_TAG_WEIGHT
 
 APPLY_TO_CHOICES = ("all", "positive", "negative")
 WEIGHT_SOURCES = ("dynamic", "static")
@@ -23,14 +23,13 @@ WEIGHT_SOURCES = ("dynamic", "static")
 
 @dataclass
 class APatchConfig:
-    """A-Patch options. Defaults are the paper's values."""
+    """A-Patch options (the run config's `trainer.apatch`). Defaults are the paper's values."""
 
     enable: bool = True
     """Scale advantages at all; False leaves them untouched (vanilla GRPO). Default True."""
     weight_source: str = "dynamic"
-    """"dynamic": the capability state's live weights; "static": `static_weights`. Default "dynamic"."""
-    static_weights: dict[str, float] = field(default_factory=lambda: dict(BASE_TAG_WEIGHTS))
-    """Tag weights used when `weight_source` is "static". Default `tags.BASE_TAG_WEIGHTS`."""
+    """"dynamic": the capability state's live weights; "static": its base weights
+    (`trainer.capability.base_weights`), which never move. Default "dynamic"."""
     min_scale: float = 0.5
     """Lower clamp of a sample's scale. Default 0.5."""
     max_scale: float = 2.0
@@ -57,6 +56,14 @@ class APatchConfig:
             )
 
 
+def tag_weights(config: APatchConfig, capability) -> dict[str, float]:
+    """The weights `config.weight_source` names: a capability state's live weights
+    (dynamic) or its config's base weights (static)."""
+    if config.weight_source == "static":
+        return dict(capability.config.base_weights)
+    return dict(capability.weights)
+
+
 def sample_scale(
     tags: Sequence[str], weights: Mapping[str, float], min_scale: float, max_scale: float
 ) -> float:
@@ -73,24 +80,18 @@ def apply_apatch(
     config: APatchConfig,
     *,
     step: int,
-    dynamic_weights: Mapping[str, float] | None = None,
+    weights: Mapping[str, float],
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return the patched advantages (a new tensor, [batch, response_len]) and metrics.
 
-    `sample_tags[i]` are sample i's turn tags; `dynamic_weights` (the capability state's
-    `weights`) is required when `config.weight_source` is "dynamic". Metrics: `active`
+    `sample_tags[i]` are sample i's turn tags; `weights` the tag weights of
+    `config.weight_source` (`tag_weights` picks them from a capability state). Metrics: `active`
     (0 during warm-up or when disabled), `mean_scale` over the batch, `scaled_count`
     (samples whose advantages changed), `tag_frac/<tag>` (fraction of samples carrying the
     tag) and `weight/<tag>`, all under "apatch/".
     """
     if len(sample_tags) != advantages.shape[0]:
         raise ValueError(f"{len(sample_tags)} tag lists for {advantages.shape[0]} samples")
-    if config.weight_source == "static":
-        weights = config.static_weights
-    elif dynamic_weights is None:
-        raise ValueError("weight_source is 'dynamic' but no dynamic_weights were given")
-    else:
-        weights = dynamic_weights
 
     scales = torch.tensor(
         [sample_scale(tags, weights, config.min_scale, config.max_scale) for tags in sample_tags],

@@ -1,16 +1,39 @@
 """The capability state: what the agent can and cannot do yet, learned from its rollouts.
 
-Each finished trajectory is observed once (`observe`). The state keeps pass counts and
-reward sums per category, tag, (category, tag), (turn position, tag) and task, twice: for
-the whole run and for the current epoch's window, which `start_epoch` resets. From the
-window it derives the dynamic tag weights A-Patch uses (`update_weights`, once per trainer
-step) and the failure profile the environment service turns into guidelines
-(`failure_profile`, format in `seal.tocf.profile`).
+`seal.tocf` keeps the name the original SEAL release gives this part (its
+`agentevolver/module/tocf`, "diagnostic state and advantage reweighting"; the release
+never spells the acronym out). It is the part of SEAL both halves read: each finished
+trajectory's per-turn diagnosis tags are observed once (`observe`) and counted here; the trainer half derives the dynamic tag weights A-Patch
+scales advantages by (`update_weights`, once per step), the environment half the failure
+profile the service turns into guidelines (`failure_profile`).
+
+The state keeps pass counts and reward sums per category, tag, (category, tag),
+(turn position, tag) and task, twice: for the whole run and for the current epoch's
+window, which `start_epoch` resets. The weights and the profile come from the window.
+
+Dynamic weights: a tag that is frequent, unsolved and seen often enough to trust gets a
+target above its base weight; the live weight moves a fraction `beta` toward it:
+
+    target = clamp(base * (1 + alpha * share * (1 - mean_reward) * min(1, count / saturation)),
+                   min_weight, max_weight)
+    weight = (1 - beta) * weight + beta * target
+
+`share` is the tag's fraction of the window's diagnosed turns and `mean_reward` the mean
+reward of the trajectories those turns belong to.
+
+The failure profile (the contract between trainer and service, a plain JSON dict):
+
+    {"step": 12, "epoch": 1, "num_turns": 1024,
+     "tags": [{"tag": "state_mismatch", "share": 0.31, "count": 317, "mean_reward": 0.12}, ...]}
+
+lists at most `profile_top_k` failure tags (FAILURE_TAGS) whose share is at least
+`profile_min_share`, seen at least `profile_min_count` times, whose trajectories' mean
+reward is below `profile_max_mean_reward` (still unsolved), largest share first.
 
 The state lives in its run directory (`open_capability_state`): a new run refuses a
 directory that already holds a state, and resuming one is asked for explicitly, so a
 state left by an unrelated earlier run is never picked up by accident.
-`load_failure_profile` computes the profile straight from a saved file; nothing here
+`load_failure_profile` computes the profile straight from a saved file. Nothing here
 imports torch.
 """
 
@@ -20,11 +43,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from seal.tocf.atomic_json import write_json_atomic
-from seal.tocf.profile import build_failure_profile
-from seal.tocf.tags import BASE_TAG_WEIGHTS, EXCLUDED_TAGS, PASS
-from seal.tocf.tally import TallyTables
-from seal.tocf.weights import ema_step, target_tag_weight
+from seal.atomic_file import write_json_atomic
+from seal.tocf.tags import BASE_TAG_WEIGHTS, EXCLUDED_TAGS, FAILURE_TAGS, PASS, turn_position
 
 STATE_FILENAME = "capability_state.json"
 STATE_FORMAT_VERSION = 1
@@ -32,7 +52,8 @@ STATE_FORMAT_VERSION = 1
 
 @dataclass
 class CapabilityConfig:
-    """Dynamic tag weights. Defaults are the paper's values."""
+    """Dynamic tag weights and the failure profile (the run config's
+    `trainer.capability`). Defaults are the paper's values."""
 
     alpha: float = 1.0
     """Gain of prevalence x stagnation x confidence on a tag's target weight. Default 1.0."""
@@ -45,9 +66,158 @@ class CapabilityConfig:
     max_weight: float = 2.0
     """Upper clamp of a target weight. Default 2.0."""
     base_weights: dict[str, float] = field(default_factory=lambda: dict(BASE_TAG_WEIGHTS))
-    """Starting weight and target baseline per tag. Default `tags.BASE_TAG_WEIGHTS`."""
-    fixed_tags: tuple[str, ...] = (PASS,)
-    """Tags that keep their base weight whatever the statistics say. Default ("pass",)."""
+    """Starting weight and target baseline per tag; also A-Patch's weights when its
+    `weight_source` is static. Default `tags.BASE_TAG_WEIGHTS`."""
+    fixed_tags: list[str] = field(default_factory=lambda: [PASS])
+    """Tags that keep their base weight whatever the statistics say. Default ["pass"]."""
+    profile_min_share: float = 0.10
+    """A failure tag enters the profile when its share of the window's turns is at least
+    this. Default 0.10."""
+    profile_min_count: int = 8
+    """... and it was seen at least this many times. Default 8."""
+    profile_max_mean_reward: float = 0.6
+    """... and its trajectories' mean reward is below this (still unsolved). Default 0.6."""
+    profile_top_k: int = 3
+    """Tags in the profile at most (largest share first). Default 3."""
+
+
+# --- tallies --------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """How many observations, how many of them came from a successful trajectory, and
+    the sum of their trajectories' rewards."""
+
+    count: int = 0
+    passes: int = 0
+    reward_sum: float = 0.0
+
+    def add(self, success: bool, reward: float) -> None:
+        self.count += 1
+        self.passes += int(success)
+        self.reward_sum += float(reward)
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passes / self.count if self.count else 0.0
+
+    @property
+    def mean_reward(self) -> float:
+        return self.reward_sum / self.count if self.count else 0.0
+
+    def summary(self) -> dict:
+        return {
+            "count": self.count,
+            "passes": self.passes,
+            "pass_rate": self.pass_rate,
+            "mean_reward": self.mean_reward,
+        }
+
+
+def _tally_in(table: dict, *keys: str) -> Tally:
+    for key in keys[:-1]:
+        table = table.setdefault(key, {})
+    return table.setdefault(keys[-1], Tally())
+
+
+@dataclass
+class TallyTables:
+    """Trajectory-level tables (category, task) count one entry per trajectory; tag-level
+    tables count one entry per ground-truth turn, carrying its trajectory's outcome."""
+
+    by_category: dict[str, Tally] = field(default_factory=dict)
+    by_task: dict[str, Tally] = field(default_factory=dict)
+    by_tag: dict[str, Tally] = field(default_factory=dict)
+    by_category_tag: dict[str, dict[str, Tally]] = field(default_factory=dict)
+    by_position_tag: dict[str, dict[str, Tally]] = field(default_factory=dict)
+
+    def add(
+        self, category: str, task_id: str, tags: list[str], success: bool, reward: float
+    ) -> None:
+        _tally_in(self.by_category, category).add(success, reward)
+        _tally_in(self.by_task, task_id).add(success, reward)
+        for turn, tag in enumerate(tags):
+            _tally_in(self.by_tag, tag).add(success, reward)
+            _tally_in(self.by_category_tag, category, tag).add(success, reward)
+            position = turn_position(turn, len(tags))
+            _tally_in(self.by_position_tag, position, tag).add(success, reward)
+
+    @property
+    def num_trajectories(self) -> int:
+        return sum(t.count for t in self.by_category.values())
+
+    @property
+    def num_turns(self) -> int:
+        return sum(t.count for t in self.by_tag.values())
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TallyTables:
+        flat = {
+            name: {k: Tally(**v) for k, v in data[name].items()}
+            for name in ("by_category", "by_task", "by_tag")
+        }
+        nested = {
+            name: {
+                outer: {k: Tally(**v) for k, v in inner.items()}
+                for outer, inner in data[name].items()
+            }
+            for name in ("by_category_tag", "by_position_tag")
+        }
+        return cls(**flat, **nested)
+
+
+# --- the weight rule and the profile --------------------------------------------------
+
+
+def target_tag_weight(
+    base: float,
+    share: float,
+    mean_reward: float,
+    count: int,
+    *,
+    alpha: float,
+    count_saturation: int,
+    min_weight: float,
+    max_weight: float,
+) -> float:
+    """Base weight raised by prevalence x stagnation x confidence, then clamped."""
+    confidence = min(1.0, count / count_saturation)
+    raised = base * (1.0 + alpha * share * (1.0 - mean_reward) * confidence)
+    return min(max_weight, max(min_weight, raised))
+
+
+def ema_step(weight: float, target: float, beta: float) -> float:
+    """One exponential-moving-average step of `weight` toward `target`."""
+    return (1.0 - beta) * weight + beta * target
+
+
+def build_failure_profile(
+    by_tag: dict[str, Tally],
+    *,
+    step: int,
+    epoch: int,
+    min_share: float,
+    min_count: int,
+    max_mean_reward: float,
+    top_k: int,
+) -> dict:
+    num_turns = sum(t.count for t in by_tag.values())
+    entries = []
+    for tag in FAILURE_TAGS:
+        tally = by_tag.get(tag)
+        if tally is None or tally.count < min_count:
+            continue
+        share = tally.count / num_turns
+        if share >= min_share and tally.mean_reward < max_mean_reward:
+            entries.append(
+                {"tag": tag, "share": share, "count": tally.count, "mean_reward": tally.mean_reward}
+            )
+    entries.sort(key=lambda e: (-e["share"], e["tag"]))
+    return {"step": step, "epoch": epoch, "num_turns": num_turns, "tags": entries[:top_k]}
 
 
 @dataclass
@@ -119,20 +289,24 @@ class CapabilityState:
 
     def failure_profile(
         self,
-        min_share: float = 0.10,
-        min_count: int = 8,
-        max_mean_reward: float = 0.6,
-        top_k: int = 3,
+        min_share: float | None = None,
+        min_count: int | None = None,
+        max_mean_reward: float | None = None,
+        top_k: int | None = None,
     ) -> dict:
-        """Prevalent, unsolved failure tags of the current window (`seal.tocf.profile`)."""
+        """Prevalent, unsolved failure tags of the current window (format in the module
+        docstring); the thresholds default to the config's `profile_*`."""
+        cfg = self.config
         return build_failure_profile(
             self.window.by_tag,
             step=self.step,
             epoch=self.epoch,
-            min_share=min_share,
-            min_count=min_count,
-            max_mean_reward=max_mean_reward,
-            top_k=top_k,
+            min_share=cfg.profile_min_share if min_share is None else min_share,
+            min_count=cfg.profile_min_count if min_count is None else min_count,
+            max_mean_reward=cfg.profile_max_mean_reward
+            if max_mean_reward is None
+            else max_mean_reward,
+            top_k=cfg.profile_top_k if top_k is None else top_k,
         )
 
     def metrics(self) -> dict[str, float]:
@@ -170,9 +344,7 @@ class CapabilityState:
                 f"capability state version {data.get('version')!r}, expected {STATE_FORMAT_VERSION}"
             )
         if config is None:
-            saved = dict(data["config"])
-            saved["fixed_tags"] = tuple(saved["fixed_tags"])
-            config = CapabilityConfig(**saved)
+            config = CapabilityConfig(**data["config"])
         state = cls(config)
         state.weights = dict(data["weights"])
         state.run = TallyTables.from_dict(data["run"])

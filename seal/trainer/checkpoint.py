@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from seal.tocf.atomic_json import write_json_atomic
+from seal.atomic_file import write_json_atomic
 
 LATEST = "latest"
 

@@ -1,17 +1,32 @@
-"""The single-process trainer's configuration: every key with its default and meaning.
+"""The `trainer` section of a run config: every key with its default and meaning.
 
-Defaults are the paper's recipe (DESIGN.md section 6) where it has one; `exp/*.yaml`
-overrides them (the CPU default shrinks the model, batch and limits). Merged by the
-launcher as an OmegaConf structured config, so unknown keys are errors.
+Both backends (the single-process trainer and verl) read this one section, so a key
+means the same on both. Defaults are the paper's recipe (docs/design.md, "The paper's
+recipe") where it has one; `exp/*.yaml` overrides them (the CPU default shrinks the
+model, batch and limits). Merged by the launcher as an OmegaConf structured config, so
+unknown keys are errors.
+
+Each concept has one class, defined where the code that uses it lives, and that class
+is the YAML section itself: `limits`, `evolution`, `reward` (seal/rollout/protocol.py,
+shared with the environment service), `advantage` (seal/algos/advantage.py), `loss`
+(seal/algos/loss.py), `apatch` (seal/tocf/apatch.py), `capability`
+(seal/tocf/state.py). The sections only the trainers need are defined here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from omegaconf import OmegaConf
-
-from seal.rollout.driver import EpisodeLimits
+from seal.algos.advantage import GRPOConfig
+from seal.algos.loss import PolicyLossConfig
+from seal.rollout.protocol import (
+    EpisodeLimits,
+    EpisodeSettings,
+    EvolutionSettings,
+    RewardSettings,
+)
+from seal.tocf.apatch import APatchConfig
+from seal.tocf.state import CapabilityConfig
 
 
 @dataclass
@@ -20,11 +35,17 @@ class TinyModelSettings:
     debugging. Its vocabulary (151,936) dominates the cost, not its depth."""
 
     hidden_size: int = 64
+    """Width of the residual stream."""
     num_hidden_layers: int = 2
+    """Decoder layers."""
     num_attention_heads: int = 4
+    """Query heads (hidden_size must divide by it)."""
     num_key_value_heads: int = 2
+    """Key/value heads (grouped-query attention; num_attention_heads must divide by it)."""
     intermediate_size: int = 128
+    """Width of each MLP."""
     seed: int = 0
+    """Seed of the random initial weights."""
 
 
 @dataclass
@@ -40,13 +61,16 @@ class ModelSettings:
     device: str = "auto"
     """auto (cuda if available, else cpu) | cpu | cuda | cuda:N."""
     gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, about 30% slower)."""
     tiny: TinyModelSettings = field(default_factory=TinyModelSettings)
 
 
 @dataclass
 class DataSettings:
     train_file: str = "data/bfcl_train.parquet"
+    """The 400 training tasks (scripts/prepare_data.py builds it from the paper's split)."""
     val_file: str = "data/bfcl_eval.parquet"
+    """The 400 held-out tasks validation runs on."""
     train_batch_size: int = 32
     """Tasks per training step (each rolled out `rollout.n` times)."""
     max_train_tasks: int = 0
@@ -59,55 +83,34 @@ class DataSettings:
 
 @dataclass
 class RolloutSettings:
+    """How training episodes are sampled (their limits are `trainer.limits`)."""
+
     n: int = 8
     """Samples per task: the GRPO group size."""
     temperature: float = 1.0
+    """Sampling temperature of training rollouts (validation: `validation.temperature`)."""
     top_p: float = 1.0
-    max_generations: int = 20
-    """Model generations per episode before it is cut off."""
-    max_new_tokens: int = 4096
-    """Tokens per generation."""
-    max_context_tokens: int = 16384
-    """Prompt + response tokens of a whole episode."""
-    max_observation_tokens: int = 4096
-    """Tool responses longer than this are clipped."""
+    """Nucleus sampling mass; 1.0 keeps the whole distribution."""
     max_batch_size: int = 64
-    """Generations batched together by the Hugging Face generator."""
-    observation_lite: bool = True
-    """Schema cues in training episodes (the paper's headline environment layer)."""
-    recovery_feedback: bool = False
-    """Recovery hints on invalid calls and tool errors in training episodes."""
-    diagnostic_guidelines: bool = True
-    """Guidelines from the failure profile in training episodes (closed loop)."""
+    """Generations the Hugging Face generator batches together (local trainer only)."""
     push_profile: bool = True
-    """Push the capability state's failure profile to the service after every step."""
+    """Push the capability state's failure profile to the service after every step, so
+    the guideline layer follows the policy (the closed loop)."""
 
-    def limits(self) -> EpisodeLimits:
-        return EpisodeLimits(
-            max_generations=self.max_generations,
-            max_context_tokens=self.max_context_tokens,
-            max_new_tokens=self.max_new_tokens,
-            max_observation_tokens=self.max_observation_tokens,
-        )
 
-    def env_params(self, mode: str) -> dict:
-        """The service's create params: `sample` episodes get the training layers,
-        `validate` episodes are the plain benchmark."""
-        if mode == "validate":
-            return {"rollout_mode": "validate"}
-        return {
-            "rollout_mode": mode,
-            "observation_lite": self.observation_lite,
-            "recovery_feedback": self.recovery_feedback,
-            "diagnostic_guidelines": self.diagnostic_guidelines,
-        }
+def paper_evolution() -> EvolutionSettings:
+    """The paper's training layers: schema cues and diagnostic guidelines."""
+    return EvolutionSettings(schema_cues=True, guidelines=True)
 
 
 @dataclass
 class OptimSettings:
     lr: float = 1e-6
+    """AdamW learning rate, constant."""
     weight_decay: float = 0.01
+    """AdamW weight decay."""
     grad_clip: float = 1.0
+    """Clip the gradient's global norm to this."""
     mini_batch_size: int = 8
     """Tasks per optimizer step (x `rollout.n` samples): 32/8 = 4 updates per step."""
     micro_batch_size: int = 1
@@ -117,40 +120,11 @@ class OptimSettings:
 
 
 @dataclass
-class LossSettings:
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.2
-    clip_ratio_c: float = 10.0
-    """Dual-clip constant for negative advantages."""
-    loss_agg_mode: str = "seq-mean-token-mean"
-    kl_loss_coef: float = 0.001
-    """KL loss against the reference policy (0 disables it and the reference model)."""
-    kl_loss_type: str = "low_var_kl"
-    entropy_coeff: float = 0.0
-    norm_adv_by_std: bool = True
-    """GRPO: divide by the group's std (False: subtract the mean only)."""
-
-
-@dataclass
-class APatchSettings:
-    enable: bool = True
-    """Reweight advantages by the diagnosis tags (off: vanilla GRPO)."""
-    weight_source: str = "dynamic"
-    """dynamic (capability state's EMA weights) | static (the base weights)."""
-    min_scale: float = 0.5
-    max_scale: float = 2.0
-    apply_to: str = "all"
-    """all | positive | negative advantages."""
-    warmup_steps: int = 0
-    budget: bool = False
-    """Renormalise the mean scale of the touched samples to 1."""
-
-
-@dataclass
 class ValidationSettings:
     test_freq: int = 10
     """Validate every N steps (and at step 0 and the last step)."""
     before_train: bool = True
+    """Validate the initial model (step 0)."""
     temperature: float = 0.0
     """Greedy, as the paper; n = 1, evolution off (validate mode)."""
 
@@ -172,48 +146,37 @@ class LoggingSettings:
     wandb: str = "offline"
     """offline | online | disabled. Online needs WANDB_API_KEY; offline needs nothing."""
     project: str = "seal-repro"
+    """wandb project name."""
 
 
 @dataclass
 class TrainerConfig:
     total_epochs: int = 6
+    """Passes over the training tasks (6 x 400 / 32 = 72 steps in the paper)."""
     total_steps: int = 0
     """Stop after this many steps (0 = total_epochs over the training tasks)."""
     model: ModelSettings = field(default_factory=ModelSettings)
     data: DataSettings = field(default_factory=DataSettings)
     rollout: RolloutSettings = field(default_factory=RolloutSettings)
+    limits: EpisodeLimits = field(default_factory=EpisodeLimits)
+    """Episode limits of training and validation episodes (the service applies
+    `max_generations` too)."""
+    evolution: EvolutionSettings = field(default_factory=paper_evolution)
+    """Observation layers of training episodes; validation never gets them."""
+    reward: RewardSettings = field(default_factory=RewardSettings)
+    advantage: GRPOConfig = field(default_factory=GRPOConfig)
+    apatch: APatchConfig = field(default_factory=APatchConfig)
+    capability: CapabilityConfig = field(default_factory=CapabilityConfig)
+    loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     optim: OptimSettings = field(default_factory=OptimSettings)
-    loss: LossSettings = field(default_factory=LossSettings)
-    apatch: APatchSettings = field(default_factory=APatchSettings)
     validation: ValidationSettings = field(default_factory=ValidationSettings)
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     logging: LoggingSettings = field(default_factory=LoggingSettings)
 
-
-@dataclass
-class VerlSealSection:
-    """The `seal` section of a verl config: what verl's own keys cannot hold. The launcher
-    writes it from the run config (seal/trainer/verl/config.py); the agent loop and the
-    SEAL trainer read it with `from_config`. Unknown keys are errors."""
-
-    env_url: str = "http://127.0.0.1:8082"
-    """The environment service every agent-loop worker and the trainer talk to."""
-    run_dir: str = "outputs/verl_run"
-    """Validation records (validation/), capability state, tocf summaries, best checkpoint."""
-    env_timeout_s: float = 60.0
-    """Per-request timeout of the environment client."""
-    max_env_connections: int = 256
-    """Connections per agent-loop worker to the service."""
-    rollout: RolloutSettings = field(default_factory=RolloutSettings)
-    """Episode limits and training layers. `n`, `temperature` and `top_p` are copied into
-    verl's own rollout keys, which are the ones verl uses; `max_batch_size` is unused."""
-    apatch: APatchSettings = field(default_factory=APatchSettings)
-    best_metric: str = "val/average"
-    """Validation metric that picks the best checkpoint (hard-linked to checkpoints/best)."""
-
-    @classmethod
-    def from_config(cls, config) -> VerlSealSection:
-        """The typed section of a verl DictConfig (defaults if it has none)."""
-        section = config.get("seal") if config is not None else None
-        merged = OmegaConf.merge(OmegaConf.structured(cls), section or {})
-        return OmegaConf.to_object(merged)
+    def episode_settings(self, mode: str) -> EpisodeSettings:
+        """What the service is asked for: `sample` episodes get the training layers,
+        `validate` episodes are the plain benchmark; both share the limits and reward."""
+        evolution = self.evolution if mode == "sample" else EvolutionSettings()
+        return EpisodeSettings(
+            mode=mode, evolution=evolution, limits=self.limits, reward=self.reward
+        )

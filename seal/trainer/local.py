@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -26,15 +25,12 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 from tqdm.asyncio import tqdm_asyncio
 
-from seal.algos.advantage import GRPOConfig, grpo_advantages
-from seal.algos.loss import PolicyLossConfig
+from seal.algos.advantage import grpo_advantages
 from seal.eval.records import ValidationRecord, read_val_dir, write_step
 from seal.eval.summary import render_markdown, summarize, validation_metrics
 from seal.rollout.driver import EpisodeSample, run_episode
 from seal.rollout.env_client import EnvClient, push_profile
-from seal.rollout.generation import SamplingParams
 from seal.rollout.hf_generator import HFGenerator
-from seal.tocf.apatch import APatchConfig
 from seal.tocf.state import (
     STATE_FILENAME,
     CapabilityState,
@@ -47,7 +43,7 @@ from seal.trainer.data import epoch_order, task_ids_of
 from seal.trainer.metrics import MetricsLogger
 from seal.trainer.model import frozen_copy, load_policy, load_tokenizer
 from seal.trainer.reweight import observe_and_reweight, outcome_metrics
-from seal.trainer.update import batch_logprobs, policy_update
+from seal.trainer.update import batch_logprobs, policy_update, response_mask_matrix
 
 
 class LocalTrainer:
@@ -60,19 +56,23 @@ class LocalTrainer:
         if cfg.checkpoint.resume and resume_from is None:
             raise FileNotFoundError(f"checkpoint.resume is set but {run_dir} has no checkpoint")
         self.policy = load_policy(cfg.model, self.tokenizer, resume_from)
-        use_reference = cfg.loss.kl_loss_coef > 0
+        use_reference = cfg.loss.use_kl_loss and cfg.loss.kl_loss_coef > 0
         self.reference = (
             frozen_copy(load_policy(cfg.model, self.tokenizer)) if use_reference else None
         )
         self.optimizer = torch.optim.AdamW(
             self.policy.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
         )
+        # No log-probs from generation: the update recomputes them (as verl does).
         self.generator = HFGenerator(
-            self.policy, self.tokenizer, max_batch_size=cfg.rollout.max_batch_size
+            self.policy,
+            self.tokenizer,
+            max_batch_size=cfg.rollout.max_batch_size,
+            with_logprobs=False,
         )
         self.state = ckpt.TrainerState()
         self.capability, self.capability_path = open_capability_state(
-            run_dir, resume=resume_from is not None
+            run_dir, cfg.capability, resume=resume_from is not None
         )
         if resume_from is not None:
             self._restore(resume_from)
@@ -86,7 +86,7 @@ class LocalTrainer:
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
         self.state = ckpt.load_trainer_state(path)
         # The run directory's state may be ahead of the checkpoint (saved every step).
-        self.capability = CapabilityState.load(path / STATE_FILENAME)
+        self.capability = CapabilityState.load(path / STATE_FILENAME, self.cfg.capability)
         self.capability.save(self.capability_path)
         ckpt.restore_rng(path)
         print(f"[trainer] resumed from {path} at step {self.state.step}")
@@ -99,14 +99,14 @@ class LocalTrainer:
         samples = self.rollout(task_ids, cfg.rollout.n, "sample", cfg.rollout.temperature)
         t1 = time.perf_counter()
         # 2. GRPO: outcome rewards normalised within each task's group of samples.
-        mask = _response_mask(samples)
+        mask = response_mask_matrix(samples)
         rewards = torch.tensor([s.reward for s in samples])
         groups = [s.task_id for s in samples]
-        advantages = grpo_advantages(rewards, groups, mask, self.grpo_config)
+        advantages = grpo_advantages(rewards, groups, mask, cfg.advantage)
         # 3. SEAL: the capability state observes the tags and moves the dynamic tag
         #    weights; A-Patch scales each sample's advantages by the weights of its tags.
         advantages, seal_metrics = observe_and_reweight(
-            self.capability, samples, advantages, mask, self.apatch_config, step=step, epoch=epoch
+            self.capability, samples, advantages, mask, cfg.apatch, step=step, epoch=epoch
         )
         # 4. The actor update: clipped loss with KL to the frozen reference.
         update_metrics = self._update(samples, advantages, width=mask.shape[1])
@@ -129,7 +129,7 @@ class LocalTrainer:
         old = batch_logprobs(self.policy, *logprob_args)
         ref = None if self.reference is None else batch_logprobs(self.reference, *logprob_args)
         return policy_update(
-            self.policy, self.optimizer, samples, advantages, old, ref, self.loss_config,
+            self.policy, self.optimizer, samples, advantages, old, ref, self.cfg.loss,
             samples_per_mini_batch=o.mini_batch_size * self.cfg.rollout.n,
             micro_batch_size=o.micro_batch_size,
             chunk_tokens=o.logprob_chunk_tokens,
@@ -142,22 +142,22 @@ class LocalTrainer:
     def rollout(
         self, task_ids: list[str], n: int, mode: str, temperature: float
     ) -> list[EpisodeSample]:
-        r = self.cfg.rollout
-        sampling = SamplingParams(
-            max_new_tokens=r.max_new_tokens, temperature=temperature, top_p=r.top_p
-        )
-        params, limits = r.env_params(mode), r.limits()
+        settings = self.cfg.episode_settings(mode)
         self.policy.eval()
         with torch.no_grad():
-            return asyncio.run(self._rollout(task_ids, n, params, limits, sampling, desc=mode))
+            return asyncio.run(self._rollout(task_ids, n, settings, temperature, desc=mode))
 
-    async def _rollout(self, task_ids, n, params, limits, sampling, desc) -> list[EpisodeSample]:
+    async def _rollout(self, task_ids, n, settings, temperature, desc) -> list[EpisodeSample]:
+        top_p = self.cfg.rollout.top_p
         async with EnvClient(self.env_url) as env:
             episodes = [
-                run_episode(env, self.generator, self.tokenizer, tid, params, limits, sampling)
+                run_episode(
+                    env, self.generator, self.tokenizer, tid, settings,
+                    temperature=temperature, top_p=top_p,
+                )
                 for tid in task_ids
                 for _ in range(n)
-            ]
+            ]  # fmt: skip
             return await tqdm_asyncio.gather(*episodes, desc=desc, unit="episode", leave=False)
 
     def validate(self, step: int) -> dict[str, float]:
@@ -225,28 +225,6 @@ class LocalTrainer:
     def pad_id(self) -> int:
         return self.tokenizer.pad_token_id
 
-    @property
-    def grpo_config(self) -> GRPOConfig:
-        return GRPOConfig(norm_by_std=self.cfg.loss.norm_adv_by_std)
-
-    @property
-    def apatch_config(self) -> APatchConfig:
-        return APatchConfig(**asdict(self.cfg.apatch))
-
-    @property
-    def loss_config(self) -> PolicyLossConfig:
-        c = self.cfg.loss
-        return PolicyLossConfig(
-            clip_ratio_low=c.clip_ratio_low,
-            clip_ratio_high=c.clip_ratio_high,
-            clip_ratio_c=c.clip_ratio_c,
-            loss_agg_mode=c.loss_agg_mode,
-            use_kl_loss=c.kl_loss_coef > 0,
-            kl_loss_coef=c.kl_loss_coef,
-            kl_loss_type=c.kl_loss_type,
-            entropy_coeff=c.entropy_coeff,
-        )
-
 
 def run_local_training(cfg, env_url: str, run_dir: Path, split_file: Path) -> None:
     """The launcher's `local` job: train, then print validation pass rates per category."""
@@ -277,15 +255,6 @@ def _console_line(step: int, m: dict[str, float]) -> str:
     }
     parts = [f"{name} {m[key]:.4g}" for name, key in keys.items() if key in m]
     return f"[step {step}] " + "  ".join(parts)
-
-
-def _response_mask(samples: list[EpisodeSample]) -> torch.Tensor:
-    """[N, longest response] with 1 on generated tokens, right-padded with 0."""
-    width = max(max(len(s.response_ids) for s in samples), 1)
-    mask = torch.zeros((len(samples), width))
-    for i, s in enumerate(samples):
-        mask[i, : len(s.response_mask)] = torch.tensor(s.response_mask, dtype=torch.float32)
-    return mask
 
 
 def _rollout_metrics(samples: list[EpisodeSample], prefix: str) -> dict[str, float]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from seal.tocf.apatch import APatchConfig, apply_apatch
+from seal.tocf.apatch import APatchConfig, apply_apatch, tag_weights
 from seal.tocf.state import CapabilityState, TrajectoryOutcome
 
 
@@ -45,10 +45,10 @@ def observe_and_reweight(
             s.category, s.task_id, s.reward, bool(s.accuracy), list(s.failure_tags), step, epoch
         )
         capability.observe(outcome)
-    weights = capability.update_weights()
+    capability.update_weights()
     tags = [list(s.failure_tags) for s in samples]
     advantages, apatch_metrics = apply_apatch(
-        advantages, response_mask, tags, config, step=step, dynamic_weights=weights
+        advantages, response_mask, tags, config, step=step, weights=tag_weights(config, capability)
     )
     return advantages, {**capability.metrics(), **apatch_metrics}
 

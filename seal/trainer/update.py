@@ -1,21 +1,142 @@
-"""The actor update of one GRPO step: mini-batches, micro-batches, gradient accumulation.
+"""The actor update of one GRPO step, from rollout samples to an optimizer step.
 
-Each mini-batch of samples is one optimizer step. Its micro-batches are forwarded and
-backpropagated one at a time, each loss aggregated with the mini-batch's token and
-sequence counts, so the accumulated gradient is exactly the mini-batch loss's gradient
-whatever the micro-batch size.
+A sample is prompt ids, response ids (generated and observation tokens interleaved)
+and a response mask (1 on generated tokens). `response_mask_matrix` pads the masks of a
+step into the one [samples, width] matrix the advantages and the loss use; a
+micro-batch (`collate`) right-pads each sample's prompt + response into one row of
+`input_ids`.
+
+Log-probabilities (`response_logprobs`) are computed with bounded memory: a causal LM's
+output layer is vocabulary-wide (151,936 for Qwen2.5), so full logits of a 16k-token
+episode would not fit. The decoder runs once; the output projection, log-softmax and
+gather run over chunks of response positions, each under activation checkpointing, so
+the backward pass recomputes a chunk's logits instead of keeping every chunk's
+[tokens, vocab] activations alive.
+
+`policy_update` makes one pass over the samples: each mini-batch is one optimizer step,
+its micro-batches are forwarded and backpropagated one at a time, each loss aggregated
+with the mini-batch's token and sequence counts, so the accumulated gradient is exactly
+the mini-batch loss's gradient whatever the micro-batch size.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from seal.algos.loss import PolicyLossConfig, actor_loss
-from seal.trainer.batch import collate
-from seal.trainer.logprobs import response_logprobs
+
+# --- padding -----------------------------------------------------------------------------
+
+
+@dataclass
+class MicroBatch:
+    input_ids: torch.Tensor  # [b, L] prompt + response, right-padded
+    attention_mask: torch.Tensor  # [b, L]
+    response_start: torch.Tensor  # [b] index of each row's first response token
+    response_ids: torch.Tensor  # [b, R] right-padded with 0 (masked out)
+    response_mask: torch.Tensor  # [b, R] 1 on generated tokens
+    index: list[int]  # which samples of the step these rows are
+
+    @property
+    def response_len(self) -> int:
+        return self.response_ids.shape[1]
+
+
+def collate(samples: Sequence, index: list[int], pad_id: int, device: torch.device) -> MicroBatch:
+    """`samples` are rollout.driver.EpisodeSample-like (prompt_ids, response_ids, response_mask)."""
+    rows = [samples[i] for i in index]
+    seq_len = max(len(s.prompt_ids) + len(s.response_ids) for s in rows)
+    resp_len = max(max(len(s.response_ids) for s in rows), 1)
+    input_ids = torch.full((len(rows), seq_len), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), seq_len), dtype=torch.long)
+    response_ids = torch.zeros((len(rows), resp_len), dtype=torch.long)
+    response_mask = torch.zeros((len(rows), resp_len), dtype=torch.float32)
+    for row, s in enumerate(rows):
+        ids = list(s.prompt_ids) + list(s.response_ids)
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        attention[row, : len(ids)] = 1
+        response_ids[row, : len(s.response_ids)] = torch.tensor(s.response_ids, dtype=torch.long)
+        response_mask[row, : len(s.response_mask)] = torch.tensor(
+            s.response_mask, dtype=torch.float32
+        )
+    starts = torch.tensor([len(s.prompt_ids) for s in rows])
+    return MicroBatch(
+        input_ids.to(device),
+        attention.to(device),
+        starts.to(device),
+        response_ids.to(device),
+        response_mask.to(device),
+        list(index),
+    )
+
+
+def response_mask_matrix(samples: Sequence, width: int | None = None) -> torch.Tensor:
+    """[N, width] with each sample's response mask (1 on generated tokens), right-padded
+    with 0; `width` defaults to the longest response (at least 1)."""
+    if width is None:
+        width = max(max((len(s.response_mask) for s in samples), default=0), 1)
+    mask = torch.zeros((len(samples), width))
+    for i, s in enumerate(samples):
+        mask[i, : len(s.response_mask)] = torch.tensor(s.response_mask, dtype=torch.float32)
+    return mask
+
+
+# --- log-probabilities -------------------------------------------------------------------
+
+
+def _decoder(model: torch.nn.Module) -> torch.nn.Module:
+    # Hugging Face causal LMs expose the transformer body without the output layer.
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    if decoder is None:
+        raise TypeError(f"{type(model).__name__} has no get_decoder(); cannot chunk its logits")
+    return decoder
+
+
+def _chunk_logprobs(
+    head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logp = F.log_softmax(head(hidden).float(), dim=-1)
+    token_logp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp.exp() * logp).sum(-1) if with_entropy else torch.zeros_like(token_logp)
+    return token_logp, entropy
+
+
+def response_logprobs(
+    model: torch.nn.Module, batch: MicroBatch, chunk_tokens: int = 1024, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and optionally entropies) of each response token, shape [b, R] like
+    `batch.response_mask`; values at masked-out positions are meaningless (use the mask)."""
+    hidden = _decoder(model)(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask
+    ).last_hidden_state
+    # The token at position t is predicted from the hidden state at t - 1.
+    positions = (
+        batch.response_start[:, None] + torch.arange(batch.response_len, device=hidden.device) - 1
+    )
+    positions = positions.clamp(0, hidden.shape[1] - 1)
+    predictors = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
+    head = model.get_output_embeddings()
+    logps, entropies = [], []
+    for start in range(0, batch.response_len, chunk_tokens):
+        span = slice(start, start + chunk_tokens)
+        args = (head, predictors[:, span], batch.response_ids[:, span], with_entropy)
+        if torch.is_grad_enabled():
+            lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
+        else:
+            lp, ent = _chunk_logprobs(*args)
+        logps.append(lp)
+        entropies.append(ent)
+    logp = torch.cat(logps, dim=1)
+    return logp, (torch.cat(entropies, dim=1) if with_entropy else None)
+
+
+# --- the update --------------------------------------------------------------------------
 
 
 def chunks(items: Sequence[int], size: int) -> list[list[int]]:
@@ -58,9 +179,7 @@ def policy_update(
 ) -> dict[str, float]:
     """One pass over the samples in order; returns metrics averaged over mini-batches."""
     device = next(policy.parameters()).device
-    mask = torch.zeros_like(advantages)
-    for i, s in enumerate(samples):
-        mask[i, : len(s.response_mask)] = torch.tensor(s.response_mask, dtype=mask.dtype)
+    mask = response_mask_matrix(samples, advantages.shape[1]).to(advantages.dtype)
     sums: dict[str, float] = defaultdict(float)
     mini_batches = chunks(range(len(samples)), samples_per_mini_batch)
     policy.train()

@@ -9,7 +9,7 @@ LLM server client, and returns the episode as an `AgentLoopOutput` whose reward_
 is the service's reward (so verl's reward loop is not called for it).
 
 Settings come from the `seal` section of the trainer config, which the launcher writes
-(`VerlSealSection` in seal/trainer/config.py: env URL, episode limits, training layers).
+(section.py: the env URL and the run's `trainer` section: limits, layers, reward).
 
 Lengths: verl pads the prompt to rollout.prompt_length and the response to
 rollout.response_length and fails on longer ones. The driver bounds prompt + response
@@ -34,9 +34,8 @@ from verl.experimental.agent_loop.agent_loop import (
 
 from seal.rollout.driver import EpisodeSample, run_episode
 from seal.rollout.env_client import EnvClient
-from seal.rollout.generation import SamplingParams
-from seal.trainer.config import VerlSealSection
 from seal.trainer.verl.generator import VerlGenerator
+from seal.trainer.verl.section import SealSection
 
 TAG_SEPARATOR = ","
 """Joins a sample's failure tags in `reward_extra_info` (tag names have no commas)."""
@@ -55,17 +54,17 @@ _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, EnvClie
 # verl builds one loop per sample from the worker's one config object; parsing its
 # `seal` section (~3 ms of OmegaConf work, on the event loop every episode shares) is
 # done once per config. The config is kept in the value so a reused id cannot match.
-_settings: dict[int, tuple[object, VerlSealSection]] = {}
+_settings: dict[int, tuple[object, SealSection]] = {}
 
 
-def loop_settings(config) -> VerlSealSection:
+def loop_settings(config) -> SealSection:
     cached = _settings.get(id(config))
     if cached is None or cached[0] is not config:
-        cached = _settings[id(config)] = (config, VerlSealSection.from_config(config))
+        cached = _settings[id(config)] = (config, SealSection.from_config(config))
     return cached[1]
 
 
-def shared_env_client(settings: VerlSealSection) -> EnvClient:
+def shared_env_client(settings: SealSection) -> EnvClient:
     per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
     if settings.env_url not in per_loop:
         per_loop[settings.env_url] = EnvClient(
@@ -87,7 +86,7 @@ class SealBfclAgentLoop(AgentLoopBase):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.settings = loop_settings(self.config)
-        self.limits = self.settings.rollout.limits()
+        self.limits = self.settings.trainer.limits
         response_length = self.rollout_config.response_length
         if self.limits.max_context_tokens > response_length:
             raise ValueError(
@@ -103,25 +102,22 @@ class SealBfclAgentLoop(AgentLoopBase):
         task_id = str(extra_info["task_id"])
         # Rows of the eval parquet (and any split but train) play the plain benchmark.
         mode = "sample" if str(extra_info.get("split", "train")) == "train" else "validate"
-        sampling = SamplingParams(
-            max_new_tokens=self.limits.max_new_tokens,
-            temperature=float(sampling_params.get("temperature", 1.0)),
-            top_p=float(sampling_params.get("top_p", 1.0)),
-        )
         # The eos is the template's end of turn; another stop token at exactly
         # max_new_tokens is labelled "length", which changes nothing in the sample.
         generator = VerlGenerator(
             self.server_manager, sampling_params, stop_token_ids={self.tokenizer.eos_token_id}
         )
         start = time.perf_counter()
+        # verl's sampling dict carries the temperature of this rollout (validation's
+        # val_kwargs or training's), so it is read per call.
         sample = await run_episode(
             shared_env_client(self.settings),
             generator,
             self.tokenizer,
             task_id,
-            self.settings.rollout.env_params(mode),
-            self.limits,
-            sampling,
+            self.settings.trainer.episode_settings(mode),
+            temperature=float(sampling_params.get("temperature", 1.0)),
+            top_p=float(sampling_params.get("top_p", 1.0)),
         )
         total = time.perf_counter() - start
         prompt_length = self.rollout_config.prompt_length

@@ -2,7 +2,7 @@
 
 `compose_verl_config` composes verl 0.9.1's own `ppo_trainer` config with Hydra, with
 the mapped keys and then the run's `verl.overrides` as overrides (so an unknown key is
-an error, as on verl's command line), adds the `seal` section (VerlSealSection) and
+an error, as on verl's command line), adds the `seal` section (section.py) and
 validates the result: no missing (`???`) value, verl's own `validate_config`, and the
 sections verl turns into dataclasses (actor, rollout, reference, algorithm) convert.
 The same `trainer` keys therefore mean the same on the local and the verl backend.
@@ -14,13 +14,13 @@ Mapping (run config -> verl), besides the fixed choices in `FIXED`:
   trainer.data.train_batch_size, seed data.train_batch_size, data.seed
   trainer.data.max_train/val_tasks    data.train_max_samples / val_max_samples (0 -> -1)
   trainer.rollout.n/temperature/top_p actor_rollout_ref.rollout.n/temperature/top_p
-  trainer.rollout.max_context_tokens  data.max_response_length (verl pads each episode's
+  trainer.limits.max_context_tokens   data.max_response_length (verl pads each episode's
                                       response to it; the agent loop requires it)
   trainer.optim.lr/weight_decay/grad_clip  actor_rollout_ref.actor.optim.lr/weight_decay/clip_grad
   trainer.optim.mini_batch_size       actor_rollout_ref.actor.ppo_mini_batch_size (tasks)
   trainer.loss.*                      actor_rollout_ref.actor clip ratios, loss_agg_mode,
-                                      use_kl_loss (coef > 0), kl_loss_coef/type, entropy_coeff;
-                                      algorithm.norm_adv_by_std_in_grpo
+                                      use_kl_loss, kl_loss_coef/type, entropy_coeff
+  trainer.advantage.norm_by_std       algorithm.norm_adv_by_std_in_grpo
   trainer.validation.*                trainer.test_freq, val_before_train,
                                       rollout.val_kwargs (n = 1, greedy at temperature 0)
   trainer.checkpoint.save_freq/resume/keep_only_best
@@ -44,9 +44,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-from seal.trainer.config import VerlSealSection
 from seal.trainer.model import TINY
 from seal.trainer.verl.agent_loop import AGENT_NAME
+from seal.trainer.verl.section import SealSection
 from seal.trainer.verl.trainer import TRAINER_MODE
 
 FIXED = {
@@ -93,7 +93,7 @@ def mapped_keys(run_cfg, run_dir: Path) -> dict:
         "data.train_max_samples": t.data.max_train_tasks or -1,
         "data.val_max_samples": t.data.max_val_tasks or -1,
         "data.max_prompt_length": v.max_prompt_length,
-        "data.max_response_length": t.rollout.max_context_tokens,
+        "data.max_response_length": t.limits.max_context_tokens,
         f"{r}.name": v.rollout_engine,
         "reward.reward_model.rollout.name": v.rollout_engine,  # unused, but verl has no default
         f"{r}.n": t.rollout.n,
@@ -113,7 +113,7 @@ def mapped_keys(run_cfg, run_dir: Path) -> dict:
         f"{a}.clip_ratio_high": t.loss.clip_ratio_high,
         f"{a}.clip_ratio_c": t.loss.clip_ratio_c,
         f"{a}.loss_agg_mode": t.loss.loss_agg_mode,
-        f"{a}.use_kl_loss": t.loss.kl_loss_coef > 0,
+        f"{a}.use_kl_loss": t.loss.use_kl_loss,
         f"{a}.kl_loss_coef": t.loss.kl_loss_coef,
         f"{a}.kl_loss_type": t.loss.kl_loss_type,
         f"{a}.entropy_coeff": t.loss.entropy_coeff,
@@ -121,7 +121,7 @@ def mapped_keys(run_cfg, run_dir: Path) -> dict:
         f"{a}.fsdp_config.optimizer_offload": v.optimizer_offload,
         f"{ref}.log_prob_micro_batch_size_per_gpu": v.micro_batch_size_per_gpu,
         f"{ref}.fsdp_config.param_offload": v.param_offload,
-        "algorithm.norm_adv_by_std_in_grpo": t.loss.norm_adv_by_std,
+        "algorithm.norm_adv_by_std_in_grpo": t.advantage.norm_by_std,
         "trainer.total_epochs": t.total_epochs,
         "trainer.total_training_steps": t.total_steps or None,
         "trainer.test_freq": t.validation.test_freq,
@@ -139,14 +139,11 @@ def mapped_keys(run_cfg, run_dir: Path) -> dict:
     }
 
 
-def seal_section(run_cfg, env_url: str, run_dir: Path) -> VerlSealSection:
-    trainer = OmegaConf.to_object(run_cfg.trainer)  # the typed TrainerConfig
-    return VerlSealSection(
+def seal_section(run_cfg, env_url: str, run_dir: Path) -> SealSection:
+    return SealSection(
         env_url=env_url,
         run_dir=str(Path(run_dir).absolute()),
-        rollout=trainer.rollout,
-        apatch=trainer.apatch,
-        best_metric=trainer.checkpoint.best_metric,
+        trainer=OmegaConf.to_object(run_cfg.trainer),
     )
 
 
@@ -172,9 +169,11 @@ def validate(config: DictConfig) -> None:
     validate_config(config, need_reference_policy(config), need_critic(config))
     for section in DATACLASS_SECTIONS:
         omega_conf_to_dataclass(OmegaConf.select(config, section))
-    VerlSealSection.from_config(config)
-    seal = config.seal.rollout
-    if seal.max_context_tokens > config.actor_rollout_ref.rollout.response_length:
+    SealSection.from_config(config)
+    if (
+        config.seal.trainer.limits.max_context_tokens
+        > config.actor_rollout_ref.rollout.response_length
+    ):
         raise ValueError("rollout.response_length must hold max_context_tokens (agent_loop.py)")
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import asdict
 from numbers import Real
 from pathlib import Path
 
@@ -41,12 +40,11 @@ from seal.eval.metrics_log import MetricsWriter
 from seal.eval.records import ValidationRecord, write_step
 from seal.eval.summary import validation_metrics
 from seal.rollout.env_client import push_profile
-from seal.tocf.apatch import APatchConfig
 from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state
 from seal.tocf.summary import write_epoch_summary
-from seal.trainer.config import VerlSealSection
 from seal.trainer.reweight import SampleOutcome, observe_and_reweight, outcome_metrics
 from seal.trainer.verl.agent_loop import TAG_SEPARATOR
+from seal.trainer.verl.section import SealSection
 
 TRAINER_MODE = "seal_sync"
 BEST_DIR = "best"
@@ -59,8 +57,8 @@ BEST_FILE = "seal_best.json"
 class SealPPOTrainer(PPOTrainerSync):
     def __init__(self, config):
         super().__init__(config)
-        self.seal = VerlSealSection.from_config(config)
-        self.apatch_config = APatchConfig(**asdict(self.seal.apatch))
+        self.seal = SealSection.from_config(config)
+        self.trainer_cfg = self.seal.trainer  # the run's `trainer` section
         self.run_dir = Path(self.seal.run_dir)
         if not config.trainer.get("validation_data_dir"):
             raise ValueError(
@@ -69,7 +67,11 @@ class SealPPOTrainer(PPOTrainerSync):
             )
         self.capability: CapabilityState | None = None  # opened by _load_checkpoint
         self.capability_path = self.run_dir / STATE_FILENAME
-        self.best: dict = {"step": None, "metric": self.seal.best_metric, "value": None}
+        self.best: dict = {
+            "step": None,
+            "metric": self.trainer_cfg.checkpoint.best_metric,
+            "value": None,
+        }
         self._resumed_from_step = 0
         self._val_metrics: dict[str, float] = {}
         self.metrics_log: MetricsWriter | None = None  # opened by _load_checkpoint
@@ -98,7 +100,7 @@ class SealPPOTrainer(PPOTrainerSync):
             samples,
             advantages[real],
             mask[real],
-            self.apatch_config,
+            self.trainer_cfg.apatch,
             step=self.global_steps,
             epoch=self.capability.epoch,
         )
@@ -109,7 +111,7 @@ class SealPPOTrainer(PPOTrainerSync):
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
         metrics.update(seal_metrics | outcome_metrics(samples))
         self.capability.save(self.capability_path)
-        if self.seal.rollout.push_profile:
+        if self.trainer_cfg.rollout.push_profile:
             push_profile(self.seal.env_url, self.capability.failure_profile())
         return batch
 
@@ -149,10 +151,10 @@ class SealPPOTrainer(PPOTrainerSync):
         self._track_best(self._val_metrics)
 
     def _track_best(self, val_metrics: dict[str, float]) -> None:
-        key = self.seal.best_metric
+        key = self.trainer_cfg.checkpoint.best_metric
         if key not in val_metrics:
             raise KeyError(
-                f"seal.best_metric {key!r} is not a validation metric: {sorted(val_metrics)}"
+                f"trainer.checkpoint.best_metric {key!r} is not a validation metric: {sorted(val_metrics)}"
             )
         print(f"[seal] validation at step {self.global_steps}: {json.dumps(val_metrics)}")
         if self.best["value"] is not None and val_metrics[key] <= self.best["value"]:
@@ -190,12 +192,16 @@ class SealPPOTrainer(PPOTrainerSync):
         resumed = self.global_steps > 0
         # A fresh run refuses a run_dir that holds another run's state; a resumed one
         # takes the state saved with the checkpoint (the run_dir's may be ahead of it).
-        self.capability, self.capability_path = open_capability_state(self.run_dir, resume=resumed)
+        self.capability, self.capability_path = open_capability_state(
+            self.run_dir, self.trainer_cfg.capability, resume=resumed
+        )
         resume_step = self.global_steps if resumed else None
         self.metrics_log = MetricsWriter(self.run_dir, resume_step=resume_step)
         if resumed:
             folder = self._checkpoint_folder(self.global_steps)
-            self.capability = CapabilityState.load(folder / STATE_FILENAME)
+            self.capability = CapabilityState.load(
+                folder / STATE_FILENAME, self.trainer_cfg.capability
+            )
             self.capability.save(self.capability_path)
             self.best = json.loads((folder / BEST_FILE).read_text())
 

@@ -1,6 +1,7 @@
 """SEAL-repro launcher: compose a run's config, start the environment service, run the job.
 
     python launcher.py [--conf exp/cpu_default.yaml] [--with-bfcl] [-- key=value ...]
+    python launcher.py --explain          # every config key, its default and meaning
 
 The config is `exp/NAME.yaml` merged onto the documented defaults in
 seal/launch/config.py, then the `key=value` overrides. The resolved config and the code
@@ -22,6 +23,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from seal.launch.config import RunConfig
+from seal.launch.config_docs import render
 from seal.launch.service import environment_service
 from seal.rollout.env_client import is_healthy
 
@@ -121,9 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--debug", action="store_true", help="print the full traceback on failure")
     p.add_argument(
+        "--explain",
+        action="store_true",
+        help="print every config key with its default and documentation, then exit",
+    )
+    p.add_argument(
         "overrides", nargs="*", help="config overrides after '--', e.g. service.port=8090"
     )
     args = p.parse_args(argv)
+    if args.explain:
+        print(render(RunConfig))
+        return 0
     try:
         run(args)
     except KeyboardInterrupt:

@@ -19,7 +19,9 @@ class ServiceSettings:
     start: bool = True
     """Start `python -m env_service` for the run (reused instead if one already answers)."""
     host: str = "127.0.0.1"
+    """Interface the service binds and the run connects to."""
     port: int = 8082
+    """Port of the service."""
     startup_timeout_s: float = 60.0
     """Give up (and fail the run) if the service is not healthy after this long."""
     max_live_episodes: int = 1024
@@ -48,6 +50,7 @@ class VerlSettings:
     lists the mapping); these are the keys verl needs that the local trainer has not."""
 
     n_gpus_per_node: int = 4
+    """GPUs per node verl trains and rolls out on (the paper: 4)."""
     nnodes: int = 1
     """Nodes of the Ray cluster (more than 1: start Ray on every node first and launch
     with RAY_ADDRESS=auto; see the README)."""
@@ -84,6 +87,7 @@ class RunConfig:
     same recipe on verl: Ray, vLLM rollouts, FSDP; GPUs). The one key that switches the
     backend: the `trainer` section means the same on both."""
     output_dir: str = "outputs"
+    """Parent of every run directory."""
     service: ServiceSettings = field(default_factory=ServiceSettings)
     replay: ReplaySettings = field(default_factory=ReplaySettings)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)

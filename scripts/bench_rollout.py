@@ -40,8 +40,7 @@ from seal.bfcl.tasks import load_task
 from seal.rollout.driver import run_episode
 from seal.rollout.env_client import EnvClient, StepReply
 from seal.rollout.protocol import EpisodeLimits, EpisodeSettings, EvolutionSettings
-from seal.rollout.scripted import run_scripted_episode
-from seal.rollout.scripted_generator import ScriptedGenerator, text_generation
+from seal.rollout.scripted import ScriptedGenerator, run_scripted_episode, text_generation
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER_DIR = REPO_ROOT / "seal/assets/qwen2.5-tokenizer"

@@ -19,7 +19,7 @@ from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
 from seal.bfcl.tasks import load_task
 from seal.rollout.driver import EpisodeSample, run_episode
 from seal.rollout.env_client import EnvClient
-from seal.rollout.scripted_generator import ScriptedGenerator
+from seal.rollout.scripted import ScriptedGenerator
 from seal.trainer.data import task_ids_of
 from seal.trainer.local import LocalTrainer
 from seal.trainer.update import collate, response_logprobs

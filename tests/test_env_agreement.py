@@ -146,7 +146,7 @@ def test_verdicts_do_not_depend_on_what_ran_before():
 
 
 def test_miss_func_49_is_unsolvable_when_held_out_tools_are_refused():
-    # DESIGN.md section 3: the ground truth calls `tail` before BFCL reveals it. The service
+    # docs/design.md, "BFCL facts": the ground truth calls `tail` before BFCL reveals it. The service
     # refuses tools that are not revealed yet, so this ground truth fails through an
     # episode, while the official checker (which runs whatever is called) passes it.
     task = load_task("multi_turn_miss_func_49")

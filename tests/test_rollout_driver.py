@@ -15,7 +15,7 @@ from seal.rollout.driver import EpisodeError, EpisodeSample, run_episode
 from seal.rollout.env_client import EnvClient, Episode
 from seal.rollout.generation import Generation, GenerationError
 from seal.rollout.protocol import EpisodeLimits, EpisodeSettings, EvolutionSettings
-from seal.rollout.scripted_generator import ScriptedGenerator, text_generation
+from seal.rollout.scripted import ScriptedGenerator, text_generation
 
 TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "seal/assets/qwen2.5-tokenizer"
 LAYERS = EvolutionSettings(schema_cues=True)

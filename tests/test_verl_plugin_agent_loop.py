@@ -27,7 +27,7 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory  # noqa: E402
 from seal.bfcl.tasks import load_task  # noqa: E402
 from seal.rollout.protocol import EvolutionSettings  # noqa: E402
-from seal.rollout.scripted_generator import text_generation  # noqa: E402
+from seal.rollout.scripted import text_generation  # noqa: E402
 from seal.tocf.tags import PASS  # noqa: E402
 from seal.trainer.verl.agent_loop import (  # noqa: E402
     AGENT_NAME,

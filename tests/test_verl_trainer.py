@@ -51,7 +51,7 @@ def verl_config(tmp_path: Path, env_url: str):
     run_cfg = compose(ROOT / "exp/SEAL.yaml", ["job=verl", "verl.n_gpus_per_node=1"])
     run_cfg.trainer.rollout.n = N
     config = compose_verl_config(run_cfg, env_url, tmp_path / "run")
-    # 2 CPUs: more than one storage unit hangs TransferQueue (DESIGN.md section 7).
+    # 2 CPUs: more than one storage unit hangs TransferQueue (docs/design.md, "verl 0.9.1").
     config.transfer_queue.backend.SimpleStorage.num_data_storage_units = 1
     config.transfer_queue.backend.SimpleStorage.total_storage_size = 1000
     return config

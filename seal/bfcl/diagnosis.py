@@ -2,7 +2,7 @@
 
 The model's executed calls are replayed turn by turn in one private namespace and the
 ground truth in another, both cumulative, and each turn gets the first tag whose
-condition holds (DESIGN.md section 4):
+condition holds (docs/design.md, "Diagnosis"):
 
     gt_error                   the ground truth could not be executed
     spurious_tool_call         ground truth empty, the model called a tool

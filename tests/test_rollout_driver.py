@@ -11,7 +11,13 @@ from transformers import AutoTokenizer
 
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
 from seal.bfcl.tasks import load_task
-from seal.rollout.driver import EpisodeError, EpisodeSample, run_episode
+from seal.rollout.driver import (
+    EpisodeError,
+    EpisodeSample,
+    TooManyFailedEpisodes,
+    play_batch,
+    run_episode,
+)
 from seal.rollout.env_client import EnvClient, Episode
 from seal.rollout.generation import Generation, GenerationError
 from seal.rollout.protocol import EpisodeLimits, EpisodeSettings, EvolutionSettings
@@ -400,3 +406,35 @@ def test_concurrent_episodes_share_one_client(live_service, tokenizer):
     samples = asyncio.run(main())
     assert [s.task_id for s in samples] == task_ids
     assert [s.accuracy for s in samples] == [1] * 8
+
+
+def fake_sample(task_id: str) -> EpisodeSample:
+    return EpisodeSample(
+        task_id, "multi_turn_base", [1], [2], [1], None, 1.0, 1, 1.0, ["pass"], 1,
+        "terminated", {}, "", "",
+    )  # fmt: skip
+
+
+def test_a_batch_retries_each_failed_episode_once_and_tolerates_a_small_share():
+    calls: dict[str, int] = {}
+    fail_times = {"flaky": 1, "broken": 2}  # how often each task fails before succeeding
+
+    async def play(task_id):
+        calls[task_id] = calls.get(task_id, 0) + 1
+        if calls[task_id] <= fail_times.get(task_id, 0):
+            raise EpisodeError(f"task {task_id}: service gone")
+        return fake_sample(task_id)
+
+    tasks = ["flaky", "broken"] + [f"ok{i}" for i in range(18)]
+    samples, errors = asyncio.run(
+        play_batch(play, tasks, max_failed_share=0.05, what="sample", progress=False)
+    )
+    assert sorted(s.task_id for s in samples) == sorted(set(tasks) - {"broken"})
+    assert errors == ["task broken: service gone"]
+    assert calls["flaky"] == 2 and calls["broken"] == 2 and calls["ok0"] == 1
+
+    calls.clear()
+    with pytest.raises(TooManyFailedEpisodes, match="1 of 10 episodes failed twice"):
+        asyncio.run(
+            play_batch(play, tasks[1:11], max_failed_share=0.05, what="sample", progress=False)
+        )

@@ -36,13 +36,19 @@ stop_reason context_limit); the trainer decides what to do with it.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
+
+from tqdm.asyncio import tqdm_asyncio
 
 from seal.rollout.env_client import EnvClient, Episode
 from seal.rollout.generation import Generation, GenerationError, Generator, SamplingParams
 from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
 from seal.rollout.turn_tokens import TurnTokenizer, turn_tokenizer
+
+log = logging.getLogger(__name__)
 
 StopReason = Literal["terminated", "max_generations", "context_limit"]
 
@@ -82,6 +88,54 @@ class EpisodeSample:
 class EpisodeError(RuntimeError):
     """An episode failed (environment or generator); the cause is chained. There is
     no partial sample: a failed episode must not be trained on."""
+
+
+class TooManyFailedEpisodes(RuntimeError):
+    """More of a batch's episodes failed than the run tolerates."""
+
+
+async def play_batch(
+    play: Callable[[str], Awaitable[EpisodeSample]],
+    task_ids: list[str],
+    *,
+    max_failed_share: float,
+    what: str,
+    progress: bool = True,
+) -> tuple[list[EpisodeSample], list[str]]:
+    """Play one episode per entry of `task_ids` concurrently; returns the samples and
+    the errors of the episodes that failed twice (each is retried once).
+
+    One flaky episode (a service restart, a generation error) must not end a run that
+    has trained for hours, so failed episodes are left out and reported; a failure
+    share above `max_failed_share` is not flakiness, and raises `TooManyFailedEpisodes`
+    with the first errors.
+    """
+
+    async def once_more(task_id: str) -> EpisodeSample | EpisodeError:
+        try:
+            return await play(task_id)
+        except EpisodeError as first:
+            log.warning("%s; retrying the episode once", first)
+        try:
+            return await play(task_id)
+        except EpisodeError as second:
+            return second
+
+    results = await tqdm_asyncio.gather(
+        *(once_more(t) for t in task_ids), desc=what, unit="episode", leave=False,
+        disable=not progress,
+    )  # fmt: skip
+    samples = [r for r in results if isinstance(r, EpisodeSample)]
+    errors = [str(r) for r in results if isinstance(r, EpisodeError)]
+    if len(errors) > max_failed_share * len(task_ids):
+        shown = "\n  ".join(errors[:3])
+        raise TooManyFailedEpisodes(
+            f"{what}: {len(errors)} of {len(task_ids)} episodes failed twice (tolerated: "
+            f"{max_failed_share:.0%}); first errors:\n  {shown}"
+        )
+    for error in errors:
+        log.warning("%s: left out after two failures: %s", what, error)
+    return samples, errors
 
 
 async def run_episode(

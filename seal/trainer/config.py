@@ -96,6 +96,11 @@ class RolloutSettings:
     push_profile: bool = True
     """Push the capability state's failure profile to the service after every step, so
     the guideline layer follows the policy (the closed loop)."""
+    max_failed_share: float = 0.05
+    """Episodes of a step (or a validation) that may fail after one retry each: they are
+    left out and counted (`train/failed_episodes`, `val/failed_episodes`). More than this
+    share stops the run with the errors (local trainer; in verl a failed episode fails
+    its group, which verl drops)."""
 
 
 def paper_evolution() -> EvolutionSettings:

@@ -23,12 +23,11 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
-from tqdm.asyncio import tqdm_asyncio
 
 from seal.algos.advantage import grpo_advantages
 from seal.eval.records import ValidationRecord, read_val_dir, write_step
 from seal.eval.summary import render_markdown, summarize, validation_metrics
-from seal.rollout.driver import EpisodeSample, run_episode
+from seal.rollout.driver import EpisodeSample, play_batch, run_episode
 from seal.rollout.env_client import EnvClient, push_profile
 from seal.rollout.hf_generator import HFGenerator
 from seal.tocf.state import (
@@ -71,6 +70,8 @@ class LocalTrainer:
             with_logprobs=False,
         )
         self.state = ckpt.TrainerState()
+        self.failed_episodes = 0
+        """Episodes of the last rollout that failed twice and were left out."""
         self.capability, self.capability_path = open_capability_state(
             run_dir, cfg.capability, resume=resume_from is not None
         )
@@ -117,6 +118,7 @@ class LocalTrainer:
         t2 = time.perf_counter()
         return {
             **_rollout_metrics(samples, prefix="train"),
+            "train/failed_episodes": float(self.failed_episodes),
             **seal_metrics,
             **update_metrics,
             "time/rollout_s": t1 - t0,
@@ -142,23 +144,31 @@ class LocalTrainer:
     def rollout(
         self, task_ids: list[str], n: int, mode: str, temperature: float
     ) -> list[EpisodeSample]:
+        """n episodes per task; failed ones are left out (see rollout.max_failed_share)
+        and counted in `self.failed_episodes`."""
         settings = self.cfg.episode_settings(mode)
         self.policy.eval()
         with torch.no_grad():
-            return asyncio.run(self._rollout(task_ids, n, settings, temperature, desc=mode))
+            samples, errors = asyncio.run(self._rollout(task_ids, n, settings, temperature, mode))
+        self.failed_episodes = len(errors)
+        return samples
 
-    async def _rollout(self, task_ids, n, settings, temperature, desc) -> list[EpisodeSample]:
+    async def _rollout(self, task_ids, n, settings, temperature, mode):
         top_p = self.cfg.rollout.top_p
         async with EnvClient(self.env_url) as env:
-            episodes = [
-                run_episode(
-                    env, self.generator, self.tokenizer, tid, settings,
+
+            def play(task_id: str):
+                return run_episode(
+                    env, self.generator, self.tokenizer, task_id, settings,
                     temperature=temperature, top_p=top_p,
-                )
-                for tid in task_ids
-                for _ in range(n)
-            ]  # fmt: skip
-            return await tqdm_asyncio.gather(*episodes, desc=desc, unit="episode", leave=False)
+                )  # fmt: skip
+
+            return await play_batch(
+                play,
+                [t for t in task_ids for _ in range(n)],
+                max_failed_share=self.cfg.rollout.max_failed_share,
+                what=mode,
+            )
 
     def validate(self, step: int) -> dict[str, float]:
         samples = self.rollout(
@@ -166,7 +176,7 @@ class LocalTrainer:
         )
         records = [_record(s, step) for s in samples]
         write_step(self.run_dir / "validation", step, records, overwrite=True)
-        return validation_metrics(step, records)
+        return validation_metrics(step, records) | {"val/failed_episodes": self.failed_episodes}
 
     # --- the loop ----------------------------------------------------------------------
 

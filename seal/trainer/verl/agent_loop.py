@@ -21,6 +21,7 @@ prompt_length rather than truncating it (a cut prompt is not what the model saw)
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import weakref
 from typing import Any
@@ -32,10 +33,12 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
-from seal.rollout.driver import EpisodeSample, run_episode
+from seal.rollout.driver import EpisodeError, EpisodeSample, run_episode
 from seal.rollout.env_client import EnvClient
 from seal.trainer.verl.generator import VerlGenerator
 from seal.trainer.verl.section import SealSection
+
+log = logging.getLogger(__name__)
 
 TAG_SEPARATOR = ","
 """Joins a sample's failure tags in `reward_extra_info` (tag names have no commas)."""
@@ -110,15 +113,22 @@ class SealBfclAgentLoop(AgentLoopBase):
         start = time.perf_counter()
         # verl's sampling dict carries the temperature of this rollout (validation's
         # val_kwargs or training's), so it is read per call.
-        sample = await run_episode(
-            shared_env_client(self.settings),
-            generator,
-            self.tokenizer,
-            task_id,
-            self.settings.trainer.episode_settings(mode),
-            temperature=float(sampling_params.get("temperature", 1.0)),
-            top_p=float(sampling_params.get("top_p", 1.0)),
-        )
+        settings = self.settings.trainer.episode_settings(mode)
+        temperature = float(sampling_params.get("temperature", 1.0))
+        top_p = float(sampling_params.get("top_p", 1.0))
+        for attempt in (1, 2):
+            try:
+                sample = await run_episode(
+                    shared_env_client(self.settings), generator, self.tokenizer, task_id,
+                    settings, temperature=temperature, top_p=top_p,
+                )  # fmt: skip
+                break
+            except EpisodeError as error:
+                # Once more, then fail: verl drops the sample's whole group, which is its
+                # own tolerance for a failed rollout.
+                if attempt == 2:
+                    raise
+                log.warning("%s; retrying the episode once", error)
         total = time.perf_counter() - start
         prompt_length = self.rollout_config.prompt_length
         if len(sample.prompt_ids) > prompt_length:

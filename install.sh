@@ -11,21 +11,20 @@ set -euo pipefail
 
 # bfcl-eval is installed without its dependencies on purpose (below), so every later pip
 # run lists its pins as unmet ("bfcl-eval 2026.3.23 requires numpy==1.26.4, but you have
-# ..."). Those lines are expected; this filter drops them from pip's stderr and counts
-# them in $bfcl_pins_log, and the end of the script says so in one line. Every other line
-# passes through, including the header when another package has a conflict.
+# ..."). Those lines are expected; this filter moves them from pip's stderr to
+# $bfcl_pins_log, and the end of the script says so in one line. Every other line passes
+# through, including the header when another package has a conflict.
 hide_bfcl_pins() {
-  awk -v count_file="$bfcl_pins_log" '
+  awk -v pins_log="$bfcl_pins_log" '
     /^ERROR: pip.s dependency resolver does not currently take into account/ {
       header = $0; in_block = 1; next
     }
     in_block && /^[^ ]+ [^ ]+ requires / {
-      if ($1 == "bfcl-eval") { hidden++; next }
+      if ($1 == "bfcl-eval") { print >> pins_log; next }
       if (header != "") { print header; header = "" }
       print; next
     }
     { in_block = 0; header = ""; print }
-    END { if (hidden) print hidden >> count_file }
   '
 }
 
@@ -91,7 +90,7 @@ fi
 .venv/bin/python -c "import bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker, env_service.app"
 
 if [ -s "$bfcl_pins_log" ]; then
-  echo "install.sh: note: pip listed $(awk '{n += $1} END {print n}' "$bfcl_pins_log") unmet" \
+  echo "install.sh: note: pip listed $(sort -u "$bfcl_pins_log" | wc -l) unmet" \
     "bfcl-eval requirements; expected: bfcl-eval is installed with --no-deps on purpose" \
     "(its pins clash with this stack; the parts used here need none of them)"
 fi
@@ -99,7 +98,7 @@ case "$mode" in
   cpu) what="CPU torch, bfcl-eval 2026.3.23, seal-repro"
        next=".venv/bin/python launcher.py   (the main job, 2-5 min)" ;;
   test) what="CPU torch, bfcl-eval 2026.3.23, seal-repro with pytest and ruff, verl[verl-core] 0.9.1"
-        next=".venv/bin/python -m pytest   (the whole suite, 2-4 min)" ;;
+        next=".venv/bin/python -m pytest   (the whole suite, a few minutes)" ;;
   gpu) what="verl[vllm,fsdp] 0.9.1 with its CUDA torch, bfcl-eval 2026.3.23, seal-repro, wandb"
        next=".venv/bin/python launcher.py --conf exp/SEAL.yaml" ;;
 esac

@@ -81,6 +81,11 @@ Where this service differs from the release on purpose (the release is wrong the
 - strict_tool_parser: each malformed `<tool_call>` block is answered with its error and
   the valid blocks of the same message still run; the release rejects every call of a
   message with one malformed block.
+- The layers' texts are this service's (evolution.py), not the release's: the schema cues
+  also mark optional parameters, surface allowed values BFCL writes in prose (the
+  release's add_enum_hint only uses schema `enum` fields) and add CONSTRAINT_NOTE; the
+  guidelines and recovery hints have their own wording. Which layer is on when follows
+  the release.
 - `/healthz` answers JSON with the live-episode counts (the release: the text "OK").
 - `/evaluate` refuses a `sparse` that is not true or false (the release takes any value's
   truthiness).

@@ -86,6 +86,9 @@ Where this service differs from the release on purpose (the release is wrong the
   release's add_enum_hint only uses schema `enum` fields) and add CONSTRAINT_NOTE; the
   guidelines and recovery hints have their own wording. Which layer is on when follows
   the release.
+- `/get_env_profile` is also served at `//get_env_profile`, the path the release's trainer
+  client actually requests (it prefixes "/" to "/get_env_profile"; the release's own
+  service answers that path 404).
 - `/healthz` answers JSON with the live-episode counts (the release: the text "OK").
 - `/evaluate` refuses a `sparse` that is not true or false (the release takes any value's
   truthiness).
@@ -244,6 +247,9 @@ async def get_info(body: WireRequest, request: Request):
     return ok(release_compat.tools_info([d["name"] for d in tools]))
 
 
+# The release's trainer client joins its base URL, "/" and "/get_env_profile": it asks for
+# "//get_env_profile", which no router matches as "/get_env_profile".
+@router.post("//get_env_profile", include_in_schema=False)
 @router.post("/get_env_profile")
 async def get_env_profile(body: WireRequest):
     try:

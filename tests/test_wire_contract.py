@@ -74,13 +74,15 @@ class ReleaseTrainer:
             "messages": messages or {},
             "params": params or {},
         }
-        response = self.http.post(f"/{endpoint}", json=body)
+        # The release joins base URL, "/" and the endpoint name as it is given, so its
+        # "/get_env_profile" becomes "//get_env_profile".
+        response = self.http.post(f"{str(self.http.base_url).rstrip('/')}/{endpoint}", json=body)
         if response.status_code >= 400:
             raise ReleaseHTTPError(f"{response.status_code}: {response.text}")
         return response.json()
 
     def get_env_profile(self, split: str = "train") -> list:
-        return self.post("get_env_profile", env_type="bfcl", params={"split": split})["data"]
+        return self.post("/get_env_profile", env_type="bfcl", params={"split": split})["data"]
 
     def create_instance(self, task_id: str, instance_id: str, params: dict) -> dict:
         return self.post("create", "bfcl", task_id, instance_id, params=params)["data"]
@@ -585,6 +587,12 @@ def test_get_env_profile_serves_the_paper_split(release):
     for name in ("val", "test", "eval"):
         assert trainer.get_env_profile(name) == split["eval"]
     assert len(split["train"]) == len(split["eval"]) == 400
+    # Both paths: the trainer client's "//get_env_profile" and the other client's.
+    base = str(trainer.http.base_url).rstrip("/")
+    for path in ("//get_env_profile", "/get_env_profile"):
+        answer = trainer.http.post(base + path, json={"env_type": "bfcl", "params": {}})
+        assert answer.request.url.path == path
+        assert answer.status_code == 200 and answer.json()["data"] == split["train"]
     with pytest.raises(ReleaseHTTPError, match="^404") as unknown:
         trainer.get_env_profile("dev")
     assert "train" in str(unknown.value)
@@ -622,6 +630,8 @@ def test_release_trainer_over_http(live_service, gt_texts):
     def worker(task_id):
         with httpx.Client(base_url=base_url, timeout=60) as http:
             trainer = ReleaseTrainer(http)
+            # Over a real socket, at the path the trainer client really requests.
+            assert len(trainer.get_env_profile("train")) == 400
             resolved = release_compat.resolve_task_id(task_id)
             results[task_id] = trainer.run_episode(
                 task_id, gt_texts(resolved), seal_params(), f"live-{task_id}"

@@ -26,7 +26,7 @@ class ServiceConfig(BaseModel):
     episode_ttl_s: float = Field(3600.0, gt=0)
     """An episode untouched for this long is dropped (clients that died leak nothing).
     The original release's value: a policy step can wait minutes on generation under load,
-    and a live episode costs little here, so a long TTL loses nothing."""
+    and a live episode costs little here (max_live_episodes bounds them all)."""
     max_message_chars: int = Field(262_144, ge=1)
     """Larger assistant messages are refused (HTTP 413); the paper's 4096-token responses
     are far below this."""

@@ -1,24 +1,98 @@
 """The AgentEvolver/SEAL wire protocol, so clients of the original release work unchanged.
 
-Every POST body is `{env_type, task_id, instance_id, messages, params}` and every reply
-`{success, data}` (plus `error` on failure, with the same HTTP status the native API
-uses). `/create` takes the rollout mode and observation settings in `params`:
+    POST /create  /step  /evaluate  /release  /get_info  /get_env_profile     GET /healthz
 
-    rollout_mode          "sample" (training) | "validate" (evaluation)   default sample
-    observation_lite      schema cues (the paper's headline layer)        default false
-    schema_cues           same as observation_lite
+Every POST body is `{env_type, task_id, instance_id, messages, params}` and every reply
+`{success, data}` (plus `error` on failure). The release's answers, as its trainer
+(`agentevolver/client/env_client.py`, `env_manager/env_worker.py`, `agent_flow/agent_flow.py`,
+`task_manager/rewards/bfcl_dense_env_grader.py`) sends and reads them:
+
+    /create     data: {state: [system, user], reward, is_terminated, info}; `task_id` is a
+                BFCL id or a number, the release's row number (release_compat.resolve_task_id);
+                info: instance_id, task_id (as sent), test_id (the BFCL id), tools_count,
+                questions_count, observation_lite (schema cues on?), category, num_turns,
+                ignored_params (keys not understood: a typo shows here)
+    /step       data: {state: [one message], reward, is_terminated, info}; each message is
+                {role, content, tool_calls: []}; after the last turn the one message is
+                {role: user, content: "[CONVERSATION_COMPLETED]"}
+    /evaluate   params.sparse: false (the default) -> the full report: ours (accuracy as a
+                float, reward, progress, failure_tags, counters...) plus the release's
+                completed, bfcl_progress, bfcl_progress_with_irrelevance, bfcl_progress_info
+                {failure_tags, passed_turns, scorable_turns, passed_irrelevance_turns,
+                irrelevance_turns, per_turn_valid, irrelevance_per_turn, terminated_early}
+                (meaning: release_compat.evaluation); sparse: true -> accuracy as a float
+    /release    {success: true, data: null}; an unknown or expired id: HTTP 200 with
+                success false (the release's worker releases inside its error handler)
+    /get_info   data: "Available tools:\\n- name\\n..." (the tools available at this turn)
+    /get_env_profile  params.split: train (default) | val | test | eval -> list of task ids
+
+`/create` params. The release's keys (its `env_service.bfcl` config block):
+
+    rollout_mode          sample | validate (also validation, val, test)       default sample
+    observation_lite      {enable, apply_to_validation, categories, add_required_hint,
+                          add_type_hint, add_enum_hint, hide_optional, instruction}: schema
+                          cues, train-only unless apply_to_validation
+    diagnostic_evolution  {enable, apply_to_validation, categories, state_path,
+                          prevalence_threshold, reward_threshold, min_tag_count, max_lines,
+                          category_tags, guidelines}: guidelines from the release's
+                          capability-state file at state_path (the release's selection:
+                          release_compat.release_state_profile); without state_path, from
+                          this service's profile (PUT /v1/profile or --capability-state)
+    tool_feedback_evolution {enable, apply_to_validation, categories}: recovery feedback
+    is_open_query, strict_tool_parser, enforce_available_tools, tool_prompt_mode,
+    tool_result_mode, tool_call_parser, terminate_on_parse_error, ...: accepted at the
+                          value this service implements, refused otherwise
+
+and this service's flat keys:
+
+    observation_lite      (a bool) schema cues; schema_cues is the same   default false
     type_hints            type hints in the cues                          default false
     recovery_feedback     recovery hints on invalid calls / tool errors   default false
     diagnostic_guidelines guidelines from the failure profile             default false
     max_guidelines        at most this many guidelines                    default 3
-    evolve_in_validation  keep the layers on in validate mode             default false
+    evolve_in_validation  keep the flat-key layers on in validate mode    default false
     max_steps             assistant messages before the service ends the
                           episode (EpisodeLimits.max_generations)         default 20
     partial_credit_cap    0 = binary reward (paper); see RewardSettings   default 0
     partial_credit_weight weight of progress under the cap                default 1
 
-Unknown keys are not an error (older clients send their own) but are echoed back in
-`data.info.ignored_params` so a typo is visible.
+A release key this service cannot honour is refused (422) with the reason, never dropped:
+observation_lite add_required_hint=false, add_enum_hint=false, hide_optional=true or an
+instruction (the cues always mark required and optional parameters, surface allowed
+values and add a fixed note); diagnostic_evolution.guidelines (custom texts);
+tool_feedback_evolution.max_tool_names; data_path and answer_path; any other value of
+the fixed keys above. Unknown keys are not an error (clients send their own) but are
+echoed in `info.ignored_params`.
+
+Where this service differs from the release on purpose (the release is wrong there):
+- Errors answer 4xx with {success: false, data: null, error} where the release answers
+  400/500 with a traceback in `detail` (its clients raise on any non-2xx alike): 404 for
+  an unknown task or episode, 409 for a reused instance id (the release silently replaces
+  the live episode) or a step after the end, 422 for bad params (see above).
+- `/get_info` lists the tool names; the release's list reads `- unknown` for every tool
+  (it looks for a `function` key BFCL's docs do not have) and never shows tools
+  revealed later (miss_func).
+- `/get_env_profile` serves the paper's split (data/seal_split.json, the same ids as the
+  release's parquet files); the release serves data/bfcl_400_split.json, which shares only
+  206 of 400 train ids with them, and has no `val` split, which its trainer asks for.
+- diagnostic_evolution with a state file: a tag's mean reward is computed from the file
+  (the release reads a `reward_mean` its file never holds, so no tag ever counts as
+  solved), and zero thresholds or max_lines mean zero (the release replaces them with its
+  defaults).
+- strict_tool_parser: each malformed `<tool_call>` block is answered with its error and
+  the valid blocks of the same message still run; the release rejects every call of a
+  message with one malformed block.
+- The layers' texts are this service's (evolution.py), not the release's: the schema cues
+  also mark optional parameters, surface allowed values BFCL writes in prose (the
+  release's add_enum_hint only uses schema `enum` fields) and add CONSTRAINT_NOTE; the
+  guidelines and recovery hints have their own wording. Which layer is on when follows
+  the release.
+- `/get_env_profile` is also served at `//get_env_profile`, the path the release's trainer
+  client actually requests (it prefixes "/" to "/get_env_profile"; the release's own
+  service answers that path 404).
+- `/healthz` answers JSON with the live-episode counts (the release: the text "OK").
+- `/evaluate` refuses a `sparse` that is not true or false (the release takes any value's
+  truthiness).
 """
 
 from __future__ import annotations
@@ -27,10 +101,11 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field
 
-from env_service.engine import EngineError, EnvEngine, InvalidRequestError
-from seal.rollout.protocol import EpisodeSettings
+from env_service import release_compat
+from env_service.engine import EngineError, EnvEngine, InvalidRequestError, NotFoundError
+from seal.bfcl.tasks import UnknownTaskError, load_task
 
 ENV_TYPE = "bfcl"
 
@@ -55,43 +130,6 @@ def ok(data: Any) -> Response:
 
 def wire_error(exc: EngineError) -> Response:
     return _json({"success": False, "data": None, "error": str(exc)}, exc.status)
-
-
-_EVOLUTION_KEYS = {
-    "observation_lite": "schema_cues",
-    "schema_cues": "schema_cues",
-    "type_hints": "type_hints",
-    "recovery_feedback": "recovery_feedback",
-    "diagnostic_guidelines": "guidelines",
-    "max_guidelines": "max_guidelines",
-}
-_REWARD_KEYS = {"partial_credit_cap", "partial_credit_weight"}
-_TOP_KEYS = {"rollout_mode", "evolve_in_validation", "max_steps"}
-
-
-_SETTINGS = TypeAdapter(EpisodeSettings)
-
-
-def settings_from_params(params: dict) -> tuple[EpisodeSettings, list[str]]:
-    """Episode settings from wire params, and the keys that were not understood."""
-    evo, reward, ignored = {}, {}, []
-    for key, value in params.items():
-        if key in _EVOLUTION_KEYS:
-            evo[_EVOLUTION_KEYS[key]] = value
-        elif key in _REWARD_KEYS:
-            reward[key] = value
-        elif key not in _TOP_KEYS:
-            ignored.append(key)
-    top = {k: params[k] for k in _TOP_KEYS & params.keys()}
-    if "rollout_mode" in top:
-        top["mode"] = top.pop("rollout_mode")
-    if "max_steps" in top:
-        top["limits"] = {"max_generations": top.pop("max_steps")}
-    try:
-        settings = _SETTINGS.validate_python({**top, "evolution": evo, "reward": reward})
-    except ValidationError as e:
-        raise InvalidRequestError(f"invalid params: {e.errors(include_url=False)}") from None
-    return settings, sorted(ignored)
 
 
 def _assistant_text(messages: Any) -> str:
@@ -125,18 +163,28 @@ def _check_env_type(body: WireRequest) -> None:
 async def create(body: WireRequest, request: Request):
     try:
         _check_env_type(body)
-        settings, ignored = settings_from_params(body.params)
+        asked = _require(body.task_id, "task_id")
+        try:
+            task = load_task(release_compat.resolve_task_id(asked))
+        except UnknownTaskError as e:
+            raise NotFoundError(str(e)) from None
+        create_params = release_compat.translate_params(body.params, task.category)
         instance_id, ep = _engine(request).create(
-            _require(body.task_id, "task_id"), settings, body.instance_id
+            task.task_id, create_params.settings, body.instance_id, create_params.profile
         )
     except EngineError as e:
         return wire_error(e)
     info = {
         "instance_id": instance_id,
-        "task_id": ep.task.task_id,
-        "category": ep.task.category,
-        "num_turns": ep.task.num_turns,
-        "ignored_params": ignored,
+        "task_id": asked,
+        "test_id": task.task_id,
+        "tools_count": len(task.tools),
+        "questions_count": task.num_turns,
+        "observation_lite": ep.layers.schema_cues,
+        "category": task.category,
+        "num_turns": task.num_turns,
+        "ignored_params": create_params.ignored,
+        **create_params.notes,
     }
     return ok({"state": ep.initial_messages, "reward": 0.0, "is_terminated": False, "info": info})
 
@@ -151,7 +199,7 @@ async def step(body: WireRequest, request: Request):
     info = {"instance_id": instance_id, "turn": outcome.turn, "truncated": outcome.truncated}
     return ok(
         {
-            "state": outcome.messages,
+            "state": release_compat.step_state(outcome.messages, outcome.terminated),
             "reward": outcome.reward,
             "is_terminated": outcome.terminated,
             "info": info,
@@ -165,7 +213,7 @@ async def evaluate(body: WireRequest, request: Request):
         episode = _engine(request).get(_require(body.instance_id, "instance_id"))
     except EngineError as e:
         return wire_error(e)
-    sparse = body.params.get("sparse", True)
+    sparse = body.params.get("sparse", False)
     if not isinstance(sparse, bool):
         return wire_error(
             InvalidRequestError(f"params.sparse must be true or false, not {sparse!r}")
@@ -173,16 +221,20 @@ async def evaluate(body: WireRequest, request: Request):
     report = episode.report()
     if sparse:
         return ok(float(report["accuracy"]))
-    return ok(report)
+    return ok(release_compat.evaluation(report, episode.task.ground_truth))
 
 
 @router.post("/release")
 async def release(body: WireRequest, request: Request):
     try:
         _engine(request).release(_require(body.instance_id, "instance_id"))
+    except NotFoundError as e:
+        # The release answers 200 here; its worker also releases after a failed episode,
+        # and an HTTP error there would mask the failure it is handling.
+        return _json({"success": False, "data": None, "error": str(e)})
     except EngineError as e:
         return wire_error(e)
-    return ok(True)
+    return ok(None)
 
 
 @router.post("/get_info")
@@ -191,17 +243,23 @@ async def get_info(body: WireRequest, request: Request):
         episode = _engine(request).get(_require(body.instance_id, "instance_id"))
     except EngineError as e:
         return wire_error(e)
-    return ok(
-        {
-            "task_id": episode.task.task_id,
-            "category": episode.task.category,
-            "mode": episode.settings.mode,
-            "turn": episode.turn,
-            "num_turns": episode.task.num_turns,
-            "is_terminated": episode.terminated,
-            "tools": episode.available_tools(),
-        }
-    )
+    tools = episode.task.tools_until(episode.turn)
+    return ok(release_compat.tools_info([d["name"] for d in tools]))
+
+
+# The release's trainer client joins its base URL, "/" and "/get_env_profile": it asks for
+# "//get_env_profile", which no router matches as "/get_env_profile".
+@router.post("//get_env_profile", include_in_schema=False)
+@router.post("/get_env_profile")
+async def get_env_profile(body: WireRequest):
+    try:
+        _check_env_type(body)
+        split = body.params.get("split", "train")
+        if not isinstance(split, str):
+            raise InvalidRequestError(f"params.split must be a string, not {split!r}")
+        return ok(release_compat.split_task_ids(split))
+    except EngineError as e:
+        return wire_error(e)
 
 
 @router.get("/healthz")

@@ -30,8 +30,10 @@ class ServiceConfig(BaseModel):
 
     max_live_episodes: int = Field(1024, ge=1)
     """Creating one more answers 'busy' (HTTP 503) instead of growing without bound."""
-    episode_ttl_s: float = Field(900.0, gt=0)
-    """An episode untouched for this long is dropped (clients that died leak nothing)."""
+    episode_ttl_s: float = Field(3600.0, gt=0)
+    """An episode untouched for this long is dropped (clients that died leak nothing).
+    The original release's value: a policy step can wait minutes on generation under load,
+    and a live episode costs little here (max_live_episodes bounds them all)."""
     max_message_chars: int = Field(262_144, ge=1)
     """Larger assistant messages are refused (HTTP 413); the paper's 4096-token responses
     are far below this."""
@@ -80,8 +82,14 @@ class EnvEngine:
     # --- episodes ----------------------------------------------------------------------
 
     def create(
-        self, task_id: str, settings: EpisodeSettings, episode_id: str | None = None
+        self,
+        task_id: str,
+        settings: EpisodeSettings,
+        episode_id: str | None = None,
+        profile: dict | None = None,
     ) -> tuple[str, Episode]:
+        """A new episode; `profile` replaces the service's failure profile for this episode
+        (the wire protocol reads one from a client-named state file)."""
         self.expire_idle()
         episode_id = episode_id or uuid.uuid4().hex
         existing = self.episodes.get(episode_id)
@@ -104,7 +112,7 @@ class EnvEngine:
             task = load_task(task_id)
         except UnknownTaskError as e:
             raise NotFoundError(str(e)) from None
-        episode = Episode(task, settings, profile=self.profile())
+        episode = Episode(task, settings, profile=self.profile() if profile is None else profile)
         self.episodes[episode_id] = episode
         self.totals["created"] += 1
         return episode_id, episode

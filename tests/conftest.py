@@ -53,6 +53,13 @@ class Service:
         payload = self.wire("/step", expect=expect, instance_id=instance_id, messages=message)
         return payload["data"] if expect == 200 else payload
 
+    def tools(self, instance_id: str) -> list[str]:
+        """The tool names `/get_info` lists (its answer is the release's text list)."""
+        text = self.wire("/get_info", instance_id=instance_id)["data"]
+        head, *lines = text.split("\n")
+        assert head == "Available tools:" and all(line.startswith("- ") for line in lines), text
+        return [line[2:] for line in lines]
+
     def evaluate(self, instance_id: str, sparse: bool = False):
         return self.wire("/evaluate", instance_id=instance_id, params={"sparse": sparse})["data"]
 

@@ -1,0 +1,483 @@
+"""What clients of the original SEAL release send and read, mapped onto the engine.
+
+The wire protocol (api_wire.py) serves the release's trainer unchanged. This module holds
+the translation, so the engine and the native API stay free of it:
+
+- `translate_params`: the `/create` params of the release (its `env_service.bfcl` config
+  block plus `rollout_mode` and `is_open_query`) and this service's own flat keys, into
+  `EpisodeSettings` and, for `diagnostic_evolution.state_path`, a failure profile read
+  from the release's capability-state file;
+- `resolve_task_id`: the release's numeric task ids (row numbers of its data file);
+- `evaluation`: the report plus the fields the release's `bfcl-dense-env` grader and env
+  manager read (`completed`, `bfcl_progress*`, `bfcl_progress_info`);
+- `step_state`, `tools_info`, `split_task_ids`: the shapes of `/step`, `/get_info` and
+  `/get_env_profile` answers.
+
+Every release key is either honoured with the release's meaning or refused with a reason
+(HTTP 422): a setting the service cannot apply is never dropped silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from env_service.engine import EngineError, InvalidRequestError, NotFoundError
+from env_service.evolution import GUIDELINES
+from seal.bfcl.tasks import task_ids
+from seal.rollout.protocol import EpisodeSettings, EvolutionSettings
+from seal.tocf import tags as T
+
+COMPLETED = "[CONVERSATION_COMPLETED]"
+"""Content of the release's last /step message: the episode has run out of user turns."""
+
+# --- /create params ---------------------------------------------------------------------
+
+# The release's rollout modes that count as validation for its train-only layers.
+_VALIDATION_MODES = {"validate", "validation", "val", "test"}
+
+# Release params with one value this service implements; any other value is refused.
+# key -> (served value, what the service does instead of the other values)
+_FIXED = {
+    "is_open_query": (False, "every BFCL turn is played; an open query is not supported"),
+    "strict_tool_parser": (True, "malformed tool calls are always reported, never dropped"),
+    "enforce_available_tools": (True, "tools not yet available are always refused"),
+    "tool_prompt_mode": ("bfcl_qwen_fc", "the system prompt is the Qwen2.5 tool format"),
+    "tool_result_mode": ("bfcl_tool_response", "tool results are <tool_response> blocks"),
+    "tool_call_parser": ("xml_json", 'calls are <tool_call>{"name", "arguments"} blocks'),
+    "terminate_on_parse_error": (False, "a malformed call is an observation, not the end"),
+    "reject_tool_call_with_content": (False, "text beside tool calls is allowed"),
+    "flag_python_literals_in_tool_json": (False, "JSON parse errors are reported as they are"),
+    "accept_parameters_as_arguments": (False, 'a call must use the key "arguments"'),
+}
+# Release params naming files the release reads its tasks from; here tasks come from the
+# pinned bfcl-eval package, so these cannot be honoured.
+_TASK_FILES = {"data_path", "answer_path"}
+
+# This service's own flat keys (documented in api_wire.py).
+_FLAT_EVOLUTION = {
+    "observation_lite": "schema_cues",
+    "schema_cues": "schema_cues",
+    "type_hints": "type_hints",
+    "recovery_feedback": "recovery_feedback",
+    "diagnostic_guidelines": "guidelines",
+    "max_guidelines": "max_guidelines",
+}
+_REWARD_KEYS = {"partial_credit_cap", "partial_credit_weight"}
+_TOP_KEYS = {"rollout_mode", "evolve_in_validation", "max_steps"}
+
+
+class _TrainOnlyLayer(BaseModel):
+    """The release's gate of an evolution layer: on when enabled, off in validation unless
+    `apply_to_validation`, and only for the listed categories when any are listed."""
+
+    model_config = ConfigDict(extra="forbid")
+    enable: bool = False
+    apply_to_validation: bool = False
+    categories: list[str] | str | None = None
+
+    def applies(self, validating: bool, category: str) -> bool:
+        if not self.enable or (validating and not self.apply_to_validation):
+            return False
+        wanted = [self.categories] if isinstance(self.categories, str) else self.categories
+        return not wanted or category in wanted
+
+    def check(self, name: str) -> None:
+        wanted = [self.categories] if isinstance(self.categories, str) else self.categories or []
+        unknown = sorted(set(wanted) - set(T.CATEGORIES))
+        if unknown:
+            raise InvalidRequestError(
+                f"{name}.categories: unknown categories {unknown}; known: {list(T.CATEGORIES)}"
+            )
+
+
+class ReleaseObservationLite(_TrainOnlyLayer):
+    """`observation_lite` as the release's config block (a dict) gives it."""
+
+    add_required_hint: bool = True
+    add_type_hint: bool = False
+    add_enum_hint: bool = True
+    hide_optional: bool = False
+    instruction: str | None = None
+
+    def check(self, name: str) -> None:
+        super().check(name)
+        if not self.enable:
+            return  # the knobs below shape a layer that is off
+        refused = {
+            "add_required_hint": (
+                not self.add_required_hint,
+                "the schema cues always mark required parameters",
+            ),
+            "add_enum_hint": (
+                not self.add_enum_hint,
+                "the schema cues always surface allowed values",
+            ),
+            "hide_optional": (
+                self.hide_optional,
+                "optional parameters are always shown (marked [optional])",
+            ),
+            "instruction": (
+                self.instruction is not None,
+                "the constraint note of the schema cues is fixed (evolution.CONSTRAINT_NOTE)",
+            ),
+        }
+        for key, (asked, reason) in refused.items():
+            if asked:
+                raise InvalidRequestError(
+                    f"{name}.{key}={getattr(self, key)!r} cannot be honoured: {reason}"
+                )
+
+
+class ReleaseDiagnosticEvolution(_TrainOnlyLayer):
+    """`diagnostic_evolution`: guidelines for prevalent, unsolved failure tags."""
+
+    state_path: str | None = None
+    prevalence_threshold: float = Field(0.10, ge=0.0, le=1.0)
+    reward_threshold: float = 0.6
+    min_tag_count: int = Field(8, ge=0)
+    max_lines: int = Field(3, ge=0)
+    category_tags: bool = False
+    guidelines: dict[str, str | None] | None = None
+
+    def check(self, name: str) -> None:
+        super().check(name)
+        if not self.enable:
+            return
+        if self.guidelines:
+            raise InvalidRequestError(
+                f"{name}.guidelines cannot be honoured: the guideline texts are fixed "
+                "(evolution.GUIDELINES)"
+            )
+        if self.state_path is None:
+            # The selection then comes from the service's own profile (pushed by the
+            # trainer or read with --capability-state), already thresholded there.
+            defaults = ReleaseDiagnosticEvolution()
+            for key in ("prevalence_threshold", "reward_threshold", "min_tag_count"):
+                if getattr(self, key) != getattr(defaults, key):
+                    raise InvalidRequestError(
+                        f"{name}.{key} applies to a state_path only; without one the "
+                        "guidelines follow the service's failure profile"
+                    )
+            if self.category_tags:
+                raise InvalidRequestError(f"{name}.category_tags applies to a state_path only")
+
+
+class ReleaseToolFeedback(_TrainOnlyLayer):
+    """`tool_feedback_evolution`: recovery hints on malformed calls and tool errors."""
+
+    max_tool_names: int | None = None
+
+    def check(self, name: str) -> None:
+        super().check(name)
+        if self.enable and self.max_tool_names is not None:
+            raise InvalidRequestError(
+                f"{name}.max_tool_names cannot be honoured: the recovery hints do not list tools"
+            )
+
+
+_RELEASE_LAYERS = {
+    "observation_lite": ReleaseObservationLite,
+    "diagnostic_evolution": ReleaseDiagnosticEvolution,
+    "tool_feedback_evolution": ReleaseToolFeedback,
+}
+
+
+@dataclass
+class CreateParams:
+    settings: EpisodeSettings
+    profile: dict | None
+    """The failure profile for this episode; None: the service's own."""
+    ignored: list[str]
+    notes: dict[str, Any] = field(default_factory=dict)
+    """What the client should see about its release layers (e.g. the state file used)."""
+
+
+_SETTINGS = TypeAdapter(EpisodeSettings)
+_EVOLUTION = TypeAdapter(EvolutionSettings)
+
+
+def _invalid(error: ValidationError) -> InvalidRequestError:
+    return InvalidRequestError(f"invalid params: {error.errors(include_url=False)}")
+
+
+def translate_params(params: dict, category: str) -> CreateParams:
+    """Episode settings for a task of `category` from wire `/create` params."""
+    flat_evo, reward, top, ignored = {}, {}, {}, []
+    layers: dict[str, _TrainOnlyLayer] = {}
+    for key, value in params.items():
+        if key in _RELEASE_LAYERS and (key != "observation_lite" or isinstance(value, dict)):
+            try:
+                layers[key] = _RELEASE_LAYERS[key].model_validate(value)
+            except ValidationError as e:
+                raise _invalid(e) from None
+            layers[key].check(key)
+        elif key in _FLAT_EVOLUTION:
+            flat_evo[_FLAT_EVOLUTION[key]] = value
+        elif key in _REWARD_KEYS:
+            reward[key] = value
+        elif key in _TOP_KEYS:
+            top[key] = value
+        elif key in _FIXED:
+            served, reason = _FIXED[key]
+            if value != served:
+                raise InvalidRequestError(
+                    f"{key}={value!r} is not supported (only {served!r}): {reason}"
+                )
+        elif key in _TASK_FILES:
+            raise InvalidRequestError(
+                f"{key} is not supported: tasks come from the bfcl-eval package "
+                "(ids multi_turn_<category>_<k>, or the release's row numbers)"
+            )
+        else:
+            ignored.append(key)
+
+    mode = top.pop("rollout_mode", "sample")
+    if isinstance(mode, str) and mode.lower() in _VALIDATION_MODES:
+        mode = "validate"
+    if "max_steps" in top:  # the release's name for the episode's generation limit
+        top["limits"] = {"max_generations": top.pop("max_steps")}
+    try:
+        base = _SETTINGS.validate_python({"mode": mode, "reward": reward, **top})
+        flat = _EVOLUTION.validate_python(flat_evo)
+    except ValidationError as e:
+        raise _invalid(e) from None
+    _refuse_twice(params, layers)
+
+    # Each layer is gated here by its own rule, so the engine gets the final layers: our
+    # flat keys by evolve_in_validation, each release block by its own apply_to_validation.
+    validating = base.mode == "validate"
+    flat_on = not validating or base.evolve_in_validation
+    evo = {
+        "schema_cues": flat.schema_cues and flat_on,
+        "type_hints": flat.type_hints,
+        "recovery_feedback": flat.recovery_feedback and flat_on,
+        "guidelines": flat.guidelines and flat_on,
+        "max_guidelines": flat.max_guidelines,
+    }
+    notes: dict[str, Any] = {}
+    profile = None
+    if lite := layers.get("observation_lite"):
+        evo["schema_cues"] = lite.applies(validating, category)
+        evo["type_hints"] = lite.add_type_hint
+    if feedback := layers.get("tool_feedback_evolution"):
+        evo["recovery_feedback"] = feedback.applies(validating, category)
+    if diag := layers.get("diagnostic_evolution"):
+        evo["guidelines"] = diag.applies(validating, category)
+        # The release has five guidelines; a larger max_lines shows them all, as there.
+        evo["max_guidelines"] = min(diag.max_lines, len(T.FAILURE_TAGS))
+        if evo["guidelines"] and diag.state_path is not None:
+            profile, found = release_state_profile(diag, category)
+            notes["diagnostic_evolution"] = {
+                "state_path": diag.state_path,
+                "state_found": found,
+                "guideline_tags": [e["tag"] for e in profile["tags"]][: evo["max_guidelines"]],
+            }
+    evolution = _EVOLUTION.validate_python(evo)
+    # evolve_in_validation only tells the engine to keep these already-gated layers.
+    settings = dataclasses.replace(
+        base, evolution=evolution, evolve_in_validation=validating and evolution.any
+    )
+    return CreateParams(settings, profile, sorted(ignored), notes)
+
+
+def _refuse_twice(params: dict, layers: dict) -> None:
+    """A layer switched by a release block and by one of our flat keys is ambiguous."""
+    flat_keys = {
+        "observation_lite": ("schema_cues", "type_hints"),
+        "tool_feedback_evolution": ("recovery_feedback",),
+        "diagnostic_evolution": ("diagnostic_guidelines", "max_guidelines"),
+    }
+    for block in layers:
+        both = [k for k in flat_keys[block] if k in params]
+        if both:
+            raise InvalidRequestError(f"{block} and {both} set the same layer; give one")
+
+
+# --- diagnostic_evolution.state_path: the release's capability state ---------------------
+
+# Tags the release never turns into guidelines.
+_NO_GUIDELINE = {T.CHECKER_ERROR, T.GT_ERROR, T.PASS, T.CORRECT_ABSTENTION, "unknown"}
+
+
+@functools.lru_cache(maxsize=8)
+def _read_state(path: str, mtime: float) -> dict:
+    # Keyed by mtime: the release's trainer rewrites the file during the run.
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InvalidRequestError(f"diagnostic_evolution.state_path {path!r}: {e}") from None
+    if not isinstance(data, dict) or not {"window_tags", "total_tags"} & data.keys():
+        raise InvalidRequestError(
+            f"diagnostic_evolution.state_path {path!r} is not a capability state of the "
+            "original release (no window_tags or total_tags); this service's own state "
+            "is read with --capability-state"
+        )
+    return data
+
+
+def release_state_profile(cfg: ReleaseDiagnosticEvolution, category: str) -> tuple[dict, bool]:
+    """The failure profile the release's guideline selection makes from its state file,
+    and whether the file exists. A file that does not exist yet (the trainer writes it
+    after its first steps) gives no guidelines, as in the release."""
+    path = Path(cfg.state_path)
+    try:
+        mtime = path.stat().st_mtime
+    except FileNotFoundError:
+        return {"tags": []}, False
+    except OSError as e:
+        raise InvalidRequestError(f"diagnostic_evolution.state_path {str(path)!r}: {e}") from None
+    data = _read_state(str(path), mtime)
+    source = data.get("window_tags") or data.get("total_tags") or {}
+    if cfg.category_tags:
+        by_category = data.get("window_category_tags") or data.get("total_category_tags") or {}
+        mine = {
+            key.split("::", 1)[1]: stats
+            for key, stats in by_category.items()
+            if "::" in key and key.split("::", 1)[0] == category
+        }
+        source = mine or source
+    counts = {tag: _stat(stats, "count", cfg) for tag, stats in source.items()}
+    total = sum(n for tag, n in counts.items() if tag not in _NO_GUIDELINE)
+    entries = []
+    for tag, stats in source.items():
+        count = counts[tag]
+        if tag in _NO_GUIDELINE or tag not in GUIDELINES or count < cfg.min_tag_count or not total:
+            continue
+        share = count / total
+        mean = _mean_reward(stats, count, cfg)
+        if share < cfg.prevalence_threshold or mean >= cfg.reward_threshold:
+            continue
+        entries.append({"tag": tag, "share": share, "count": count, "mean_reward": mean})
+    # The release orders by pressure: prevalence times how unsolved the tag is.
+    entries.sort(key=lambda e: (-e["share"] * (1.0 - e["mean_reward"]), e["tag"]))
+    return {"tags": entries}, True
+
+
+def _stat(stats: Any, key: str, cfg: ReleaseDiagnosticEvolution) -> float:
+    value = stats.get(key) if isinstance(stats, dict) else None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise InvalidRequestError(
+            f"diagnostic_evolution.state_path {cfg.state_path!r}: a tag entry has no numeric "
+            f"{key!r}: {stats!r}"
+        )
+    return value
+
+
+def _mean_reward(stats: dict, count: float, cfg: ReleaseDiagnosticEvolution) -> float:
+    # The release persists reward_sum but reads reward_mean, which its file never holds, so
+    # there every tag counts as unsolved (mean 0). The mean is computed here instead.
+    if "reward_sum" in stats:
+        return _stat(stats, "reward_sum", cfg) / count if count else 0.0
+    return _stat(stats, "reward_mean", cfg)
+
+
+# --- task ids and splits -----------------------------------------------------------------
+
+# The release's data file (bfcl_dataprocess.py) holds the four categories in sorted name
+# order, each in bfcl-eval's file order; a numeric task id is a row number of that file.
+RELEASE_ROW_ORDER = tuple(sorted(T.CATEGORIES))
+
+
+def resolve_task_id(task_id: str) -> str:
+    """A BFCL task id; numeric ids are the release's row numbers (0-799)."""
+    if not (task_id.isascii() and task_id.isdigit()):
+        return task_id
+    rows = [tid for category in RELEASE_ROW_ORDER for tid in task_ids(category)]
+    row = int(task_id)
+    if row >= len(rows):
+        raise NotFoundError(
+            f"task row {row} does not exist: numeric ids are rows 0-{len(rows) - 1} of the "
+            f"release's data file ({', '.join(RELEASE_ROW_ORDER)}, in that order)"
+        )
+    return rows[row]
+
+
+SPLIT_FILE = Path(__file__).resolve().parents[1] / "data" / "seal_split.json"
+"""The paper's split (the same ids as the release's parquet files)."""
+SPLIT_NAMES = {"train": "train", "eval": "eval", "val": "eval", "test": "eval"}
+"""Split names clients ask for -> key in SPLIT_FILE. The release's trainer asks for
+`train`, and for `val` when it has no validation file; its split file says `test`."""
+
+
+class ServiceDataError(EngineError):
+    status = 500
+
+
+def split_task_ids(split: str) -> list[str]:
+    if split not in SPLIT_NAMES:
+        raise NotFoundError(f"unknown split {split!r}; known: {sorted(SPLIT_NAMES)}")
+    return list(_read_split(str(SPLIT_FILE))[SPLIT_NAMES[split]])
+
+
+@functools.lru_cache(maxsize=2)
+def _read_split(path: str) -> dict:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ServiceDataError(f"cannot read the split file {path}: {e}") from None
+
+
+# --- answers -------------------------------------------------------------------------------
+
+
+def step_state(messages: list[dict], terminated: bool) -> list[dict]:
+    """The `state` of a /step answer: the release's message shape (it always carries
+    `tool_calls`), and its one completion message once the last turn is over."""
+    if terminated and not messages:
+        messages = [{"role": "user", "content": COMPLETED}]
+    return [{"role": m["role"], "content": m["content"], "tool_calls": []} for m in messages]
+
+
+def tools_info(tool_names: list[str]) -> str:
+    """The release's /get_info answer: a text list of the tools."""
+    return "Available tools:\n" + "\n".join(f"- {name}" for name in tool_names)
+
+
+def evaluation(report: dict, ground_truth: list[list[str]]) -> dict:
+    """The report plus what the release's grader and env manager read, with its meaning:
+
+    - completed: the episode ran through its last turn (not cut by max_steps, not stopped
+      early by the client);
+    - per ground-truth turn, a turn with calls is scorable and passed when tagged `pass`;
+      a turn without calls is an irrelevance turn, passed when the model called nothing;
+    - bfcl_progress = passed / scorable; bfcl_progress_with_irrelevance = (passed +
+      passed irrelevance) / (scorable + irrelevance); both 0 when their denominator is.
+    """
+    tags = report["failure_tags"]
+    per_turn_valid = [
+        tag == T.PASS if gt else None for tag, gt in zip(tags, ground_truth, strict=True)
+    ]
+    irrelevance = [
+        None if gt else float(tag == T.CORRECT_ABSTENTION)
+        for tag, gt in zip(tags, ground_truth, strict=True)
+    ]
+    passed = sum(v is True for v in per_turn_valid)
+    scorable = sum(v is not None for v in per_turn_valid)
+    passed_irrelevance = sum(s == 1.0 for s in irrelevance if s is not None)
+    irrelevance_turns = sum(s is not None for s in irrelevance)
+    both = scorable + irrelevance_turns
+    return {
+        **report,
+        "accuracy": float(report["accuracy"]),
+        "completed": report["terminated"] and not report["truncated"],
+        "bfcl_progress": passed / scorable if scorable else 0.0,
+        "bfcl_progress_with_irrelevance": (passed + passed_irrelevance) / both if both else 0.0,
+        "bfcl_progress_info": {
+            "per_turn_valid": per_turn_valid,
+            "irrelevance_per_turn": irrelevance,
+            "failure_tags": list(tags),
+            "passed_turns": passed,
+            "scorable_turns": scorable,
+            "passed_irrelevance_turns": passed_irrelevance,
+            "irrelevance_turns": irrelevance_turns,
+            "terminated_early": report["turns_reached"] < report["num_turns"],
+            "error": None,
+        },
+    }

@@ -1,16 +1,20 @@
 """Score an OpenAI-compatible chat endpoint on the BFCL multi-turn eval tasks (seal/eval/evaluator.py).
 
 Runs every task of the split as a validate-mode episode of the environment service (the
-unevolved benchmark, up to 20 generations, temperature 0, 4096 tokens per generation),
-writes validation records for one step and prints the pass rates in the paper's format.
-Run it again with the same arguments to retry failed tasks and finish an interrupted run.
+unevolved benchmark, up to 20 generations, temperature 0, 4096 tokens per generation, a
+16384-token context, tool output clipped to 4096 tokens: validation's budget in training,
+counted with the model's tokenizer), writes validation records for one step and prints the
+pass rates in the paper's format and how the budget cut the episodes. A preflight request
+checks the endpoint first. Run it again with the same arguments to retry failed tasks and
+finish an interrupted run.
 
     python -m env_service --port 8082 &        # or pass --start-env
     python scripts/eval_endpoint.py --base-url http://127.0.0.1:8000/v1 \\
         --model Qwen/Qwen2.5-7B-Instruct --out-dir outputs/eval/qwen7b
 
 Exit status: 0 when every task was scored, 1 when any failed (listed in
-OUT_DIR/errors_step_<step>.jsonl, not scored 0) or the run could not start.
+OUT_DIR/errors_step_<step>.jsonl, not scored 0), the preflight failed, the server's context
+is smaller than --max-context-tokens, or the run could not start.
 """
 
 import argparse
@@ -24,10 +28,11 @@ from urllib.parse import urlsplit
 
 from seal.bfcl.tasks import category_of
 from seal.eval.chat_endpoint import EndpointSettings
-from seal.eval.evaluator import errors_file, evaluate_endpoint
+from seal.eval.evaluator import budget_counts, errors_file, evaluate_endpoint, load_tokenizer
 from seal.eval.replay import split_task_ids
 from seal.eval.summary import render_markdown, summarize_step
 from seal.launch.service import environment_service
+from seal.rollout.protocol import EpisodeLimits
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SPLIT_FILE = REPO / "data" / "seal_split.json"
@@ -92,7 +97,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--max-tokens",
         type=int,
         default=4096,
-        help="max_tokens of each request (default: %(default)s, the paper's)",
+        help="most tokens per reply; each request asks for this or the room left in the "
+        "context, whichever is less (default: %(default)s, the paper's)",
+    )
+    parser.add_argument(
+        "--max-context-tokens",
+        type=int,
+        default=16384,
+        help="tokens of conversation + reply the model may see; an episode whose next "
+        "observation does not fit ends there and is scored (stop reason context_limit). "
+        "At most the server's context (default: %(default)s, the paper's)",
+    )
+    parser.add_argument(
+        "--max-observation-tokens",
+        type=int,
+        default=4096,
+        help="each tool result or question is clipped to this many tokens "
+        "(default: %(default)s, the paper's)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        help="the model's tokenizer (a directory or a Hugging Face name) that counts the "
+        "budget with its chat template (default: the shipped Qwen2.5 tokenizer, for Qwen "
+        "models only; required for others)",
     )
     parser.add_argument(
         "--attempts",
@@ -126,7 +153,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    for flag in ("limit", "concurrency", "max_generations", "max_tokens", "attempts"):
+    positive = ("limit", "concurrency", "max_generations", "max_tokens", "attempts")
+    positive += ("max_context_tokens", "max_observation_tokens")
+    for flag in positive:
         value = getattr(args, flag)
         if value is not None and value < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
@@ -143,7 +172,6 @@ def endpoint_settings(args: argparse.Namespace) -> EndpointSettings:
         base_url=args.base_url,
         model=args.model,
         api_key=api_key,
-        max_tokens=args.max_tokens,
         attempts=args.attempts,
         timeout_s=args.request_timeout_s,
     )
@@ -161,7 +189,26 @@ def first_per_category(task_ids: list[str], limit: int) -> list[str]:
     return kept
 
 
-def evaluate(args: argparse.Namespace, out_dir: Path, settings: EndpointSettings) -> int:
+def episode_limits(args: argparse.Namespace) -> EpisodeLimits:
+    return EpisodeLimits(
+        max_generations=args.max_generations,
+        max_context_tokens=args.max_context_tokens,
+        max_new_tokens=args.max_tokens,
+        max_observation_tokens=args.max_observation_tokens,
+    )
+
+
+def render_budget(counts: dict, tasks: int) -> str:
+    """One line on how the budget and the endpoint cut the episodes."""
+    stops = ", ".join(f"{reason} {n}" for reason, n in counts["stop_reasons"].items())
+    return (
+        f"episodes ended ({tasks} tasks): {stops}; replies cut at max_tokens: "
+        f"{counts['length_cut_replies']} in {counts['length_cut_tasks']} tasks; "
+        f"observations clipped: {counts['clipped_observations']}"
+    )
+
+
+def evaluate(args: argparse.Namespace, out_dir: Path, settings: EndpointSettings, tokenizer) -> int:
     task_ids = split_task_ids(args.split, args.split_file)
     if args.limit:
         task_ids = first_per_category(task_ids, args.limit)
@@ -171,9 +218,10 @@ def evaluate(args: argparse.Namespace, out_dir: Path, settings: EndpointSettings
             task_ids,
             out_dir,
             env_url=args.env_url,
+            tokenizer=tokenizer,
+            limits=episode_limits(args),
             step=args.step,
             concurrency=args.concurrency,
-            max_generations=args.max_generations,
             allow_failures=args.allow_failures,
             show_progress=not args.quiet,
         )
@@ -182,6 +230,7 @@ def evaluate(args: argparse.Namespace, out_dir: Path, settings: EndpointSettings
     if outcome.records:
         records = list(outcome.records.values())
         print(render_markdown([summarize_step(args.step, records)]))
+        print(render_budget(budget_counts(records), len(records)))
     if outcome.step_file:
         print(f"records: {outcome.step_file}")
     if outcome.failures:
@@ -201,11 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.out_dir or REPO / "outputs" / "eval" / re.sub(r"[^\w.-]", "_", args.model)
     try:
         settings = endpoint_settings(args)
+        tokenizer = load_tokenizer(args.tokenizer, args.model)
         if not args.start_env:
-            return evaluate(args, out_dir, settings)
+            return evaluate(args, out_dir, settings, tokenizer)
         env = urlsplit(args.env_url)
         with environment_service(env.hostname, env.port, out_dir / "env_service.log"):
-            return evaluate(args, out_dir, settings)
+            return evaluate(args, out_dir, settings, tokenizer)
     # EnvServiceError and a service that will not start are RuntimeErrors.
     except (OSError, ValueError, RuntimeError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -1,20 +1,24 @@
 """Endpoint evaluator against a scripted OpenAI-compatible server and the real environment service.
 
 The fake endpoint answers each request from a per-task script (the n-th assistant message of
-a conversation gets the script's n-th text, "Done." past its end) and can be told to fail a
-task's next requests with given HTTP statuses. Tasks are told apart by their first question.
+a conversation gets the script's n-th text, "Done." past its end; an entry (text, "length")
+is a reply cut at max_tokens) and can be told to fail a task's next requests with given HTTP
+statuses. Tasks are told apart by their first question; a request of neither task is the
+preflight's. It lists its model at /models and may require an API key.
 """
 
 import asyncio
 import json
 import socket
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 from scripts_loader import load_script
+from transformers import AutoTokenizer
 
 from seal.bfcl.ground_truth import (
     END_OF_TURN_TEXT,
@@ -22,9 +26,17 @@ from seal.bfcl.ground_truth import (
     ground_truth_trajectory,
 )
 from seal.bfcl.tasks import load_task
-from seal.eval.chat_endpoint import EndpointSettings
-from seal.eval.evaluator import errors_file, evaluate_endpoint, partial_file
+from seal.eval.chat_endpoint import EndpointSettings, PreflightError
+from seal.eval.evaluator import (
+    ContextBudgetError,
+    budget_counts,
+    errors_file,
+    evaluate_endpoint,
+    partial_file,
+)
 from seal.eval.records import read_val_dir
+from seal.rollout.protocol import EpisodeLimits
+from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, turn_tokenizer
 
 # One eval task per category, with distinct first questions.
 TASKS = [
@@ -33,8 +45,11 @@ TASKS = [
     "multi_turn_miss_param_21",
     "multi_turn_long_context_29",
 ]
+LONG_TASK = "multi_turn_long_context_0"  # its first tool result is several hundred tokens
 MODEL = "fake-model"
 FAST_RETRIES = {"attempts": 3, "backoff_s": 0.001}
+TOKENIZER = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
+TOKENS = turn_tokenizer(TOKENIZER)
 
 
 def first_question(task_id: str) -> str:
@@ -53,11 +68,27 @@ class FakeChatServer:
     """The scripted endpoint; `requests` lists (task id, request body) in arrival order."""
 
     def __init__(self):
-        self.task_of = {first_question(task_id): task_id for task_id in TASKS}
-        assert len(self.task_of) == len(TASKS), "test tasks must differ in their first question"
-        self.scripts: dict[str, list[str]] = {}
+        known = [*TASKS, LONG_TASK]
+        self.task_of = {first_question(task_id): task_id for task_id in known}
+        assert len(self.task_of) == len(known), "test tasks must differ in their first question"
+        self.scripts: dict[str, list[str | tuple[str, str]]] = {}
         self.failures: dict[str, list[tuple[int, dict]]] = {}
         self.requests: list[tuple[str, dict]] = []
+        self.preflights: list[dict] = []
+        self.models: list[dict] | None = [{"id": MODEL, "object": "model"}]
+        """The /models listing; None: the route answers 404."""
+        self.api_key: str | None = None
+        """When set, requests without it as a Bearer token get a 401."""
+
+    def refuse_key(self, request: web.Request) -> web.Response | None:
+        if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return web.json_response({"error": "invalid api key"}, status=401)
+        return None
+
+    async def list_models(self, request: web.Request) -> web.Response:
+        if self.models is None:
+            return web.json_response({"detail": "Not Found"}, status=404)
+        return self.refuse_key(request) or web.json_response({"data": self.models})
 
     def fail_next(self, task_id: str, status: int, times: int = 1, body: dict | None = None):
         self.failures.setdefault(task_id, []).extend([(status, body or {"error": "boom"})] * times)
@@ -67,17 +98,29 @@ class FakeChatServer:
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.json()
-        task_id = self.task_of[body["messages"][1]["content"]]
+        if refusal := self.refuse_key(request):
+            return refusal
+        if body["model"] != MODEL:
+            return web.json_response({"error": f"model {body['model']} not found"}, status=404)
+        messages = body["messages"]
+        task_id = self.task_of.get(messages[1]["content"]) if len(messages) > 1 else None
+        if task_id is None:
+            self.preflights.append(body)
+            return reply("OK", "length")
         self.requests.append((task_id, body))
         if self.failures.get(task_id):
             status, payload = self.failures[task_id].pop(0)
             return web.json_response(payload, status=status)
         script = self.scripts.get(task_id, [])
-        turn = sum(message["role"] == "assistant" for message in body["messages"])
-        text = script[turn] if turn < len(script) else END_OF_TURN_TEXT
-        return web.json_response(
-            {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
-        )
+        turn = sum(message["role"] == "assistant" for message in messages)
+        entry = script[turn] if turn < len(script) else END_OF_TURN_TEXT
+        return reply(*((entry, "stop") if isinstance(entry, str) else entry))
+
+
+def reply(text: str, finish_reason: str) -> web.Response:
+    message = {"role": "assistant", "content": text}
+    choice = {"index": 0, "message": message, "finish_reason": finish_reason}
+    return web.json_response({"choices": [choice]})
 
 
 @pytest.fixture
@@ -86,6 +129,7 @@ def fake_llm():
     server = FakeChatServer()
     app = web.Application()
     app.router.add_post("/v1/chat/completions", server.handle)
+    app.router.add_get("/v1/models", server.list_models)
     loop = asyncio.new_event_loop()
     runner = web.AppRunner(app)
     loop.run_until_complete(runner.setup())
@@ -103,11 +147,20 @@ def fake_llm():
         loop.close()
 
 
-def evaluate(base_url, env_url, out_dir, task_ids=TASKS, model=MODEL, **options):
-    settings = EndpointSettings(base_url=base_url, model=model, **FAST_RETRIES)
+def evaluate(
+    base_url, env_url, out_dir, task_ids=TASKS, model=MODEL, api_key=None, limits=None, **options
+):
+    settings = EndpointSettings(base_url=base_url, model=model, api_key=api_key, **FAST_RETRIES)
     return asyncio.run(
         evaluate_endpoint(
-            settings, list(task_ids), out_dir, env_url=env_url, show_progress=False, **options
+            settings,
+            list(task_ids),
+            out_dir,
+            env_url=env_url,
+            tokenizer=TOKENIZER,
+            limits=limits,
+            show_progress=False,
+            **options,
         )
     )
 
@@ -170,7 +223,8 @@ def test_generation_limit_cuts_the_episode(fake_llm, live_service, tmp_path):
     # A model that calls a tool forever never ends a turn on its own.
     server.scripts = {task_id: [ground_truth_texts(task_id)[0]] * 50}
 
-    outcome = evaluate(base_url, live_service[0], tmp_path, task_ids=[task_id], max_generations=3)
+    limits = EpisodeLimits(max_generations=3)
+    outcome = evaluate(base_url, live_service[0], tmp_path, task_ids=[task_id], limits=limits)
 
     record = outcome.records[task_id]
     assert len(server.requests_of(task_id)) == record.turns == 3
@@ -286,6 +340,7 @@ def test_command_line_exit_status_and_errors_file(fake_llm, live_service, tmp_pa
     cli = load_script("eval_endpoint")
     args = ["--base-url", base_url, "--model", MODEL, "--split-file", str(split)]
     args += ["--env-url", live_service[0], "--out-dir", str(tmp_path / "run"), "--quiet"]
+    args += ["--tokenizer", str(SHIPPED_TOKENIZER)]
 
     assert cli.main(args) == 1
     assert "FAILED, not scored: 1 tasks" in capsys.readouterr().err
@@ -312,3 +367,261 @@ def test_unhealthy_environment_service_stops_the_run(tmp_path):
     with pytest.raises(RuntimeError, match="no healthy environment service"):
         evaluate("http://127.0.0.1:9/v1", f"http://127.0.0.1:{free_port}", tmp_path)
     assert not (Path(tmp_path) / "validation").exists()
+
+
+def test_command_line_needs_a_tokenizer_for_other_models(tmp_path, capsys):
+    cli = load_script("eval_endpoint")
+    args = ["--base-url", "http://127.0.0.1:9/v1", "--out-dir", str(tmp_path)]
+    assert cli.main([*args, "--model", "meta-llama/Llama-3.1-8B-Instruct"]) == 1
+    assert "--tokenizer is needed for model 'meta-llama/Llama-3.1-8B-Instruct'" in (
+        capsys.readouterr().err
+    )
+    assert cli.load_tokenizer(None, "Qwen/Qwen2.5-7B-Instruct").name_or_path == str(
+        SHIPPED_TOKENIZER
+    )
+
+
+# --- the context budget (issue 13, item 6) ------------------------------------------------
+
+
+def first_exchange(server: FakeChatServer, base_url, env_url, out_dir, task_id):
+    """(prompt tokens, first reply tokens, first observation tokens) of a ground-truth run
+    under the default limits, and its record: the sizes the budget tests cut at."""
+    server.scripts = {task_id: ground_truth_texts(task_id)}
+    record = evaluate(base_url, env_url, out_dir, task_ids=[task_id]).records[task_id]
+    first = server.requests_of(task_id)[0]["messages"]
+    reply, *observation = json.loads(record.output)[: 1 + 1]
+    prompt = len(TOKENS.prompt(first)[0])
+    generated = len(TOKENS.encode(reply["content"])) + 1  # with its end-of-turn token
+    seen = len(TOKENS.observation(observation, 4096).ids)
+    server.requests.clear()
+    return prompt, generated, seen, record
+
+
+def test_max_tokens_is_the_room_left_and_a_full_context_ends_the_episode_scored(
+    fake_llm, live_service, tmp_path
+):
+    server, base_url = fake_llm
+    env_url, engine = live_service
+    task_id = "multi_turn_base_4"
+    prompt, generated, seen, full = first_exchange(server, base_url, env_url, tmp_path, task_id)
+    assert full.extra["stop_reason"] == "terminated" and full.turns > 2
+
+    # Room for the first reply and its observation, and one token more: the second
+    # request asks for that one token (the driver's rule).
+    limits = EpisodeLimits(max_context_tokens=prompt + generated + seen + 1)
+    outcome = evaluate(base_url, env_url, tmp_path / "a", task_ids=[task_id], limits=limits)
+    asked = [body["max_tokens"] for body in server.requests_of(task_id)]
+    assert asked == [generated + seen + 1, 1]
+    record = outcome.records[task_id]
+    assert (record.extra["stop_reason"], record.turns, record.score) == ("context_limit", 2, 0)
+    assert record.failure_tags and not outcome.failures  # evaluated and scored, not dropped
+
+    # One token less: the first observation does not fit, the episode ends after one reply.
+    server.requests.clear()
+    limits = EpisodeLimits(max_context_tokens=prompt + generated + seen)
+    outcome = evaluate(base_url, env_url, tmp_path / "b", task_ids=[task_id], limits=limits)
+    assert [body["max_tokens"] for body in server.requests_of(task_id)] == [generated + seen]
+    record = outcome.records[task_id]
+    assert (record.extra["stop_reason"], record.turns, record.score) == ("context_limit", 1, 0)
+    assert [m["role"] for m in json.loads(record.output)] == ["assistant"]
+    assert len(record.failure_tags) == full.extra["num_turns"]
+    assert budget_counts(outcome.records.values())["stop_reasons"]["context_limit"] == 1
+    assert engine.stats()["live_episodes"] == 0  # finished (evaluated and released)
+
+
+def test_budget_counts_the_tokens_a_full_render_has(fake_llm, live_service, tmp_path):
+    server, base_url = fake_llm
+    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    outcome = evaluate(base_url, live_service[0], tmp_path)
+    for record in outcome.records.values():
+        conversation = json.loads(record.input) + json.loads(record.output)
+        rendered = TOKENIZER.apply_chat_template(conversation, tokenize=False)
+        # The render ends with the last reply's end-of-turn token and a newline.
+        assert rendered.endswith("<|im_end|>\n")
+        assert record.extra["context_tokens"] == len(TOKENS.encode(rendered)) - 1, record.task_id
+
+
+def test_observations_are_clipped_with_the_drivers_marker(fake_llm, live_service, tmp_path):
+    server, base_url = fake_llm
+    env_url = live_service[0]
+    _, _, _, full = first_exchange(server, base_url, env_url, tmp_path, LONG_TASK)
+    transcript = json.loads(full.output)
+    assert max(len(TOKENS.encode(m["content"])) for m in transcript) > 100
+    assert full.extra["clipped_observations"] == 0
+
+    limits = EpisodeLimits(max_observation_tokens=100)
+    outcome = evaluate(base_url, env_url, tmp_path / "clip", task_ids=[LONG_TASK], limits=limits)
+
+    # Every observation clipped as the driver clips it (turn_tokens), and sent so.
+    clipped = [
+        m if m["role"] == "assistant" else {**m, "content": TOKENS.clip(m["content"], 100)}
+        for m in transcript
+    ]
+    record = outcome.records[LONG_TASK]
+    assert json.loads(record.output) == clipped
+    assert server.requests_of(LONG_TASK)[-1]["messages"][2:] == clipped[:-1]
+    cut = [m for m, original in zip(clipped, transcript, strict=True) if m != original]
+    assert cut and all("\n... [truncated " in m["content"] for m in cut)
+    assert all(len(TOKENS.encode(m["content"])) <= 100 for m in cut)
+    assert record.extra["clipped_observations"] == len(cut)
+
+
+CONTEXT_REFUSAL = {
+    "error": {
+        "message": "This model's maximum context length is 8192 tokens. However, you "
+        "requested 12000 tokens (7904 in the messages, 4096 in the completion).",
+        "type": "BadRequestError",
+        "code": "context_length_exceeded",
+    }
+}
+
+
+def test_a_server_with_a_smaller_context_stops_the_run_with_advice(
+    fake_llm, live_service, tmp_path, capsys
+):
+    server, base_url = fake_llm
+    env_url, engine = live_service
+    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.fail_next("multi_turn_miss_param_21", 400, body=CONTEXT_REFUSAL)
+
+    with pytest.raises(ContextBudgetError, match="set --max-context-tokens to the server") as e:
+        evaluate(base_url, env_url, tmp_path, concurrency=1)
+    assert "multi_turn_miss_param_21" in str(e.value) and "8192" in str(e.value)
+    # Neither scored nor left out of a written step: the run stops, its episodes released.
+    assert not (tmp_path / "validation").exists() and not errors_file(tmp_path, 0).exists()
+    assert engine.stats()["live_episodes"] == 0
+
+    server.fail_next("multi_turn_miss_param_21", 400, body=CONTEXT_REFUSAL)
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"eval": TASKS, "train": []}))
+    args = ["--base-url", base_url, "--model", MODEL, "--split-file", str(split), "--quiet"]
+    args += ["--env-url", env_url, "--out-dir", str(tmp_path / "cli")]
+    args += ["--tokenizer", str(SHIPPED_TOKENIZER)]
+    assert load_script("eval_endpoint").main(args) == 1
+    assert "set --max-context-tokens to the server's context length" in capsys.readouterr().err
+
+
+def test_a_served_context_below_the_budget_is_refused_before_any_episode(
+    fake_llm, live_service, tmp_path
+):
+    server, base_url = fake_llm
+    env_url, engine = live_service
+    server.models = [{"id": MODEL, "object": "model", "max_model_len": 8192}]
+
+    with pytest.raises(ContextBudgetError, match="set --max-context-tokens 8192"):
+        evaluate(base_url, env_url, tmp_path)
+    assert engine.stats()["created"] == 0 and not server.requests
+
+    outcome = evaluate(base_url, env_url, tmp_path, limits=EpisodeLimits(max_context_tokens=8192))
+    assert len(outcome.records) == len(TASKS)
+
+
+# --- the preflight (item 7) ---------------------------------------------------------------
+
+
+def free_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+@pytest.mark.parametrize(
+    "case, error",
+    [
+        ("bad_url", "no endpoint answers at http://127.0.0.1:{port}/v1"),
+        ("wrong_model_listed", "does not list model 'fake-modle' (it serves ['fake-model'])"),
+        ("wrong_model_unlisted", "refused a 1-token request for model 'fake-modle' (HTTP 404"),
+        ("bad_key", "/models refused the API key (HTTP 401"),
+        ("bad_key_unlisted", "/chat/completions refused the API key (HTTP 401"),
+    ],
+)
+def test_preflight_fails_in_seconds_before_any_episode(
+    fake_llm, live_service, tmp_path, case, error
+):
+    server, base_url = fake_llm
+    env_url, engine = live_service
+    options = {}
+    port = free_port()
+    if case == "bad_url":
+        base_url = f"http://127.0.0.1:{port}/v1"
+    if case.startswith("wrong_model"):
+        options["model"] = "fake-modle"
+    if case.startswith("bad_key"):
+        server.api_key, options["api_key"] = "sk-right", "sk-wrong"
+    if case.endswith("unlisted"):
+        server.models = None
+    hint = {"bad": "check --base-url", "wro": "check --model", "bad_key": "--api-key-env"}
+
+    start = time.monotonic()
+    with pytest.raises(PreflightError) as raised:
+        evaluate(base_url, env_url, tmp_path, **options)
+
+    assert time.monotonic() - start < 5
+    assert error.format(port=port) in str(raised.value)
+    assert hint["bad_key" if case.startswith("bad_key") else case[:3]] in str(raised.value)
+    assert engine.stats()["created"] == 0 and not server.requests
+    assert not (tmp_path / "validation").exists() and not partial_file(tmp_path, 0).exists()
+
+
+def test_preflight_passes_with_the_right_key_and_a_server_that_lists_no_models(
+    fake_llm, live_service, tmp_path
+):
+    server, base_url = fake_llm
+    server.api_key, server.models = "sk-right", None
+    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+
+    outcome = evaluate(base_url, live_service[0], tmp_path, api_key="sk-right")
+
+    assert not outcome.failures and len(outcome.records) == len(TASKS)
+    assert [(body["max_tokens"], body["model"]) for body in server.preflights] == [(1, MODEL)]
+
+
+# --- finish_reason (item 8) ---------------------------------------------------------------
+
+
+def test_a_reply_cut_at_max_tokens_is_stepped_counted_and_recorded(
+    fake_llm, live_service, tmp_path, capsys
+):
+    server, base_url = fake_llm
+    env_url = live_service[0]
+    task_id = "multi_turn_base_4"
+    texts = ground_truth_texts(task_id)
+    # The first reply is cut (its tool call complete all the same), the rest finish.
+    server.scripts = {t: ground_truth_texts(t) for t in TASKS}
+    server.scripts[task_id] = [(texts[0], "length"), *texts[1:]]
+
+    outcome = evaluate(base_url, env_url, tmp_path)
+
+    record = outcome.records[task_id]
+    # Stepped as it is: its call ran, so the ground truth still passes.
+    assert (record.score, record.extra["length_cut"]) == (1, 1)
+    assert server.requests_of(task_id)[1]["messages"][2] == {
+        "role": "assistant",
+        "content": texts[0],
+    }
+    assert all(outcome.records[t].extra["length_cut"] == 0 for t in TASKS if t != task_id)
+    counts = budget_counts(outcome.records.values())
+    assert (counts["length_cut_replies"], counts["length_cut_tasks"]) == (1, 1)
+
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"eval": TASKS, "train": []}))
+    args = ["--base-url", base_url, "--model", MODEL, "--split-file", str(split), "--quiet"]
+    args += ["--env-url", env_url, "--out-dir", str(tmp_path / "cli")]
+    args += ["--tokenizer", str(SHIPPED_TOKENIZER)]
+    assert load_script("eval_endpoint").main(args) == 0
+    assert "replies cut at max_tokens: 1 in 1 tasks" in capsys.readouterr().out
+
+
+def test_another_finish_reason_fails_the_task(fake_llm, live_service, tmp_path):
+    server, base_url = fake_llm
+    task_id = "multi_turn_base_4"
+    server.scripts = {task_id: [("I will not.", "content_filter")]}
+
+    outcome = evaluate(base_url, live_service[0], tmp_path, task_ids=[task_id])
+
+    assert [f.task_id for f in outcome.failures] == [task_id]
+    assert "finish_reason 'content_filter'" in outcome.failures[0].error
+    assert task_id in outcome.failures[0].error

@@ -1,29 +1,59 @@
 """A client for one OpenAI-compatible chat-completions endpoint, with retries.
 
-``ChatEndpoint.complete(messages)`` posts the conversation to ``{base_url}/chat/completions``
-and returns ``choices[0].message.content``, the model's raw text. No ``tools`` are sent: the
-BFCL system prompt already carries the tool signatures in Qwen's format and the model's
-``<tool_call>`` blocks are parsed by the environment service, exactly as in training.
+``ChatEndpoint.complete(messages, what, max_tokens)`` posts the conversation to
+``{base_url}/chat/completions`` and returns a `Completion`: ``choices[0].message.content``,
+the model's raw text, and its ``finish_reason`` ("stop", or "length" when the reply was
+cut at ``max_tokens``). No ``tools`` are sent: the BFCL system prompt already carries the
+tool signatures in Qwen's format and the model's ``<tool_call>`` blocks are parsed by the
+environment service, exactly as in training.
 
 Transient failures (connection errors, timeouts, 408, 429 and 5xx answers) are retried with
 exponential backoff, honouring a numeric ``Retry-After`` (seal.http, shared with the
-environment client); anything else (400, 401, 404, a
-reply without text) fails at once. A failure is always an `EndpointError` that names the
-task and the cause, never an empty or made-up reply taken as the model's output.
+environment client); anything else (400, 401, 404, a reply without text, another
+finish_reason) fails at once. A failure is always an `EndpointError` that names the task and
+the cause, never an empty or made-up reply taken as the model's output. A refusal because
+the conversation exceeds the server's context is a `ContextLengthError`.
+
+``ChatEndpoint.preflight()`` checks, before a run, that the endpoint answers, serves the
+model and accepts the key: one ``GET /models`` and one 1-token completion, so a mistyped URL,
+model name or key fails in seconds with a message that says which (a `PreflightError`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from seal.http import HttpClient, HttpError, RetryPolicy
+from seal.http import HttpClient, HttpError, Reply, RetryPolicy
 
 RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
 """Answers worth retrying: timeouts, rate limits and server errors."""
 
+FINISH_REASONS = ("stop", "length")
+"""What a text reply may end with: its end-of-turn (or a stop string), or `max_tokens`."""
+
+_CONTEXT_REFUSAL = re.compile(
+    r"context[ _]length|context[ _]window|context[ _]size|maximum context", re.IGNORECASE
+)
+"""How servers word a refusal for length: OpenAI's `context_length_exceeded`, vLLM's and
+llama-cpp-python's "maximum context length is N tokens", llama.cpp's "exceeds the
+available context size", SGLang's "longer than the model's context length"."""
+
+PREFLIGHT_TIMEOUT_S = 30.0
+"""For `GET /models`: a server that does not list its models within this is not the
+right URL (the completion after it may take longer: some servers load the model then)."""
+
 
 class EndpointError(RuntimeError):
     """The endpoint gave no usable reply (after retries, or a permanent refusal)."""
+
+
+class ContextLengthError(EndpointError):
+    """The server refused a request as longer than its context."""
+
+
+class PreflightError(EndpointError):
+    """The endpoint is unreachable, does not serve the model or refuses the key."""
 
 
 @dataclass(frozen=True)
@@ -34,8 +64,6 @@ class EndpointSettings:
     """The ``model`` field of each request (the name the server serves)."""
     api_key: str | None = None
     """Sent as ``Authorization: Bearer``; None sends no header."""
-    max_tokens: int = 4096
-    """Per generation (the paper's response length)."""
     temperature: float = 0.0
     """0: greedy, as the paper's validation."""
     attempts: int = 5
@@ -47,21 +75,35 @@ class EndpointSettings:
     """Per request: a 4096-token generation on a busy server takes minutes."""
 
 
-def _content(payload: object, what: str) -> str:
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    finish_reason: str
+    """"stop" or "length" (`FINISH_REASONS`)."""
+
+
+def _completion(payload: object, what: str) -> Completion:
     try:
-        message = payload["choices"][0]["message"]
+        choice = payload["choices"][0]
+        message = choice["message"]
     except (TypeError, KeyError, IndexError):
         raise EndpointError(f"{what}: reply has no choices[0].message: {payload!r:.300}") from None
     content = message.get("content") if isinstance(message, dict) else None
-    if isinstance(content, str):
-        return content
-    if isinstance(message, dict) and message.get("tool_calls"):
-        # The server parsed the calls itself; the service needs the raw text.
+    if not isinstance(content, str):
+        if isinstance(message, dict) and message.get("tool_calls"):
+            # The server parsed the calls itself; the service needs the raw text.
+            raise EndpointError(
+                f"{what}: the reply carries tool_calls instead of text: "
+                "serve the model without a tool-call parser"
+            )
+        raise EndpointError(f"{what}: the reply has no text content: {message!r:.300}")
+    finish_reason = choice.get("finish_reason")
+    if finish_reason not in FINISH_REASONS:
         raise EndpointError(
-            f"{what}: the reply carries tool_calls instead of text: "
-            "serve the model without a tool-call parser"
+            f"{what}: the reply ended with finish_reason {finish_reason!r}, not one of "
+            f"{FINISH_REASONS}: {content!r:.200}"
         )
-    raise EndpointError(f"{what}: the reply has no text content: {message!r:.300}")
+    return Completion(content, finish_reason)
 
 
 class ChatEndpoint:
@@ -69,7 +111,7 @@ class ChatEndpoint:
 
     def __init__(self, settings: EndpointSettings, max_connections: int = 16):
         self.settings = settings
-        headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+        self.headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
         policy = RetryPolicy(
             attempts=settings.attempts,
             timeout_s=settings.timeout_s,
@@ -78,7 +120,7 @@ class ChatEndpoint:
             max_backoff_s=settings.max_backoff_s,
             retry_statuses=RETRY_STATUSES,
         )
-        self.http = HttpClient(settings.base_url, policy, max_connections, headers)
+        self.http = HttpClient(settings.base_url, policy, max_connections, self.headers)
         self.url = self.http.base_url + "/chat/completions"
 
     @property
@@ -92,24 +134,99 @@ class ChatEndpoint:
     async def __aexit__(self, *exc) -> None:
         await self.http.aclose()
 
-    async def complete(self, messages: list[dict], what: str) -> str:
-        """The model's text reply to `messages`; `what` (a task id) names it in errors."""
+    async def _post(self, messages: list[dict], what: str, max_tokens: int) -> Reply:
         body = {
             "model": self.settings.model,
             "messages": messages,
             "temperature": self.settings.temperature,
-            "max_tokens": self.settings.max_tokens,
+            "max_tokens": max_tokens,
         }
         try:
-            reply = await self.http.request("POST", "/chat/completions", what, json=body)
+            return await self.http.request("POST", "/chat/completions", what, json=body)
         except HttpError as error:
             raise EndpointError(str(error)) from error
+
+    async def complete(self, messages: list[dict], what: str, max_tokens: int) -> Completion:
+        """The model's reply to `messages`, at most `max_tokens` tokens; `what` (a task id)
+        names it in errors."""
+        reply = await self._post(messages, what, max_tokens)
         text = reply.body.decode(errors="replace")
         if reply.status != 200:
-            raise EndpointError(
+            error = ContextLengthError if _refused_for_length(reply) else EndpointError
+            raise error(
                 f"{what}: {self.url} refused the request (HTTP {reply.status}: {text:.300})"
             )
         try:
-            return _content(reply.json(), what)
+            return _completion(reply.json(), what)
         except ValueError:
             raise EndpointError(f"{what}: reply is not JSON: {text:.300}") from None
+
+    async def preflight(self) -> dict | None:
+        """Raise a `PreflightError` that says what is wrong unless the endpoint answers,
+        serves the model and accepts the key; returns the model's `/models` entry when the
+        server lists its models (vLLM's carries `max_model_len`, its context)."""
+        base, model = self.http.base_url, self.settings.model
+        quick = RetryPolicy(attempts=1, timeout_s=PREFLIGHT_TIMEOUT_S)
+        async with HttpClient(base, quick, 1, self.headers) as http:
+            try:
+                listing = await http.request("GET", "/models", "the preflight check")
+            except HttpError as error:
+                raise PreflightError(
+                    f"no endpoint answers at {base} ({error}): check --base-url"
+                ) from error
+        _refuse_bad_key(listing, f"{base}/models")
+        served, entry = _served_models(listing), None
+        if served is not None:
+            entry = next((m for m in served if m.get("id") == model), None)
+            if entry is None:
+                names = [m.get("id") for m in served]
+                raise PreflightError(
+                    f"{base}/models does not list model {model!r} (it serves {names}): "
+                    "check --model"
+                )
+        # Listing does not prove generation works (some servers do not list, or list
+        # models they cannot load), so one 1-token completion too.
+        try:
+            reply = await self._post([{"role": "user", "content": "Hi"}], "the preflight check", 1)
+        except EndpointError as error:
+            raise PreflightError(str(error)) from error
+        _refuse_bad_key(reply, self.url)
+        if reply.status != 200:
+            raise PreflightError(
+                f"{self.url} refused a 1-token request for model {model!r} (HTTP {reply.status}: "
+                f"{reply.body[:300].decode(errors='replace')}): check --model and --base-url "
+                "(the API root, e.g. http://host:8000/v1)"
+            )
+        try:
+            _completion(reply.json(), "the preflight check")
+        except (EndpointError, ValueError) as error:
+            raise PreflightError(
+                f"{self.url} is not an OpenAI-compatible endpoint: {error}"
+            ) from error
+        return entry
+
+
+def _refused_for_length(reply: Reply) -> bool:
+    return 400 <= reply.status < 500 and bool(
+        _CONTEXT_REFUSAL.search(reply.body[:2000].decode(errors="replace"))
+    )
+
+
+def _refuse_bad_key(reply: Reply, url: str) -> None:
+    if reply.status in (401, 403):
+        raise PreflightError(
+            f"{url} refused the API key (HTTP {reply.status}: "
+            f"{reply.body[:300].decode(errors='replace')}): check --api-key-env"
+        )
+
+
+def _served_models(listing: Reply) -> list[dict] | None:
+    """The entries of an OpenAI-style `/models` reply; None when the server gave none (no
+    such route, an error, another format): not listing is no proof of a wrong URL."""
+    try:
+        entries = listing.json()["data"] if listing.status == 200 else None
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not isinstance(entries, list):
+        return None
+    return [m for m in entries if isinstance(m, dict)]

@@ -8,6 +8,25 @@ service ends the episode (its last answer carries the evaluation; at `max_genera
 replies it ends the episode itself). Results are validation records (``seal.eval.records``), so
 ``scripts/stats_validation_bfcl.py`` and ``seal-report`` read them like a trainer's.
 
+The context budget is validation's in training (seal/rollout/driver.py, whose rule this
+calls), counted with the model's tokenizer and chat template (seal/rollout/turn_tokens.py):
+each request's `max_tokens` is min(max_new_tokens, the room left); observations are clipped
+to max_observation_tokens with the driver's clip marker; an observation that does not fit
+ends the episode with stop reason `context_limit`, and the episode is evaluated and scored
+like any other. A reply cut at `max_tokens` (finish_reason "length") is stepped as it is,
+as the driver steps a length-cut generation, and counted. Each record's `extra` keeps the
+stop reason, the count of cut replies and of clipped observations, and the tokens used.
+
+Every request fits the budget by construction, so a server that refuses one for its length
+has a smaller context than the budget (or counts tokens differently): that is a wrong
+setting, not a result, so the run stops with an error that says to set
+--max-context-tokens to the server's context. Scoring such tasks would make the pass rates
+depend on the server; leaving them out would compute them over fewer tasks.
+
+Before any episode, a preflight request checks the endpoint (URL, model, key) and fails in
+seconds with the cause; a server that states its context (vLLM's `max_model_len`) below
+the budget is refused then too.
+
 A task whose endpoint or service requests fail for good is reported as failed, with the
 error, and never scored 0: it is left out of the records and listed in the errors file.
 
@@ -27,13 +46,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 from tqdm import tqdm
+from transformers import AutoTokenizer
 
-from seal.eval.chat_endpoint import ChatEndpoint, EndpointError, EndpointSettings
+from seal.eval.chat_endpoint import (
+    ChatEndpoint,
+    ContextLengthError,
+    EndpointError,
+    EndpointSettings,
+)
 from seal.eval.records import (
     RecordFormatError,
     ValidationRecord,
@@ -42,8 +69,10 @@ from seal.eval.records import (
     write_step,
 )
 from seal.eval.replay import record_from_report
+from seal.rollout.driver import StopReason, generation_budget, observation_fits
 from seal.rollout.env_client import EnvClient, EnvServiceError
 from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
+from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, TurnTokenizer, turn_tokenizer
 
 VALIDATION_DIRNAME = "validation"
 
@@ -55,6 +84,11 @@ def partial_file(out_dir: Path, step: int) -> Path:
 
 def errors_file(out_dir: Path, step: int) -> Path:
     return out_dir / f"errors_{step_file_name(step)}"
+
+
+class ContextBudgetError(RuntimeError):
+    """The server's context is smaller than the budget: a setting to fix, so the run
+    stops (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -75,33 +109,101 @@ class EvalOutcome:
     """The step's record file, or None when failures kept it from being written."""
 
 
+def load_tokenizer(name: str | None, model: str):
+    """The tokenizer that counts the budget: `name` (a local directory or a hub name),
+    else the shipped Qwen2.5 tokenizer for a Qwen model. Any other model must name its
+    own: counting its tokens with Qwen's would misjudge its context."""
+    if name is None:
+        if "qwen" not in model.lower():
+            raise ValueError(
+                f"--tokenizer is needed for model {model!r}: the budget is counted with the "
+                "model's own tokenizer and chat template (the shipped Qwen2.5 tokenizer is "
+                "the default for Qwen models only)"
+            )
+        name = str(SHIPPED_TOKENIZER)
+    return AutoTokenizer.from_pretrained(name)
+
+
+def tokenizer_label(tokenizer) -> str:
+    """How records name the tokenizer: a directory's name, so moving it changes nothing."""
+    name = str(tokenizer.name_or_path)
+    return Path(name).name if Path(name).is_dir() else name
+
+
 async def run_episode(
-    env: EnvClient, chat: ChatEndpoint, task_id: str, limits: EpisodeLimits
+    env: EnvClient, chat: ChatEndpoint, tokens: TurnTokenizer, task_id: str, limits: EpisodeLimits
 ) -> dict:
-    """One validate-mode episode; the evaluation plus 'input' and 'output' messages."""
+    """One validate-mode episode under the context budget; the evaluation plus 'input' and
+    'output' messages and the budget's counters (see the module docstring)."""
     transcript: list[dict] = []
-    # The service ends the episode at limits.max_generations (marked truncated), so
-    # the loop's own bound is only a guard.
+    cut = clipped = 0
+    stop: StopReason | None = None
     async with env.episode(task_id, EpisodeSettings(mode="validate", limits=limits)) as episode:
         messages = list(episode.messages)
+        used = len(tokens.prompt(messages)[0])
+        # The service ends the episode at limits.max_generations (marked truncated), so
+        # the loop's own bound is only a guard.
         for _ in range(limits.max_generations):
-            text = await chat.complete(messages, task_id)
-            reply = await episode.step(text)
-            turn = [{"role": "assistant", "content": text}, *reply.messages]
-            messages += turn
-            transcript += turn
-            if reply.terminated:
+            budget = generation_budget(limits, used)
+            if budget < 1:
+                stop = "context_limit"
                 break
+            try:
+                reply = await chat.complete(messages, task_id, budget)
+            except ContextLengthError as error:
+                raise ContextBudgetError(
+                    f"{error}\nThis request fits the budget ({used} tokens of conversation + "
+                    f"max_tokens {budget} <= {limits.max_context_tokens}, counted with the "
+                    f"tokenizer {tokenizer_label(tokens.tokenizer)}), so the server's context "
+                    "is smaller than --max-context-tokens, or it counts more tokens: set "
+                    "--max-context-tokens to the server's context length (and --tokenizer to "
+                    "the model's own if it is not); results under another budget need another "
+                    "--out-dir"
+                ) from error
+            # A finished reply ends with the model's end-of-turn token; a cut one (stepped
+            # all the same) is closed by one before the next observation, as the driver does.
+            closing = int(reply.finish_reason == "length")
+            cut += closing
+            used += len(tokens.encode(reply.text)) + 1 - closing
+            step = await episode.step(reply.text)
+            assistant = {"role": "assistant", "content": reply.text}
+            if step.terminated:
+                transcript += [assistant, *step.messages]
+                stop = "max_generations" if step.truncated else "terminated"
+                break
+            observation = tokens.observation(step.messages, limits.max_observation_tokens)
+            if not observation_fits(limits, used, closing + len(observation.ids)):
+                transcript.append(assistant)
+                stop = "context_limit"
+                break
+            used += closing + len(observation.ids)
+            clipped += observation.clipped_messages
+            messages += [assistant, *observation.messages]
+            transcript += [assistant, *observation.messages]
+        if stop is None:
+            raise EnvServiceError(
+                f"{episode.what}: the service did not end the episode at max_generations "
+                f"{limits.max_generations}"
+            )
         evaluation = await episode.finish()
-    return {**evaluation, "input": episode.messages, "output": transcript}
+    counters = {
+        "stop_reason": stop,
+        "length_cut": cut,
+        "clipped_observations": clipped,
+        "context_tokens": used,
+    }
+    return {**evaluation, **counters, "input": episode.messages, "output": transcript}
 
 
-def run_settings(settings: EndpointSettings, max_generations: int) -> dict:
+def run_settings(settings: EndpointSettings, limits: EpisodeLimits, tokenizer_name: str) -> dict:
     """What makes two records comparable; kept in each record's `extra`."""
     return {
         "model": settings.model,
-        "max_generations": max_generations,
-        "max_tokens": settings.max_tokens,
+        "max_generations": limits.max_generations,
+        "max_tokens": limits.max_new_tokens,
+        "max_context_tokens": limits.max_context_tokens,
+        "max_observation_tokens": limits.max_observation_tokens,
+        "tokenizer": tokenizer_name,
         "temperature": settings.temperature,
     }
 
@@ -136,10 +238,24 @@ def load_done(out_dir: Path, step: int, expected: dict) -> dict[str, ValidationR
     return done
 
 
-def report_extra(report: dict) -> dict:
-    """Counters of the evaluation report worth keeping beside the score."""
-    keys = ("truncated", "tool_calls", "invalid_calls", "tool_errors", "num_turns", "turns_reached")
-    return {key: report[key] for key in keys if key in report}
+REPORT_EXTRA = (
+    "truncated", "tool_calls", "invalid_calls", "tool_errors", "num_turns", "turns_reached",
+    "stop_reason", "length_cut", "clipped_observations", "context_tokens",
+)  # fmt: skip
+"""Counters of an episode worth keeping beside the score."""
+
+
+def budget_counts(records: Iterable[ValidationRecord]) -> dict:
+    """How the budget and the endpoint cut the step's episodes: tasks per stop reason,
+    replies cut at max_tokens (and in how many tasks), clipped observations."""
+    records = list(records)
+    stops = Counter(r.extra["stop_reason"] for r in records)
+    return {
+        "stop_reasons": {reason: stops[reason] for reason in get_args(StopReason)},
+        "length_cut_replies": sum(r.extra["length_cut"] for r in records),
+        "length_cut_tasks": sum(r.extra["length_cut"] > 0 for r in records),
+        "clipped_observations": sum(r.extra["clipped_observations"] for r in records),
+    }
 
 
 def write_errors(out_dir: Path, step: int, failures: list[TaskFailure]) -> None:
@@ -155,27 +271,43 @@ def write_errors(out_dir: Path, step: int, failures: list[TaskFailure]) -> None:
     path.write_text("".join(lines), encoding="utf-8")
 
 
+async def check_endpoint(chat: ChatEndpoint, limits: EpisodeLimits) -> None:
+    """The preflight (chat_endpoint.ChatEndpoint.preflight), and the server's stated
+    context against the budget."""
+    entry = await chat.preflight()
+    context = (entry or {}).get("max_model_len")
+    if isinstance(context, int) and context < limits.max_context_tokens:
+        raise ContextBudgetError(
+            f"{chat.settings.base_url} serves {chat.settings.model!r} with a context of "
+            f"{context} tokens (max_model_len), less than the budget's {limits.max_context_tokens}: "
+            f"set --max-context-tokens {context}, or serve the model with a longer context"
+        )
+
+
 async def run_tasks(
     settings: EndpointSettings,
     task_ids: list[str],
     on_report: Callable[[dict], None],
     *,
     env_url: str,
+    tokenizer,
+    limits: EpisodeLimits,
     concurrency: int,
-    max_generations: int,
     show_progress: bool,
 ) -> list[TaskFailure]:
-    """Run every task's episode, `concurrency` at a time; hand each evaluation report to
-    `on_report` as it arrives and return the tasks that failed."""
+    """Check the service and the endpoint, then run every task's episode, `concurrency`
+    at a time; hand each evaluation report to `on_report` as it arrives and return the
+    tasks that failed. A `ContextBudgetError` stops every episode and is raised."""
     failures: list[TaskFailure] = []
     gate = asyncio.Semaphore(concurrency)
-    limits = EpisodeLimits(max_generations=max_generations, max_new_tokens=settings.max_tokens)
+    tokens = turn_tokenizer(tokenizer)
     async with (
         EnvClient(env_url, max_connections=concurrency) as env,
         ChatEndpoint(settings, max_connections=concurrency) as chat,
     ):
         if not await env.healthy():
             raise EnvServiceError(f"no healthy environment service at {env_url}")
+        await check_endpoint(chat, limits)
         with tqdm(
             total=len(task_ids), desc=settings.model, unit="task", disable=not show_progress
         ) as bar:
@@ -183,13 +315,21 @@ async def run_tasks(
             async def one(task_id: str) -> None:
                 async with gate:
                     try:
-                        on_report(await run_episode(env, chat, task_id, limits))
+                        on_report(await run_episode(env, chat, tokens, task_id, limits))
                     except (EndpointError, EnvServiceError) as error:
                         failures.append(TaskFailure(task_id, str(error)))
                         bar.set_postfix(failed=len(failures))
                     bar.update()
 
-            await asyncio.gather(*(one(task_id) for task_id in task_ids))
+            episodes = [asyncio.ensure_future(one(task_id)) for task_id in task_ids]
+            try:
+                await asyncio.gather(*episodes)
+            finally:
+                # After a ContextBudgetError (or an interrupt) the others stop too; each
+                # releases its episode on the way out.
+                for episode in episodes:
+                    episode.cancel()
+                await asyncio.gather(*episodes, return_exceptions=True)
     return failures
 
 
@@ -199,39 +339,44 @@ async def evaluate_endpoint(
     out_dir: Path,
     *,
     env_url: str,
+    tokenizer,
+    limits: EpisodeLimits | None = None,
     step: int = 0,
     concurrency: int = 16,
-    max_generations: int = 20,
     allow_failures: bool = False,
     show_progress: bool = True,
 ) -> EvalOutcome:
-    """Evaluate the tasks not yet done in `out_dir`; see the module doc for the files."""
+    """Evaluate the tasks not yet done in `out_dir` under `limits` (the paper's by
+    default), counting tokens with `tokenizer` (a Hugging Face tokenizer with the model's
+    chat template); see the module doc for the files."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    extra = run_settings(settings, max_generations)
+    limits = limits or EpisodeLimits()
+    extra = run_settings(settings, limits, tokenizer_label(tokenizer))
     records = load_done(out_dir, step, extra)
     todo = [task_id for task_id in task_ids if task_id not in records]
     failures: list[TaskFailure] = []
     if todo:
-        with partial_file(out_dir, step).open("a", encoding="utf-8") as partial:
 
-            def keep(report: dict) -> None:
-                record = record_from_report(report, step)
-                record = record.model_copy(update={"extra": {**report_extra(report), **extra}})
-                records[record.task_id] = record
-                # One line per task, flushed: a crash loses at most the tasks in flight.
+        def keep(report: dict) -> None:
+            record = record_from_report(report, step)
+            extras = {key: report[key] for key in REPORT_EXTRA if key in report}
+            record = record.model_copy(update={"extra": {**extras, **extra}})
+            records[record.task_id] = record
+            # One line per task, flushed: a crash loses at most the tasks in flight.
+            with partial_file(out_dir, step).open("a", encoding="utf-8") as partial:
                 partial.write(record.model_dump_json() + "\n")
-                partial.flush()
 
-            failures = await run_tasks(
-                settings,
-                todo,
-                keep,
-                env_url=env_url,
-                concurrency=concurrency,
-                max_generations=max_generations,
-                show_progress=show_progress,
-            )
+        failures = await run_tasks(
+            settings,
+            todo,
+            keep,
+            env_url=env_url,
+            tokenizer=tokenizer,
+            limits=limits,
+            concurrency=concurrency,
+            show_progress=show_progress,
+        )
 
     write_errors(out_dir, step, failures)
     step_file = None

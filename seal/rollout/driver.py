@@ -31,7 +31,9 @@ max_new_tokens before every generation instead would cap episodes at
 16384 - 4096 tokens with the paper's limits, which 17 of the 800 ground-truth
 trajectories exceed (long_context tasks): tasks a policy could solve would be cut. A
 prompt with no room at all gives a sample with no response (num_generations 0,
-stop_reason context_limit); the trainer decides what to do with it.
+stop_reason context_limit); the trainer decides what to do with it. The rule is
+`generation_budget` and `observation_fits`, which the endpoint evaluator
+(seal/eval/evaluator.py) applies too, so that it scores under the same budget.
 """
 
 from __future__ import annotations
@@ -83,6 +85,19 @@ class EpisodeSample:
     validation records)."""
     output_text: str
     """response_ids decoded, special tokens kept."""
+
+
+def generation_budget(limits: EpisodeLimits, used: int) -> int:
+    """`max_new_tokens` of the next generation after `used` tokens of context: the room
+    left, at most `limits.max_new_tokens`; 0 when none is left (the episode stops with
+    `context_limit`)."""
+    return max(0, min(limits.max_new_tokens, limits.max_context_tokens - used))
+
+
+def observation_fits(limits: EpisodeLimits, used: int, added: int) -> bool:
+    """Whether `added` tokens of observation after `used` leave at least one token of
+    room; if not, the episode stops with `context_limit` without them."""
+    return used + added < limits.max_context_tokens
 
 
 class EpisodeError(RuntimeError):
@@ -186,19 +201,14 @@ class _Episode:
         self.ids, self.prompt_text = self.chat.prompt(first_messages)
         self.prompt_length = len(self.ids)
 
-    def room(self) -> int:
-        """Tokens left in the context."""
-        return self.limits.max_context_tokens - len(self.ids)
-
     async def play(self, episode: Episode, generator: Generator) -> None:
         while True:
-            if self.room() < 1:
+            budget = generation_budget(self.limits, len(self.ids))
+            if budget < 1:
                 self.stop_reason = "context_limit"
                 return
             sampling = SamplingParams(
-                max_new_tokens=min(self.limits.max_new_tokens, self.room()),
-                temperature=self.temperature,
-                top_p=self.top_p,
+                max_new_tokens=budget, temperature=self.temperature, top_p=self.top_p
             )
             generation = await generator.generate(self.ids, sampling)
             closed = self.append_generation(generation, sampling.max_new_tokens)
@@ -210,7 +220,9 @@ class _Episode:
                 return
             observation = self.chat.observation(reply.messages, self.limits.max_observation_tokens)
             closing = [] if closed else [self.chat.end_of_turn_id]
-            if len(closing) + len(observation.ids) >= self.room():
+            if not observation_fits(
+                self.limits, len(self.ids), len(closing) + len(observation.ids)
+            ):
                 self.stop_reason = "context_limit"
                 return
             self.append_unmasked(closing + observation.ids)

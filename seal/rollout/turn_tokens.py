@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
+
+SHIPPED_TOKENIZER = Path(__file__).resolve().parent.parent / "assets" / "qwen2.5-tokenizer"
+"""The Qwen2.5 tokenizer and chat template shipped with the package (Apache-2.0)."""
 
 _ASSISTANT = "\x1eSEAL_ASSISTANT_TEXT\x1e"
 _SLOT = "\x1eSEAL_SLOT_{}\x1e"
@@ -32,6 +36,8 @@ class Observation:
     through the next generation prompt."""
     clipped_messages: int
     """How many message contents were cut to the token limit."""
+    messages: list[dict]
+    """The messages as tokenized, contents clipped (what a text client sends on)."""
 
 
 class TurnTokenizer:
@@ -112,7 +118,7 @@ class TurnTokenizer:
             content = self.clip(message["content"], max_content_tokens)
             count += content is not message["content"]
             clipped.append({**message, "content": content})
-        return Observation(self.encode(self.observation_text(clipped)), count)
+        return Observation(self.encode(self.observation_text(clipped)), count, clipped)
 
     def clip(self, content: str, max_tokens: int) -> str:
         """`content` itself if it has at most `max_tokens` tokens, else its first tokens

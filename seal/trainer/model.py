@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
+from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
 from seal.trainer.config import ModelSettings
 
-SHIPPED_TOKENIZER = Path(__file__).resolve().parent.parent / "assets" / "qwen2.5-tokenizer"
 TINY = "tiny-qwen2"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

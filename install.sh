@@ -97,7 +97,7 @@ fi
 case "$mode" in
   cpu) what="CPU torch, bfcl-eval 2026.3.23, seal-repro"
        next=".venv/bin/python launcher.py   (the main job, 2-5 min)" ;;
-  test) what="CPU torch, bfcl-eval 2026.3.23, seal-repro with pytest and ruff, verl[verl-core] 0.9.1"
+  test) what="CPU torch, bfcl-eval 2026.3.23, seal-repro with pytest, ruff and transformers[serving], verl[verl-core] 0.9.1"
         next=".venv/bin/python -m pytest   (the whole suite, a few minutes)" ;;
   gpu) what="verl[vllm,fsdp] 0.9.1 with its CUDA torch, bfcl-eval 2026.3.23, seal-repro, wandb"
        next=".venv/bin/python launcher.py --conf exp/SEAL.yaml" ;;

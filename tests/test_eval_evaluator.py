@@ -532,7 +532,10 @@ def free_port() -> int:
     "case, error",
     [
         ("bad_url", "no endpoint answers at http://127.0.0.1:{port}/v1"),
-        ("wrong_model_listed", "does not list model 'fake-modle' (it serves ['fake-model'])"),
+        (
+            "wrong_model_listed",
+            "/models does not list model 'fake-modle' (it serves ['fake-model']); http://",
+        ),
         ("wrong_model_unlisted", "refused a 1-token request for model 'fake-modle' (HTTP 404"),
         ("bad_key", "/models refused the API key (HTTP 401"),
         ("bad_key_unlisted", "/chat/completions refused the API key (HTTP 401"),
@@ -566,17 +569,22 @@ def test_preflight_fails_in_seconds_before_any_episode(
     assert not (tmp_path / "validation").exists() and not partial_file(tmp_path, 0).exists()
 
 
-def test_preflight_passes_with_the_right_key_and_a_server_that_lists_no_models(
-    fake_llm, live_service, tmp_path
+@pytest.mark.parametrize("listing", ["none", "others"])
+def test_preflight_passes_a_server_that_answers_for_a_model_it_does_not_list(
+    fake_llm, live_service, tmp_path, caplog, listing
 ):
     server, base_url = fake_llm
-    server.api_key, server.models = "sk-right", None
+    # As `transformers serve` started with a model: it lists the models of its cache.
+    server.api_key = "sk-right"
+    server.models = None if listing == "none" else [{"id": "org/cached-model"}]
     server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
 
     outcome = evaluate(base_url, live_service[0], tmp_path, api_key="sk-right")
 
     assert not outcome.failures and len(outcome.records) == len(TASKS)
     assert [(body["max_tokens"], body["model"]) for body in server.preflights] == [(1, MODEL)]
+    warned = "does not list model 'fake-model' (it serves ['org/cached-model'])"
+    assert (warned in caplog.text) == (listing == "others")
 
 
 # --- finish_reason (item 8) ---------------------------------------------------------------

@@ -15,16 +15,20 @@ the cause, never an empty or made-up reply taken as the model's output. A refusa
 the conversation exceeds the server's context is a `ContextLengthError`.
 
 ``ChatEndpoint.preflight()`` checks, before a run, that the endpoint answers, serves the
-model and accepts the key: one ``GET /models`` and one 1-token completion, so a mistyped URL,
-model name or key fails in seconds with a message that says which (a `PreflightError`).
+model and accepts the key: one ``GET /models`` (quick, one attempt) and one 1-token
+completion, so a mistyped URL, model name or key fails in seconds with a message that says
+which (a `PreflightError`).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
 from seal.http import HttpClient, HttpError, Reply, RetryPolicy
+
+log = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
 """Answers worth retrying: timeouts, rate limits and server errors."""
@@ -175,17 +179,15 @@ class ChatEndpoint:
                     f"no endpoint answers at {base} ({error}): check --base-url"
                 ) from error
         _refuse_bad_key(listing, f"{base}/models")
-        served, entry = _served_models(listing), None
-        if served is not None:
-            entry = next((m for m in served if m.get("id") == model), None)
-            if entry is None:
-                names = [m.get("id") for m in served]
-                raise PreflightError(
-                    f"{base}/models does not list model {model!r} (it serves {names}): "
-                    "check --model"
-                )
-        # Listing does not prove generation works (some servers do not list, or list
-        # models they cannot load), so one 1-token completion too.
+        served = _served_models(listing)
+        entry = next((m for m in served or [] if m.get("id") == model), None)
+        # Not listed is no proof of a wrong name (`transformers serve` lists the models in
+        # its cache, not one it was started with), so the 1-token completion decides;
+        # the listing goes into its error.
+        unlisted = ""
+        if served is not None and entry is None:
+            names = [m.get("id") for m in served]
+            unlisted = f"{base}/models does not list model {model!r} (it serves {names}); "
         try:
             reply = await self._post([{"role": "user", "content": "Hi"}], "the preflight check", 1)
         except EndpointError as error:
@@ -193,9 +195,9 @@ class ChatEndpoint:
         _refuse_bad_key(reply, self.url)
         if reply.status != 200:
             raise PreflightError(
-                f"{self.url} refused a 1-token request for model {model!r} (HTTP {reply.status}: "
-                f"{reply.body[:300].decode(errors='replace')}): check --model and --base-url "
-                "(the API root, e.g. http://host:8000/v1)"
+                f"{unlisted}{self.url} refused a 1-token request for model {model!r} (HTTP "
+                f"{reply.status}: {reply.body[:300].decode(errors='replace')}): check --model "
+                "and --base-url (the API root, e.g. http://host:8000/v1)"
             )
         try:
             _completion(reply.json(), "the preflight check")
@@ -203,6 +205,8 @@ class ChatEndpoint:
             raise PreflightError(
                 f"{self.url} is not an OpenAI-compatible endpoint: {error}"
             ) from error
+        if unlisted:
+            log.warning("%sit answered a request for it all the same", unlisted)
         return entry
 
 

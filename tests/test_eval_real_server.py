@@ -1,0 +1,170 @@
+"""The endpoint evaluator against a real OpenAI-compatible server on the real service.
+
+The server is `transformers serve` (transformers[serving], in the test extra) serving a tiny
+random Qwen2 built from config with the shipped tokenizer, saved to a temporary directory:
+nothing is downloaded (the server runs with HF_HUB_OFFLINE=1). Its replies are noise (a
+random model greedily repeats one token and never ends its turn), so what is checked is the
+evaluator against a server it does not control: the preflight passes and refuses a wrong
+model name, every request fits the budget, replies cut at max_tokens are counted, an
+episode that fills the context is scored, and no task fails.
+
+Skips, saying why, when the server cannot start (transformers[serving] not installed, the
+server exits or does not answer /health in time): CI on a machine without it still passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from seal.eval.chat_endpoint import EndpointSettings, PreflightError
+from seal.eval.evaluator import budget_counts, evaluate_endpoint
+from seal.rollout.protocol import EpisodeLimits
+from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, turn_tokenizer
+
+TASKS = [
+    "multi_turn_base_4",
+    "multi_turn_miss_func_9",
+    "multi_turn_miss_param_21",
+    "multi_turn_long_context_29",
+]
+STARTUP_S = 180  # model load on a busy 2-core machine
+LIMITS = EpisodeLimits(max_generations=4, max_new_tokens=16)
+TOKENIZER = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)  # the tiny model's
+
+
+def _free_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def _healthy(url: str) -> bool:
+    try:
+        import urllib.request
+
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    from seal.trainer.config import ModelSettings
+    from seal.trainer.model import build_tiny_qwen2
+
+    path = tmp_path_factory.mktemp("tiny-qwen2")
+    model = build_tiny_qwen2(ModelSettings(path="tiny-qwen2"), TOKENIZER)
+    model.save_pretrained(path)
+    TOKENIZER.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def transformers_server(tiny_model, tmp_path_factory):
+    """(base_url, model name) of `transformers serve` serving the tiny model."""
+    missing = [m for m in ("openai", "fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(
+            f"transformers serve needs transformers[serving] ({', '.join(missing)} missing): "
+            "pip install 'transformers[serving]'"
+        )
+    port = _free_port()
+    log = tmp_path_factory.mktemp("server") / "transformers_serve.log"
+    command = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(tiny_model)]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    with log.open("wb") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while not _healthy(f"http://127.0.0.1:{port}/health"):
+            if server.poll() is not None or time.monotonic() > deadline:
+                tail = log.read_text(errors="replace")[-1500:]
+                state = f"exited ({server.returncode})" if server.poll() is not None else (
+                    f"did not answer /health within {STARTUP_S} s"
+                )  # fmt: skip
+                pytest.skip(f"transformers serve {state}; its log ends:\n{tail}")
+            time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}/v1", str(tiny_model)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def evaluate(base_url, model, env_url, out_dir, task_ids=TASKS, limits=LIMITS):
+    settings = EndpointSettings(base_url=base_url, model=model, attempts=2, timeout_s=120)
+    return asyncio.run(
+        evaluate_endpoint(
+            settings,
+            task_ids,
+            out_dir,
+            env_url=env_url,
+            tokenizer=TOKENIZER,
+            limits=limits,
+            concurrency=2,
+            show_progress=False,
+        )
+    )
+
+
+def test_tasks_are_scored_under_the_budget_against_transformers_serve(
+    transformers_server, live_service, tmp_path
+):
+    base_url, model = transformers_server
+    env_url, engine = live_service
+
+    outcome = evaluate(base_url, model, env_url, tmp_path)
+
+    assert not outcome.failures and sorted(outcome.records) == sorted(TASKS)
+    for record in outcome.records.values():
+        assert record.turns >= 1 and len(record.failure_tags) == record.extra["num_turns"]
+        assert record.extra["stop_reason"] in ("terminated", "max_generations")
+        # The random model never ends its turn: the server cut every reply at max_tokens.
+        assert record.extra["length_cut"] == record.turns, record.task_id
+        assert record.extra["context_tokens"] <= LIMITS.max_context_tokens
+    counts = budget_counts(outcome.records.values())
+    assert counts["length_cut_tasks"] == len(TASKS)
+    assert engine.stats()["live_episodes"] == 0
+
+    # A context with room for the first prompt and a few tokens: the server is asked for
+    # at most that many, and the episode ends scored when the next question cannot fit.
+    task_id = TASKS[0]
+    first = json.loads(outcome.records[task_id].input)
+    prompt = len(turn_tokenizer(TOKENIZER).prompt(first)[0])
+    small = EpisodeLimits(max_generations=4, max_new_tokens=16, max_context_tokens=prompt + 8)
+    cut = evaluate(base_url, model, env_url, tmp_path / "small", [task_id], small)
+    record = cut.records[task_id]
+    assert not cut.failures
+    assert (record.extra["stop_reason"], record.turns, record.score) == ("context_limit", 1, 0)
+    assert record.extra["context_tokens"] <= prompt + 8 and record.failure_tags
+
+
+def test_preflight_refuses_a_wrong_model_name_before_any_episode(
+    transformers_server, live_service, tmp_path
+):
+    base_url, model = transformers_server
+    env_url, engine = live_service
+    start = time.monotonic()
+    with pytest.raises(PreflightError, match="check --model") as raised:
+        evaluate(base_url, model + "-typo", env_url, tmp_path)
+    assert time.monotonic() - start < 30
+    assert "refused a 1-token request" in str(raised.value)
+    assert engine.stats()["created"] == 0

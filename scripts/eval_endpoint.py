@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from seal.bfcl.tasks import category_of
 from seal.eval.chat_endpoint import EndpointSettings
-from seal.eval.evaluator import budget_counts, errors_file, evaluate_endpoint, load_tokenizer
+from seal.eval.evaluator import episode_stats, errors_file, evaluate_endpoint, load_tokenizer
 from seal.eval.replay import split_task_ids
 from seal.eval.summary import render_markdown, summarize_step
 from seal.launch.service import environment_service
@@ -198,13 +198,14 @@ def episode_limits(args: argparse.Namespace) -> EpisodeLimits:
     )
 
 
-def render_budget(counts: dict, tasks: int) -> str:
+def render_episode_stats(counts: dict, tasks: int) -> str:
     """One line on how the budget and the endpoint cut the episodes."""
     stops = ", ".join(f"{reason} {n}" for reason, n in counts["stop_reasons"].items())
     return (
         f"episodes ended ({tasks} tasks): {stops}; replies cut at max_tokens: "
         f"{counts['length_cut_replies']} in {counts['length_cut_tasks']} tasks; "
-        f"observations clipped: {counts['clipped_observations']}"
+        f"observations clipped: {counts['clipped_observations']}; median time per task: "
+        f"{counts['median_seconds']:.1f} s"
     )
 
 
@@ -230,7 +231,7 @@ def evaluate(args: argparse.Namespace, out_dir: Path, settings: EndpointSettings
     if outcome.records:
         records = list(outcome.records.values())
         print(render_markdown([summarize_step(args.step, records)]))
-        print(render_budget(budget_counts(records), len(records)))
+        print(render_episode_stats(episode_stats(records), len(records)))
     if outcome.step_file:
         print(f"records: {outcome.step_file}")
     if outcome.failures:

@@ -29,7 +29,7 @@ from seal.bfcl.tasks import load_task
 from seal.eval.chat_endpoint import EndpointSettings, PreflightError
 from seal.eval.evaluator import (
     ContextBudgetError,
-    budget_counts,
+    episode_stats,
     errors_file,
     evaluate_endpoint,
     partial_file,
@@ -426,7 +426,7 @@ def test_max_tokens_is_the_room_left_and_a_full_context_ends_the_episode_scored(
     assert (record.extra["stop_reason"], record.turns, record.score) == ("context_limit", 1, 0)
     assert [m["role"] for m in json.loads(record.output)] == ["assistant"]
     assert len(record.failure_tags) == full.extra["num_turns"]
-    assert budget_counts(outcome.records.values())["stop_reasons"]["context_limit"] == 1
+    assert episode_stats(outcome.records.values())["stop_reasons"]["context_limit"] == 1
     assert engine.stats()["live_episodes"] == 0  # finished (evaluated and released)
 
 
@@ -611,7 +611,7 @@ def test_a_reply_cut_at_max_tokens_is_stepped_counted_and_recorded(
         "content": texts[0],
     }
     assert all(outcome.records[t].extra["length_cut"] == 0 for t in TASKS if t != task_id)
-    counts = budget_counts(outcome.records.values())
+    counts = episode_stats(outcome.records.values())
     assert (counts["length_cut_replies"], counts["length_cut_tasks"]) == (1, 1)
 
     split = tmp_path / "split.json"
@@ -620,7 +620,10 @@ def test_a_reply_cut_at_max_tokens_is_stepped_counted_and_recorded(
     args += ["--env-url", env_url, "--out-dir", str(tmp_path / "cli")]
     args += ["--tokenizer", str(SHIPPED_TOKENIZER)]
     assert load_script("eval_endpoint").main(args) == 0
-    assert "replies cut at max_tokens: 1 in 1 tasks" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "replies cut at max_tokens: 1 in 1 tasks" in out
+    assert "episodes ended (4 tasks): terminated 4, max_generations 0, context_limit 0" in out
+    assert "median time per task: " in out
 
 
 def test_another_finish_reason_fails_the_task(fake_llm, live_service, tmp_path):

@@ -28,7 +28,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from seal.eval.chat_endpoint import EndpointSettings, PreflightError
-from seal.eval.evaluator import budget_counts, evaluate_endpoint
+from seal.eval.evaluator import episode_stats, evaluate_endpoint
 from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, turn_tokenizer
 
@@ -140,7 +140,8 @@ def test_tasks_are_scored_under_the_budget_against_transformers_serve(
         # The random model never ends its turn: the server cut every reply at max_tokens.
         assert record.extra["length_cut"] == record.turns, record.task_id
         assert record.extra["context_tokens"] <= LIMITS.max_context_tokens
-    counts = budget_counts(outcome.records.values())
+        assert record.extra["seconds"] > 0
+    counts = episode_stats(outcome.records.values())
     assert counts["length_cut_tasks"] == len(TASKS)
     assert engine.stats()["live_episodes"] == 0
 

@@ -15,7 +15,8 @@ to max_observation_tokens with the driver's clip marker; an observation that doe
 ends the episode with stop reason `context_limit`, and the episode is evaluated and scored
 like any other. A reply cut at `max_tokens` (finish_reason "length") is stepped as it is,
 as the driver steps a length-cut generation, and counted. Each record's `extra` keeps the
-stop reason, the count of cut replies and of clipped observations, and the tokens used.
+stop reason, the count of cut replies and of clipped observations, the tokens used and the
+task's wall time.
 
 Every request fits the budget by construction, so a server that refuses one for its length
 has a smaller context than the budget (or counts tokens differently): that is a wrong
@@ -46,6 +47,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -135,6 +138,7 @@ async def run_episode(
 ) -> dict:
     """One validate-mode episode under the context budget; the evaluation plus 'input' and
     'output' messages and the budget's counters (see the module docstring)."""
+    start = time.monotonic()
     transcript: list[dict] = []
     cut = clipped = 0
     stop: StopReason | None = None
@@ -191,6 +195,7 @@ async def run_episode(
         "length_cut": cut,
         "clipped_observations": clipped,
         "context_tokens": used,
+        "seconds": round(time.monotonic() - start, 3),
     }
     return {**evaluation, **counters, "input": episode.messages, "output": transcript}
 
@@ -240,14 +245,15 @@ def load_done(out_dir: Path, step: int, expected: dict) -> dict[str, ValidationR
 
 REPORT_EXTRA = (
     "truncated", "tool_calls", "invalid_calls", "tool_errors", "num_turns", "turns_reached",
-    "stop_reason", "length_cut", "clipped_observations", "context_tokens",
+    "stop_reason", "length_cut", "clipped_observations", "context_tokens", "seconds",
 )  # fmt: skip
 """Counters of an episode worth keeping beside the score."""
 
 
-def budget_counts(records: Iterable[ValidationRecord]) -> dict:
+def episode_stats(records: Iterable[ValidationRecord]) -> dict:
     """How the budget and the endpoint cut the step's episodes: tasks per stop reason,
-    replies cut at max_tokens (and in how many tasks), clipped observations."""
+    replies cut at max_tokens (and in how many tasks), clipped observations; and the
+    median wall time of a task (at the run's concurrency)."""
     records = list(records)
     stops = Counter(r.extra["stop_reason"] for r in records)
     return {
@@ -255,6 +261,7 @@ def budget_counts(records: Iterable[ValidationRecord]) -> dict:
         "length_cut_replies": sum(r.extra["length_cut"] for r in records),
         "length_cut_tasks": sum(r.extra["length_cut"] > 0 for r in records),
         "clipped_observations": sum(r.extra["clipped_observations"] for r in records),
+        "median_seconds": statistics.median(r.extra["seconds"] for r in records),
     }
 
 

@@ -636,3 +636,22 @@ def test_another_finish_reason_fails_the_task(fake_llm, live_service, tmp_path):
     assert [f.task_id for f in outcome.failures] == [task_id]
     assert "finish_reason 'content_filter'" in outcome.failures[0].error
     assert task_id in outcome.failures[0].error
+
+
+def test_command_line_stops_at_the_preflight(live_service, tmp_path, capsys):
+    env_url, engine = live_service
+    args = ["--base-url", f"http://127.0.0.1:{free_port()}/v1", "--model", MODEL, "--quiet"]
+    args += [
+        "--env-url",
+        env_url,
+        "--out-dir",
+        str(tmp_path),
+        "--tokenizer",
+        str(SHIPPED_TOKENIZER),
+    ]
+
+    start = time.monotonic()
+    assert load_script("eval_endpoint").main(args) == 1
+    assert time.monotonic() - start < 10
+    assert "check --base-url" in capsys.readouterr().err
+    assert engine.stats()["created"] == 0 and not (tmp_path / "validation").exists()

@@ -166,6 +166,9 @@ async def run_episode(
                 ) from error
             # A finished reply ends with the model's end-of-turn token; a cut one (stepped
             # all the same) is closed by one before the next observation, as the driver does.
+            # The text is counted re-encoded, as the server counts it in the next request
+            # (the driver counts the generated ids; the two differ only where re-encoding
+            # merges tokens differently).
             closing = int(reply.finish_reason == "length")
             cut += closing
             used += len(tokens.encode(reply.text)) + 1 - closing

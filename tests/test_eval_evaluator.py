@@ -26,7 +26,13 @@ from seal.bfcl.ground_truth import (
     ground_truth_trajectory,
 )
 from seal.bfcl.tasks import load_task
-from seal.eval.chat_endpoint import EndpointSettings, PreflightError
+from seal.eval.chat_endpoint import (
+    ChatEndpoint,
+    ContextLengthError,
+    EndpointError,
+    EndpointSettings,
+    PreflightError,
+)
 from seal.eval.evaluator import (
     ContextBudgetError,
     episode_stats,
@@ -467,14 +473,45 @@ def test_observations_are_clipped_with_the_drivers_marker(fake_llm, live_service
     assert record.extra["clipped_observations"] == len(cut)
 
 
+# What llama-cpp-python 0.3.36's server answered with --n_ctx 4096 (OpenAI's format).
 CONTEXT_REFUSAL = {
     "error": {
-        "message": "This model's maximum context length is 8192 tokens. However, you "
-        "requested 12000 tokens (7904 in the messages, 4096 in the completion).",
-        "type": "BadRequestError",
+        "message": "This model's maximum context length is 4096 tokens. However, you "
+        "requested 9124 tokens (5028 in the messages, 4096 in the completion). Please reduce "
+        "the length of the messages or completion.",
+        "type": "invalid_request_error",
+        "param": "messages",
         "code": "context_length_exceeded",
     }
 }
+
+
+@pytest.mark.parametrize(
+    "message, for_length",
+    [
+        (CONTEXT_REFUSAL["error"]["message"], True),  # OpenAI, vLLM, llama-cpp-python
+        ("the request exceeds the available context size, try increasing it", True),  # llama.cpp
+        ("The input (9000 tokens) is longer than the model's context length (8192 tokens).", True),
+        ("temperature must be non-negative", False),
+    ],
+)
+def test_refusals_for_length_are_told_apart(fake_llm, message, for_length):
+    server, base_url = fake_llm
+    task_id = TASKS[0]
+    server.fail_next(task_id, 400, body={"error": {"message": message}})
+    messages = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": first_question(task_id)},
+    ]
+
+    async def ask():
+        settings = EndpointSettings(base_url=base_url, model=MODEL, **FAST_RETRIES)
+        async with ChatEndpoint(settings) as chat:
+            await chat.complete(messages, task_id, 16)
+
+    with pytest.raises(EndpointError, match=f"{task_id}: .* refused the request") as raised:
+        asyncio.run(ask())
+    assert isinstance(raised.value, ContextLengthError) == for_length
 
 
 def test_a_server_with_a_smaller_context_stops_the_run_with_advice(
@@ -487,7 +524,7 @@ def test_a_server_with_a_smaller_context_stops_the_run_with_advice(
 
     with pytest.raises(ContextBudgetError, match="set --max-context-tokens to the server") as e:
         evaluate(base_url, env_url, tmp_path, concurrency=1)
-    assert "multi_turn_miss_param_21" in str(e.value) and "8192" in str(e.value)
+    assert "multi_turn_miss_param_21" in str(e.value) and "4096 tokens" in str(e.value)
     # Neither scored nor left out of a written step: the run stops, its episodes released.
     assert not (tmp_path / "validation").exists() and not errors_file(tmp_path, 0).exists()
     assert engine.stats()["live_episodes"] == 0

@@ -17,7 +17,9 @@ the conversation exceeds the server's context is a `ContextLengthError`.
 ``ChatEndpoint.preflight()`` checks, before a run, that the endpoint answers, serves the
 model and accepts the key: one ``GET /models`` (quick, one attempt) and one 1-token
 completion, so a mistyped URL, model name or key fails in seconds with a message that says
-which (a `PreflightError`).
+which (a `PreflightError`). The completion decides about the name: a server that lists
+models but answers for one it does not list (`transformers serve` lists its cache, not the
+model it was started with; llama.cpp answers any name with its one model) gets a warning.
 """
 
 from __future__ import annotations

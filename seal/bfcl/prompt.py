@@ -30,6 +30,11 @@ HOLDOUT_NOTICE = "New tools are now available to you. Please continue with my ea
 _JSON_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string"}
 
 
+def json_type(bfcl_type):
+    """The JSON Schema name of a BFCL type name (others, and None, unchanged)."""
+    return _JSON_TYPES.get(bfcl_type, bfcl_type) if isinstance(bfcl_type, str) else bfcl_type
+
+
 def to_json_schema(schema: dict) -> dict:
     """A BFCL parameter schema with JSON Schema type names, recursively (input not modified)."""
     out = copy.deepcopy(schema)
@@ -39,7 +44,7 @@ def to_json_schema(schema: dict) -> dict:
 
 def _fix_types(node: dict) -> None:
     if isinstance(node.get("type"), str):
-        node["type"] = _JSON_TYPES.get(node["type"], node["type"])
+        node["type"] = json_type(node["type"])
     for child in node.get("properties", {}).values():
         _fix_types(child)
     if isinstance(node.get("items"), dict):

@@ -88,10 +88,10 @@ def json_reply(model: BaseModel, status: int = 200) -> Response:
 router = APIRouter(prefix="/v1", tags=["episodes"])
 
 
-@router.post("/episodes", status_code=201, response_model=EpisodeCreated)
-async def create_episode(body: CreateEpisode, request: Request):
-    episode_id, ep = engine_of(request).create(body.task_id, body.settings, body.episode_id)
-    created = EpisodeCreated(
+def create(engine: EnvEngine, body: CreateEpisode) -> EpisodeCreated:
+    """A create request's work and reply (also used in-process by tests)."""
+    episode_id, ep = engine.create(body.task_id, body.settings, body.episode_id)
+    return EpisodeCreated(
         episode_id=episode_id,
         task_id=ep.task.task_id,
         category=ep.task.category,
@@ -100,16 +100,13 @@ async def create_episode(body: CreateEpisode, request: Request):
         tools=ep.tools,
         messages=ep.first_messages,
     )
-    return json_reply(created, 201)
 
 
-@router.post("/episodes/{episode_id}/steps", response_model=StepResult)
-async def step_episode(episode_id: str, body: StepRequest, request: Request):
+def step(engine: EnvEngine, episode_id: str, body: StepRequest) -> StepResult:
+    """A step request's work and reply (also used in-process by tests)."""
     calls = [_parsed(call) for call in body.tool_calls]
-    outcome = engine_of(request).step(
-        episode_id, body.content, body.seq, release_at_end=True, calls=calls
-    )
-    result = StepResult(
+    outcome = engine.step(episode_id, body.content, body.seq, release_at_end=True, calls=calls)
+    return StepResult(
         seq=outcome.seq,
         messages=outcome.messages,
         terminated=outcome.terminated,
@@ -118,7 +115,16 @@ async def step_episode(episode_id: str, body: StepRequest, request: Request):
         turn=outcome.turn,
         evaluation=outcome.evaluation,
     )
-    return json_reply(result)
+
+
+@router.post("/episodes", status_code=201, response_model=EpisodeCreated)
+async def create_episode(body: CreateEpisode, request: Request):
+    return json_reply(create(engine_of(request), body), 201)
+
+
+@router.post("/episodes/{episode_id}/steps", response_model=StepResult)
+async def step_episode(episode_id: str, body: StepRequest, request: Request):
+    return json_reply(step(engine_of(request), episode_id, body))
 
 
 @router.get("/episodes/{episode_id}/evaluation", response_model=Evaluation)

@@ -56,7 +56,7 @@ class StepReply:
     """The service ended the episode at its generation limit."""
 
 
-def _call_body(call: ToolCall | CallParseError) -> dict:
+def call_body(call: ToolCall | CallParseError) -> dict:
     """A parsed call as the native API's AssistantCall."""
     if isinstance(call, CallParseError):
         return {"error": call.reason}
@@ -184,7 +184,7 @@ class Episode:
         if self.released:
             raise EnvServiceError(f"{self.what}: step after the episode ended")
         self.steps += 1
-        body = {"content": content, "tool_calls": [_call_body(c) for c in calls], "seq": self.steps}
+        body = {"content": content, "tool_calls": [call_body(c) for c in calls], "seq": self.steps}
         result = (
             await self.env.call("POST", f"{self.path}/steps", self.what, (200,), json=body)
         ).json()

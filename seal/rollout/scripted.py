@@ -52,12 +52,16 @@ async def run_scripted_episode(
     return {**evaluation, "input": fmt.start(episode.created).messages, "output": transcript}
 
 
-def text_generation(tokenizer, text: str, closed: bool = True) -> Generation:
-    """`text` as a model would return it: its canonical ids, then the eos if `closed`
-    (finish "stop"), else without it (finish "length")."""
+def text_generation(
+    tokenizer, text: str, closed: bool = True, end_of_turn_id: int | None = None
+) -> Generation:
+    """`text` as a model would return it: its canonical ids, then the end-of-turn token
+    (the tokenizer's eos unless given) if `closed` (finish "stop"), else without it
+    (finish "length")."""
     ids = tokenizer.encode(text, add_special_tokens=False)
     if closed:
-        return Generation(ids + [tokenizer.eos_token_id], None, "stop")
+        end = tokenizer.eos_token_id if end_of_turn_id is None else end_of_turn_id
+        return Generation([*ids, end], None, "stop")
     return Generation(ids, None, "length")
 
 
@@ -74,8 +78,10 @@ class ScriptedGenerator:
         self.prompt_lengths: list[int] = []
 
     @classmethod
-    def from_texts(cls, tokenizer, texts: list[str], **kwargs) -> ScriptedGenerator:
-        return cls([text_generation(tokenizer, t) for t in texts], **kwargs)
+    def from_texts(
+        cls, tokenizer, texts: list[str], end_of_turn_id: int | None = None, **kwargs
+    ) -> ScriptedGenerator:
+        return cls([text_generation(tokenizer, t, True, end_of_turn_id) for t in texts], **kwargs)
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         if self.calls >= len(self.generations):

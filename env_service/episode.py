@@ -116,7 +116,7 @@ class Episode:
         """The system prompt's sections: instructions, then the layers' sections."""
         self.tools = _first_tools(task, self.layers.schema_cues, self.layers.type_hints)
         """Docs of the tools available from turn 0, as the model sees them."""
-        self.first_messages = self._turn_messages(0)
+        self.first_messages = self.turn_messages(0)
 
     # --- prompt ------------------------------------------------------------------------
 
@@ -135,7 +135,7 @@ class Episode:
                 sections.append(section)
         return sections
 
-    def _turn_messages(self, turn: int) -> list[dict]:
+    def turn_messages(self, turn: int) -> list[dict]:
         """The user messages that open `turn` (observation messages, as data)."""
         revealed = self.task.held_out.get(turn)
         if revealed:
@@ -190,7 +190,7 @@ class Episode:
             self.terminated = True
             return []
         self._available.update({d["name"]: d for d in self.task.held_out.get(self.turn, [])})
-        return self._turn_messages(self.turn)
+        return self.turn_messages(self.turn)
 
     def _run_calls(self, calls: list[ToolCall | CallParseError], parse_hint: str) -> list[dict]:
         """Run the calls in order; one tool result message per call."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import itertools
 
 import pytest
@@ -33,7 +34,7 @@ from seal.formats.bfcl_handlers import build_handler
 from seal.formats.handler_format import HandlerFormat, _completion, leaderboard
 from seal.formats.registry import AUTO, FORMATS, HERMES, default_format, get_format, resolve
 from seal.rollout.env_client import call_body
-from seal.rollout.protocol import CreateEpisode, EpisodeSettings, StepRequest
+from seal.rollout.protocol import CreateEpisode, EpisodeSettings, EvolutionSettings, StepRequest
 from seal.tocf.tags import CATEGORIES
 from seal.trainer.model import SHIPPED_TOKENIZER
 
@@ -165,6 +166,33 @@ def test_qwen25_prompts_equal_the_template_with_tools(engine):
             else:
                 messages.append({"role": "assistant", "content": text})
                 messages += prompt.chat_messages(observations[k])
+
+
+QWEN25_PROMPTS_SHA256 = "a43d0deb2429b4239d6abff533b22ef9782ad4e884e681afd2d9a7267406216c"
+"""sha256 of the Qwen2.5 system prompts and holdout messages of all 800 tasks with schema
+cues off or on, type hints off or on (keys `task|cues|hints[|holdout<turn>]` in sorted
+order, each followed by its text), as the service wrote them before the native API
+carried structured episodes."""
+
+
+def test_qwen25_prompts_are_byte_identical_to_before(engine):
+    fmt, texts = get_format(HERMES), {}
+    for task_id in task_ids():
+        for cues, hints in itertools.product((False, True), repeat=2):
+            layers = EvolutionSettings(schema_cues=cues, type_hints=hints)
+            body = CreateEpisode(task_id=task_id, settings=EpisodeSettings(evolution=layers))
+            created = api_native.create(engine, body)
+            key = f"{task_id}|{cues}|{hints}"
+            texts[key] = fmt.start(created.model_dump()).messages[0]["content"]
+            episode = engine.episodes[created.episode_id]
+            for turn in load_task(task_id).held_out:
+                (holdout,) = fmt.observation(episode.turn_messages(turn))
+                texts[f"{key}|holdout{turn}"] = holdout["content"]
+            engine.release(created.episode_id)
+    digest = hashlib.sha256()
+    for key in sorted(texts):
+        digest.update(key.encode() + texts[key].encode())
+    assert digest.hexdigest() == QWEN25_PROMPTS_SHA256
 
 
 @pytest.mark.parametrize("name", list(FORMATS))

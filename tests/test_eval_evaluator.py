@@ -16,15 +16,13 @@ import pytest
 from aiohttp import web
 from scripts_loader import load_script
 
-from seal.bfcl.ground_truth import (
-    END_OF_TURN_TEXT,
-    assistant_messages,
-    ground_truth_trajectory,
-)
+from seal.bfcl.ground_truth import END_OF_TURN_TEXT, ground_truth_texts
+from seal.bfcl.prompt import BASE_INSTRUCTIONS
 from seal.bfcl.tasks import load_task
 from seal.eval.chat_endpoint import EndpointSettings
-from seal.eval.evaluator import errors_file, evaluate_endpoint, partial_file
+from seal.eval.evaluator import Prompting, errors_file, evaluate_endpoint, partial_file
 from seal.eval.records import read_val_dir
+from seal.formats.registry import HERMES, get_format
 
 # One eval task per category, with distinct first questions.
 TASKS = [
@@ -41,12 +39,9 @@ def first_question(task_id: str) -> str:
     return load_task(task_id).questions[0][0]["content"]
 
 
-def ground_truth_texts(task_id: str) -> list[str]:
-    return [
-        text
-        for turn in assistant_messages(ground_truth_trajectory(load_task(task_id)))
-        for text in turn
-    ]
+def gt_texts(task_id: str, tool_format=None) -> list[str]:
+    call_text = (tool_format or get_format(HERMES)).call_text
+    return ground_truth_texts(load_task(task_id), call_text)
 
 
 class FakeChatServer:
@@ -79,6 +74,17 @@ class FakeChatServer:
             {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
         )
 
+    async def handle_completion(self, request: web.Request) -> web.Response:
+        """The completions API: the prompt is a whole rendered conversation; the n-th
+        request of a task gets its script's n-th text."""
+        body = await request.json()
+        task_id = next(t for question, t in self.task_of.items() if question in body["prompt"])
+        self.requests.append((task_id, body))
+        script = self.scripts.get(task_id, [])
+        turn = len(self.requests_of(task_id)) - 1
+        text = script[turn] if turn < len(script) else END_OF_TURN_TEXT
+        return web.json_response({"choices": [{"index": 0, "text": text}]})
+
 
 @pytest.fixture
 def fake_llm():
@@ -86,6 +92,7 @@ def fake_llm():
     server = FakeChatServer()
     app = web.Application()
     app.router.add_post("/v1/chat/completions", server.handle)
+    app.router.add_post("/v1/completions", server.handle_completion)
     loop = asyncio.new_event_loop()
     runner = web.AppRunner(app)
     loop.run_until_complete(runner.setup())
@@ -117,7 +124,7 @@ def test_ground_truth_replies_score_one_and_requests_follow_the_protocol(
 ):
     server, base_url = fake_llm
     env_url, _ = live_service
-    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
 
     outcome = evaluate(base_url, env_url, tmp_path, step=30)
 
@@ -131,7 +138,7 @@ def test_ground_truth_replies_score_one_and_requests_follow_the_protocol(
         assert set(record.failure_tags) <= {"pass", "correct_abstention"}
         assert record.extra["model"] == MODEL and record.extra["truncated"] is False
         # One request per assistant message: the scripted texts were all used, no retries.
-        assert record.turns == len(ground_truth_texts(task_id)) == len(server.requests_of(task_id))
+        assert record.turns == len(gt_texts(task_id)) == len(server.requests_of(task_id))
 
     base = server.requests_of("multi_turn_base_4")
     assert {key: base[0][key] for key in ("model", "temperature", "max_tokens")} == {
@@ -146,7 +153,7 @@ def test_ground_truth_replies_score_one_and_requests_follow_the_protocol(
     assert base[-1]["messages"] == base[0]["messages"] + transcript[: len(base[-1]["messages"]) - 2]
     assert base[1]["messages"][2] == {
         "role": "assistant",
-        "content": ground_truth_texts("multi_turn_base_4")[0],
+        "content": gt_texts("multi_turn_base_4")[0],
     }
     assert base[1]["messages"][3]["content"].startswith("<tool_response>")
     assert not partial_file(tmp_path, 30).exists() and not errors_file(tmp_path, 30).exists()
@@ -168,7 +175,7 @@ def test_generation_limit_cuts_the_episode(fake_llm, live_service, tmp_path):
     server, base_url = fake_llm
     task_id = "multi_turn_base_4"
     # A model that calls a tool forever never ends a turn on its own.
-    server.scripts = {task_id: [ground_truth_texts(task_id)[0]] * 50}
+    server.scripts = {task_id: [gt_texts(task_id)[0]] * 50}
 
     outcome = evaluate(base_url, live_service[0], tmp_path, task_ids=[task_id], max_generations=3)
 
@@ -181,13 +188,13 @@ def test_generation_limit_cuts_the_episode(fake_llm, live_service, tmp_path):
 def test_transient_errors_are_retried(fake_llm, live_service, tmp_path, status):
     server, base_url = fake_llm
     task_id = "multi_turn_miss_param_21"
-    server.scripts = {task_id: ground_truth_texts(task_id)}
+    server.scripts = {task_id: gt_texts(task_id)}
     server.fail_next(task_id, status, times=2)  # attempts is 3: the third try answers
 
     outcome = evaluate(base_url, live_service[0], tmp_path, task_ids=[task_id])
 
     assert not outcome.failures and outcome.records[task_id].score == 1
-    assert len(server.requests_of(task_id)) == len(ground_truth_texts(task_id)) + 2
+    assert len(server.requests_of(task_id)) == len(gt_texts(task_id)) + 2
 
 
 @pytest.mark.parametrize(
@@ -209,7 +216,7 @@ def test_failed_tasks_are_listed_not_scored(
 ):
     server, base_url = fake_llm
     bad = "multi_turn_miss_func_9"
-    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
     server.fail_next(bad, status, times=times, body=reply)
 
     outcome = evaluate(base_url, live_service[0], tmp_path)
@@ -227,7 +234,7 @@ def test_failed_tasks_are_listed_not_scored(
 
 def test_allow_failures_writes_the_step_without_the_failed_task(fake_llm, live_service, tmp_path):
     server, base_url = fake_llm
-    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
     server.fail_next("multi_turn_base_4", 404)
 
     outcome = evaluate(base_url, live_service[0], tmp_path, allow_failures=True)
@@ -239,7 +246,7 @@ def test_allow_failures_writes_the_step_without_the_failed_task(fake_llm, live_s
 
 def test_rerun_retries_only_what_failed(fake_llm, live_service, tmp_path):
     server, base_url = fake_llm
-    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
     server.fail_next("multi_turn_long_context_29", 500, times=3)
     first = evaluate(base_url, live_service[0], tmp_path)
     assert [failure.task_id for failure in first.failures] == ["multi_turn_long_context_29"]
@@ -255,7 +262,7 @@ def test_rerun_retries_only_what_failed(fake_llm, live_service, tmp_path):
 
 def test_resume_after_a_crash_keeps_finished_tasks(fake_llm, live_service, tmp_path):
     server, base_url = fake_llm
-    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
     evaluate(base_url, live_service[0], tmp_path, task_ids=TASKS[:2])
     # What a crash leaves: the step's records as a partial file ending in a cut-off line.
     step_file = tmp_path / "validation" / "step_000000.jsonl"
@@ -279,7 +286,7 @@ def test_records_of_another_model_are_not_mixed_in(fake_llm, live_service, tmp_p
 
 def test_command_line_exit_status_and_errors_file(fake_llm, live_service, tmp_path, capsys):
     server, base_url = fake_llm
-    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
     server.fail_next("multi_turn_base_4", 401)
     split = tmp_path / "split.json"
     split.write_text(json.dumps({"eval": TASKS, "train": []}))
@@ -312,3 +319,53 @@ def test_unhealthy_environment_service_stops_the_run(tmp_path):
     with pytest.raises(RuntimeError, match="no healthy environment service"):
         evaluate("http://127.0.0.1:9/v1", f"http://127.0.0.1:{free_port}", tmp_path)
     assert not (Path(tmp_path) / "validation").exists()
+
+
+@pytest.mark.parametrize("name", ["qwen2.5", "qwen3", "llama3.1", "bfcl_prompt"])
+def test_any_tool_format_through_the_completions_api(fake_llm, live_service, tmp_path, name):
+    """--tool-format: the prompt the format renders (as in training) goes to the
+    completions API, the replies are parsed in the format; the ground truth scores 1."""
+    server, base_url = fake_llm
+    fmt = get_format(name)
+    server.scripts = {task_id: gt_texts(task_id, fmt) for task_id in TASKS}
+
+    outcome = evaluate(base_url, live_service[0], tmp_path, prompting=Prompting(fmt, True))
+
+    assert not outcome.failures
+    for task_id, record in outcome.records.items():
+        assert record.score == 1, task_id
+        assert record.extra["prompting"] == f"{name} (completions)"
+        prompts = [body["prompt"] for body in server.requests_of(task_id)]
+        assert len(prompts) == len(gt_texts(task_id, fmt)) == record.turns
+        # Each prompt continues the last one by the reply and the observation.
+        for before, after in zip(prompts, prompts[1:], strict=False):
+            assert after.startswith(before)
+    first = server.requests_of("multi_turn_base_4")[0]
+    assert {key: first[key] for key in ("model", "temperature", "max_tokens")} == {
+        "model": MODEL,
+        "temperature": 0.0,
+        "max_tokens": 4096,
+    }
+
+
+def test_leaderboard_format_is_bfcl_s_own_prompt(fake_llm, live_service, tmp_path, capsys):
+    """--leaderboard-format: bfcl-eval's prompt for the model, without the service's
+    instructions (ToolACE-2-8B: BFCL's prompt-mode system prompt, Llama 3 layout)."""
+    server, base_url = fake_llm
+    fmt = get_format("bfcl_prompt")
+    server.scripts = {task_id: gt_texts(task_id, fmt) for task_id in TASKS}
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"eval": TASKS, "train": []}))
+    cli = load_script("eval_endpoint")
+    args = ["--base-url", base_url, "--model", "Team-ACE/ToolACE-2-8B", "--quiet"]
+    args += ["--split-file", str(split), "--env-url", live_service[0], "--out-dir", str(tmp_path)]
+
+    assert cli.main([*args, "--leaderboard-format"]) == 0
+    assert "1.0000 (4/4)" in capsys.readouterr().out
+    first = server.requests_of("multi_turn_base_4")[0]["prompt"]
+    assert first.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>")
+    assert "You are an expert in composing functions." in first
+    assert BASE_INSTRUCTIONS not in first
+    # Records of another prompting are not mixed into the run.
+    assert cli.main([*args, "--tool-format", "bfcl_prompt"]) == 1
+    assert "leaderboard:Team-ACE/ToolACE-2-8B (completions)" in capsys.readouterr().err

@@ -28,7 +28,7 @@ from transformers import AutoTokenizer
 from env_service import api_native
 from env_service.engine import EnvEngine, ServiceConfig
 from seal.bfcl import prompt
-from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
+from seal.bfcl.ground_truth import ground_truth_texts, ground_truth_trajectory
 from seal.bfcl.tasks import load_task, task_ids
 from seal.formats.bfcl_handlers import build_handler
 from seal.formats.handler_format import HandlerFormat, _completion, leaderboard
@@ -36,6 +36,7 @@ from seal.formats.registry import AUTO, FORMATS, HERMES, default_format, get_for
 from seal.rollout.env_client import call_body
 from seal.rollout.protocol import CreateEpisode, EpisodeSettings, EvolutionSettings, StepRequest
 from seal.tocf.tags import CATEGORIES
+from seal.trainer.config import ModelSettings
 from seal.trainer.model import SHIPPED_TOKENIZER
 
 # 20 tasks: 5 per category, spread over each category's 200.
@@ -71,8 +72,7 @@ def incremental_prompts(fmt, created, texts, observations) -> list[str]:
 
 
 def gt_texts(task_id, fmt) -> list[str]:
-    turns = assistant_messages(ground_truth_trajectory(load_task(task_id)), fmt.call_text)
-    return [text for turn in turns for text in turn]
+    return ground_truth_texts(load_task(task_id), fmt.call_text)
 
 
 _RUNS = itertools.count()
@@ -231,3 +231,10 @@ def test_auto_picks_the_format_by_model_name():
     assert resolve("qwen3", "Qwen/Qwen2.5-7B-Instruct") is get_format("qwen3")
     with pytest.raises(ValueError, match="unknown tool format"):
         get_format("hermes")
+
+
+def test_the_config_key_is_checked_and_resolved():
+    assert ModelSettings(path="Team-ACE/ToolACE-2-8B").resolved_tool_format().name == "bfcl_prompt"
+    assert ModelSettings(tool_format="qwen3").resolved_tool_format().name == "qwen3"
+    with pytest.raises(ValueError, match="tool_format must be auto or one of"):
+        ModelSettings(tool_format="hermes")

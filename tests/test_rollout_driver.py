@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
+from seal.bfcl.ground_truth import ground_truth_texts
 from seal.bfcl.tasks import load_task
 from seal.formats.base import Conversation
 from seal.formats.registry import FORMATS, HERMES, get_format
@@ -68,9 +68,7 @@ def tokenizer_for(name: str, request) -> object:
 
 def gt_texts(task_id: str, tool_format=None) -> list[str]:
     """The ground-truth policy's assistant texts, all turns in order, in a format."""
-    fmt = tool_format or get_format(HERMES)
-    turns = assistant_messages(ground_truth_trajectory(load_task(task_id)), fmt.call_text)
-    return [text for turn in turns for text in turn]
+    return ground_truth_texts(load_task(task_id), (tool_format or get_format(HERMES)).call_text)
 
 
 class RecordingEnv(EnvClient):

@@ -62,6 +62,15 @@ def assistant_messages(
     return [[call_text(step) for step in steps] + [END_OF_TURN_TEXT] for steps in trajectory]
 
 
+def ground_truth_texts(
+    task: BfclTask, call_text: Callable[[list[ToolCall]], str] = tool_call_text
+) -> list[str]:
+    """The ground-truth policy's assistant texts of `task`, all turns in order (one per
+    generation), the calls written by `call_text`."""
+    turns = assistant_messages(ground_truth_trajectory(task), call_text)
+    return [text for turn in turns for text in turn]
+
+
 def decoded_for_checker(trajectory: Trajectory) -> list[list[list[str]]]:
     """The trajectory in the official checker's input form (call strings per step)."""
     return [[[c.to_call_string() for c in step] for step in steps] for steps in trajectory]

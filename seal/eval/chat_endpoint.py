@@ -1,9 +1,13 @@
-"""A client for one OpenAI-compatible chat-completions endpoint, with retries.
+"""A client for one OpenAI-compatible endpoint, with retries.
 
 ``ChatEndpoint.complete(messages)`` posts the conversation to ``{base_url}/chat/completions``
 and returns ``choices[0].message.content``, the model's raw text. No ``tools`` are sent: the
-BFCL system prompt already carries the tool signatures in Qwen's format and the model's
-``<tool_call>`` blocks are parsed by the environment service, exactly as in training.
+system prompt already carries the tool signatures in Qwen2.5's format and the model's
+``<tool_call>`` blocks are parsed by the client's tool format, exactly as in training.
+``ChatEndpoint.complete_text(prompt)`` posts a prompt a tool format rendered whole
+(special tokens written out) to ``{base_url}/completions`` and returns ``choices[0].text``:
+how any format is evaluated exactly as it is trained, and how bfcl-eval queries the open
+models it ranks.
 
 Transient failures (connection errors, timeouts, 408, 429 and 5xx answers) are retried with
 exponential backoff, honouring a numeric ``Retry-After`` (seal.http, shared with the
@@ -47,6 +51,16 @@ class EndpointSettings:
     """Per request: a 4096-token generation on a busy server takes minutes."""
 
 
+def _text(payload: object, what: str) -> str:
+    try:
+        text = payload["choices"][0]["text"]
+    except (TypeError, KeyError, IndexError):
+        raise EndpointError(f"{what}: reply has no choices[0].text: {payload!r:.300}") from None
+    if not isinstance(text, str):
+        raise EndpointError(f"{what}: the reply's text is not a string: {text!r:.300}")
+    return text
+
+
 def _content(payload: object, what: str) -> str:
     try:
         message = payload["choices"][0]["message"]
@@ -79,7 +93,6 @@ class ChatEndpoint:
             retry_statuses=RETRY_STATUSES,
         )
         self.http = HttpClient(settings.base_url, policy, max_connections, headers)
-        self.url = self.http.base_url + "/chat/completions"
 
     @property
     def requests(self) -> int:
@@ -94,22 +107,32 @@ class ChatEndpoint:
 
     async def complete(self, messages: list[dict], what: str) -> str:
         """The model's text reply to `messages`; `what` (a task id) names it in errors."""
+        body = {"messages": messages}
+        return _content(await self._post("/chat/completions", body, what), what)
+
+    async def complete_text(self, prompt: str, what: str) -> str:
+        """The model's continuation of `prompt` (a rendered prompt, through its generation
+        prompt); `what` (a task id) names it in errors."""
+        return _text(await self._post("/completions", {"prompt": prompt}, what), what)
+
+    async def _post(self, path: str, body: dict, what: str) -> object:
         body = {
             "model": self.settings.model,
-            "messages": messages,
+            **body,
             "temperature": self.settings.temperature,
             "max_tokens": self.settings.max_tokens,
         }
         try:
-            reply = await self.http.request("POST", "/chat/completions", what, json=body)
+            reply = await self.http.request("POST", path, what, json=body)
         except HttpError as error:
             raise EndpointError(str(error)) from error
         text = reply.body.decode(errors="replace")
         if reply.status != 200:
             raise EndpointError(
-                f"{what}: {self.url} refused the request (HTTP {reply.status}: {text:.300})"
+                f"{what}: {self.http.base_url + path} refused the request "
+                f"(HTTP {reply.status}: {text:.300})"
             )
         try:
-            return _content(reply.json(), what)
+            return reply.json()
         except ValueError:
             raise EndpointError(f"{what}: reply is not JSON: {text:.300}") from None

@@ -3,9 +3,12 @@
 Each task is one validate-mode episode, the unevolved benchmark, under the paper's limits,
 through the client's episode lifecycle (``seal.rollout.env_client``): send the
 conversation as it stands to the endpoint (``seal.eval.chat_endpoint``), step the service
-with the reply's text, append the reply and the service's messages, and repeat until the
-service ends the episode (its last answer carries the evaluation; at `max_generations`
-replies it ends the episode itself). Results are validation records (``seal.eval.records``), so
+with the reply's text and the calls the tool format parses from it, append the reply and
+the service's observation in the format's messages, and repeat until the service ends
+the episode (its last answer carries the evaluation; at `max_generations` replies it ends
+the episode itself). The conversation goes to the chat API as messages (the Qwen2.5
+format, whose messages any chat template renders) or, rendered whole by the tool format,
+to the completions API (any format; bfcl-eval's own prompt with `leaderboard`). Results are validation records (``seal.eval.records``), so
 ``scripts/stats_validation_bfcl.py`` and ``seal-report`` read them like a trainer's.
 
 A task whose endpoint or service requests fail for good is reported as failed, with the
@@ -28,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
@@ -42,6 +45,8 @@ from seal.eval.records import (
     write_step,
 )
 from seal.eval.replay import record_from_report
+from seal.formats.base import ToolFormat
+from seal.formats.registry import HERMES, get_format
 from seal.rollout.env_client import EnvClient, EnvServiceError
 from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
 
@@ -75,34 +80,58 @@ class EvalOutcome:
     """The step's record file, or None when failures kept it from being written."""
 
 
+@dataclass(frozen=True)
+class Prompting:
+    """How the endpoint is asked: a tool format, and whether the conversation is sent as
+    chat messages or as the format's rendered prompt to the completions API."""
+
+    tool_format: ToolFormat = field(default_factory=lambda: get_format(HERMES))
+    completions: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.tool_format.name} ({'completions' if self.completions else 'chat'})"
+
+
 async def run_episode(
-    env: EnvClient, chat: ChatEndpoint, task_id: str, limits: EpisodeLimits
+    env: EnvClient,
+    chat: ChatEndpoint,
+    task_id: str,
+    limits: EpisodeLimits,
+    prompting: Prompting | None = None,
 ) -> dict:
-    """One validate-mode episode; the evaluation plus 'input' and 'output' messages."""
-    transcript: list[dict] = []
+    """One validate-mode episode; the evaluation plus 'input' and 'output' messages (in
+    the tool format's messages)."""
+    prompting = prompting or Prompting()
+    fmt, transcript = prompting.tool_format, []
     # The service ends the episode at limits.max_generations (marked truncated), so
     # the loop's own bound is only a guard.
     async with env.episode(task_id, EpisodeSettings(mode="validate", limits=limits)) as episode:
-        messages = list(episode.messages)
+        conversation = fmt.start(episode.created)
+        first = list(conversation.messages)
         for _ in range(limits.max_generations):
-            text = await chat.complete(messages, task_id)
-            reply = await episode.step(text)
-            turn = [{"role": "assistant", "content": text}, *reply.messages]
-            messages += turn
+            if prompting.completions:
+                text = await chat.complete_text(fmt.render(conversation), task_id)
+            else:
+                text = await chat.complete(conversation.messages, task_id)
+            reply = await episode.step(text, fmt.parse(text))
+            turn = [fmt.assistant_message(text), *fmt.observation(reply.messages)]
+            conversation.messages += turn
             transcript += turn
             if reply.terminated:
                 break
         evaluation = await episode.finish()
-    return {**evaluation, "input": episode.messages, "output": transcript}
+    return {**evaluation, "input": first, "output": transcript}
 
 
-def run_settings(settings: EndpointSettings, max_generations: int) -> dict:
+def run_settings(settings: EndpointSettings, max_generations: int, prompting: Prompting) -> dict:
     """What makes two records comparable; kept in each record's `extra`."""
     return {
         "model": settings.model,
         "max_generations": max_generations,
         "max_tokens": settings.max_tokens,
         "temperature": settings.temperature,
+        "prompting": prompting.name,
     }
 
 
@@ -164,6 +193,7 @@ async def run_tasks(
     concurrency: int,
     max_generations: int,
     show_progress: bool,
+    prompting: Prompting,
 ) -> list[TaskFailure]:
     """Run every task's episode, `concurrency` at a time; hand each evaluation report to
     `on_report` as it arrives and return the tasks that failed."""
@@ -183,7 +213,7 @@ async def run_tasks(
             async def one(task_id: str) -> None:
                 async with gate:
                     try:
-                        on_report(await run_episode(env, chat, task_id, limits))
+                        on_report(await run_episode(env, chat, task_id, limits, prompting))
                     except (EndpointError, EnvServiceError) as error:
                         failures.append(TaskFailure(task_id, str(error)))
                         bar.set_postfix(failed=len(failures))
@@ -204,11 +234,13 @@ async def evaluate_endpoint(
     max_generations: int = 20,
     allow_failures: bool = False,
     show_progress: bool = True,
+    prompting: Prompting | None = None,
 ) -> EvalOutcome:
     """Evaluate the tasks not yet done in `out_dir`; see the module doc for the files."""
+    prompting = prompting or Prompting()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    extra = run_settings(settings, max_generations)
+    extra = run_settings(settings, max_generations, prompting)
     records = load_done(out_dir, step, extra)
     todo = [task_id for task_id in task_ids if task_id not in records]
     failures: list[TaskFailure] = []
@@ -231,6 +263,7 @@ async def evaluate_endpoint(
                 concurrency=concurrency,
                 max_generations=max_generations,
                 show_progress=show_progress,
+                prompting=prompting,
             )
 
     write_errors(out_dir, step, failures)

@@ -58,9 +58,9 @@ class RegistryEntry:
     """Function-calling mode; False: prompt mode (BFCL's system prompt, Python-style calls)."""
 
 
-class UnknownModelError(KeyError):
-    def __str__(self) -> str:
-        return f"bfcl-eval 2026.3.23 has no local-inference handler for {self.args[0]!r}"
+class UnknownModelError(ValueError):
+    def __init__(self, name: str):
+        super().__init__(f"bfcl-eval 2026.3.23 has no local-inference handler for {name!r}")
 
 
 def import_handlers() -> None:
@@ -107,6 +107,13 @@ def registry_entry(name: str) -> RegistryEntry:
     if entry is None:
         raise UnknownModelError(name)
     return entry
+
+
+def ranked_entry(model: str) -> RegistryEntry | None:
+    """The map's entry for a Hugging Face model name: its function-calling entry
+    (`<name>-FC`) when bfcl-eval ranks it in both modes, else its only one, else None."""
+    entries = registry()
+    return entries.get(f"{model}-FC") or entries.get(model)
 
 
 def handler_class(entry: RegistryEntry) -> type:

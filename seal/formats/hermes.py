@@ -16,7 +16,7 @@ from pathlib import Path
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from seal.bfcl import prompt
-from seal.bfcl.calls import ToolCall, has_tool_call, parse_tool_calls
+from seal.bfcl.calls import ToolCall, parse_tool_calls
 from seal.bfcl.ground_truth import tool_call_text
 from seal.formats.base import Conversation, ParsedCalls, ToolFormat
 
@@ -49,7 +49,7 @@ class HermesFormat(ToolFormat):
         return rendered[0]
 
     def parse(self, text: str) -> ParsedCalls:
-        return parse_tool_calls(text) if has_tool_call(text) else []
+        return parse_tool_calls(text)
 
     def call_text(self, calls: list[ToolCall]) -> str:
         return tool_call_text(calls)

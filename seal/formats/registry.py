@@ -48,17 +48,16 @@ def default_format(model: str) -> str:
     """The format `auto` means for `model` (a Hugging Face name); see the module docstring."""
     if model == TINY_MODEL or "qwen2.5" in model.lower():
         return HERMES
-    from seal.formats.bfcl_handlers import registry, registry_entry
+    from seal.formats.bfcl_handlers import ranked_entry, registry_entry
 
     by_handler = {
         registry_entry(_format_class(n).REGISTRY_NAME).handler_class: n
         for n in FORMATS
         if n != HERMES
     }
-    for key in (f"{model}-FC", model):
-        entry = registry().get(key)
-        if entry is not None and entry.handler_class in by_handler:
-            return by_handler[entry.handler_class]
+    entry = ranked_entry(model)
+    if entry is not None and entry.handler_class in by_handler:
+        return by_handler[entry.handler_class]
     raise ValueError(
         f"no default tool format for model {model!r}: set trainer.model.tool_format "
         f"(eval_endpoint: --tool-format) to one of {', '.join(FORMATS)}"

@@ -68,7 +68,7 @@ fi
 
 # bfcl-eval without its dependencies: its pins (numpy==1.26.4, dozens of API clients)
 # conflict with this stack and are not used by the multi-turn backends and checker;
-# pyproject.toml lists what they do need (mpmath, filelock).
+# pyproject.toml lists what they and the local-inference model handlers do need.
 pip_install --no-deps bfcl-eval==2026.3.23
 
 # setuptools warns at every editable install that a folder named like the package would
@@ -87,7 +87,8 @@ if [ "$mode" = test ]; then
 fi
 
 # What the project uses from bfcl-eval must import; a broken install fails here, not later.
-.venv/bin/python -c "import bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker, env_service.app"
+.venv/bin/python -c "import bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker, env_service.app
+from seal.formats.bfcl_handlers import import_handlers; import_handlers()"
 
 if [ -s "$bfcl_pins_log" ]; then
   echo "install.sh: note: pip listed $(sort -u "$bfcl_pins_log" | wc -l) unmet" \

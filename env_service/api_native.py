@@ -1,7 +1,11 @@
 """The service's own API: episodes as resources under /v1, typed bodies, HTTP statuses.
 
-    POST   /v1/episodes                    create (201)       -> EpisodeCreated
-    POST   /v1/episodes/{id}/steps         one assistant turn -> StepResult; the step that
+    POST   /v1/episodes                    create (201)       -> EpisodeCreated: the system
+                                           prompt's sections, the tool docs, the first
+                                           question, as data
+    POST   /v1/episodes/{id}/steps         one assistant turn (its text and the calls the
+                                           client parsed from it) -> StepResult (tool
+                                           results or the next question); the step that
                                            ends the episode carries its Evaluation and
                                            releases it
     GET    /v1/episodes/{id}/evaluation    verify + diagnose  -> Evaluation
@@ -11,7 +15,8 @@
     PUT    /v1/profile  / GET /v1/profile  failure profile for diagnostic guidelines
     GET    /v1/stats                       live episodes and totals
 
-An episode played to its end therefore costs k + 1 requests (create and k steps); one
+No model's text format is involved: clients render and parse in their model's format
+(seal.formats). An episode played to its end therefore costs k + 1 requests (create and k steps); one
 the client stops early (its context is full) one more, the evaluating DELETE. The bodies
 are defined once, in seal.rollout.protocol, for the service and its clients.
 
@@ -26,8 +31,10 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
 from env_service.engine import EnvEngine, NotFoundError
+from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.tasks import UnknownTaskError, load_task
 from seal.rollout.protocol import (
+    AssistantCall,
     CreateEpisode,
     EpisodeCreated,
     Evaluation,
@@ -62,6 +69,12 @@ class FailureProfile(BaseModel):
     tags: list[dict] = Field(default_factory=list)
 
 
+def _parsed(call: AssistantCall) -> ToolCall | CallParseError:
+    if call.error is not None:
+        return CallParseError(raw="", reason=call.error)
+    return ToolCall(name=call.name, kwargs=call.arguments)
+
+
 def engine_of(request: Request) -> EnvEngine:
     return request.app.state.engine
 
@@ -75,23 +88,25 @@ def json_reply(model: BaseModel, status: int = 200) -> Response:
 router = APIRouter(prefix="/v1", tags=["episodes"])
 
 
-@router.post("/episodes", status_code=201, response_model=EpisodeCreated)
-async def create_episode(body: CreateEpisode, request: Request):
-    episode_id, ep = engine_of(request).create(body.task_id, body.settings, body.episode_id)
-    created = EpisodeCreated(
+def create(engine: EnvEngine, body: CreateEpisode) -> EpisodeCreated:
+    """A create request's work and reply (also used in-process by tests)."""
+    episode_id, ep = engine.create(body.task_id, body.settings, body.episode_id)
+    return EpisodeCreated(
         episode_id=episode_id,
         task_id=ep.task.task_id,
         category=ep.task.category,
         num_turns=ep.task.num_turns,
-        messages=ep.initial_messages,
+        system=ep.system,
+        tools=ep.tools,
+        messages=ep.first_messages,
     )
-    return json_reply(created, 201)
 
 
-@router.post("/episodes/{episode_id}/steps", response_model=StepResult)
-async def step_episode(episode_id: str, body: StepRequest, request: Request):
-    outcome = engine_of(request).step(episode_id, body.content, body.seq, release_at_end=True)
-    result = StepResult(
+def step(engine: EnvEngine, episode_id: str, body: StepRequest) -> StepResult:
+    """A step request's work and reply (also used in-process by tests)."""
+    calls = [_parsed(call) for call in body.tool_calls]
+    outcome = engine.step(episode_id, body.content, body.seq, release_at_end=True, calls=calls)
+    return StepResult(
         seq=outcome.seq,
         messages=outcome.messages,
         terminated=outcome.terminated,
@@ -100,7 +115,16 @@ async def step_episode(episode_id: str, body: StepRequest, request: Request):
         turn=outcome.turn,
         evaluation=outcome.evaluation,
     )
-    return json_reply(result)
+
+
+@router.post("/episodes", status_code=201, response_model=EpisodeCreated)
+async def create_episode(body: CreateEpisode, request: Request):
+    return json_reply(create(engine_of(request), body), 201)
+
+
+@router.post("/episodes/{episode_id}/steps", response_model=StepResult)
+async def step_episode(episode_id: str, body: StepRequest, request: Request):
+    return json_reply(step(engine_of(request), episode_id, body))
 
 
 @router.get("/episodes/{episode_id}/evaluation", response_model=Evaluation)

@@ -105,6 +105,7 @@ from pydantic import BaseModel, Field
 
 from env_service import release_compat
 from env_service.engine import EngineError, EnvEngine, InvalidRequestError, NotFoundError
+from seal.bfcl import prompt
 from seal.bfcl.tasks import UnknownTaskError, load_task
 
 ENV_TYPE = "bfcl"
@@ -199,7 +200,9 @@ async def step(body: WireRequest, request: Request):
     info = {"instance_id": instance_id, "turn": outcome.turn, "truncated": outcome.truncated}
     return ok(
         {
-            "state": release_compat.step_state(outcome.messages, outcome.terminated),
+            "state": release_compat.step_state(
+                prompt.chat_messages(outcome.messages), outcome.terminated
+            ),
             "reward": outcome.reward,
             "is_terminated": outcome.terminated,
             "info": info,

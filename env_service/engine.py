@@ -20,6 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from env_service.episode import Episode, StepOutcome
+from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.tasks import UnknownTaskError, load_task
 from seal.rollout.protocol import EpisodeSettings
 from seal.tocf.state import load_failure_profile
@@ -132,10 +133,12 @@ class EnvEngine:
         content: str,
         seq: int | None = None,
         release_at_end: bool = False,
+        calls: list[ToolCall | CallParseError] | None = None,
     ) -> StepOutcome:
         """Run one assistant message. With `seq`, a repeat of the last step returns its
         answer; `release_at_end` releases the episode on the step that ends it (the
-        native API: its answer carries the evaluation)."""
+        native API: its answer carries the evaluation); `calls` are the message's calls
+        as the client parsed them (Episode.step)."""
         if len(content) > self.config.max_message_chars:
             raise TooLargeError(
                 f"assistant message of {len(content)} characters exceeds the limit of "
@@ -159,7 +162,7 @@ class EnvEngine:
             )
         if episode.terminated:
             raise ConflictError(f"episode {episode_id!r} has ended; evaluate or release it")
-        outcome = episode.step(content)
+        outcome = episode.step(content, calls)
         episode.last_outcome = outcome
         if outcome.terminated and release_at_end:
             self.release(episode_id)

@@ -1,11 +1,17 @@
 """One BFCL episode: the conversation state machine behind both service protocols.
 
-An episode walks the task's user turns. Each assistant message either contains
-`<tool_call>` blocks, which are parsed, checked against the tools available at this
-turn and executed in the episode's own backends (the answer is one user message of
-`<tool_response>` blocks), or contains none, which ends the current user turn: the
-next question comes back, or the episode ends after the last turn. Verification
-replays what ran (see diagnosis.py) once, when first asked for.
+An episode walks the task's user turns. Each assistant message either carries tool
+calls, which are checked against the tools available at this turn and executed in the
+episode's own backends (the answer is one tool result per call), or carries none,
+which ends the current user turn: the next question comes back, or the episode ends
+after the last turn. Verification replays what ran (see diagnosis.py) once, when first
+asked for.
+
+The episode speaks data (seal.rollout.protocol): tool docs, system-prompt sections,
+observation messages, calls. The native API passes the calls its client parsed in its
+model's format; the wire protocol passes Qwen2.5 text, parsed here with
+seal/bfcl/calls.py, and gets Qwen2.5 text back (`initial_messages`,
+seal/bfcl/prompt.py's `chat_messages`).
 """
 
 from __future__ import annotations
@@ -17,13 +23,7 @@ from dataclasses import dataclass, field
 from env_service import evolution
 from seal.bfcl import prompt
 from seal.bfcl.backends import Backends, is_tool_error
-from seal.bfcl.calls import (
-    CallParseError,
-    ToolCall,
-    check_call,
-    has_tool_call,
-    parse_tool_calls,
-)
+from seal.bfcl.calls import CallParseError, ToolCall, check_call, parse_tool_calls
 from seal.bfcl.diagnosis import Diagnosis, diagnose
 from seal.bfcl.tasks import BfclTask, load_task
 from seal.rollout.protocol import EpisodeSettings
@@ -58,25 +58,41 @@ class EpisodeFinishedError(RuntimeError):
 
 
 @functools.lru_cache(maxsize=4096)
-def _system_prompt_cached(task_id: str, cues: bool, hints: bool, sections: tuple[str, ...]) -> str:
-    return _render_system_prompt(load_task(task_id), cues, hints, sections)
+def _cued_tools(task_id: str, hints: bool) -> tuple[dict, ...]:
+    return tuple(evolution.add_schema_cues(d, hints) for d in load_task(task_id).tools)
 
 
-def _render_system_prompt(
+def _first_tools(task: BfclTask, cues: bool, hints: bool) -> list[dict]:
+    """The docs of the tools available from turn 0, with the cues when on (cued once per
+    task and settings: 20-30 KB of docs per create)."""
+    if not cues:
+        return task.tools
+    if task is load_task(task.task_id):
+        return list(_cued_tools(task.task_id, hints))
+    return [evolution.add_schema_cues(d, hints) for d in task.tools]  # a modified copy (tests)
+
+
+@functools.lru_cache(maxsize=4096)
+def _wire_system_prompt_cached(
+    task_id: str, cues: bool, hints: bool, sections: tuple[str, ...]
+) -> str:
+    return _render_wire_system_prompt(load_task(task_id), cues, hints, sections)
+
+
+def _render_wire_system_prompt(
     task: BfclTask, cues: bool, hints: bool, sections: tuple[str, ...]
 ) -> str:
-    tools = [prompt.to_tool(d) for d in task.tools]
-    if cues:
-        tools = [evolution.add_schema_cues(t, type_hints=hints) for t in tools]
-    return prompt.system_prompt(tools, sections)
+    tools = [prompt.to_tool(d) for d in _first_tools(task, cues, hints)]
+    return prompt.system_content(sections, tools)
 
 
-def _system_prompt(task: BfclTask, cues: bool, hints: bool, sections: tuple[str, ...]) -> str:
-    """The system prompt, rendered once per task and settings: serialising 20-30 KB of
-    tool signatures on every create was most of an episode's creation cost."""
+def _wire_system_prompt(task: BfclTask, cues: bool, hints: bool, sections: tuple[str, ...]) -> str:
+    """The wire protocol's system message, rendered once per task and settings:
+    serialising 20-30 KB of tool signatures on every create was most of an episode's
+    creation cost."""
     if task is load_task(task.task_id):
-        return _system_prompt_cached(task.task_id, cues, hints, sections)
-    return _render_system_prompt(task, cues, hints, sections)  # a modified copy (tests)
+        return _wire_system_prompt_cached(task.task_id, cues, hints, sections)
+    return _render_wire_system_prompt(task, cues, hints, sections)  # a modified copy (tests)
 
 
 class Episode:
@@ -96,21 +112,20 @@ class Episode:
         self._diagnosis: Diagnosis | None = None
         self._held_back = frozenset(d["name"] for docs in task.held_out.values() for d in docs)
         self._available = {d["name"]: d for d in task.tools_until(0)}
-        self.system_prompt = self._build_system_prompt(profile)
-        self.initial_messages = [
-            {"role": "system", "content": self.system_prompt},
-            *self._turn_messages(0),
-        ]
+        self.system = prompt.system_sections(self._extra_sections(profile))
+        """The system prompt's sections: instructions, then the layers' sections."""
+        self.tools = _first_tools(task, self.layers.schema_cues, self.layers.type_hints)
+        """Docs of the tools available from turn 0, as the model sees them."""
+        self.first_messages = self.turn_messages(0)
 
     # --- prompt ------------------------------------------------------------------------
 
-    def _tool(self, doc: dict) -> dict:
-        tool = prompt.to_tool(doc)
+    def _doc(self, doc: dict) -> dict:
         if self.layers.schema_cues:
-            tool = evolution.add_schema_cues(tool, type_hints=self.layers.type_hints)
-        return tool
+            return evolution.add_schema_cues(doc, type_hints=self.layers.type_hints)
+        return doc
 
-    def _build_system_prompt(self, profile: dict | None) -> str:
+    def _extra_sections(self, profile: dict | None) -> list[str]:
         sections = []
         if self.layers.schema_cues:
             sections.append(evolution.CONSTRAINT_NOTE)
@@ -118,16 +133,22 @@ class Episode:
             section = evolution.guideline_section(profile, self.layers.max_guidelines)
             if section:
                 sections.append(section)
-        return _system_prompt(
-            self.task, self.layers.schema_cues, self.layers.type_hints, tuple(sections)
-        )
+        return sections
 
-    def _turn_messages(self, turn: int) -> list[dict]:
+    def turn_messages(self, turn: int) -> list[dict]:
+        """The user messages that open `turn` (observation messages, as data)."""
         revealed = self.task.held_out.get(turn)
         if revealed:
-            content = prompt.holdout_message([self._tool(d) for d in revealed])
-            return [{"role": "user", "content": content}]
+            return [{"role": "user", "content": "", "tools": [self._doc(d) for d in revealed]}]
         return [{"role": m["role"], "content": m["content"]} for m in self.task.questions[turn]]
+
+    @property
+    def initial_messages(self) -> list[dict]:
+        """The first messages as Qwen2.5 text (the wire protocol): the system message with
+        the tool signatures, then the first question."""
+        cues, hints = self.layers.schema_cues, self.layers.type_hints
+        system = _wire_system_prompt(self.task, cues, hints, tuple(self.system))
+        return [{"role": "system", "content": system}, *prompt.chat_messages(self.first_messages)]
 
     def available_tools(self) -> list[str]:
         """Names of the tools the model may call in the current turn."""
@@ -135,14 +156,21 @@ class Episode:
 
     # --- stepping ----------------------------------------------------------------------
 
-    def step(self, content: str) -> StepOutcome:
+    def step(
+        self, content: str, calls: list[ToolCall | CallParseError] | None = None
+    ) -> StepOutcome:
+        """One assistant message. `calls`: its tool calls as the client parsed them (the
+        native API; [] ends the user turn); None: parse `content` as Qwen2.5 text (the
+        wire protocol)."""
         if self.terminated:
             raise EpisodeFinishedError(f"episode of {self.task.task_id} has already ended")
         self.counters.steps += 1
-        if has_tool_call(content):
-            messages = [{"role": "user", "content": self._run_calls(content)}]
-        else:
-            messages = self._next_turn()
+        # A Qwen2.5 parse error is answered with the Qwen2.5 syntax; a client's with a
+        # hint in no format's syntax (its error says what it expected).
+        parse_hint = "parse" if calls is None else "parse_any_format"
+        if calls is None:
+            calls = parse_tool_calls(content)
+        messages = self._run_calls(calls, parse_hint) if calls else self._next_turn()
         if not self.terminated and self.counters.steps >= self.settings.limits.max_generations:
             self.terminated = self.truncated = True
         report = self.report() if self.terminated else None
@@ -162,19 +190,21 @@ class Episode:
             self.terminated = True
             return []
         self._available.update({d["name"]: d for d in self.task.held_out.get(self.turn, [])})
-        return self._turn_messages(self.turn)
+        return self.turn_messages(self.turn)
 
-    def _run_calls(self, content: str) -> str:
+    def _run_calls(self, calls: list[ToolCall | CallParseError], parse_hint: str) -> list[dict]:
+        """Run the calls in order; one tool result message per call."""
         results, executed = [], []
-        for item in parse_tool_calls(content):
+        for item in calls:
             if isinstance(item, CallParseError):
-                results.append(
-                    self._reject("parse", f"Error: could not parse tool call: {item.reason}")
-                )
+                message = f"Error: could not parse tool call: {item.reason}"
+                message = self._reject("parse", message, hint=parse_hint)
+                results.append({"role": "tool", "name": None, "content": message})
                 continue
             rejection = check_call(item, self._available, self._held_back)
             if rejection is not None:
-                results.append(self._reject(rejection.kind, f"Error: {rejection.message}"))
+                message = self._reject(rejection.kind, f"Error: {rejection.message}")
+                results.append({"role": "tool", "name": item.name, "content": message})
                 continue
             result = self.backends.call(item)
             executed.append(item)
@@ -183,15 +213,17 @@ class Episode:
                 self.counters.tool_errors += 1
                 if self.layers.recovery_feedback:
                     result = evolution.with_hint(result, "tool_error")
-            results.append(result)
+            results.append({"role": "tool", "name": item.name, "content": result})
         if executed:
             self.model_turns[self.turn].append(executed)
-        return prompt.tool_response_message(results)
+        return results
 
-    def _reject(self, kind: str, message: str) -> str:
+    def _reject(self, kind: str, message: str, hint: str | None = None) -> str:
         self.counters.invalid_calls += 1
         self.counters.invalid_by_kind[kind] = self.counters.invalid_by_kind.get(kind, 0) + 1
-        return evolution.with_hint(message, kind) if self.layers.recovery_feedback else message
+        if not self.layers.recovery_feedback:
+            return message
+        return evolution.with_hint(message, hint or kind)
 
     # --- verification ------------------------------------------------------------------
 

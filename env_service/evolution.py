@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 
+from seal.bfcl.prompt import json_type
 from seal.tocf import tags as T
 
 # --- schema cues -------------------------------------------------------------------------
@@ -58,10 +59,11 @@ def allowed_values(description: str) -> list[str] | None:
     return None
 
 
-def add_schema_cues(tool: dict, type_hints: bool) -> dict:
-    """A copy of an OpenAI-style tool with cues in its parameter descriptions."""
-    fn = tool["function"]
-    params = fn["parameters"]
+def add_schema_cues(doc: dict, type_hints: bool) -> dict:
+    """A copy of a BFCL tool doc with cues in its parameter descriptions. Types are read
+    as JSON Schema names (BFCL's `dict` as `object`, ...), so cueing a doc and then
+    converting it (seal.bfcl.prompt.to_tool) equals converting and then cueing."""
+    params = doc["parameters"]
     required = set(params.get("required", []))
     properties = {}
     for name, prop in params.get("properties", {}).items():
@@ -69,23 +71,25 @@ def add_schema_cues(tool: dict, type_hints: bool) -> dict:
         desc = prop.get("description", "").strip()
         marker = "[required]" if name in required else "[optional]"
         values = allowed_values(desc)
-        if values and prop.get("type") == "string" and "enum" not in prop:
+        kind = json_type(prop.get("type"))
+        if values and kind == "string" and "enum" not in prop:
             prop["enum"] = values
-        elif values and prop.get("type") == "array" and isinstance(prop.get("items"), dict):
+        elif values and kind == "array" and isinstance(prop.get("items"), dict):
             prop["items"] = {**prop["items"], "enum": values}
         if values:
             desc += f" Allowed values: {', '.join(values)}."
-        if type_hints and prop.get("type") in _TYPE_WORDS:
-            desc += f" Expects {_TYPE_WORDS[prop['type']]}."
+        if type_hints and kind in _TYPE_WORDS:
+            desc += f" Expects {_TYPE_WORDS[kind]}."
         prop["description"] = f"{marker} {desc}"
         properties[name] = prop
-    return {**tool, "function": {**fn, "parameters": {**params, "properties": properties}}}
+    return {**doc, "parameters": {**params, "properties": properties}}
 
 
 # --- recovery feedback -------------------------------------------------------------------
 
 RECOVERY_HINTS = {
     "parse": 'Write each call as <tool_call>{"name": ..., "arguments": {...}}</tool_call> with valid JSON.',
+    "parse_any_format": "Write each call exactly in the format the system prompt shows.",
     "unknown_tool": "Use only tool names listed in the system prompt, spelled exactly.",
     "unavailable_tool": "This tool is not available yet; solve the request with the tools you have or explain what is missing.",
     "missing_argument": "Add the missing required argument; if the user did not give its value, ask for it instead of guessing.",

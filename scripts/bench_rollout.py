@@ -37,6 +37,7 @@ from transformers import AutoTokenizer
 
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
 from seal.bfcl.tasks import load_task
+from seal.formats.registry import HERMES, get_format
 from seal.rollout.driver import run_episode
 from seal.rollout.env_client import EnvClient, StepReply
 from seal.rollout.protocol import EpisodeLimits, EpisodeSettings, EvolutionSettings
@@ -47,6 +48,7 @@ TOKENIZER_DIR = REPO_ROOT / "seal/assets/qwen2.5-tokenizer"
 SETTINGS = EpisodeSettings(mode="sample", evolution=EvolutionSettings(schema_cues=True))
 LENGTHS = (2, 5, 10, 20, 40)
 UNSOLVABLE = {"multi_turn_miss_func_49"}  # see README: its ground truth fails by design
+QWEN = get_format(HERMES)
 TOOL_CALL = '<tool_call>\n{"name": "grep", "arguments": {"file_name": "report.txt", "pattern": "budget"}}\n</tool_call>'
 
 
@@ -70,6 +72,7 @@ async def play_all(url: str, tokenizer, scripts: dict, args, driver: bool) -> di
                     tokenizer,
                     task_id,
                     SETTINGS,
+                    tool_format=QWEN,
                 )
                 assert sample.accuracy == 1 or task_id in UNSOLVABLE, task_id
                 return len(sample.prompt_ids) + len(sample.response_ids)
@@ -135,10 +138,12 @@ class SyntheticEnv:
 class SyntheticEpisode:
     def __init__(self, env: SyntheticEnv):
         self.env, self.steps, self.what = env, 0, "synthetic"
-        self.messages = [
-            {"role": "system", "content": env.system},
-            {"role": "user", "content": "Find the budget figures in every report."},
-        ]
+        self.created = {
+            "task_id": "synthetic",
+            "system": [env.system],
+            "tools": [],
+            "messages": [{"role": "user", "content": "Find the budget figures in every report."}],
+        }
 
     async def __aenter__(self):
         return self
@@ -146,7 +151,7 @@ class SyntheticEpisode:
     async def __aexit__(self, *exc):
         pass
 
-    async def step(self, content):
+    async def step(self, content, calls):
         self.steps += 1
         done = self.steps >= len(self.env.observations)
         observation = [{"role": "user", "content": self.env.observations[self.steps - 1]}]
@@ -206,7 +211,14 @@ def bench_lengths(args, tokenizer) -> None:
             generator = ScriptedGenerator([generation] * k)
             t0 = time.perf_counter()
             sample = asyncio.run(
-                run_episode(env, generator, tokenizer, "synthetic", EpisodeSettings(limits=limits))
+                run_episode(
+                    env,
+                    generator,
+                    tokenizer,
+                    "synthetic",
+                    EpisodeSettings(limits=limits),
+                    tool_format=QWEN,
+                )  # fmt: skip
             )
             times.append(time.perf_counter() - t0)
             first = [{"role": "system", "content": system}, {"role": "user", "content": "x"}]

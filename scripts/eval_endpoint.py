@@ -12,6 +12,15 @@ finish an interrupted run.
     python scripts/eval_endpoint.py --base-url http://127.0.0.1:8000/v1 \\
         --model Qwen/Qwen2.5-7B-Instruct --out-dir outputs/eval/qwen7b
 
+By default the conversation goes to the chat API in the Qwen2.5 format. --tool-format
+NAME sends the prompt a tool format renders (as in training) to the completions API;
+--leaderboard-format sends bfcl-eval's own prompt for the model (its handler in
+bfcl-eval's model map, e.g. Team-ACE/ToolACE-2-8B), so a base model's score compares
+with the leaderboard's:
+
+    python scripts/eval_endpoint.py --base-url http://127.0.0.1:8000/v1 \\
+        --model Team-ACE/ToolACE-2-8B --tokenizer Team-ACE/ToolACE-2-8B --leaderboard-format
+
 Exit status: 0 when every task was scored, 1 when any failed (listed in
 OUT_DIR/errors_step_<step>.jsonl, not scored 0), the preflight failed, the server's context
 is smaller than --max-context-tokens, or the run could not start.
@@ -28,9 +37,18 @@ from urllib.parse import urlsplit
 
 from seal.bfcl.tasks import category_of
 from seal.eval.chat_endpoint import EndpointSettings
-from seal.eval.evaluator import episode_stats, errors_file, evaluate_endpoint, load_tokenizer
+from seal.eval.evaluator import (
+    Prompting,
+    episode_stats,
+    errors_file,
+    evaluate_endpoint,
+    load_tokenizer,
+)
 from seal.eval.replay import split_task_ids
 from seal.eval.summary import render_markdown, summarize_step
+from seal.formats.bfcl_handlers import ranked_entry
+from seal.formats.handler_format import leaderboard
+from seal.formats.registry import AUTO, FORMATS, resolve
 from seal.launch.service import environment_service
 from seal.rollout.protocol import EpisodeLimits
 
@@ -118,8 +136,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--tokenizer",
         help="the model's tokenizer (a directory or a Hugging Face name) that counts the "
-        "budget with its chat template (default: the shipped Qwen2.5 tokenizer, for Qwen "
-        "models only; required for others)",
+        "budget, in the tool format's rendering (default: the shipped Qwen2.5 tokenizer, "
+        "for Qwen models only; required for others)",
     )
     parser.add_argument(
         "--attempts",
@@ -151,6 +169,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="write the step's record file even if tasks failed (they are missing from it, "
         "not scored 0; the summary script warns about them)",
     )
+    prompting = parser.add_mutually_exclusive_group()
+    prompting.add_argument(
+        "--tool-format",
+        choices=[AUTO, *FORMATS],
+        help="render the prompt in this tool format (seal/formats; auto: by --model) and "
+        "send it to BASE_URL/completions (default: chat API, Qwen2.5 format)",
+    )
+    prompting.add_argument(
+        "--leaderboard-format",
+        nargs="?",
+        const="",
+        metavar="BFCL_MODEL",
+        help="bfcl-eval's own prompt and decoder for BFCL_MODEL (a name of its model map; "
+        "default: --model, or --model-FC when bfcl-eval ranks it in function-calling "
+        "mode), sent to BASE_URL/completions",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     positive = ("limit", "concurrency", "max_generations", "max_tokens", "attempts")
@@ -175,6 +209,20 @@ def endpoint_settings(args: argparse.Namespace) -> EndpointSettings:
         attempts=args.attempts,
         timeout_s=args.request_timeout_s,
     )
+
+
+def prompting_of(args: argparse.Namespace) -> Prompting:
+    if args.tool_format:
+        return Prompting(resolve(args.tool_format, args.model), completions=True)
+    if args.leaderboard_format is not None:
+        name = args.leaderboard_format
+        if not name:
+            entry = ranked_entry(args.model)
+            if entry is None:
+                raise ValueError(f"--leaderboard-format: bfcl-eval does not rank {args.model!r}")
+            name = entry.registry_name
+        return Prompting(leaderboard(name), completions=True)
+    return Prompting()
 
 
 def first_per_category(task_ids: list[str], limit: int) -> list[str]:
@@ -225,6 +273,7 @@ def evaluate(args: argparse.Namespace, out_dir: Path, settings: EndpointSettings
             concurrency=args.concurrency,
             allow_failures=args.allow_failures,
             show_progress=not args.quiet,
+            prompting=prompting_of(args),
         )
     )
     print(f"\n{len(task_ids)} tasks, {outcome.skipped} already done in {out_dir}")

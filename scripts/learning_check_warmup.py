@@ -15,7 +15,7 @@ import asyncio
 import numpy as np
 import torch
 
-from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
+from seal.bfcl.ground_truth import ground_truth_texts
 from seal.bfcl.tasks import load_task
 from seal.rollout.driver import EpisodeSample, run_episode
 from seal.rollout.env_client import EnvClient
@@ -28,9 +28,9 @@ from seal.trainer.update import collate, response_logprobs
 
 
 def gt_texts(task_id: str) -> list[str]:
-    """The ground-truth policy's assistant texts, in order (one per generation)."""
-    turns = assistant_messages(ground_truth_trajectory(load_task(task_id)))
-    return [text for turn in turns for text in turn]
+    """The ground-truth policy's assistant texts in the Qwen2.5 format, in order (one
+    per generation; the learning check trains the tiny Qwen2)."""
+    return ground_truth_texts(load_task(task_id))
 
 
 def pick_tasks(k: int, tokenizer, train_file: str) -> list[str]:
@@ -59,12 +59,17 @@ def episode_sizes(task_ids: list[str], tokenizer) -> tuple[int, int]:
 # --- warm-up -------------------------------------------------------------------------------
 
 
-async def _gt_episodes(url, tokenizer, task_ids, settings) -> list[EpisodeSample]:
+async def _gt_episodes(url, tokenizer, task_ids, settings, tool_format) -> list[EpisodeSample]:
     async with EnvClient(url) as env:
         jobs = [
             run_episode(
-                env, ScriptedGenerator.from_texts(tokenizer, gt_texts(t)), tokenizer, t, settings
-            )
+                env,
+                ScriptedGenerator.from_texts(tokenizer, gt_texts(t)),
+                tokenizer,
+                t,
+                settings,
+                tool_format=tool_format,
+            )  # fmt: skip
             for t in task_ids
         ]
         return await asyncio.gather(*jobs)
@@ -74,7 +79,9 @@ def ground_truth_samples(trainer: LocalTrainer, task_ids: list[str]) -> list[Epi
     """The ground truth played through the service in the training episode mode, so the
     warm-up sees the same prompts and observations as the GRPO rollouts."""
     settings = trainer.cfg.episode_settings("sample")
-    samples = asyncio.run(_gt_episodes(trainer.env_url, trainer.tokenizer, task_ids, settings))
+    samples = asyncio.run(
+        _gt_episodes(trainer.env_url, trainer.tokenizer, task_ids, settings, trainer.tool_format)
+    )
     failed = [s.task_id for s in samples if not s.accuracy]
     if failed:
         raise SystemExit(f"error: the ground truth fails through the service on {failed}")

@@ -15,7 +15,8 @@ from seal.bfcl import prompt
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory, tool_call_text
 from seal.bfcl.tasks import load_task
-from seal.rollout.env_client import EnvClient, EnvServiceError
+from seal.formats.registry import HERMES, get_format
+from seal.rollout.env_client import EnvClient, EnvServiceError, call_body
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
 
@@ -180,6 +181,42 @@ def test_max_steps_truncates(service):
 # --- native API -------------------------------------------------------------------------------
 
 
+def native_step(text: str, seq: int | None) -> dict:
+    """A step body: the text and the calls the Qwen2.5 format parses from it."""
+    calls = [call_body(c) for c in get_format(HERMES).parse(text)]
+    return {"content": text, "tool_calls": calls, "seq": seq}
+
+
+def test_native_steps_take_structured_calls(service):
+    """The native API runs the calls it is given, whatever text came with them; a call
+    the client could not parse is answered with its error and counted; a step without
+    `tool_calls` or with a call that is neither is refused."""
+    http = service().http
+    http.post("/v1/episodes", json={"task_id": "multi_turn_base_0", "episode_id": "s"})
+    calls = [{"name": "pwd"}, {"error": "bad JSON at char 3"}, {"name": "cd", "arguments": {}}]
+    body = {"content": "[pwd(), ...] in any format", "tool_calls": calls, "seq": 1}
+    reply = http.post("/v1/episodes/s/steps", json=body).json()
+    assert [(m["role"], m["name"]) for m in reply["messages"]] == [
+        ("tool", "pwd"),
+        ("tool", None),
+        ("tool", "cd"),
+    ]
+    assert "current_working_directory" in reply["messages"][0]["content"]
+    assert reply["messages"][1]["content"] == "Error: could not parse tool call: bad JSON at char 3"
+    assert "missing required argument" in reply["messages"][2]["content"]
+    report = http.delete("/v1/episodes/s", params={"evaluate": "true"}).json()
+    assert report["invalid_by_kind"] == {"parse": 1, "missing_argument": 1}
+    assert report["tool_calls"] == 1
+    http.post("/v1/episodes", json={"task_id": "multi_turn_base_0", "episode_id": "t"})
+    for bad in [{"content": "x", "seq": 1}, {"content": "x", "tool_calls": [{}], "seq": 1}]:
+        assert http.post("/v1/episodes/t/steps", json=bad).status_code == 422
+    both = [{"name": "pwd", "error": "x"}]
+    assert (
+        http.post("/v1/episodes/t/steps", json={"content": "", "tool_calls": both}).status_code
+        == 422
+    )
+
+
 @pytest.mark.parametrize("task_id", ["multi_turn_base_0", "multi_turn_miss_func_0"])
 def test_native_ground_truth_scores_one(service, gt_texts, task_id):
     http = service().http
@@ -188,7 +225,9 @@ def test_native_ground_truth_scores_one(service, gt_texts, task_id):
     assert response.status_code == 201
     created = response.json()
     assert created["episode_id"] == "ep-1"
-    assert [m["role"] for m in created["messages"]] == ["system", "user"]
+    assert [m["role"] for m in created["messages"]] == ["user"]
+    assert created["system"] == [prompt.BASE_INSTRUCTIONS]  # validation: no layer sections
+    assert created["tools"] == task.tools  # BFCL's docs, as data
     assert created["num_turns"] == task.num_turns
 
     info = http.get(f"/v1/tasks/{task_id}").json()
@@ -201,7 +240,7 @@ def test_native_ground_truth_scores_one(service, gt_texts, task_id):
     for texts in gt_texts(task_id):
         for text in texts:
             seq += 1
-            result = http.post("/v1/episodes/ep-1/steps", json={"content": text, "seq": seq})
+            result = http.post("/v1/episodes/ep-1/steps", json=native_step(text, seq))
             assert result.status_code == 200
             assert result.json()["seq"] == seq
             if not result.json()["terminated"]:
@@ -229,21 +268,21 @@ def test_native_retries_are_answered_not_rerun(service, gt_texts):
     assert http.post("/v1/episodes", json=other_task).status_code == 409
 
     texts = [t for turn in gt_texts("multi_turn_base_0") for t in turn]
-    step1 = http.post("/v1/episodes/ep-r/steps", json={"content": texts[0], "seq": 1}).json()
-    again = http.post("/v1/episodes/ep-r/steps", json={"content": texts[0], "seq": 1}).json()
+    step1 = http.post("/v1/episodes/ep-r/steps", json=native_step(texts[0], 1)).json()
+    again = http.post("/v1/episodes/ep-r/steps", json=native_step(texts[0], 1)).json()
     assert again == step1
     status = http.get("/v1/episodes/ep-r").json()
     assert status["steps"] == 1  # ran once
     assert http.post("/v1/episodes", json=body).status_code == 409  # stepped: not a retry
-    gap = http.post("/v1/episodes/ep-r/steps", json={"content": texts[1], "seq": 3})
+    gap = http.post("/v1/episodes/ep-r/steps", json=native_step(texts[1], 3))
     assert gap.status_code == 409 and "expected 2" in gap.json()["detail"]
     for seq, text in enumerate(texts[1:], start=2):
-        last = http.post("/v1/episodes/ep-r/steps", json={"content": text, "seq": seq})
+        last = http.post("/v1/episodes/ep-r/steps", json=native_step(text, seq))
     assert last.json()["terminated"] and last.json()["evaluation"]["accuracy"] == 1
     # The final answer survives the release for a retried final step.
-    repeat = http.post("/v1/episodes/ep-r/steps", json={"content": texts[-1], "seq": seq})
+    repeat = http.post("/v1/episodes/ep-r/steps", json=native_step(texts[-1], seq))
     assert repeat.json() == last.json()
-    late = http.post("/v1/episodes/ep-r/steps", json={"content": "x", "seq": seq + 1})
+    late = http.post("/v1/episodes/ep-r/steps", json=native_step("x", seq + 1))
     assert late.status_code == 409
     assert http.post("/v1/episodes", json=body).status_code == 409  # the id stays taken
     assert http.get("/v1/stats").json()["released"] == 1
@@ -255,7 +294,7 @@ def test_native_delete_can_evaluate(service, gt_texts):
     http.post("/v1/episodes", json={"task_id": "multi_turn_base_0", "episode_id": "b"})
     first = gt_texts("multi_turn_base_0")[0][0]
     for eid in ("a", "b"):
-        http.post(f"/v1/episodes/{eid}/steps", json={"content": first, "seq": 1})
+        http.post(f"/v1/episodes/{eid}/steps", json=native_step(first, 1))
     evaluated = http.delete("/v1/episodes/a", params={"evaluate": "true"})
     assert evaluated.status_code == 200
     report = evaluated.json()
@@ -338,7 +377,7 @@ def test_unknown_and_released_episodes(service):
         assert again.status_code == 200 and again.json()["success"] is False
         assert ghost in again.json()["error"]
     http = svc.http
-    assert http.post("/v1/episodes/ghost/steps", json={"content": "x"}).status_code == 404
+    assert http.post("/v1/episodes/ghost/steps", json=native_step("x", None)).status_code == 404
     assert http.get("/v1/episodes/ghost/evaluation").status_code == 404
     assert http.get("/v1/episodes/ghost").status_code == 404
     assert http.delete("/v1/episodes/ghost").status_code == 404
@@ -369,8 +408,8 @@ def test_step_after_the_end_native(service):
     http = service().http
     http.post("/v1/episodes", json={"task_id": "multi_turn_base_167", "episode_id": "e"})
     for _ in range(load_task("multi_turn_base_167").num_turns):
-        http.post("/v1/episodes/e/steps", json={"content": "no"})
-    response = http.post("/v1/episodes/e/steps", json={"content": "no"})
+        http.post("/v1/episodes/e/steps", json=native_step("no", None))
+    response = http.post("/v1/episodes/e/steps", json=native_step("no", None))
     assert response.status_code == 409 and "has ended" in response.json()["detail"]
 
 
@@ -381,7 +420,7 @@ def test_oversized_message(service):
     assert "201 characters exceeds the limit of 200" in error["error"]
     http = svc.http
     http.post("/v1/episodes", json={"task_id": "multi_turn_base_1", "episode_id": "n"})
-    assert http.post("/v1/episodes/n/steps", json={"content": "y" * 500}).status_code == 413
+    assert http.post("/v1/episodes/n/steps", json=native_step("y" * 500, None)).status_code == 413
     # Refused messages were not counted; the episode goes on normally.
     svc.step(instance_id, call_text("pwd"))
     assert svc.evaluate(instance_id)["steps"] == 1

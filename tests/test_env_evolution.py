@@ -298,7 +298,8 @@ def test_native_api_validation_is_plain_too(service):
         body = {"task_id": "multi_turn_long_context_0", "settings": settings}
         response = http.post("/v1/episodes", json=body)
         assert response.status_code == 201, response.text
-        return response.json()["messages"]
+        created = response.json()
+        return [created["system"], created["tools"], created["messages"]]
 
     plain = messages({})
     assert messages({"mode": "validate", "evolution": layers}) == plain

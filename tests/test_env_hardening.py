@@ -11,7 +11,6 @@ from env_service.evolution import add_schema_cues, allowed_values
 from seal.bfcl.backends import ERROR_PREFIX, Backends, cost_error, is_tool_error
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.diagnosis import diagnose
-from seal.bfcl.prompt import to_tool
 from seal.bfcl.tasks import load_task
 
 MATH_TASK = "multi_turn_base_15"  # GorillaFileSystem + MathAPI
@@ -80,10 +79,12 @@ def test_enums_without_brackets_and_on_arrays():
     assert allowed_values("The base currency. [Enum]: USD, RMB, EUR") == ["USD", "RMB", "EUR"]
     task = load_task("multi_turn_base_50")  # VehicleControlAPI
     doc = next(d for d in task.tools if d["name"] == "lockDoors")
-    cued = add_schema_cues(to_tool(doc), type_hints=False)
-    door = cued["function"]["parameters"]["properties"]["door"]
+    cued = add_schema_cues(doc, type_hints=False)
+    door = cued["parameters"]["properties"]["door"]
     assert door["items"]["enum"] == ["driver", "passenger", "rear_left", "rear_right"]
     assert "Allowed values: driver, passenger" in door["description"]
+    hinted = add_schema_cues(doc, type_hints=True)["parameters"]["properties"]["door"]
+    assert hinted["description"].endswith("Expects a JSON list.")
 
 
 def test_sparse_must_be_a_boolean(service):

@@ -20,11 +20,8 @@ from aiohttp import web
 from scripts_loader import load_script
 from transformers import AutoTokenizer
 
-from seal.bfcl.ground_truth import (
-    END_OF_TURN_TEXT,
-    assistant_messages,
-    ground_truth_trajectory,
-)
+from seal.bfcl.ground_truth import END_OF_TURN_TEXT, ground_truth_texts
+from seal.bfcl.prompt import BASE_INSTRUCTIONS
 from seal.bfcl.tasks import load_task
 from seal.eval.chat_endpoint import (
     ChatEndpoint,
@@ -35,12 +32,15 @@ from seal.eval.chat_endpoint import (
 )
 from seal.eval.evaluator import (
     ContextBudgetError,
+    Prompting,
     episode_stats,
     errors_file,
     evaluate_endpoint,
     partial_file,
 )
 from seal.eval.records import read_val_dir
+from seal.formats.base import Conversation
+from seal.formats.registry import HERMES, get_format
 from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, turn_tokenizer
 
@@ -55,19 +55,28 @@ LONG_TASK = "multi_turn_long_context_0"  # its first tool result is several hund
 MODEL = "fake-model"
 FAST_RETRIES = {"attempts": 3, "backoff_s": 0.001}
 TOKENIZER = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
-TOKENS = turn_tokenizer(TOKENIZER)
+TOKENS = turn_tokenizer(TOKENIZER, get_format(HERMES))
+# The Qwen2.5 tokenizer with Llama 3's special tokens, for the Llama-layout formats (as
+# tests/test_rollout_driver.py): the budget needs their end-of-turn token as one token.
+LLAMA_TOKENIZER = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
+LLAMA_TOKENIZER.add_special_tokens(
+    {"additional_special_tokens": ["<|begin_of_text|>", "<|start_header_id|>",
+                                   "<|end_header_id|>", "<|eot_id|>", "<|python_tag|>"]}
+)  # fmt: skip
+
+
+def tokenizer_for(prompting: Prompting | None):
+    uses_llama = prompting is not None and prompting.tool_format.end_of_turn == "<|eot_id|>"
+    return LLAMA_TOKENIZER if uses_llama else TOKENIZER
 
 
 def first_question(task_id: str) -> str:
     return load_task(task_id).questions[0][0]["content"]
 
 
-def ground_truth_texts(task_id: str) -> list[str]:
-    return [
-        text
-        for turn in assistant_messages(ground_truth_trajectory(load_task(task_id)))
-        for text in turn
-    ]
+def gt_texts(task_id: str, tool_format=None) -> list[str]:
+    call_text = (tool_format or get_format(HERMES)).call_text
+    return ground_truth_texts(load_task(task_id), call_text)
 
 
 class FakeChatServer:
@@ -122,10 +131,35 @@ class FakeChatServer:
         entry = script[turn] if turn < len(script) else END_OF_TURN_TEXT
         return reply(*((entry, "stop") if isinstance(entry, str) else entry))
 
+    async def handle_completion(self, request: web.Request) -> web.Response:
+        """The completions API: the prompt is a whole rendered conversation; the n-th
+        request of a task gets its script's n-th text."""
+        body = await request.json()
+        if refusal := self.refuse_key(request):
+            return refusal
+        found = [t for question, t in self.task_of.items() if question in body["prompt"]]
+        if not found:
+            self.preflights.append(body)
+            return reply("OK", "length", completion=True)
+        task_id = found[0]
+        self.requests.append((task_id, body))
+        if self.failures.get(task_id):
+            status, payload = self.failures[task_id].pop(0)
+            return web.json_response(payload, status=status)
+        script = self.scripts.get(task_id, [])
+        turn = len(self.requests_of(task_id)) - 1
+        entry = script[turn] if turn < len(script) else END_OF_TURN_TEXT
+        text, finish_reason = (entry, "stop") if isinstance(entry, str) else entry
+        return reply(text, finish_reason, completion=True)
 
-def reply(text: str, finish_reason: str) -> web.Response:
-    message = {"role": "assistant", "content": text}
-    choice = {"index": 0, "message": message, "finish_reason": finish_reason}
+
+def reply(text: str, finish_reason: str, completion: bool = False) -> web.Response:
+    """A chat reply, or with `completion` a completions-API reply."""
+    if completion:
+        choice = {"index": 0, "text": text, "finish_reason": finish_reason}
+    else:
+        message = {"role": "assistant", "content": text}
+        choice = {"index": 0, "message": message, "finish_reason": finish_reason}
     return web.json_response({"choices": [choice]})
 
 
@@ -136,6 +170,7 @@ def fake_llm():
     app = web.Application()
     app.router.add_post("/v1/chat/completions", server.handle)
     app.router.add_get("/v1/models", server.list_models)
+    app.router.add_post("/v1/completions", server.handle_completion)
     loop = asyncio.new_event_loop()
     runner = web.AppRunner(app)
     loop.run_until_complete(runner.setup())
@@ -163,7 +198,7 @@ def evaluate(
             list(task_ids),
             out_dir,
             env_url=env_url,
-            tokenizer=TOKENIZER,
+            tokenizer=tokenizer_for(options.get("prompting")),
             limits=limits,
             show_progress=False,
             **options,
@@ -176,7 +211,7 @@ def test_ground_truth_replies_score_one_and_requests_follow_the_protocol(
 ):
     server, base_url = fake_llm
     env_url, _ = live_service
-    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
 
     outcome = evaluate(base_url, env_url, tmp_path, step=30)
 
@@ -190,7 +225,7 @@ def test_ground_truth_replies_score_one_and_requests_follow_the_protocol(
         assert set(record.failure_tags) <= {"pass", "correct_abstention"}
         assert record.extra["model"] == MODEL and record.extra["truncated"] is False
         # One request per assistant message: the scripted texts were all used, no retries.
-        assert record.turns == len(ground_truth_texts(task_id)) == len(server.requests_of(task_id))
+        assert record.turns == len(gt_texts(task_id)) == len(server.requests_of(task_id))
 
     base = server.requests_of("multi_turn_base_4")
     assert {key: base[0][key] for key in ("model", "temperature", "max_tokens")} == {
@@ -205,7 +240,7 @@ def test_ground_truth_replies_score_one_and_requests_follow_the_protocol(
     assert base[-1]["messages"] == base[0]["messages"] + transcript[: len(base[-1]["messages"]) - 2]
     assert base[1]["messages"][2] == {
         "role": "assistant",
-        "content": ground_truth_texts("multi_turn_base_4")[0],
+        "content": gt_texts("multi_turn_base_4")[0],
     }
     assert base[1]["messages"][3]["content"].startswith("<tool_response>")
     assert not partial_file(tmp_path, 30).exists() and not errors_file(tmp_path, 30).exists()
@@ -227,7 +262,7 @@ def test_generation_limit_cuts_the_episode(fake_llm, live_service, tmp_path):
     server, base_url = fake_llm
     task_id = "multi_turn_base_4"
     # A model that calls a tool forever never ends a turn on its own.
-    server.scripts = {task_id: [ground_truth_texts(task_id)[0]] * 50}
+    server.scripts = {task_id: [gt_texts(task_id)[0]] * 50}
 
     limits = EpisodeLimits(max_generations=3)
     outcome = evaluate(base_url, live_service[0], tmp_path, task_ids=[task_id], limits=limits)
@@ -241,13 +276,13 @@ def test_generation_limit_cuts_the_episode(fake_llm, live_service, tmp_path):
 def test_transient_errors_are_retried(fake_llm, live_service, tmp_path, status):
     server, base_url = fake_llm
     task_id = "multi_turn_miss_param_21"
-    server.scripts = {task_id: ground_truth_texts(task_id)}
+    server.scripts = {task_id: gt_texts(task_id)}
     server.fail_next(task_id, status, times=2)  # attempts is 3: the third try answers
 
     outcome = evaluate(base_url, live_service[0], tmp_path, task_ids=[task_id])
 
     assert not outcome.failures and outcome.records[task_id].score == 1
-    assert len(server.requests_of(task_id)) == len(ground_truth_texts(task_id)) + 2
+    assert len(server.requests_of(task_id)) == len(gt_texts(task_id)) + 2
 
 
 @pytest.mark.parametrize(
@@ -269,7 +304,7 @@ def test_failed_tasks_are_listed_not_scored(
 ):
     server, base_url = fake_llm
     bad = "multi_turn_miss_func_9"
-    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
     server.fail_next(bad, status, times=times, body=reply)
 
     outcome = evaluate(base_url, live_service[0], tmp_path)
@@ -287,7 +322,7 @@ def test_failed_tasks_are_listed_not_scored(
 
 def test_allow_failures_writes_the_step_without_the_failed_task(fake_llm, live_service, tmp_path):
     server, base_url = fake_llm
-    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
     server.fail_next("multi_turn_base_4", 404)
 
     outcome = evaluate(base_url, live_service[0], tmp_path, allow_failures=True)
@@ -299,7 +334,7 @@ def test_allow_failures_writes_the_step_without_the_failed_task(fake_llm, live_s
 
 def test_rerun_retries_only_what_failed(fake_llm, live_service, tmp_path):
     server, base_url = fake_llm
-    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
     server.fail_next("multi_turn_long_context_29", 500, times=3)
     first = evaluate(base_url, live_service[0], tmp_path)
     assert [failure.task_id for failure in first.failures] == ["multi_turn_long_context_29"]
@@ -315,7 +350,7 @@ def test_rerun_retries_only_what_failed(fake_llm, live_service, tmp_path):
 
 def test_resume_after_a_crash_keeps_finished_tasks(fake_llm, live_service, tmp_path):
     server, base_url = fake_llm
-    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
     evaluate(base_url, live_service[0], tmp_path, task_ids=TASKS[:2])
     # What a crash leaves: the step's records as a partial file ending in a cut-off line.
     step_file = tmp_path / "validation" / "step_000000.jsonl"
@@ -339,7 +374,7 @@ def test_records_of_another_model_are_not_mixed_in(fake_llm, live_service, tmp_p
 
 def test_command_line_exit_status_and_errors_file(fake_llm, live_service, tmp_path, capsys):
     server, base_url = fake_llm
-    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
     server.fail_next("multi_turn_base_4", 401)
     split = tmp_path / "split.json"
     split.write_text(json.dumps({"eval": TASKS, "train": []}))
@@ -393,11 +428,11 @@ def test_command_line_needs_a_tokenizer_for_other_models(tmp_path, capsys):
 def first_exchange(server: FakeChatServer, base_url, env_url, out_dir, task_id):
     """(prompt tokens, first reply tokens, first observation tokens) of a ground-truth run
     under the default limits, and its record: the sizes the budget tests cut at."""
-    server.scripts = {task_id: ground_truth_texts(task_id)}
+    server.scripts = {task_id: gt_texts(task_id)}
     record = evaluate(base_url, env_url, out_dir, task_ids=[task_id]).records[task_id]
     first = server.requests_of(task_id)[0]["messages"]
     reply, *observation = json.loads(record.output)[: 1 + 1]
-    prompt = len(TOKENS.prompt(first)[0])
+    prompt = len(TOKENS.prompt(Conversation(first))[0])
     generated = len(TOKENS.encode(reply["content"])) + 1  # with its end-of-turn token
     seen = len(TOKENS.observation(observation, 4096).ids)
     server.requests.clear()
@@ -438,14 +473,21 @@ def test_max_tokens_is_the_room_left_and_a_full_context_ends_the_episode_scored(
 
 def test_budget_counts_the_tokens_a_full_render_has(fake_llm, live_service, tmp_path):
     server, base_url = fake_llm
-    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
     outcome = evaluate(base_url, live_service[0], tmp_path)
     for record in outcome.records.values():
         conversation = json.loads(record.input) + json.loads(record.output)
         rendered = TOKENIZER.apply_chat_template(conversation, tokenize=False)
-        # The render ends with the last reply's end-of-turn token and a newline.
+        # The last prompt and its reply: the render less the reply's end-of-turn token
+        # and the newline after it.
         assert rendered.endswith("<|im_end|>\n")
-        assert record.extra["context_tokens"] == len(TOKENS.encode(rendered)) - 1, record.task_id
+        assert record.extra["context_tokens"] == len(TOKENS.encode(rendered)) - 2, record.task_id
+        # Every request asked for the room its prompt left, at most 4096.
+        for body in server.requests_of(record.task_id):
+            prompt = TOKENIZER.apply_chat_template(
+                body["messages"], tokenize=False, add_generation_prompt=True
+            )
+            assert body["max_tokens"] == min(4096, 16384 - len(TOKENS.encode(prompt)))
 
 
 def test_observations_are_clipped_with_the_drivers_marker(fake_llm, live_service, tmp_path):
@@ -519,7 +561,7 @@ def test_a_server_with_a_smaller_context_stops_the_run_with_advice(
 ):
     server, base_url = fake_llm
     env_url, engine = live_service
-    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
     server.fail_next("multi_turn_miss_param_21", 400, body=CONTEXT_REFUSAL)
 
     with pytest.raises(ContextBudgetError, match="set --max-context-tokens to the server") as e:
@@ -614,7 +656,7 @@ def test_preflight_passes_a_server_that_answers_for_a_model_it_does_not_list(
     # As `transformers serve` started with a model: it lists the models of its cache.
     server.api_key = "sk-right"
     server.models = None if listing == "none" else [{"id": "org/cached-model"}]
-    server.scripts = {task_id: ground_truth_texts(task_id) for task_id in TASKS}
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
 
     outcome = evaluate(base_url, live_service[0], tmp_path, api_key="sk-right")
 
@@ -633,9 +675,9 @@ def test_a_reply_cut_at_max_tokens_is_stepped_counted_and_recorded(
     server, base_url = fake_llm
     env_url = live_service[0]
     task_id = "multi_turn_base_4"
-    texts = ground_truth_texts(task_id)
+    texts = gt_texts(task_id)
     # The first reply is cut (its tool call complete all the same), the rest finish.
-    server.scripts = {t: ground_truth_texts(t) for t in TASKS}
+    server.scripts = {t: gt_texts(t) for t in TASKS}
     server.scripts[task_id] = [(texts[0], "length"), *texts[1:]]
 
     outcome = evaluate(base_url, env_url, tmp_path)
@@ -692,3 +734,93 @@ def test_command_line_stops_at_the_preflight(live_service, tmp_path, capsys):
     assert time.monotonic() - start < 10
     assert "check --base-url" in capsys.readouterr().err
     assert engine.stats()["created"] == 0 and not (tmp_path / "validation").exists()
+
+
+@pytest.mark.parametrize("name", ["qwen2.5", "qwen3", "llama3.1", "bfcl_prompt"])
+def test_any_tool_format_through_the_completions_api(fake_llm, live_service, tmp_path, name):
+    """--tool-format: the prompt the format renders (as in training) goes to the
+    completions API, the replies are parsed in the format; the ground truth scores 1."""
+    server, base_url = fake_llm
+    fmt = get_format(name)
+    server.scripts = {task_id: gt_texts(task_id, fmt) for task_id in TASKS}
+
+    outcome = evaluate(base_url, live_service[0], tmp_path, prompting=Prompting(fmt, True))
+
+    assert not outcome.failures
+    for task_id, record in outcome.records.items():
+        assert record.score == 1, task_id
+        assert record.extra["prompting"] == f"{name} (completions)"
+        prompts = [body["prompt"] for body in server.requests_of(task_id)]
+        assert len(prompts) == len(gt_texts(task_id, fmt)) == record.turns
+        # Each prompt continues the last one by the reply and the observation.
+        for before, after in zip(prompts, prompts[1:], strict=False):
+            assert after.startswith(before)
+        # The budget counts exactly the prompt sent: each asks for the room it leaves.
+        tokens = tokenizer_for(Prompting(fmt, True))
+        for body in server.requests_of(task_id):
+            sent = len(tokens.encode(body["prompt"], add_special_tokens=False))
+            assert body["max_tokens"] == min(4096, 16384 - sent)
+        assert record.extra["stop_reason"] == "terminated"
+    first = server.requests_of("multi_turn_base_4")[0]
+    assert {key: first[key] for key in ("model", "temperature", "max_tokens")} == {
+        "model": MODEL,
+        "temperature": 0.0,
+        "max_tokens": 4096,
+    }
+
+
+def test_leaderboard_format_is_bfcl_s_own_prompt(fake_llm, live_service, tmp_path, capsys):
+    """--leaderboard-format: bfcl-eval's prompt for the model, without the service's
+    instructions (ToolACE-2-8B: BFCL's prompt-mode system prompt, Llama 3 layout)."""
+    server, base_url = fake_llm
+    fmt = get_format("bfcl_prompt")
+    server.scripts = {task_id: gt_texts(task_id, fmt) for task_id in TASKS}
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"eval": TASKS, "train": []}))
+    cli = load_script("eval_endpoint")
+    LLAMA_TOKENIZER.save_pretrained(tmp_path / "tokenizer")
+    args = ["--base-url", base_url, "--model", "Team-ACE/ToolACE-2-8B", "--quiet"]
+    args += ["--split-file", str(split), "--env-url", live_service[0], "--out-dir", str(tmp_path)]
+    args += ["--tokenizer", str(tmp_path / "tokenizer")]
+
+    assert cli.main([*args, "--leaderboard-format"]) == 0
+    assert "1.0000 (4/4)" in capsys.readouterr().out
+    first = server.requests_of("multi_turn_base_4")[0]["prompt"]
+    assert first.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>")
+    assert "You are an expert in composing functions." in first
+    assert BASE_INSTRUCTIONS not in first
+    # Records of another prompting are not mixed into the run.
+    assert cli.main([*args, "--tool-format", "bfcl_prompt"]) == 1
+    assert "leaderboard:Team-ACE/ToolACE-2-8B (completions)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["qwen2.5", "bfcl_prompt"])
+def test_the_budget_counts_the_prompt_sent_to_the_completions_api(
+    fake_llm, live_service, tmp_path, name
+):
+    server, base_url = fake_llm
+    env_url, task_id = live_service[0], "multi_turn_base_4"
+    prompting = Prompting(get_format(name), completions=True)
+    server.scripts = {task_id: gt_texts(task_id, prompting.tool_format)}
+    evaluate(base_url, env_url, tmp_path, task_ids=[task_id], prompting=prompting)
+    tokens = tokenizer_for(prompting)
+    sizes = [
+        len(tokens.encode(body["prompt"], add_special_tokens=False))
+        for body in server.requests_of(task_id)
+    ]
+    assert len(sizes) > 2
+    server.requests.clear()
+
+    # Room for the second prompt and one token: the second request asks for that token,
+    # and the third prompt does not fit.
+    limits = EpisodeLimits(max_context_tokens=sizes[1] + 1)
+    outcome = evaluate(
+        base_url, env_url, tmp_path / "b", task_ids=[task_id], limits=limits, prompting=prompting
+    )
+
+    assert [body["max_tokens"] for body in server.requests_of(task_id)] == [
+        sizes[1] + 1 - sizes[0],
+        1,
+    ]
+    record = outcome.records[task_id]
+    assert (record.extra["stop_reason"], record.turns, record.score) == ("context_limit", 2, 0)

@@ -1,5 +1,8 @@
-"""The episode driver on real episodes: the real service over a socket, the real Qwen2.5
-template, scripted generators in place of a model."""
+"""The episode driver on real episodes: the real service over a socket, each tool format's
+own rendering, scripted generators in place of a model.
+
+Only the Qwen2.5 tokenizer ships; the Llama-layout formats are tested with it plus their
+special tokens (the ids differ from Llama's, the token bookkeeping is the same)."""
 
 from __future__ import annotations
 
@@ -9,8 +12,10 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
+from seal.bfcl.ground_truth import ground_truth_texts
 from seal.bfcl.tasks import load_task
+from seal.formats.base import Conversation
+from seal.formats.registry import FORMATS, HERMES, get_format
 from seal.rollout.driver import (
     EpisodeError,
     EpisodeSample,
@@ -22,9 +27,17 @@ from seal.rollout.env_client import EnvClient, Episode
 from seal.rollout.generation import Generation, GenerationError
 from seal.rollout.protocol import EpisodeLimits, EpisodeSettings, EvolutionSettings
 from seal.rollout.scripted import ScriptedGenerator, text_generation
+from seal.rollout.turn_tokens import turn_tokenizer
 
 TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "seal/assets/qwen2.5-tokenizer"
 LAYERS = EvolutionSettings(schema_cues=True)
+LLAMA_SPECIAL = [
+    "<|begin_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<|python_tag|>",
+]
 
 
 def settings(limits: EpisodeLimits | None = None) -> EpisodeSettings:
@@ -40,18 +53,31 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(TOKENIZER_DIR)
 
 
-def gt_texts(task_id: str) -> list[str]:
-    """The ground-truth policy's assistant texts, all turns in order."""
-    turns = assistant_messages(ground_truth_trajectory(load_task(task_id)))
-    return [text for turn in turns for text in turn]
+@pytest.fixture(scope="module")
+def llama_tokenizer():
+    """The Qwen2.5 tokenizer with Llama 3's special tokens, for the Llama-layout formats."""
+    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    tokenizer.add_special_tokens({"additional_special_tokens": LLAMA_SPECIAL})
+    return tokenizer
+
+
+def tokenizer_for(name: str, request) -> object:
+    uses_llama = get_format(name).end_of_turn == "<|eot_id|>"
+    return request.getfixturevalue("llama_tokenizer" if uses_llama else "tokenizer")
+
+
+def gt_texts(task_id: str, tool_format=None) -> list[str]:
+    """The ground-truth policy's assistant texts, all turns in order, in a format."""
+    return ground_truth_texts(load_task(task_id), (tool_format or get_format(HERMES)).call_text)
 
 
 class RecordingEnv(EnvClient):
-    """EnvClient whose episodes keep the conversation as the service sent and got it."""
+    """EnvClient whose episodes keep what the service sent and got."""
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        self.messages: list[dict] = []
+        self.created: dict = {}
+        self.texts: list[str] = []
         self.observations: list[list[dict]] = []
 
     def episode(self, task_id, settings=None):
@@ -61,37 +87,39 @@ class RecordingEnv(EnvClient):
 class RecordingEpisode(Episode):
     async def __aenter__(self):
         await super().__aenter__()
-        self.env.messages = list(self.messages)
+        self.env.created = self.created
         return self
 
-    async def step(self, content):
-        reply = await super().step(content)
-        self.env.messages.append({"role": "assistant", "content": content})
+    async def step(self, content, calls):
+        reply = await super().step(content, calls)
+        self.env.texts.append(content)
         self.env.observations.append(reply.messages)
         return reply
 
 
-def play(base_url, tokenizer, task_id, generator, limits: EpisodeLimits | None = None):
+def play(base_url, tokenizer, task_id, generator, limits=None, tool_format=None):
     async def main():
         async with RecordingEnv(base_url) as env:
-            sample = await run_episode(env, generator, tokenizer, task_id, settings(limits))
+            sample = await run_episode(
+                env, generator, tokenizer, task_id, settings(limits),
+                tool_format=tool_format or get_format(HERMES),
+            )  # fmt: skip
             return sample, env
 
     return asyncio.run(main())
 
 
-def conversation_the_model_saw(env: RecordingEnv, sample: EpisodeSample) -> list[dict]:
-    """First messages, then each generation followed by the observation the next
-    generation saw (the reply to the last step conditioned nothing)."""
-    messages, observations = env.messages[:2], env.observations[: sample.num_generations - 1]
-    for k, assistant in enumerate(env.messages[2:]):
-        messages += [assistant, *(observations[k] if k < len(observations) else [])]
-    return messages
+def conversation_before(fmt, env: RecordingEnv, k: int) -> Conversation:
+    """The conversation generation k (0-based) continued: the first messages, then each
+    earlier generation and the observation that followed it."""
+    conversation = fmt.start(env.created)
+    for text, observation in zip(env.texts[:k], env.observations[:k], strict=True):
+        conversation.messages += [fmt.assistant_message(text), *fmt.observation(observation)]
+    return conversation
 
 
-def rerender(tokenizer, messages: list[dict]) -> list[int]:
-    text = tokenizer.apply_chat_template(messages, tokenize=False)
-    return tokenizer.encode(text, add_special_tokens=False)
+def full_render_ids(tokenizer, fmt, env, k) -> list[int]:
+    return tokenizer.encode(fmt.render(conversation_before(fmt, env, k)), add_special_tokens=False)
 
 
 def generated_spans(generator: ScriptedGenerator, sample: EpisodeSample):
@@ -116,6 +144,42 @@ def assert_sequence_is_what_the_model_saw(generator, sample):
     assert last_start + len(last_ids) == len(sample.response_ids)  # ends with the last generation
 
 
+@pytest.mark.parametrize("name", list(FORMATS))
+@pytest.mark.parametrize(
+    "task_id",
+    [
+        "multi_turn_base_0",
+        "multi_turn_miss_func_0",  # a held-out tool is revealed in a later turn
+        "multi_turn_miss_param_0",
+    ],
+)
+def test_every_prompt_the_model_saw_is_the_format_s_full_render(
+    live_service, request, name, task_id
+):
+    """Token in, token out in every format: each generation continued exactly the ids of
+    a full render of the conversation so far in the format's own rendering (observation
+    tokens from the format; generated ids appended as returned, masked 1)."""
+    fmt, base_url = get_format(name), live_service[0]
+    tokenizer = tokenizer_for(name, request)
+    end = turn_tokenizer(tokenizer, fmt).end_of_turn_id
+    texts = gt_texts(task_id, fmt)
+    generator = ScriptedGenerator.from_texts(tokenizer, texts, end, record_prompts=True)
+    sample, env = play(base_url, tokenizer, task_id, generator, tool_format=fmt)
+
+    assert (sample.accuracy, sample.stop_reason, sample.num_generations) == (
+        1,
+        "terminated",
+        len(texts),
+    )
+    assert env.texts == texts  # the service got the texts, the calls parsed from them
+    assert_sequence_is_what_the_model_saw(generator, sample)
+    for k, prompt in enumerate(generator.prompts):
+        assert prompt == full_render_ids(tokenizer, fmt, env, k), f"generation {k}"
+    assert sample.response_ids[-1] == end and sample.response_mask[-1] == 1
+    assert sample.input_text == fmt.render(fmt.start(env.created))
+    assert live_service[1].stats()["live_episodes"] == 0
+
+
 @pytest.mark.parametrize(
     "task_id",
     [
@@ -135,13 +199,12 @@ def test_ground_truth_episode_scores_1_and_equals_a_full_rerender(live_service, 
     assert sample.num_generations == len(texts) == generator.calls
     assert sample.category == load_task(task_id).category and sample.task_id == task_id
     assert sample.failure_tags == sample.report["failure_tags"]
-    assert [m["content"] for m in env.messages[2:]] == texts  # the service got the texts
+    assert env.texts == texts  # the service got the texts
     assert_sequence_is_what_the_model_saw(generator, sample)
-    # Canonical tokenization: the incremental ids are the full template render's,
-    # except the "\n" the template puts after the final <|im_end|>.
-    assert rerender(tokenizer, conversation_the_model_saw(env, sample)) == (
-        sample.prompt_ids + sample.response_ids + tokenizer.encode("\n")
-    )
+    # Canonical tokenization: the incremental ids are the full template render's.
+    fmt = get_format(HERMES)
+    for k, prompt in enumerate(generator.prompts):
+        assert prompt == full_render_ids(tokenizer, fmt, env, k)
     assert sample.input_text == tokenizer.decode(sample.prompt_ids)
     assert sample.output_text == tokenizer.decode(sample.response_ids)
     assert sample.output_text.endswith("Done.<|im_end|>")
@@ -171,9 +234,9 @@ def test_non_canonical_generated_ids_are_kept_not_retokenized(live_service, toke
     assert sample.accuracy == 1  # the service got the same text
     assert_sequence_is_what_the_model_saw(generator, sample)
     full = sample.prompt_ids + sample.response_ids
-    retokenized = rerender(tokenizer, conversation_the_model_saw(env, sample))
-    assert tokenizer.decode(retokenized) == tokenizer.decode(full) + "\n"
-    assert retokenized[:-1] != full  # a re-render would have drifted
+    retokenized = full_render_ids(tokenizer, get_format(HERMES), env, len(texts))
+    assert tokenizer.decode(retokenized) == tokenizer.decode(full) + "\n<|im_start|>assistant\n"
+    assert retokenized[: len(full)] != full  # a re-render would have drifted
 
 
 def test_max_generations_stops_after_the_last_generation(live_service, tokenizer):
@@ -186,7 +249,7 @@ def test_max_generations_stops_after_the_last_generation(live_service, tokenizer
         3,
         3,
     )
-    assert len(env.messages) == 2 + 3  # the third text still reached the service
+    assert len(env.texts) == 3  # the third text still reached the service
     assert sample.accuracy == 0 and sample.report["steps"] == 3
     assert_sequence_is_what_the_model_saw(generator, sample)
     assert sample.response_ids[-1] == tokenizer.eos_token_id and sample.response_mask[-1] == 1
@@ -208,7 +271,7 @@ def test_an_observation_that_would_fill_the_context_is_not_appended(live_service
     sample, env = play(base_url, tokenizer, GREP_TASK, generator, limits)
 
     assert (sample.stop_reason, sample.num_generations) == ("context_limit", 2)
-    assert len(env.messages) == 2 + 2  # both generations reached the service
+    assert len(env.texts) == 2  # both generations reached the service
     assert_sequence_is_what_the_model_saw(generator, sample)
     assert generator.prompt_lengths == probe.prompt_lengths[:2]
     assert sample.response_mask[-1] == 1  # ends with the second generation
@@ -228,7 +291,7 @@ def test_a_generation_is_cut_to_the_room_left_in_the_context(live_service, token
     full_third = tokenizer.encode(texts[2])
     assert sample.response_ids[-room:] == full_third[:room]
     assert sample.response_mask[-room:] == [1] * room
-    assert env.messages[-1]["content"] == tokenizer.decode(full_third[:room])  # sent, cut
+    assert env.texts[-1] == tokenizer.decode(full_third[:room])  # sent, cut
     assert len(sample.prompt_ids) + len(sample.response_ids) == limits.max_context_tokens
 
 
@@ -250,8 +313,9 @@ def test_long_observations_are_clipped_and_marked(live_service, tokenizer):
     )
     assert sample.accuracy == 1
     assert_sequence_is_what_the_model_saw(generator, sample)
+    observations = [get_format(HERMES).observation(obs) for obs in env.observations]
     grep_answer = next(
-        m["content"] for obs in env.observations for m in obs if "matching_lines" in m["content"]
+        m["content"] for obs in observations for m in obs if "matching_lines" in m["content"]
     )
     assert len(tokenizer.encode(grep_answer)) > 500
     assert grep_answer not in sample.output_text
@@ -264,8 +328,8 @@ def test_long_observations_are_clipped_and_marked(live_service, tokenizer):
     for content in clipped:
         assert len(tokenizer.encode(content)) <= limit
         kept = content.split("\n... [truncated")[0]
-        assert any(m["content"].startswith(kept) for obs in env.observations for m in obs)
-    seen = [m["content"] for obs in env.observations[: sample.num_generations - 1] for m in obs]
+        assert any(m["content"].startswith(kept) for obs in observations for m in obs)
+    seen = [m["content"] for obs in observations[: sample.num_generations - 1] for m in obs]
     short = [c for c in seen if len(tokenizer.encode(c)) <= limit]
     assert short and all(c in sample.output_text for c in short)  # not clipped
 
@@ -280,14 +344,76 @@ def test_length_stopped_generation_is_sent_and_its_turn_closed_unmasked(live_ser
     sample, env = play(live_service[0], tokenizer, task_id, generator, limits)
 
     assert sample.accuracy == 1  # the cut text still ran its calls
-    assert env.messages[2]["content"] == texts[0]
+    assert env.texts[0] == texts[0]
     assert_sequence_is_what_the_model_saw(generator, sample)
     end = len(cut.token_ids)
     assert sample.response_ids[end] == tokenizer.eos_token_id  # closed by the driver
     assert sample.response_mask[end] == 0  # ... which the model did not generate
-    assert rerender(tokenizer, conversation_the_model_saw(env, sample)) == (
-        sample.prompt_ids + sample.response_ids + tokenizer.encode("\n")
-    )
+    for k, prompt in enumerate(generator.prompts):
+        assert prompt == full_render_ids(tokenizer, get_format(HERMES), env, k)
+
+
+SENTINEL = Path("/tmp/seal_format_test_code_ran")
+_QWEN_MALFORMED = {
+    '<tool_call>\n{"name": "ls", "arguments": {"a": tru}}\n</tool_call>': "parse",
+    '<tool_call>\n{"name": "ls", "arguments": {}}': "parse",  # never closed
+    '<tool_call>\n{"name": "format_disk", "arguments": {}}\n</tool_call>': "unknown_tool",
+    '<tool_call>\n{"name": "cd", "arguments": {}}\n</tool_call>': "missing_argument",
+}
+MALFORMED = {
+    "qwen2.5": _QWEN_MALFORMED,
+    "qwen3": {
+        **_QWEN_MALFORMED,
+        '<tool_call>{"name": "ls", "arguments": {}}</tool_call>': "parse",  # BFCL needs \n
+    },
+    "llama3.1": {
+        '{"name": "ls", "parameters": {"a": tru}}': "parse",
+        'I listed them. {"name": "ls", "parameters": {}}': "parse",  # calls after the answer
+        '{"name": "format_disk", "parameters": {}}': "unknown_tool",
+        '{"name": "cd", "parameters": {}}': "missing_argument",
+        f'{{"name": "ls", "parameters": {{"a": __import__("pathlib").Path("{SENTINEL}").touch()}}}}': "parse",
+    },
+    "bfcl_prompt": {
+        "[ls(a=True]": "parse",
+        "Sure, here they are. [ls(a=True)]": "parse",  # calls after the answer
+        "[format_disk()]": "unknown_tool",
+        "[cd()]": "missing_argument",
+        f"[ls(a=1 + __import__('pathlib').Path('{SENTINEL}').touch())]": "parse",
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_malformed_output_is_a_scored_tagged_failure_and_the_episode_is_released(
+    live_service, request, name
+):
+    """Bad JSON or syntax, unknown tools, missing arguments, calls after the answer and
+    code in the arguments: each is answered with an error, counted by kind, the episode
+    plays on, is scored 0 with its tags, and is released; nothing runs as code."""
+    fmt, (base_url, engine) = get_format(name), live_service
+    tokenizer = tokenizer_for(name, request)
+    end = turn_tokenizer(tokenizer, fmt).end_of_turn_id
+    task_id = "multi_turn_base_0"
+    answers = ["Done."] * load_task(task_id).num_turns
+    texts = [*MALFORMED[name], *answers]
+    generator = ScriptedGenerator.from_texts(tokenizer, texts, end, record_prompts=True)
+    SENTINEL.unlink(missing_ok=True)
+    sample, env = play(base_url, tokenizer, task_id, generator, tool_format=fmt)
+
+    assert (sample.stop_reason, sample.num_generations) == ("terminated", len(texts))
+    assert (sample.accuracy, sample.reward) == (0, 0.0)
+    assert sample.failure_tags == ["empty_turn_model_response"] * len(answers)
+    expected: dict[str, int] = {}
+    for kind in MALFORMED[name].values():
+        expected[kind] = expected.get(kind, 0) + 1
+    assert sample.report["invalid_by_kind"] == expected
+    assert sample.report["tool_calls"] == 0
+    for observation in env.observations[: len(MALFORMED[name])]:
+        assert [m["role"] for m in observation] == ["tool"]
+        assert observation[0]["content"].startswith("Error: ")
+    assert_sequence_is_what_the_model_saw(generator, sample)
+    assert engine.stats()["live_episodes"] == 0
+    assert not SENTINEL.exists()
 
 
 def test_logprobs_sit_on_generated_ids_and_zero_elsewhere(live_service, tokenizer):
@@ -377,7 +503,9 @@ def test_a_cancelled_episode_is_released(live_service, tokenizer, env_cls, gener
 
     async def main():
         async with env_cls(base_url) as env:
-            episode = run_episode(env, generator, tokenizer, GREP_TASK, settings())
+            episode = run_episode(
+                env, generator, tokenizer, GREP_TASK, settings(), tool_format=get_format(HERMES)
+            )
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(episode, timeout=0.5)
 
@@ -398,6 +526,7 @@ def test_concurrent_episodes_share_one_client(live_service, tokenizer):
                         tokenizer,
                         tid,
                         settings(),
+                        tool_format=get_format(HERMES),
                     )
                     for tid in task_ids
                 )

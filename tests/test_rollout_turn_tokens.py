@@ -1,5 +1,5 @@
-"""Incremental rendering (seal.rollout.turn_tokens) against full renders of the Qwen2.5
-template, and the observation clip."""
+"""Incremental rendering (seal.rollout.turn_tokens) against full renders of each tool
+format, and the observation clip."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
+from seal.formats.base import Conversation
+from seal.formats.hermes import HermesFormat
+from seal.formats.registry import FORMATS, HERMES, get_format
 from seal.rollout.turn_tokens import TurnTokenizer, turn_tokenizer
 
 TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "seal/assets/qwen2.5-tokenizer"
@@ -15,11 +18,24 @@ FIRST = [
     {"role": "system", "content": "You call tools.\n<tools>\n{}\n</tools>"},
     {"role": "user", "content": "List the files."},
 ]
+LLAMA_SPECIAL = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
     return AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+
+
+@pytest.fixture(scope="module")
+def any_tokenizer(tokenizer):
+    """The Qwen2.5 tokenizer, with Llama 3's special tokens added (another object)."""
+    both = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    both.add_special_tokens({"additional_special_tokens": LLAMA_SPECIAL})
+    return both
+
+
+def qwen_chat(tokenizer) -> TurnTokenizer:
+    return TurnTokenizer(tokenizer, get_format(HERMES))
 
 
 def full_ids(tokenizer, messages, add_generation_prompt=True) -> list[int]:
@@ -29,15 +45,15 @@ def full_ids(tokenizer, messages, add_generation_prompt=True) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def test_prompt_is_the_template_render_without_tools(tokenizer):
-    chat = TurnTokenizer(tokenizer)
-    ids, text = chat.prompt(FIRST)
+def test_qwen_prompt_is_the_template_render_without_tools(tokenizer):
+    chat = qwen_chat(tokenizer)
+    ids, text = chat.prompt(Conversation(FIRST))
     assert ids == full_ids(tokenizer, FIRST)
     assert text == chat.decode(ids)
     assert text.endswith("List the files.<|im_end|>\n<|im_start|>assistant\n")
     assert "# Tools" not in text  # the template's own tools block is not used
     ids.append(0)  # the caller grows its list; the cached prompt must not change
-    assert chat.prompt(FIRST)[0] == full_ids(tokenizer, FIRST)
+    assert chat.prompt(Conversation(FIRST))[0] == full_ids(tokenizer, FIRST)
 
 
 @pytest.mark.parametrize(
@@ -51,21 +67,64 @@ def test_prompt_is_the_template_render_without_tools(tokenizer):
     ],
     ids=["tool-response", "two-user", "two-tool", "whitespace", "none"],
 )
-def test_observation_equals_the_full_rerender_after_a_generated_turn(tokenizer, new):
-    chat = TurnTokenizer(tokenizer)
+def test_qwen_observation_equals_the_full_rerender_after_a_generated_turn(tokenizer, new):
+    chat = qwen_chat(tokenizer)
     assistant = {"role": "assistant", "content": '<tool_call>\n{"name": "ls"}\n</tool_call>'}
     generated = tokenizer.encode(assistant["content"]) + [tokenizer.eos_token_id]
-    incremental = chat.prompt(FIRST)[0] + generated + chat.observation(new, 4096).ids
+    incremental = chat.prompt(Conversation(FIRST))[0] + generated + chat.observation(new, 4096).ids
     assert incremental == full_ids(tokenizer, [*FIRST, assistant, *new])
 
 
-def test_observation_after_eos_for_qwen_is_newline_user_block_generation_prompt(tokenizer):
-    text = TurnTokenizer(tokenizer).observation_text([{"role": "user", "content": "Y"}])
+OBSERVATIONS = [
+    [
+        {"role": "tool", "name": "ls", "content": '{"a": 1}'},
+        {"role": "tool", "content": "Error: x"},
+    ],
+    [{"role": "user", "content": "  Next question, with spaces around.  "}],
+    [
+        {
+            "role": "user",
+            "content": "",
+            "tools": [{"name": "f", "description": "d", "parameters": {}}],
+        }
+    ],
+]
+"""Tool results, a question, a holdout turn (an observation is never empty before a
+generation: the episode has ended then)."""
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_every_format_s_observation_equals_its_full_rerender(any_tokenizer, name):
+    """For each format, prompt + generated ids + observation ids equal the ids of the
+    format's own full render of the conversation, whatever it does to contents
+    (Llama's layout strips them)."""
+    fmt = get_format(name)
+    chat = TurnTokenizer(any_tokenizer, fmt)
+    created = {
+        "task_id": "multi_turn_base_0",
+        "system": ["Be brief."],
+        "tools": [
+            {"name": "ls", "description": "List.", "parameters": {"type": "dict", "properties": {}}}
+        ],
+        "messages": [{"role": "user", "content": "List the files."}],
+    }
+    text = "Done."
+    for observation in OBSERVATIONS:
+        conversation = fmt.start(created)
+        generated = chat.encode(text) + [chat.end_of_turn_id]
+        new = fmt.observation(observation)
+        incremental = chat.prompt(conversation)[0] + generated + chat.observation(new, 4096).ids
+        conversation.messages += [fmt.assistant_message(text), *new]
+        assert incremental == chat.encode(fmt.render(conversation)), observation
+
+
+def test_observation_after_eos_for_qwen_is_newline_user_block_generation_prompt():
+    text = HermesFormat().observation_text([{"role": "user", "content": "Y"}])
     assert text == "\n<|im_start|>user\nY<|im_end|>\n<|im_start|>assistant\n"
 
 
 def test_clip_keeps_a_prefix_and_says_so_within_the_limit(tokenizer):
-    chat = TurnTokenizer(tokenizer)
+    chat = qwen_chat(tokenizer)
     content = "".join(f"line {i}: value {i * i}\n" for i in range(400))
     clipped = chat.clip(content, 100)
     assert len(chat.encode(clipped)) <= 100
@@ -76,7 +135,7 @@ def test_clip_keeps_a_prefix_and_says_so_within_the_limit(tokenizer):
 
 
 def test_clip_leaves_content_within_the_limit_untouched(tokenizer):
-    chat = TurnTokenizer(tokenizer)
+    chat = qwen_chat(tokenizer)
     content = "word" + " word" * 49  # 249 bytes, 50 tokens: tokenized, not cut
     assert chat.clip(content, 50) is content
     assert chat.clip(content, 49) != content
@@ -86,21 +145,29 @@ def test_clip_leaves_content_within_the_limit_untouched(tokenizer):
 
 
 def test_clip_of_multibyte_text_stays_within_the_limit(tokenizer):
-    chat = TurnTokenizer(tokenizer)
+    chat = qwen_chat(tokenizer)
     content = "数据分析报告🙂" * 200
     for limit in (17, 31, 64):
         assert len(chat.encode(chat.clip(content, limit))) <= limit
 
 
-def test_turn_tokenizer_is_built_once_per_tokenizer(tokenizer):
-    assert turn_tokenizer(tokenizer) is turn_tokenizer(tokenizer)
+def test_turn_tokenizer_is_built_once_per_tokenizer_and_format(tokenizer):
+    qwen = get_format(HERMES)
+    assert turn_tokenizer(tokenizer, qwen) is turn_tokenizer(tokenizer, qwen)
 
 
-def test_a_template_that_does_not_close_turns_with_eos_is_refused(tokenizer):
-    other = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
-    other.chat_template = (
-        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
-        "{% if add_generation_prompt %}assistant: {% endif %}"
-    )
-    with pytest.raises(ValueError, match="eos token"):
-        TurnTokenizer(other)
+def test_a_tokenizer_without_the_format_s_end_of_turn_token_is_refused(tokenizer):
+    with pytest.raises(ValueError, match="<\\|eot_id\\|>.* not have as one token"):
+        TurnTokenizer(tokenizer, get_format("llama3.1"))
+
+
+class _NoEnd(HermesFormat):
+    name = "broken"
+
+    def render(self, conversation):  # drops the end-of-turn token after assistant turns
+        return super().render(conversation).replace("<|im_end|>", "")
+
+
+def test_a_format_whose_turns_do_not_end_with_its_end_token_is_refused(tokenizer):
+    with pytest.raises(ValueError, match="does not render as its text followed by"):
+        TurnTokenizer(tokenizer, _NoEnd())

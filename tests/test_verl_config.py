@@ -5,6 +5,7 @@ mistakes are errors; verl's prompt width holds every BFCL first prompt."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -16,23 +17,21 @@ from hydra.errors import ConfigCompositionException  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 import launcher  # noqa: E402
-from env_service.episode import Episode  # noqa: E402
+from env_service import api_native  # noqa: E402
+from env_service.engine import EnvEngine  # noqa: E402
 from env_service.evolution import GUIDELINES  # noqa: E402
-from seal.bfcl.tasks import load_task, task_ids  # noqa: E402
-from seal.rollout.protocol import EpisodeSettings, EvolutionSettings  # noqa: E402
-from seal.rollout.turn_tokens import turn_tokenizer  # noqa: E402
+from seal.bfcl.tasks import task_ids  # noqa: E402
+from seal.formats.registry import default_format, get_format  # noqa: E402
+from seal.rollout.protocol import CreateEpisode, EpisodeSettings, EvolutionSettings  # noqa: E402
 from seal.trainer.model import SHIPPED_TOKENIZER  # noqa: E402
 from seal.trainer.verl.config import compose_verl_config, hydra_value, validate  # noqa: E402
 from seal.trainer.verl.section import SealSection  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-PAPER_CONFIGS = [
-    "SEAL",
-    "GRPO",
-    "SEAL_no_env_adaptation",
-    "SEAL_no_reweighting",
-    "SEAL_no_closed_loop",
-]
+SEVEN_B = ["SEAL", "GRPO", "SEAL_no_env_adaptation", "SEAL_no_reweighting", "SEAL_no_closed_loop"]
+"""The paper's Qwen2.5-7B-Instruct rows: the recipe, the baseline, the ablations."""
+PAPER_CONFIGS = [*SEVEN_B, "SEAL_qwen2.5_3b", "SEAL_toolace2_8b", "SEAL_qwen3_4b"]
+LLAMA_SPECIAL = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 URL = "http://127.0.0.1:8082"
 
 
@@ -71,7 +70,7 @@ def test_paper_configs_validate_against_verl(name, tmp_path):
 
 
 def test_ablations_differ_where_the_paper_says(tmp_path):
-    seal = {n: SealSection.from_config(verl_config(n, tmp_path)[1]).trainer for n in PAPER_CONFIGS}
+    seal = {n: SealSection.from_config(verl_config(n, tmp_path)[1]).trainer for n in SEVEN_B}
     assert seal["SEAL"].apatch.enable and seal["SEAL"].evolution.schema_cues
     assert seal["SEAL"].evolution.guidelines and seal["SEAL"].rollout.push_profile
     assert not seal["GRPO"].apatch.enable and not seal["GRPO"].evolution.any
@@ -111,21 +110,53 @@ def test_hydra_values_stay_literal():
     assert hydra_value(["console", "wandb"]) == "['console','wandb']"
 
 
-def test_prompt_length_holds_every_bfcl_prompt(tmp_path):
-    """The longest first prompt of the 800 tasks, with every training layer on and every
-    guideline in the system prompt, fits verl's prompt tensor (else episodes fail)."""
-    _, config = verl_config("SEAL", tmp_path)
-    tokens = turn_tokenizer(AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER))
+@functools.cache
+def longest_first_prompt(tool_format: str) -> int:
+    """Tokens of the longest first prompt of the 800 tasks in a format, with every
+    training layer on and every guideline in the system prompt. Counted with the shipped
+    Qwen2.5 tokenizer (plus Llama 3's special tokens for the Llama layouts): exact for
+    the Qwen models, a close proxy for Llama 3's tokenizer. Only the 16 longest prompts
+    in characters are tokenized (tokenizing all 800 took 30 s per format): the prompts
+    of one format are the same kind of text (tool docs as JSON, questions), so the
+    longest in tokens is among them."""
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
+    tokenizer.add_special_tokens({"additional_special_tokens": LLAMA_SPECIAL})
+    engine = EnvEngine()
+    engine.set_profile({"tags": [{"tag": tag} for tag in GUIDELINES]})
     layers = EvolutionSettings(
         schema_cues=True, type_hints=True, guidelines=True, max_guidelines=len(GUIDELINES)
     )
     settings = EpisodeSettings(mode="sample", evolution=layers)
-    profile = {"tags": [{"tag": tag} for tag in GUIDELINES]}
-    longest = max(
-        len(tokens.prompt(Episode(load_task(t), settings, profile).initial_messages)[0])
-        for t in task_ids()
-    )
-    assert 6000 < longest <= config.actor_rollout_ref.rollout.prompt_length == 8192
+    fmt, texts = get_format(tool_format), []
+    for task_id in task_ids():
+        created = api_native.create(engine, CreateEpisode(task_id=task_id, settings=settings))
+        engine.release(created.episode_id)
+        texts.append(fmt.render(fmt.start(created.model_dump())))
+    longest = sorted(texts, key=len)[-16:]
+    return max(len(tokenizer.encode(text, add_special_tokens=False)) for text in longest)
+
+
+@pytest.mark.parametrize("name", PAPER_CONFIGS)
+def test_prompt_length_holds_every_bfcl_prompt(tmp_path, name):
+    """The longest first prompt of the 800 tasks in the config's tool format fits verl's
+    prompt tensor (else episodes fail)."""
+    run_cfg, config = verl_config(name, tmp_path)
+    model = OmegaConf.to_object(run_cfg.trainer.model)
+    tool_format = model.resolved_tool_format().name  # `auto` for the 7B configs
+    longest = longest_first_prompt(tool_format)
+    assert 6000 < longest <= config.actor_rollout_ref.rollout.prompt_length
+    if tool_format == "qwen2.5":
+        assert config.actor_rollout_ref.rollout.prompt_length == 8192  # the paper's
+
+
+def test_each_row_uses_its_model_s_format(tmp_path):
+    models = {n: launcher.compose(REPO / f"exp/{n}.yaml", []).trainer.model for n in PAPER_CONFIGS}
+    assert models["SEAL"].tool_format == "auto" and default_format(models["SEAL"].path) == "qwen2.5"
+    assert models["SEAL_toolace2_8b"].tool_format == "bfcl_prompt"
+    assert models["SEAL_qwen3_4b"].tool_format == "qwen3"
+    assert models["SEAL_qwen2.5_3b"].tool_format == "qwen2.5"
+    for model in models.values():  # written out, each is what `auto` picks
+        assert model.tool_format in ("auto", default_format(model.path))
 
 
 def test_verl_job_hands_the_validated_config_to_verl(tmp_path, monkeypatch, capsys):

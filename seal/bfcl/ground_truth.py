@@ -10,6 +10,7 @@ texts a model would write.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from seal.bfcl.calls import ToolCall, parse_call_string
 from seal.bfcl.tasks import BfclTask
@@ -52,9 +53,22 @@ def tool_call_text(calls: list[ToolCall]) -> str:
     return "\n".join(blocks)
 
 
-def assistant_messages(trajectory: Trajectory) -> list[list[str]]:
-    """Per turn, the assistant texts to send: one per step, then a text that ends the turn."""
-    return [[tool_call_text(step) for step in steps] + [END_OF_TURN_TEXT] for steps in trajectory]
+def assistant_messages(
+    trajectory: Trajectory, call_text: Callable[[list[ToolCall]], str] = tool_call_text
+) -> list[list[str]]:
+    """Per turn, the assistant texts to send: one per step (the calls as `call_text`
+    writes them, Qwen2.5 text by default; a tool format's `call_text` for another),
+    then a text that ends the turn."""
+    return [[call_text(step) for step in steps] + [END_OF_TURN_TEXT] for steps in trajectory]
+
+
+def ground_truth_texts(
+    task: BfclTask, call_text: Callable[[list[ToolCall]], str] = tool_call_text
+) -> list[str]:
+    """The ground-truth policy's assistant texts of `task`, all turns in order (one per
+    generation), the calls written by `call_text`."""
+    turns = assistant_messages(ground_truth_trajectory(task), call_text)
+    return [text for turn in turns for text in turn]
 
 
 def decoded_for_checker(trajectory: Trajectory) -> list[list[list[str]]]:

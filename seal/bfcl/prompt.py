@@ -5,12 +5,16 @@ would render them from a `tools=` argument, so a client renders the conversation
 the plain template (no tools argument) and the model sees its native format. Tool
 results come back as one user message of `<tool_response>` blocks, again byte-equal to
 what the template renders for consecutive `tool` messages.
+
+Two users: the wire protocol (env_service/api_wire.py), whose clients get this text,
+and the Qwen2.5 tool format (seal/formats/hermes.py), which renders the native API's
+structured episodes with it.
 """
 
 from __future__ import annotations
 
-import copy
 import json
+from collections.abc import Sequence
 
 BASE_INSTRUCTIONS = (
     "You are an assistant that completes the user's requests by calling the provided tools. "
@@ -25,20 +29,23 @@ HOLDOUT_NOTICE = "New tools are now available to you. Please continue with my ea
 _JSON_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string"}
 
 
+def json_type(bfcl_type):
+    """The JSON Schema name of a BFCL type name (others, and None, unchanged)."""
+    return _JSON_TYPES.get(bfcl_type, bfcl_type) if isinstance(bfcl_type, str) else bfcl_type
+
+
 def to_json_schema(schema: dict) -> dict:
-    """A BFCL parameter schema with JSON Schema type names, recursively (input not modified)."""
-    out = copy.deepcopy(schema)
-    _fix_types(out)
+    """A BFCL parameter schema with JSON Schema type names, recursively (input not modified;
+    only the dicts on the way are copied, which a deep copy of 20-30 KB of docs per
+    episode made the client's largest cost)."""
+    out = dict(schema)
+    if isinstance(out.get("type"), str):
+        out["type"] = json_type(out["type"])
+    if isinstance(out.get("properties"), dict):
+        out["properties"] = {k: to_json_schema(v) for k, v in out["properties"].items()}
+    if isinstance(out.get("items"), dict):
+        out["items"] = to_json_schema(out["items"])
     return out
-
-
-def _fix_types(node: dict) -> None:
-    if isinstance(node.get("type"), str):
-        node["type"] = _JSON_TYPES.get(node["type"], node["type"])
-    for child in node.get("properties", {}).values():
-        _fix_types(child)
-    if isinstance(node.get("items"), dict):
-        _fix_types(node["items"])
 
 
 def to_tool(doc: dict) -> dict:
@@ -71,10 +78,20 @@ def tools_block(tools: list[dict]) -> str:
     )
 
 
-def system_prompt(tools: list[dict], sections: tuple[str, ...] = ()) -> str:
+def system_sections(extra: Sequence[str] = ()) -> list[str]:
+    """The system prompt's sections: the instructions, then `extra` (the training layers'
+    constraint note and guidelines)."""
+    return [BASE_INSTRUCTIONS, *extra]
+
+
+def system_content(sections: Sequence[str], tools: list[dict]) -> str:
+    """The system message: the sections, then the tool signatures."""
+    return "\n\n".join(sections) + tools_block(tools)
+
+
+def system_prompt(tools: list[dict], sections: Sequence[str] = ()) -> str:
     """The system message: instructions, optional extra sections, then the tool signatures."""
-    head = "\n\n".join((BASE_INSTRUCTIONS, *sections))
-    return head + tools_block(tools)
+    return system_content(system_sections(sections), tools)
 
 
 def holdout_message(new_tools: list[dict]) -> str:
@@ -86,3 +103,26 @@ def holdout_message(new_tools: list[dict]) -> str:
 def tool_response_message(results: list[str]) -> str:
     """Tool results as one user message, as the template renders consecutive tool messages."""
     return "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in results)
+
+
+def chat_messages(observation: list[dict]) -> list[dict]:
+    """Observation messages (seal.rollout.protocol.ObservationMessage as dicts) as chat
+    messages: consecutive tool results as one user message of `<tool_response>` blocks,
+    a holdout turn's revealed tool docs as `holdout_message`, questions as they are."""
+    out: list[dict] = []
+    results: list[str] = []
+    for message in observation:
+        if message["role"] == "tool":
+            results.append(message["content"])
+            continue
+        if results:
+            out.append({"role": "user", "content": tool_response_message(results)})
+            results = []
+        revealed = message.get("tools")
+        content = (
+            holdout_message([to_tool(d) for d in revealed]) if revealed else message["content"]
+        )
+        out.append({"role": message["role"], "content": content})
+    if results:
+        out.append({"role": "user", "content": tool_response_message(results)})
+    return out

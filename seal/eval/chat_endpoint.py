@@ -1,25 +1,29 @@
-"""A client for one OpenAI-compatible chat-completions endpoint, with retries.
+"""A client for one OpenAI-compatible endpoint, with retries.
 
 ``ChatEndpoint.complete(messages, what, max_tokens)`` posts the conversation to
 ``{base_url}/chat/completions`` and returns a `Completion`: ``choices[0].message.content``,
-the model's raw text, and its ``finish_reason`` ("stop", or "length" when the reply was
-cut at ``max_tokens``). No ``tools`` are sent: the BFCL system prompt already carries the
-tool signatures in Qwen's format and the model's ``<tool_call>`` blocks are parsed by the
-environment service, exactly as in training.
+the model's raw text, and its ``finish_reason`` ("stop", or "length" when the reply was cut
+at ``max_tokens``). No ``tools`` are sent: the system prompt already carries the tool
+signatures in Qwen2.5's format and the model's ``<tool_call>`` blocks are parsed by the
+client's tool format, exactly as in training. ``ChatEndpoint.complete_text(prompt, what,
+max_tokens)`` posts a prompt a tool format rendered whole (special tokens written out) to
+``{base_url}/completions`` and returns ``choices[0].text`` the same way: how any format is
+evaluated exactly as it is trained, and how bfcl-eval queries the open models it ranks.
 
 Transient failures (connection errors, timeouts, 408, 429 and 5xx answers) are retried with
 exponential backoff, honouring a numeric ``Retry-After`` (seal.http, shared with the
 environment client); anything else (400, 401, 404, a reply without text, another
 finish_reason) fails at once. A failure is always an `EndpointError` that names the task and
 the cause, never an empty or made-up reply taken as the model's output. A refusal because
-the conversation exceeds the server's context is a `ContextLengthError`.
+the prompt exceeds the server's context is a `ContextLengthError`.
 
-``ChatEndpoint.preflight()`` checks, before a run, that the endpoint answers, serves the
-model and accepts the key: one ``GET /models`` (quick, one attempt) and one 1-token
-completion, so a mistyped URL, model name or key fails in seconds with a message that says
-which (a `PreflightError`). The completion decides about the name: a server that lists
-models but answers for one it does not list (`transformers serve` lists its cache, not the
-model it was started with; llama.cpp answers any name with its one model) gets a warning.
+``ChatEndpoint.preflight(completions)`` checks, before a run, that the endpoint answers,
+serves the model and accepts the key: one ``GET /models`` (quick, one attempt) and one
+1-token request to the API the run uses, so a mistyped URL, model name or key fails in
+seconds with a message that says which (a `PreflightError`). The request decides about the
+name: a server that lists models but answers for one it does not list (`transformers serve`
+lists its cache, not the model it was started with; llama.cpp answers any name with its one
+model) gets a warning.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ available context size", SGLang's "longer than the model's context length"."""
 
 PREFLIGHT_TIMEOUT_S = 30.0
 """For `GET /models`: a server that does not list its models within this is not the
-right URL (the completion after it may take longer: some servers load the model then)."""
+right URL (the request after it may take longer: some servers load the model then)."""
 
 
 class EndpointError(RuntimeError):
@@ -88,28 +92,45 @@ class Completion:
     """"stop" or "length" (`FINISH_REASONS`)."""
 
 
-def _completion(payload: object, what: str) -> Completion:
+def _choice(payload: object, key: str, what: str) -> dict:
     try:
         choice = payload["choices"][0]
-        message = choice["message"]
+        choice[key]
     except (TypeError, KeyError, IndexError):
-        raise EndpointError(f"{what}: reply has no choices[0].message: {payload!r:.300}") from None
-    content = message.get("content") if isinstance(message, dict) else None
-    if not isinstance(content, str):
-        if isinstance(message, dict) and message.get("tool_calls"):
-            # The server parsed the calls itself; the service needs the raw text.
-            raise EndpointError(
-                f"{what}: the reply carries tool_calls instead of text: "
-                "serve the model without a tool-call parser"
-            )
-        raise EndpointError(f"{what}: the reply has no text content: {message!r:.300}")
+        raise EndpointError(f"{what}: reply has no choices[0].{key}: {payload!r:.300}") from None
+    return choice
+
+
+def _finished(choice: dict, text: str, what: str) -> Completion:
     finish_reason = choice.get("finish_reason")
     if finish_reason not in FINISH_REASONS:
         raise EndpointError(
             f"{what}: the reply ended with finish_reason {finish_reason!r}, not one of "
-            f"{FINISH_REASONS}: {content!r:.200}"
+            f"{FINISH_REASONS}: {text!r:.200}"
         )
-    return Completion(content, finish_reason)
+    return Completion(text, finish_reason)
+
+
+def _text(payload: object, what: str) -> Completion:
+    choice = _choice(payload, "text", what)
+    if not isinstance(choice["text"], str):
+        raise EndpointError(f"{what}: the reply's text is not a string: {choice['text']!r:.300}")
+    return _finished(choice, choice["text"], what)
+
+
+def _content(payload: object, what: str) -> Completion:
+    choice = _choice(payload, "message", what)
+    message = choice["message"]
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return _finished(choice, content, what)
+    if isinstance(message, dict) and message.get("tool_calls"):
+        # The server parsed the calls itself; the service needs the raw text.
+        raise EndpointError(
+            f"{what}: the reply carries tool_calls instead of text: "
+            "serve the model without a tool-call parser"
+        )
+    raise EndpointError(f"{what}: the reply has no text content: {message!r:.300}")
 
 
 class ChatEndpoint:
@@ -127,7 +148,6 @@ class ChatEndpoint:
             retry_statuses=RETRY_STATUSES,
         )
         self.http = HttpClient(settings.base_url, policy, max_connections, self.headers)
-        self.url = self.http.base_url + "/chat/completions"
 
     @property
     def requests(self) -> int:
@@ -140,37 +160,49 @@ class ChatEndpoint:
     async def __aexit__(self, *exc) -> None:
         await self.http.aclose()
 
-    async def _post(self, messages: list[dict], what: str, max_tokens: int) -> Reply:
+    async def complete(self, messages: list[dict], what: str, max_tokens: int) -> Completion:
+        """The model's reply to `messages`, at most `max_tokens` tokens; `what` (a task id)
+        names it in errors."""
+        body = {"messages": messages}
+        return _content(await self._post("/chat/completions", body, what, max_tokens), what)
+
+    async def complete_text(self, prompt: str, what: str, max_tokens: int) -> Completion:
+        """The model's continuation of `prompt` (a rendered prompt, through its generation
+        prompt), at most `max_tokens` tokens; `what` (a task id) names it in errors."""
+        body = {"prompt": prompt}
+        return _text(await self._post("/completions", body, what, max_tokens), what)
+
+    async def _send(self, path: str, body: dict, what: str, max_tokens: int) -> Reply:
         body = {
             "model": self.settings.model,
-            "messages": messages,
+            **body,
             "temperature": self.settings.temperature,
             "max_tokens": max_tokens,
         }
         try:
-            return await self.http.request("POST", "/chat/completions", what, json=body)
+            return await self.http.request("POST", path, what, json=body)
         except HttpError as error:
             raise EndpointError(str(error)) from error
 
-    async def complete(self, messages: list[dict], what: str, max_tokens: int) -> Completion:
-        """The model's reply to `messages`, at most `max_tokens` tokens; `what` (a task id)
-        names it in errors."""
-        reply = await self._post(messages, what, max_tokens)
+    async def _post(self, path: str, body: dict, what: str, max_tokens: int) -> object:
+        reply = await self._send(path, body, what, max_tokens)
         text = reply.body.decode(errors="replace")
         if reply.status != 200:
             error = ContextLengthError if _refused_for_length(reply) else EndpointError
             raise error(
-                f"{what}: {self.url} refused the request (HTTP {reply.status}: {text:.300})"
+                f"{what}: {self.http.base_url + path} refused the request "
+                f"(HTTP {reply.status}: {text:.300})"
             )
         try:
-            return _completion(reply.json(), what)
+            return reply.json()
         except ValueError:
             raise EndpointError(f"{what}: reply is not JSON: {text:.300}") from None
 
-    async def preflight(self) -> dict | None:
+    async def preflight(self, completions: bool = False) -> dict | None:
         """Raise a `PreflightError` that says what is wrong unless the endpoint answers,
-        serves the model and accepts the key; returns the model's `/models` entry when the
-        server lists its models (vLLM's carries `max_model_len`, its context)."""
+        serves the model and accepts the key on the chat API (or the completions API);
+        returns the model's `/models` entry when the server lists its models (vLLM's
+        carries `max_model_len`, its context)."""
         base, model = self.http.base_url, self.settings.model
         quick = RetryPolicy(attempts=1, timeout_s=PREFLIGHT_TIMEOUT_S)
         async with HttpClient(base, quick, 1, self.headers) as http:
@@ -184,28 +216,33 @@ class ChatEndpoint:
         served = _served_models(listing)
         entry = next((m for m in served or [] if m.get("id") == model), None)
         # Not listed is no proof of a wrong name (`transformers serve` lists the models in
-        # its cache, not one it was started with), so the 1-token completion decides;
-        # the listing goes into its error.
+        # its cache, not one it was started with), so the 1-token request decides; the
+        # listing goes into its error.
         unlisted = ""
         if served is not None and entry is None:
             names = [m.get("id") for m in served]
             unlisted = f"{base}/models does not list model {model!r} (it serves {names}); "
+        if completions:
+            path, body, parse = "/completions", {"prompt": "Hi"}, _text
+        else:
+            hi = [{"role": "user", "content": "Hi"}]
+            path, body, parse = "/chat/completions", {"messages": hi}, _content
         try:
-            reply = await self._post([{"role": "user", "content": "Hi"}], "the preflight check", 1)
+            reply = await self._send(path, body, "the preflight check", 1)
         except EndpointError as error:
             raise PreflightError(str(error)) from error
-        _refuse_bad_key(reply, self.url)
+        _refuse_bad_key(reply, base + path)
         if reply.status != 200:
             raise PreflightError(
-                f"{unlisted}{self.url} refused a 1-token request for model {model!r} (HTTP "
+                f"{unlisted}{base + path} refused a 1-token request for model {model!r} (HTTP "
                 f"{reply.status}: {reply.body[:300].decode(errors='replace')}): check --model "
                 "and --base-url (the API root, e.g. http://host:8000/v1)"
             )
         try:
-            _completion(reply.json(), "the preflight check")
+            parse(reply.json(), "the preflight check")
         except (EndpointError, ValueError) as error:
             raise PreflightError(
-                f"{self.url} is not an OpenAI-compatible endpoint: {error}"
+                f"{base + path} is not an OpenAI-compatible endpoint: {error}"
             ) from error
         if unlisted:
             log.warning("%sit answered a request for it all the same", unlisted)

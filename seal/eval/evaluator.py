@@ -3,20 +3,26 @@
 Each task is one validate-mode episode, the unevolved benchmark, under the paper's limits,
 through the client's episode lifecycle (``seal.rollout.env_client``): send the
 conversation as it stands to the endpoint (``seal.eval.chat_endpoint``), step the service
-with the reply's text, append the reply and the service's messages, and repeat until the
-service ends the episode (its last answer carries the evaluation; at `max_generations`
-replies it ends the episode itself). Results are validation records (``seal.eval.records``), so
-``scripts/stats_validation_bfcl.py`` and ``seal-report`` read them like a trainer's.
+with the reply's text and the calls the tool format parses from it, append the reply and
+the service's observation in the format's messages, and repeat until the service ends
+the episode (its last answer carries the evaluation; at `max_generations` replies it ends
+the episode itself). The conversation goes to the chat API as messages (the Qwen2.5
+format, whose messages any chat template renders) or, rendered whole by the tool format,
+to the completions API (any format; bfcl-eval's own prompt with `leaderboard`). Results
+are validation records (``seal.eval.records``), so ``scripts/stats_validation_bfcl.py``
+and ``seal-report`` read them like a trainer's.
 
 The context budget is validation's in training (seal/rollout/driver.py, whose rule this
-calls), counted with the model's tokenizer and chat template (seal/rollout/turn_tokens.py):
-each request's `max_tokens` is min(max_new_tokens, the room left); observations are clipped
-to max_observation_tokens with the driver's clip marker; an observation that does not fit
-ends the episode with stop reason `context_limit`, and the episode is evaluated and scored
-like any other. A reply cut at `max_tokens` (finish_reason "length") is stepped as it is,
-as the driver steps a length-cut generation, and counted. Each record's `extra` keeps the
-stop reason, the count of cut replies and of clipped observations, the tokens used and the
-task's wall time.
+calls): each request's `max_tokens` is min(max_new_tokens, the room left); observations
+are clipped to max_observation_tokens as the driver clips them (seal/rollout/turn_tokens.py);
+an observation that leaves no room ends the episode with stop reason `context_limit`
+without it, and the episode is evaluated and scored like any other. Tokens are counted
+with the model's tokenizer on the whole prompt as the tool format renders it: on the
+completions API exactly what is sent, on the chat API what a server with the format's
+template renders. A reply cut at `max_tokens` (finish_reason "length") is stepped as it
+is, as the driver steps a length-cut generation, and counted. Each record's `extra` keeps
+the stop reason, the count of cut replies and of clipped observations, the tokens in
+context at the end and the task's wall time.
 
 Every request fits the budget by construction, so a server that refuses one for its length
 has a smaller context than the budget (or counts tokens differently): that is a wrong
@@ -51,7 +57,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args
 
@@ -60,6 +66,7 @@ from transformers import AutoTokenizer
 
 from seal.eval.chat_endpoint import (
     ChatEndpoint,
+    Completion,
     ContextLengthError,
     EndpointError,
     EndpointSettings,
@@ -72,10 +79,12 @@ from seal.eval.records import (
     write_step,
 )
 from seal.eval.replay import record_from_report
-from seal.rollout.driver import StopReason, generation_budget, observation_fits
+from seal.formats.base import Conversation, ToolFormat
+from seal.formats.registry import HERMES, get_format
+from seal.rollout.driver import StopReason, generation_budget
 from seal.rollout.env_client import EnvClient, EnvServiceError
 from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
-from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, TurnTokenizer, turn_tokenizer
+from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, TextTokens
 
 VALIDATION_DIRNAME = "validation"
 
@@ -112,6 +121,19 @@ class EvalOutcome:
     """The step's record file, or None when failures kept it from being written."""
 
 
+@dataclass(frozen=True)
+class Prompting:
+    """How the endpoint is asked: a tool format, and whether the conversation is sent as
+    chat messages or as the format's rendered prompt to the completions API."""
+
+    tool_format: ToolFormat = field(default_factory=lambda: get_format(HERMES))
+    completions: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.tool_format.name} ({'completions' if self.completions else 'chat'})"
+
+
 def load_tokenizer(name: str | None, model: str):
     """The tokenizer that counts the budget: `name` (a local directory or a hub name),
     else the shipped Qwen2.5 tokenizer for a Qwen model. Any other model must name its
@@ -133,60 +155,87 @@ def tokenizer_label(tokenizer) -> str:
     return Path(name).name if Path(name).is_dir() else name
 
 
+def _too_small(
+    error: ContextLengthError, used: int, budget: int, limits: EpisodeLimits, tokens: TextTokens
+) -> ContextBudgetError:
+    return ContextBudgetError(
+        f"{error}\nThis request fits the budget ({used} tokens of prompt + max_tokens {budget} "
+        f"<= {limits.max_context_tokens}, counted with the tokenizer "
+        f"{tokenizer_label(tokens.tokenizer)}), so the server's context is smaller than "
+        "--max-context-tokens, or it counts more tokens: set --max-context-tokens to the "
+        "server's context length (and --tokenizer to the model's own if it is not); results "
+        "under another budget need another --out-dir"
+    )
+
+
+async def ask(
+    chat: ChatEndpoint, prompting: Prompting, conversation: Conversation, what: str, budget: int
+) -> Completion:
+    """The model's next reply: to the messages (chat API), or continuing the format's
+    render of them (completions API)."""
+    if prompting.completions:
+        prompt = prompting.tool_format.render(conversation)
+        return await chat.complete_text(prompt, what, budget)
+    return await chat.complete(conversation.messages, what, budget)
+
+
 async def run_episode(
-    env: EnvClient, chat: ChatEndpoint, tokens: TurnTokenizer, task_id: str, limits: EpisodeLimits
+    env: EnvClient,
+    chat: ChatEndpoint,
+    tokens: TextTokens,
+    task_id: str,
+    limits: EpisodeLimits,
+    prompting: Prompting,
 ) -> dict:
-    """One validate-mode episode under the context budget; the evaluation plus 'input' and
-    'output' messages and the budget's counters (see the module docstring)."""
-    start = time.monotonic()
+    """One validate-mode episode under the context budget; the evaluation, the 'input'
+    and 'output' messages (in the tool format's messages) and the budget's counters (see
+    the module docstring)."""
+    start, fmt = time.monotonic(), prompting.tool_format
     transcript: list[dict] = []
     cut = clipped = 0
     stop: StopReason | None = None
+
+    def prompt_tokens(conversation: Conversation) -> int:
+        # The whole prompt as the format renders it: on the completions API exactly what
+        # is sent, so no format needs to say how its turns end.
+        return len(tokens.encode(fmt.render(conversation)))
+
     async with env.episode(task_id, EpisodeSettings(mode="validate", limits=limits)) as episode:
-        messages = list(episode.messages)
-        used = len(tokens.prompt(messages)[0])
+        conversation = fmt.start(episode.created)
+        first = list(conversation.messages)
+        used = context = prompt_tokens(conversation)
         # The service ends the episode at limits.max_generations (marked truncated), so
         # the loop's own bound is only a guard.
         for _ in range(limits.max_generations):
             budget = generation_budget(limits, used)
-            if budget < 1:
+            if budget < 1:  # no room for a reply (or, after the first, for the observation)
                 stop = "context_limit"
                 break
             try:
-                reply = await chat.complete(messages, task_id, budget)
+                reply = await ask(chat, prompting, conversation, task_id, budget)
             except ContextLengthError as error:
-                raise ContextBudgetError(
-                    f"{error}\nThis request fits the budget ({used} tokens of conversation + "
-                    f"max_tokens {budget} <= {limits.max_context_tokens}, counted with the "
-                    f"tokenizer {tokenizer_label(tokens.tokenizer)}), so the server's context "
-                    "is smaller than --max-context-tokens, or it counts more tokens: set "
-                    "--max-context-tokens to the server's context length (and --tokenizer to "
-                    "the model's own if it is not); results under another budget need another "
-                    "--out-dir"
-                ) from error
-            # A finished reply ends with the model's end-of-turn token; a cut one (stepped
-            # all the same) is closed by one before the next observation, as the driver does.
-            # The text is counted re-encoded, as the server counts it in the next request
-            # (the driver counts the generated ids; the two differ only where re-encoding
-            # merges tokens differently).
-            closing = int(reply.finish_reason == "length")
-            cut += closing
-            used += len(tokens.encode(reply.text)) + 1 - closing
-            step = await episode.step(reply.text)
-            assistant = {"role": "assistant", "content": reply.text}
+                raise _too_small(error, used, budget, limits, tokens) from error
+            # A cut reply is stepped all the same, as the driver steps a cut generation.
+            cut += reply.finish_reason == "length"
+            context = used + len(tokens.encode(reply.text))
+            step = await episode.step(reply.text, fmt.parse(reply.text))
+            assistant = fmt.assistant_message(reply.text)
             if step.terminated:
-                transcript += [assistant, *step.messages]
+                transcript += [assistant, *fmt.observation(step.messages)]
                 stop = "max_generations" if step.truncated else "terminated"
                 break
-            observation = tokens.observation(step.messages, limits.max_observation_tokens)
-            if not observation_fits(limits, used, closing + len(observation.ids)):
-                transcript.append(assistant)
-                stop = "context_limit"
-                break
-            used += closing + len(observation.ids)
-            clipped += observation.clipped_messages
-            messages += [assistant, *observation.messages]
-            transcript += [assistant, *observation.messages]
+            observation = []
+            for message in fmt.observation(step.messages):
+                content = tokens.clip(message["content"], limits.max_observation_tokens)
+                clipped += content != message["content"]
+                observation.append({**message, "content": content})
+            messages = [*conversation.messages, assistant, *observation]
+            following = Conversation(messages, conversation.functions)
+            used = prompt_tokens(following)
+            transcript.append(assistant)
+            if generation_budget(limits, used) >= 1:  # else the loop stops before sending it
+                conversation = following
+                transcript += observation
         if stop is None:
             raise EnvServiceError(
                 f"{episode.what}: the service did not end the episode at max_generations "
@@ -197,13 +246,15 @@ async def run_episode(
         "stop_reason": stop,
         "length_cut": cut,
         "clipped_observations": clipped,
-        "context_tokens": used,
+        "context_tokens": context,
         "seconds": round(time.monotonic() - start, 3),
     }
-    return {**evaluation, **counters, "input": episode.messages, "output": transcript}
+    return {**evaluation, **counters, "input": first, "output": transcript}
 
 
-def run_settings(settings: EndpointSettings, limits: EpisodeLimits, tokenizer_name: str) -> dict:
+def run_settings(
+    settings: EndpointSettings, limits: EpisodeLimits, tokenizer_name: str, prompting: Prompting
+) -> dict:
     """What makes two records comparable; kept in each record's `extra`."""
     return {
         "model": settings.model,
@@ -213,6 +264,7 @@ def run_settings(settings: EndpointSettings, limits: EpisodeLimits, tokenizer_na
         "max_observation_tokens": limits.max_observation_tokens,
         "tokenizer": tokenizer_name,
         "temperature": settings.temperature,
+        "prompting": prompting.name,
     }
 
 
@@ -281,10 +333,10 @@ def write_errors(out_dir: Path, step: int, failures: list[TaskFailure]) -> None:
     path.write_text("".join(lines), encoding="utf-8")
 
 
-async def check_endpoint(chat: ChatEndpoint, limits: EpisodeLimits) -> None:
-    """The preflight (chat_endpoint.ChatEndpoint.preflight), and the server's stated
-    context against the budget."""
-    entry = await chat.preflight()
+async def check_endpoint(chat: ChatEndpoint, limits: EpisodeLimits, prompting: Prompting) -> None:
+    """The preflight (chat_endpoint.ChatEndpoint.preflight) on the API the run uses, and
+    the server's stated context against the budget."""
+    entry = await chat.preflight(prompting.completions)
     context = (entry or {}).get("max_model_len")
     if isinstance(context, int) and context < limits.max_context_tokens:
         raise ContextBudgetError(
@@ -304,20 +356,21 @@ async def run_tasks(
     limits: EpisodeLimits,
     concurrency: int,
     show_progress: bool,
+    prompting: Prompting,
 ) -> list[TaskFailure]:
     """Check the service and the endpoint, then run every task's episode, `concurrency`
     at a time; hand each evaluation report to `on_report` as it arrives and return the
     tasks that failed. A `ContextBudgetError` stops every episode and is raised."""
     failures: list[TaskFailure] = []
     gate = asyncio.Semaphore(concurrency)
-    tokens = turn_tokenizer(tokenizer)
+    tokens = TextTokens(tokenizer)
     async with (
         EnvClient(env_url, max_connections=concurrency) as env,
         ChatEndpoint(settings, max_connections=concurrency) as chat,
     ):
         if not await env.healthy():
             raise EnvServiceError(f"no healthy environment service at {env_url}")
-        await check_endpoint(chat, limits)
+        await check_endpoint(chat, limits, prompting)
         with tqdm(
             total=len(task_ids), desc=settings.model, unit="task", disable=not show_progress
         ) as bar:
@@ -325,7 +378,8 @@ async def run_tasks(
             async def one(task_id: str) -> None:
                 async with gate:
                     try:
-                        on_report(await run_episode(env, chat, tokens, task_id, limits))
+                        report = await run_episode(env, chat, tokens, task_id, limits, prompting)
+                        on_report(report)
                     except (EndpointError, EnvServiceError) as error:
                         failures.append(TaskFailure(task_id, str(error)))
                         bar.set_postfix(failed=len(failures))
@@ -355,14 +409,15 @@ async def evaluate_endpoint(
     concurrency: int = 16,
     allow_failures: bool = False,
     show_progress: bool = True,
+    prompting: Prompting | None = None,
 ) -> EvalOutcome:
     """Evaluate the tasks not yet done in `out_dir` under `limits` (the paper's by
-    default), counting tokens with `tokenizer` (a Hugging Face tokenizer with the model's
-    chat template); see the module doc for the files."""
+    default), counting tokens with `tokenizer` (the model's) in the tool format's
+    rendering; see the module doc for the files."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    limits = limits or EpisodeLimits()
-    extra = run_settings(settings, limits, tokenizer_label(tokenizer))
+    limits, prompting = limits or EpisodeLimits(), prompting or Prompting()
+    extra = run_settings(settings, limits, tokenizer_label(tokenizer), prompting)
     records = load_done(out_dir, step, extra)
     todo = [task_id for task_id in task_ids if task_id not in records]
     failures: list[TaskFailure] = []
@@ -386,6 +441,7 @@ async def evaluate_endpoint(
             limits=limits,
             concurrency=concurrency,
             show_progress=show_progress,
+            prompting=prompting,
         )
 
     write_errors(out_dir, step, failures)

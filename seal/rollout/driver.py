@@ -6,11 +6,14 @@ the service ends the episode or a limit stops it, and returns the token sequence
 model was conditioned on with its loss mask and the service's evaluation. The
 single-process trainer and the verl agent loop both call it; only the `Generator`
 differs. The limits are the episode's own (`EpisodeSettings.limits`), which the service
-applies too: it ends the episode at `max_generations`.
+applies too: it ends the episode at `max_generations`. The model's tool format
+(seal.formats) renders the prompt and the observations and parses each generated text
+into the calls the service runs.
 
 Token rules (docs/design.md, "Loss mask"):
 - The ids a generator returns are appended exactly as returned; the conversation is
-  never re-tokenized. Only new observation messages are tokenized (turn_tokens.py).
+  never re-tokenized. Only new observation messages are tokenized (turn_tokens.py), in
+  the format's own rendering. The format parses the generated text; its ids stay.
 - Mask 1 on generated ids (content and its end-of-turn token), 0 on everything else.
 - A generation that stopped without the end-of-turn token (max_new_tokens reached, or
   another stop token) is still sent to the service as text. If another generation
@@ -32,8 +35,9 @@ max_new_tokens before every generation instead would cap episodes at
 trajectories exceed (long_context tasks): tasks a policy could solve would be cut. A
 prompt with no room at all gives a sample with no response (num_generations 0,
 stop_reason context_limit); the trainer decides what to do with it. The rule is
-`generation_budget` and `observation_fits`, which the endpoint evaluator
-(seal/eval/evaluator.py) applies too, so that it scores under the same budget.
+`generation_budget` and `observation_fits`; the endpoint evaluator (seal/eval/evaluator.py)
+applies `generation_budget` to whole prompts (an observation fits when the prompt with it
+leaves a token of room), so that it scores under the same budget.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from typing import Literal
 
 from tqdm.asyncio import tqdm_asyncio
 
+from seal.formats.base import Conversation, ToolFormat
 from seal.rollout.env_client import EnvClient, Episode
 from seal.rollout.generation import Generation, GenerationError, Generator, SamplingParams
 from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
@@ -160,16 +165,17 @@ async def run_episode(
     task_id: str,
     settings: EpisodeSettings,
     *,
+    tool_format: ToolFormat,
     temperature: float = 1.0,
     top_p: float = 1.0,
 ) -> EpisodeSample:
     """Play one episode of `task_id` (see the module docstring for the rules)."""
-    play = _Episode(turn_tokenizer(tokenizer), settings.limits, temperature, top_p)
+    play = _Episode(turn_tokenizer(tokenizer, tool_format), settings.limits, temperature, top_p)
     what = f"task {task_id}"
     try:
         async with env.episode(task_id, settings) as episode:
             what = episode.what
-            play.start(episode.messages)
+            play.start(tool_format.start(episode.created))
             await play.play(episode, generator)
             evaluation = await episode.finish()
     except Exception as e:  # the episode was released on the way out (env_client.Episode)
@@ -197,8 +203,8 @@ class _Episode:
         self.num_generations = 0
         self.stop_reason: StopReason | None = None
 
-    def start(self, first_messages: list[dict]) -> None:
-        self.ids, self.prompt_text = self.chat.prompt(first_messages)
+    def start(self, conversation: Conversation) -> None:
+        self.ids, self.prompt_text = self.chat.prompt(conversation)
         self.prompt_length = len(self.ids)
 
     async def play(self, episode: Episode, generator: Generator) -> None:
@@ -213,12 +219,14 @@ class _Episode:
             generation = await generator.generate(self.ids, sampling)
             closed = self.append_generation(generation, sampling.max_new_tokens)
             text = self.chat.decode(generation.token_ids[:-1] if closed else generation.token_ids)
-            reply = await episode.step(text)
+            reply = await episode.step(text, self.chat.format.parse(text))
             if reply.terminated:
                 # The service ends the episode at max_generations too (truncated).
                 self.stop_reason = "max_generations" if reply.truncated else "terminated"
                 return
-            observation = self.chat.observation(reply.messages, self.limits.max_observation_tokens)
+            observation = self.chat.observation(
+                self.chat.format.observation(reply.messages), self.limits.max_observation_tokens
+            )
             closing = [] if closed else [self.chat.end_of_turn_id]
             if not observation_fits(
                 self.limits, len(self.ids), len(closing) + len(observation.ids)

@@ -2,9 +2,14 @@
 
     async with EnvClient(url) as env:
         async with env.episode(task_id, settings) as episode:   # create
-            reply = await episode.step(text)                    # k steps
+            reply = await episode.step(text, calls)             # k steps
             ...
             evaluation = await episode.finish()
+
+The client speaks data, as the native API does: `episode.created` holds the system
+prompt's sections, the tool docs and the first question; a step sends the model's text
+with the calls the caller parsed from it (seal.formats) and gets back the observation
+messages. Rendering them is the caller's model format's job.
 
 `Episode` owns one episode from create to release: a step that ends it brings its
 evaluation (the service releases it then), `finish()` evaluates and releases one the
@@ -27,6 +32,7 @@ import os
 import uuid
 from dataclasses import dataclass
 
+from seal.bfcl.calls import CallParseError, ToolCall
 from seal.http import HttpClient, HttpError, Reply, RetryPolicy, request_once
 from seal.rollout.protocol import EpisodeSettings
 
@@ -43,10 +49,20 @@ class EnvServiceError(RuntimeError):
 @dataclass
 class StepReply:
     messages: list[dict]
-    """The observation: tool results or the next question (empty once the episode ended)."""
+    """The observation (ObservationMessage dicts): one tool result per call, or the next
+    question (empty once the episode ended)."""
     terminated: bool
     truncated: bool
     """The service ended the episode at its generation limit."""
+
+
+def call_body(call: ToolCall | CallParseError) -> dict:
+    """A parsed call as the native API's AssistantCall."""
+    if isinstance(call, CallParseError):
+        return {"error": call.reason}
+    if call.args:
+        raise ValueError(f"{call.to_call_string()}: positional arguments need names")
+    return {"name": call.name, "arguments": call.kwargs}
 
 
 def _auth_headers(token: str | None) -> dict[str, str]:
@@ -126,8 +142,8 @@ class Episode:
         # cancelled) can then be retried or released.
         self.episode_id = uuid.uuid4().hex
         self.category = ""
-        self.messages: list[dict] = []
-        """The first messages: system (with the tool signatures) and the first question."""
+        self.created: dict = {}
+        """The creation reply (EpisodeCreated): `system` sections, `tools`, first `messages`."""
         self.steps = 0
         self.evaluation: dict | None = None
         self.released = False
@@ -151,8 +167,8 @@ class Episode:
         except BaseException:
             await self._release_quietly()  # usually there is nothing to release
             raise
-        created = reply.json()
-        self.category, self.messages = created["category"], created["messages"]
+        self.created = reply.json()
+        self.category = self.created["category"]
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
@@ -162,12 +178,13 @@ class Episode:
             # cancellation does not stop the release half-way.
             await asyncio.shield(self._release_quietly())
 
-    async def step(self, content: str) -> StepReply:
-        """Send one assistant message; returns the service's observation."""
+    async def step(self, content: str, calls: list[ToolCall | CallParseError]) -> StepReply:
+        """Send one assistant message, its text and the calls parsed from it ([]: the
+        message answers); returns the service's observation."""
         if self.released:
             raise EnvServiceError(f"{self.what}: step after the episode ended")
         self.steps += 1
-        body = {"content": content, "seq": self.steps}
+        body = {"content": content, "tool_calls": [call_body(c) for c in calls], "seq": self.steps}
         result = (
             await self.env.call("POST", f"{self.path}/steps", self.what, (200,), json=body)
         ).json()

@@ -13,6 +13,11 @@ One definition of each idea, used on both sides of the native API (`/v1`):
   `StepResult`, `Evaluation`): the service validates and shapes them, the client parses
   them, so a field means the same on both ends.
 
+The bodies carry no model's text format: the service sends tool docs, system-prompt
+sections and observations as data (`ObservationMessage`) and takes assistant turns as
+tool names with JSON arguments (`AssistantCall`); the client renders and parses them in
+its model's format (seal.formats).
+
 The settings are plain dataclasses so that OmegaConf merges `exp/*.yaml` onto them
 (unknown keys are errors) and pydantic validates them in request bodies (unknown keys
 are a 422); `__post_init__` checks the ranges on both paths. Imports nothing heavy: the
@@ -23,8 +28,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seal.tocf.tags import FAILURE_TAGS
 
@@ -146,9 +152,34 @@ class EpisodeSettings:
 # --- request and reply bodies of the native API ------------------------------------------
 
 
-class Message(BaseModel):
-    role: str
-    content: str
+class ObservationMessage(BaseModel):
+    """One message the episode shows the model, in no model's format."""
+
+    role: Literal["user", "tool"]
+    content: str = ""
+    """A question, or a tool's result (an error text for a call that could not run)."""
+    name: str | None = None
+    """`tool`: the tool the call named (None when the call could not be parsed)."""
+    tools: list[dict] | None = None
+    """`user` on a miss_func holdout turn: the tool docs revealed now (content empty)."""
+
+
+class AssistantCall(BaseModel):
+    """One tool call of an assistant turn, as the client parsed it from the model's text:
+    a tool name with JSON arguments, or the reason the text's attempt at a call could
+    not be parsed (answered with that error and counted as an invalid call)."""
+
+    model_config = _STRICT
+
+    name: str | None = None
+    arguments: dict = Field(default_factory=dict)
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> AssistantCall:
+        if (self.name is None) == (self.error is None):
+            raise ValueError("a call has either a 'name' (with 'arguments') or an 'error'")
+        return self
 
 
 class CreateEpisode(BaseModel):
@@ -168,13 +199,25 @@ class EpisodeCreated(BaseModel):
     task_id: str
     category: str
     num_turns: int
-    messages: list[Message]
+    system: list[str]
+    """The system prompt's sections in order: the instructions, then the training
+    layers' constraint note and guidelines when they are on. The client's format lays
+    them out with the tools."""
+    tools: list[dict]
+    """BFCL's docs of the tools available from the first turn, with the schema cues when
+    they are on."""
+    messages: list[ObservationMessage]
+    """The first turn's user messages."""
 
 
 class StepRequest(BaseModel):
     model_config = _STRICT
 
-    content: str = Field(description="The raw assistant text, tool-call blocks included.")
+    content: str = Field(description="The model's text, as generated (kept for the record).")
+    tool_calls: list[AssistantCall] = Field(
+        description="The calls the client parsed from the text, in order; empty: the text "
+        "answers, which ends the user turn."
+    )
     seq: int | None = Field(
         None,
         ge=1,
@@ -212,8 +255,9 @@ class Evaluation(BaseModel):
 class StepResult(BaseModel):
     seq: int
     """The number of this step in the episode (1-based)."""
-    messages: list[Message]
-    """The observation: tool results or the next question; empty when the episode ended."""
+    messages: list[ObservationMessage]
+    """The observation: one tool result per call, or the next question; empty when the
+    episode ended."""
     terminated: bool
     truncated: bool
     reward: float

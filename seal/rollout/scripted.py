@@ -2,9 +2,9 @@
 
 They isolate the service and the episode driver from model speed and randomness:
 - `run_scripted_episode` sends fixed assistant texts through the client's episode
-  lifecycle (the ground-truth policy of seal.bfcl.ground_truth drives the benchmarks,
-  the agreement checks and the replay demonstration through exactly the HTTP path a
-  trainer uses);
+  lifecycle, parsed and rendered in a tool format (the ground-truth policy of
+  seal.bfcl.ground_truth drives the benchmarks, the agreement checks and the replay
+  demonstration through exactly the HTTP path a trainer uses);
 - `ScriptedGenerator` is a `Generator` that replays fixed generations (token ids), so
   the driver plays real episodes through the real service in tests and benchmarks, and
   its own overhead is measured without model time.
@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from seal.formats.base import ToolFormat
+from seal.formats.registry import HERMES, get_format
 from seal.rollout.env_client import EnvClient
 from seal.rollout.generation import Generation, GenerationError, SamplingParams
 from seal.rollout.protocol import EpisodeSettings
@@ -26,11 +28,14 @@ async def run_scripted_episode(
     turns: list[list[str]],
     settings: EpisodeSettings | None = None,
     pause: Callable[[], float] | None = None,
+    tool_format: ToolFormat | None = None,
 ) -> dict:
     """Send each turn's texts in order until the service ends the episode; returns the
-    evaluation plus the transcript ('input': first messages, 'output': the rest).
-    `pause()` seconds are waited before the episode starts and before each text,
-    standing in for generation time."""
+    evaluation plus the transcript in `tool_format`'s chat messages (Qwen2.5's by
+    default; 'input': the first messages, 'output': the rest). `pause()` seconds are
+    waited before the episode starts and before each text, standing in for generation
+    time."""
+    fmt = tool_format or get_format(HERMES)
     if pause is not None:
         await asyncio.sleep(pause())
     transcript: list[dict] = []
@@ -39,20 +44,24 @@ async def run_scripted_episode(
         for text in texts:
             if pause is not None:
                 await asyncio.sleep(pause())
-            reply = await episode.step(text)
-            transcript += [{"role": "assistant", "content": text}, *reply.messages]
+            reply = await episode.step(text, fmt.parse(text))
+            transcript += [fmt.assistant_message(text), *fmt.observation(reply.messages)]
             if reply.terminated:
                 break
         evaluation = await episode.finish()
-    return {**evaluation, "input": episode.messages, "output": transcript}
+    return {**evaluation, "input": fmt.start(episode.created).messages, "output": transcript}
 
 
-def text_generation(tokenizer, text: str, closed: bool = True) -> Generation:
-    """`text` as a model would return it: its canonical ids, then the eos if `closed`
-    (finish "stop"), else without it (finish "length")."""
+def text_generation(
+    tokenizer, text: str, closed: bool = True, end_of_turn_id: int | None = None
+) -> Generation:
+    """`text` as a model would return it: its canonical ids, then the end-of-turn token
+    (the tokenizer's eos unless given) if `closed` (finish "stop"), else without it
+    (finish "length")."""
     ids = tokenizer.encode(text, add_special_tokens=False)
     if closed:
-        return Generation(ids + [tokenizer.eos_token_id], None, "stop")
+        end = tokenizer.eos_token_id if end_of_turn_id is None else end_of_turn_id
+        return Generation([*ids, end], None, "stop")
     return Generation(ids, None, "length")
 
 
@@ -69,8 +78,10 @@ class ScriptedGenerator:
         self.prompt_lengths: list[int] = []
 
     @classmethod
-    def from_texts(cls, tokenizer, texts: list[str], **kwargs) -> ScriptedGenerator:
-        return cls([text_generation(tokenizer, t) for t in texts], **kwargs)
+    def from_texts(
+        cls, tokenizer, texts: list[str], end_of_turn_id: int | None = None, **kwargs
+    ) -> ScriptedGenerator:
+        return cls([text_generation(tokenizer, t, True, end_of_turn_id) for t in texts], **kwargs)
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         if self.calls >= len(self.generations):

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from seal.algos.advantage import GRPOConfig
 from seal.algos.loss import PolicyLossConfig
+from seal.formats.base import ToolFormat
+from seal.formats.registry import AUTO, FORMATS, resolve
 from seal.rollout.protocol import (
     EpisodeLimits,
     EpisodeSettings,
@@ -62,7 +64,23 @@ class ModelSettings:
     """auto (cuda if available, else cpu) | cpu | cuda | cuda:N."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, about 30% slower)."""
+    tool_format: str = AUTO
+    """How the model sees episodes and writes tool calls (seal/formats/registry.py):
+    qwen2.5 (Hermes <tool_call> JSON blocks) | qwen3 (Qwen3 instruct) | llama3.1 (Llama
+    3.1 JSON calls) | bfcl_prompt (BFCL's prompt mode: Python-style call lists, as
+    ToolACE-2-8B is ranked) | auto: by `path`, qwen2.5 for Qwen2.5 models and tiny-qwen2,
+    else the format bfcl-eval ranks the model in (an unknown name is an error)."""
     tiny: TinyModelSettings = field(default_factory=TinyModelSettings)
+
+    def __post_init__(self):
+        if self.tool_format != AUTO and self.tool_format not in FORMATS:
+            raise ValueError(
+                f"tool_format must be auto or one of {', '.join(FORMATS)}, not {self.tool_format!r}"
+            )
+
+    def resolved_tool_format(self) -> ToolFormat:
+        """The format this model uses (`auto` resolved by `path`)."""
+        return resolve(self.tool_format, self.path)
 
 
 @dataclass

@@ -30,6 +30,7 @@ from seal.eval.summary import render_markdown, summarize, validation_metrics
 from seal.rollout.driver import EpisodeSample, play_batch, run_episode
 from seal.rollout.env_client import EnvClient, push_profile
 from seal.rollout.hf_generator import HFGenerator
+from seal.rollout.turn_tokens import turn_tokenizer
 from seal.tocf.state import (
     STATE_FILENAME,
     CapabilityState,
@@ -51,6 +52,8 @@ class LocalTrainer:
             cfg = OmegaConf.to_object(cfg)
         self.cfg, self.env_url, self.run_dir = cfg, env_url, run_dir
         self.tokenizer = load_tokenizer(cfg.model)
+        self.tool_format = cfg.model.resolved_tool_format()
+        end_of_turn = turn_tokenizer(self.tokenizer, self.tool_format).end_of_turn_id
         resume_from = ckpt.latest_checkpoint(run_dir) if cfg.checkpoint.resume else None
         if cfg.checkpoint.resume and resume_from is None:
             raise FileNotFoundError(f"checkpoint.resume is set but {run_dir} has no checkpoint")
@@ -67,6 +70,7 @@ class LocalTrainer:
             self.policy,
             self.tokenizer,
             max_batch_size=cfg.rollout.max_batch_size,
+            stop_token_ids=[end_of_turn],
             with_logprobs=False,
         )
         self.state = ckpt.TrainerState()
@@ -160,7 +164,7 @@ class LocalTrainer:
             def play(task_id: str):
                 return run_episode(
                     env, self.generator, self.tokenizer, task_id, settings,
-                    temperature=temperature, top_p=top_p,
+                    tool_format=self.tool_format, temperature=temperature, top_p=top_p,
                 )  # fmt: skip
 
             return await play_batch(

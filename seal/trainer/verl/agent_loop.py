@@ -35,6 +35,7 @@ from verl.experimental.agent_loop.agent_loop import (
 
 from seal.rollout.driver import EpisodeError, EpisodeSample, run_episode
 from seal.rollout.env_client import EnvClient
+from seal.rollout.turn_tokens import turn_tokenizer
 from seal.trainer.verl.generator import VerlGenerator
 from seal.trainer.verl.section import SealSection
 
@@ -90,6 +91,8 @@ class SealBfclAgentLoop(AgentLoopBase):
         super().__init__(*args, **kwargs)
         self.settings = loop_settings(self.config)
         self.limits = self.settings.trainer.limits
+        self.tool_format = self.settings.trainer.model.resolved_tool_format()
+        self.end_of_turn = turn_tokenizer(self.tokenizer, self.tool_format).end_of_turn_id
         response_length = self.rollout_config.response_length
         if self.limits.max_context_tokens > response_length:
             raise ValueError(
@@ -105,10 +108,10 @@ class SealBfclAgentLoop(AgentLoopBase):
         task_id = str(extra_info["task_id"])
         # Rows of the eval parquet (and any split but train) play the plain benchmark.
         mode = "sample" if str(extra_info.get("split", "train")) == "train" else "validate"
-        # The eos is the template's end of turn; another stop token at exactly
-        # max_new_tokens is labelled "length", which changes nothing in the sample.
+        # Generation stops at the tool format's end of turn; another stop token at
+        # exactly max_new_tokens is labelled "length", which changes nothing in the sample.
         generator = VerlGenerator(
-            self.server_manager, sampling_params, stop_token_ids={self.tokenizer.eos_token_id}
+            self.server_manager, sampling_params, stop_token_ids={self.end_of_turn}
         )
         start = time.perf_counter()
         # verl's sampling dict carries the temperature of this rollout (validation's
@@ -120,7 +123,7 @@ class SealBfclAgentLoop(AgentLoopBase):
             try:
                 sample = await run_episode(
                     shared_env_client(self.settings), generator, self.tokenizer, task_id,
-                    settings, temperature=temperature, top_p=top_p,
+                    settings, tool_format=self.tool_format, temperature=temperature, top_p=top_p,
                 )  # fmt: skip
                 break
             except EpisodeError as error:

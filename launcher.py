@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import subprocess
 import sys
 import traceback
@@ -26,6 +27,7 @@ from seal.launch.config import RunConfig
 from seal.launch.config_docs import render
 from seal.launch.service import environment_service
 from seal.rollout.env_client import is_healthy
+from seal.trainer.verl.cpu import PLATFORM_ENV as CPU_PLATFORM_ENV
 
 REPO_ROOT = Path(__file__).resolve().parent
 # Imported when chosen: the trainers pull in torch and transformers (verl: also Ray),
@@ -102,6 +104,8 @@ def run(args: argparse.Namespace) -> None:
                 f"no environment service at {url}; start one or set service.start=true"
             )
         service = contextlib.nullcontext(url)
+    if cfg.job == "verl" and cfg.verl.device == "cpu":
+        os.environ.update(CPU_PLATFORM_ENV)  # before the job's first `import verl`
     with service as url:
         job_function(cfg.job)(cfg, url, run_dir, REPO_ROOT / "data/seal_split.json")
 

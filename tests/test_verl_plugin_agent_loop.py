@@ -40,24 +40,31 @@ ROOT = Path(__file__).resolve().parent.parent
 TASK = "multi_turn_base_0"
 PROMPT_LENGTH, RESPONSE_LENGTH = 8192, 16384
 LOGPROB = -0.25
+FIRST_VERSION = 7
 
 
 class ScriptedServer:
     """LLMServerClient.generate's call shape; each request id (one episode) replays
-    the ground-truth policy's texts of TASK from the start."""
+    the ground-truth policy's texts of TASK from the start. The k-th generation reports
+    weights of version FIRST_VERSION + k, as if each came after a weight update."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, report_versions: bool = True):
         turns = assistant_messages(ground_truth_trajectory(load_task(TASK)))
         self.script = [text_generation(tokenizer, t).token_ids for turn in turns for t in turn]
         self.position: dict[str, int] = {}
         self.sampling_params: list[dict] = []
+        self.report_versions = report_versions
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
         self.sampling_params.append(dict(sampling_params))
         k = self.position.get(request_id, 0)
         self.position[request_id] = k + 1
         ids = self.script[k]
-        return TokenOutput(token_ids=ids, log_probs=[LOGPROB] * len(ids), stop_reason="completed")
+        version = {"global_steps": FIRST_VERSION + k} if self.report_versions else {}
+        return TokenOutput(
+            token_ids=ids, log_probs=[LOGPROB] * len(ids), stop_reason="completed",
+            extra_fields=version,
+        )  # fmt: skip
 
 
 def trainer_config(model_dir: Path, env_url: str, **limits):
@@ -159,6 +166,9 @@ def test_ground_truth_episodes_through_agent_loop_worker(model_dir, live_service
     assert list(nt["stop_reason"]) == ["terminated", "terminated"]
     assert list(nt["invalid_calls"]) == [0, 0] and list(nt["tool_errors"]) == [0, 0]
     assert list(nt["num_generations"]) == [len(server.script)] * 2
+    # The weight versions verl's step metrics read (trainer_base._compute_metrics).
+    assert list(nt["min_global_steps"]) == [FIRST_VERSION] * 2
+    assert list(nt["max_global_steps"]) == [FIRST_VERSION + len(server.script) - 1] * 2
     # first user + one message per generation + the observations between them
     assert list(nt["__num_turns__"]) == [2 * len(server.script)] * 2
     # What verl's validation hands to the SEAL trainer's validation records.
@@ -176,6 +186,16 @@ def test_ground_truth_episodes_through_agent_loop_worker(model_dir, live_service
         ]
         * 2
     )
+
+
+def test_a_server_without_weight_versions_fails_the_episode(model_dir, live_service):
+    """verl's step metrics turn the versions into integers; an episode without one
+    fails with a message instead of breaking the step after the update."""
+    url, _ = live_service
+    worker = AgentLoopWorker(trainer_config(model_dir, url), llm_client=None)
+    worker.llm_client = ScriptedServer(worker.tokenizer, report_versions=False)
+    with pytest.raises(Exception, match="no weight version"):
+        run_worker(worker, train_rows(TASK, copies=1))
 
 
 def test_prompt_longer_than_prompt_length_fails(model_dir, live_service):

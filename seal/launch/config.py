@@ -54,6 +54,13 @@ class VerlSettings:
     nnodes: int = 1
     """Nodes of the Ray cluster (more than 1: start Ray on every node first and launch
     with RAY_ADDRESS=auto; see the README)."""
+    device: str = "cuda"
+    """`cuda`: verl on GPUs (hybrid engine: vLLM or SGLang inside the FSDP workers), the
+    paper's setting. `cpu`: verl's own trainer loop on this machine's CPU with the test
+    backend of seal/trainer/verl/cpu (gloo FSDP, a Hugging Face generation replica, weight
+    sync over gloo; `rollout_engine` is then ignored); it runs `trainer.model.path:
+    tiny-qwen2` too. For CI and `exp/verl_cpu_smoke.yaml`: it proves the wiring, it is far
+    too slow to train anything."""
     rollout_engine: str = "vllm"
     """verl's rollout server: vllm (installed by install.sh --gpu) or sglang."""
     tensor_parallel_size: int = 1

@@ -44,6 +44,15 @@ def build_tiny_qwen2(cfg: ModelSettings, tokenizer) -> Qwen2ForCausalLM:
     return Qwen2ForCausalLM(config)
 
 
+def save_tiny_qwen2(cfg: ModelSettings, directory: Path) -> Path:
+    """Write the tiny model and its tokenizer as a Hugging Face model directory, for
+    backends that load a model by path (verl). Deterministic: same settings, same weights."""
+    tokenizer = load_tokenizer(cfg)
+    build_tiny_qwen2(cfg, tokenizer).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
 def load_policy(cfg: ModelSettings, tokenizer, checkpoint: Path | None = None) -> torch.nn.Module:
     """The policy from `checkpoint` if given, else from `cfg.path` (or the tiny model)."""
     dtype = DTYPES[cfg.dtype]

@@ -142,10 +142,17 @@ class SealBfclAgentLoop(AgentLoopBase):
         metrics = AgentLoopMetrics(
             generate_sequences=generator.seconds, tool_calls=total - generator.seconds
         )
-        return to_output(sample, metrics)
+        return to_output(sample, metrics, generator.weight_versions)
 
 
-def to_output(sample: EpisodeSample, metrics: AgentLoopMetrics) -> AgentLoopOutput:
+def to_output(
+    sample: EpisodeSample, metrics: AgentLoopMetrics, weight_versions: list[int]
+) -> AgentLoopOutput:
+    if not weight_versions:
+        raise ValueError(
+            f"task {sample.task_id}: the rollout server reported no weight version "
+            "(TokenOutput.extra_fields['global_steps']); verl's step metrics need one"
+        )
     report = sample.report
     return AgentLoopOutput(
         prompt_ids=sample.prompt_ids,
@@ -156,6 +163,10 @@ def to_output(sample: EpisodeSample, metrics: AgentLoopMetrics) -> AgentLoopOutp
         num_turns=num_turns(sample.response_mask),
         metrics=metrics,
         extra_fields={
+            # verl's step metrics (trajectory staleness) read the versions of the
+            # weights the episode was generated with, first and last.
+            "min_global_steps": min(weight_versions),
+            "max_global_steps": max(weight_versions),
             # The trainer's A-Patch and capability state read these per sample.
             "task_id": sample.task_id,
             "category": sample.category,

@@ -46,6 +46,10 @@ from verl.utils.config import omega_conf_to_dataclass, validate_config
 
 from seal.trainer.model import TINY
 from seal.trainer.verl.agent_loop import AGENT_NAME
+from seal.trainer.verl.cpu import PLATFORM_NAME
+from seal.trainer.verl.cpu.rollout import ROLLOUT_NAME
+from seal.trainer.verl.cpu.trainer import TRAINER_MODE_CPU
+from seal.trainer.verl.cpu.weight_sync import BACKEND as WEIGHT_SYNC_BACKEND
 from seal.trainer.verl.section import SealSection
 from seal.trainer.verl.trainer import TRAINER_MODE
 
@@ -71,19 +75,81 @@ DATACLASS_SECTIONS = (
 )
 
 
+def model_path(run_cfg, run_dir: Path) -> str:
+    """The policy verl loads: trainer.model.path, or on the CPU backend the tiny model
+    saved in the run directory (seal/trainer/verl/launch.py writes it)."""
+    path = run_cfg.trainer.model.path
+    if path != TINY:
+        return path
+    if run_cfg.verl.device != "cpu":
+        raise ValueError(
+            f"the verl backend needs a Hugging Face model (trainer.model.path), not {TINY!r} "
+            "(verl.device=cpu runs it, for tests)"
+        )
+    return str(tiny_model_dir(run_dir))
+
+
+def tiny_model_dir(run_dir: Path) -> Path:
+    return Path(run_dir).absolute() / "tiny_model"
+
+
+def cpu_backend_keys(run_cfg) -> dict:
+    """verl keys of the CPU test backend (seal/trainer/verl/cpu): its platform, rollout
+    replica, weight sync and trainer; FSDP2 in float32 on gloo without torch.compile;
+    a local Ray whose logical GPU slots are the actor's workers plus one per replica."""
+    v = run_cfg.verl
+    if run_cfg.trainer.loss.use_kl_loss:
+        raise ValueError(
+            "verl.device=cpu cannot run the reference policy (trainer.loss.use_kl_loss): verl "
+            "0.9.1 builds it as a forward-only FSDP engine, which FSDP2 always offloads with "
+            "pinned memory (verl/workers/engine/fsdp/transformer_impl.py, CPUOffloadPolicy("
+            "pin_memory=True)) and FSDP1 syncs on a GPU (sync_module_states); both need an "
+            "accelerator. Set trainer.loss.use_kl_loss=false for CPU runs."
+        )
+    a, r = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
+    return {
+        "trainer.device": "cpu",
+        "trainer.v1.trainer_mode": TRAINER_MODE_CPU,
+        f"{r}.name": ROLLOUT_NAME,
+        "reward.reward_model.rollout.name": ROLLOUT_NAME,
+        f"{r}.checkpoint_engine.backend": WEIGHT_SYNC_BACKEND,
+        f"{r}.nnodes": 1,
+        f"{r}.n_gpus_per_node": 1,
+        f"{a}.strategy": "fsdp2",
+        # float32 throughout: CPU matmuls in bfloat16 fall back to slow reference kernels,
+        # and the replica (float32) then computes the same log-probs as the actor.
+        f"+{a}.fsdp_config.mixed_precision.param_dtype": "fp32",
+        f"+{a}.fsdp_config.mixed_precision.reduce_dtype": "fp32",
+        f"+{a}.fsdp_config.mixed_precision.buffer_dtype": "fp32",
+        f"{a}.fsdp_config.use_torch_compile": False,
+        # One process each for agent loops, reward loops and data loading (verl: 8 each).
+        f"{r}.agent.num_workers": 1,
+        "reward.num_workers": 1,
+        "data.dataloader_num_workers": 0,
+        "actor_rollout_ref.model.use_remove_padding": False,
+        # verl asks for flash-attention by default, a CUDA kernel; torch's own on CPU.
+        "+actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
+        # Two CPUs: more storage units hang TransferQueue (docs/design.md, verl facts).
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
+        # Scheduling slots, not cores: each of verl's placement-group bundles asks for 3
+        # CPUs, more than a 2-core machine has.
+        "ray_kwargs.ray_init.num_cpus": 16,
+        "+ray_kwargs.ray_init.num_gpus": v.n_gpus_per_node * v.nnodes + 1,
+        "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM": PLATFORM_NAME,
+    }
+
+
 def mapped_keys(run_cfg, run_dir: Path) -> dict:
     """verl key -> value for one run (see the module docstring)."""
     t, v = run_cfg.trainer, run_cfg.verl
-    if t.model.path == TINY:
-        raise ValueError(
-            f"the verl backend needs a Hugging Face model (trainer.model.path), not {TINY!r}"
-        )
+    if v.device not in ("cuda", "cpu"):
+        raise ValueError(f"verl.device must be cuda or cpu, not {v.device!r}")
     run_dir = Path(run_dir).absolute()
     logger = ["console"] + ([] if t.logging.wandb == "disabled" else ["wandb"])
     a, r, ref = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"
     return {
         **FIXED,
-        "actor_rollout_ref.model.path": t.model.path,
+        "actor_rollout_ref.model.path": model_path(run_cfg, run_dir),
         "actor_rollout_ref.model.enable_gradient_checkpointing": t.model.gradient_checkpointing,
         # Absolute: Ray workers need not share the launcher's working directory.
         "data.train_files": str(Path(t.data.train_file).absolute()),
@@ -136,7 +202,7 @@ def mapped_keys(run_cfg, run_dir: Path) -> dict:
         "trainer.validation_data_dir": str(run_dir / "verl_validation"),
         "trainer.n_gpus_per_node": v.n_gpus_per_node,
         "trainer.nnodes": v.nnodes,
-    }
+    } | (cpu_backend_keys(run_cfg) if v.device == "cpu" else {})
 
 
 def seal_section(run_cfg, env_url: str, run_dir: Path) -> SealSection:

@@ -44,6 +44,9 @@ class VerlGenerator:
         self.wants_logprobs = bool(self.base_sampling_params.get("logprobs", False))
         self.seconds = 0.0
         """Time spent waiting on the server (the agent loop's generate metric)."""
+        self.weight_versions: list[int] = []
+        """The weights' version (verl's global step) each generation came from, as the
+        server reports it; verl's step metrics need the first and the last."""
 
     def sampling_dict(self, sampling: SamplingParams) -> dict[str, Any]:
         params = dict(self.base_sampling_params)
@@ -75,6 +78,9 @@ class VerlGenerator:
         return self.to_generation(output, sampling.max_new_tokens)
 
     def to_generation(self, output: Any, max_new_tokens: int) -> Generation:
+        version = (getattr(output, "extra_fields", None) or {}).get("global_steps")
+        if version is not None:
+            self.weight_versions.append(int(version))
         stop_reason = getattr(output, "stop_reason", None)
         if stop_reason not in _FINISHED:
             raise GenerationError(f"the verl server's generation ended with {stop_reason!r}")

@@ -18,11 +18,14 @@ from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
 from seal.eval.records import read_val_dir
 from seal.eval.summary import render_markdown, summarize
-from seal.trainer.verl.config import compose_verl_config
+from seal.trainer.model import TINY, save_tiny_qwen2
+from seal.trainer.verl.config import compose_verl_config, tiny_model_dir
 from seal.trainer.verl.plugin import check_registrations
 
 
 def run_verl_training(cfg, env_url: str, run_dir: Path, split_file: Path) -> None:
+    if cfg.verl.device == "cpu" and cfg.trainer.model.path == TINY:
+        save_tiny_qwen2(cfg.trainer.model, tiny_model_dir(run_dir))
     config = compose_verl_config(cfg, env_url, run_dir)
     OmegaConf.save(config, run_dir / "verl_config.yaml")
     print(f"[verl] resolved verl config: {run_dir / 'verl_config.yaml'}")

@@ -10,9 +10,20 @@ naming what is missing.
 
 from __future__ import annotations
 
+# isort: off
+# First: importing verl.trainer.ppo.v1 (below) resolves verl's platform, and a CPU run
+# selects this one, so it must be registered by then.
+import seal.trainer.verl.cpu.platform  # noqa: F401
+# isort: on
+
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 from verl.trainer.ppo.v1 import get_trainer_cls
 
+# The CPU test backend's engine, replica, weight sync and trainer register on import.
+import seal.trainer.verl.cpu.engine  # noqa: F401
+import seal.trainer.verl.cpu.rollout  # noqa: F401
+import seal.trainer.verl.cpu.trainer  # noqa: F401
+import seal.trainer.verl.cpu.weight_sync  # noqa: F401
 from seal.trainer.verl.agent_loop import AGENT_NAME, SealBfclAgentLoop
 from seal.trainer.verl.trainer import TRAINER_MODE, SealPPOTrainer
 

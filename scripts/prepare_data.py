@@ -3,7 +3,8 @@
     python scripts/prepare_data.py [--split data/seal_split.json] [--out-dir data]
 
 Writes `bfcl_train.parquet` and `bfcl_eval.parquet` (400 rows each, in the split file's
-order), readable by verl's `RLHFDataset` and by the local trainer. Columns:
+order), readable by verl's `RLHFDataset` and by the local trainer, and the 4-row
+`smoke_{train,eval}.parquet` of `exp/verl_cpu_smoke.yaml` (SMOKE_TASKS). Columns:
 
     data_source   BFCL category, e.g. multi_turn_base (the summary groups by it)
     prompt        [first user message]: the system prompt with the tool signatures is
@@ -29,6 +30,23 @@ import pyarrow.parquet as pq
 
 from seal.bfcl.tasks import load_task
 
+SMOKE_TASKS = {
+    "train": [
+        "multi_turn_base_105",
+        "multi_turn_miss_func_146",
+        "multi_turn_miss_param_142",
+        "multi_turn_long_context_146",
+    ],
+    "eval": [
+        "multi_turn_base_116",
+        "multi_turn_miss_func_116",
+        "multi_turn_miss_param_116",
+        "multi_turn_long_context_116",
+    ],
+}
+"""One task per category per split with the shortest first prompt (2280-2466 tokens in
+the Qwen2.5 format; BFCL's reach 6282): verl's CPU smoke run spends its time on the
+151,936-wide output layer over every token, so its length sets the run's cost."""
 AGENT_NAME = "seal_bfcl"
 ABILITY = "bfcl_multi_turn"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -84,6 +102,11 @@ def main(argv: list[str] | None = None) -> None:
         path = args.out_dir / f"bfcl_{name}.parquet"
         write_split(ids, name, path)
         print(f"wrote {path} ({len(ids)} tasks)")
+        if not set(SMOKE_TASKS[name]) <= set(ids):
+            raise SystemExit(f"error: the smoke tasks of {name} are not in its split")
+        smoke = args.out_dir / f"smoke_{name}.parquet"
+        write_split(SMOKE_TASKS[name], name, smoke)
+        print(f"wrote {smoke} ({len(SMOKE_TASKS[name])} tasks)")
 
 
 if __name__ == "__main__":

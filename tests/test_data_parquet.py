@@ -46,10 +46,20 @@ def test_regeneration_is_byte_identical(tmp_path):
 
     prepare = load_script("prepare_data")
     prepare.main(["--out-dir", str(tmp_path)])
-    for name in ("train", "eval"):
-        fresh = (tmp_path / f"bfcl_{name}.parquet").read_bytes()
-        assert fresh == (DATA / f"bfcl_{name}.parquet").read_bytes(), (
+    for name in ("bfcl_train", "bfcl_eval", "smoke_train", "smoke_eval"):
+        fresh = (tmp_path / f"{name}.parquet").read_bytes()
+        assert fresh == (DATA / f"{name}.parquet").read_bytes(), (
             f"{name} differs: rerun scripts/prepare_data.py"
+        )
+
+
+def test_smoke_files_hold_one_task_per_category_of_their_split(split):
+    for name in ("train", "eval"):
+        rows = pq.read_table(DATA / f"smoke_{name}.parquet").to_pylist()
+        ids = [r["extra_info"]["task_id"] for r in rows]
+        assert set(ids) <= set(split[name])
+        assert sorted(r["data_source"] for r in rows) == sorted(
+            {tid.rsplit("_", 1)[0] for tid in split[name]}
         )
 
 

@@ -3,7 +3,8 @@
 `service(**config)` starts the FastAPI app in-process (starlette's TestClient, lifespan
 included) with a `ServiceConfig` and returns a `Service`: the HTTP client, the engine
 behind it, and wire-protocol helpers that assert success. `live_service` runs the app
-under uvicorn on a free local port, for clients that need a real socket.
+under uvicorn on a free local port, for clients that need a real socket; `serve_app`
+does the same for any ASGI app (the service wrapped in a misbehaving middleware).
 """
 
 from __future__ import annotations
@@ -93,14 +94,14 @@ def service():
         yield start
 
 
-@pytest.fixture
-def live_service():
-    """The app served by uvicorn on 127.0.0.1 (a free port); yields (base_url, engine)."""
-    app = create_app()
+@contextlib.contextmanager
+def serving(app):
+    """Serve an ASGI app with uvicorn on 127.0.0.1 (a free port); yields the base URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    # lifespan "auto": the service runs its start-up; a bare fake app need not speak it.
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="auto"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -108,8 +109,23 @@ def live_service():
         assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}", app.state.engine
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+@pytest.fixture
+def live_service():
+    """The app served by uvicorn on 127.0.0.1 (a free port); yields (base_url, engine)."""
+    app = create_app()
+    with serving(app) as url:
+        yield url, app.state.engine
+
+
+@pytest.fixture
+def serve_app():
+    """A factory: `serve_app(asgi_app)` -> its base URL, served until the test ends."""
+    with contextlib.ExitStack() as stack:
+        yield lambda app: stack.enter_context(serving(app))

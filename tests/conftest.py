@@ -5,15 +5,22 @@ included) with a `ServiceConfig` and returns a `Service`: the HTTP client, the e
 behind it, and wire-protocol helpers that assert success. `live_service` runs the app
 under uvicorn on a free local port, for clients that need a real socket; `serve_app`
 does the same for any ASGI app (the service wrapped in a misbehaving middleware).
+`service_process(token=...)` runs `python -m env_service` as a process of its own, for
+tests that stop or kill it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import uvicorn
@@ -75,6 +82,21 @@ class Service:
         return replies
 
 
+@functools.cache
+def service_has_auth() -> bool:
+    """Whether the service authenticates requests (`--token`, $SEAL_ENV_TOKEN, GET
+    /v1/whoami: the issue12-service branch). The launcher starts and adopts only services
+    that prove they are the run's, so its tests need it."""
+    return any(getattr(route, "path", None) == "/v1/whoami" for route in create_app().routes)
+
+
+needs_service_auth = pytest.mark.skipif(
+    not service_has_auth(),
+    reason="needs the service's bearer-token authentication (issue12-service branch: "
+    "--token, /v1/whoami); runs once that branch is merged",
+)
+
+
 @pytest.fixture
 def gt_texts():
     """`gt_texts(task_id)` -> per turn, the assistant texts of the ground-truth policy."""
@@ -129,3 +151,48 @@ def serve_app():
     """A factory: `serve_app(asgi_app)` -> its base URL, served until the test ends."""
     with contextlib.ExitStack() as stack:
         yield lambda app: stack.enter_context(serving(app))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def service_process(tmp_path):
+    """A factory: `service_process(token=None)` -> (base_url, Popen) of `python -m
+    env_service` on a free port (the token through $SEAL_ENV_TOKEN, as the launcher
+    passes it); every one is killed when the test ends."""
+    from seal.rollout.env_client import TOKEN_ENV, is_healthy
+
+    started = []
+
+    def start(token: str | None = None):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+        if token:
+            env[TOKEN_ENV] = token
+        log_path = tmp_path / f"service_{port}.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "env_service", "--port", str(port)],
+                cwd=Path(__file__).resolve().parent.parent, env=env,
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        started.append(proc)
+        deadline = time.monotonic() + 60
+        while not is_healthy(url):
+            assert proc.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, "the service did not start"
+            time.sleep(0.2)
+        return url, proc
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()  # SIGKILL ends a SIGSTOPped process too
+            proc.wait()

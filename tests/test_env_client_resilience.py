@@ -20,9 +20,6 @@ import asyncio
 import logging
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -36,7 +33,7 @@ from seal.bfcl.tasks import load_task
 from seal.formats.registry import HERMES, get_format
 from seal.http import HttpError
 from seal.rollout.driver import play_batch, run_episode
-from seal.rollout.env_client import EnvClient, EnvClientSettings, EnvServiceError, is_healthy
+from seal.rollout.env_client import EnvClient, EnvClientSettings, EnvServiceError
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import ScriptedGenerator, run_scripted_episode
 
@@ -288,40 +285,10 @@ def test_a_create_or_release_whose_reply_is_late_does_not_fail(serve_app, method
 # --- finding 4: a stopped service -------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def service_process(tmp_path):
-    """`python -m env_service` as its own process on a free port; yields (url, process)."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(tmp_path / "service.log", "wb")  # noqa: SIM115 - closed in the finally below
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "env_service", "--port", str(port)],
-        cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while not is_healthy(url):
-            assert proc.poll() is None, (tmp_path / "service.log").read_text()
-            assert time.monotonic() < deadline, "the service did not start"
-            time.sleep(0.2)
-        yield url, proc
-    finally:
-        proc.send_signal(signal.SIGCONT)
-        proc.kill()
-        proc.wait()
-        log.close()
-
-
 def test_a_stopped_service_is_visible_while_it_stalls_and_fails_in_bounded_time(
     service_process, caplog
 ):
-    url, proc = service_process
+    url, proc = service_process()
     first_text = gt_texts(TASK)[0]
     settings = quick(timeout_s=1.5, attempts=2, deadline_s=10.0, stall_warning_s=0.5)
 

@@ -164,7 +164,8 @@ def test_the_token_reaches_service_and_job_by_environment_never_argv_or_config(
         pid = next(
             int(p.name)
             for p in Path("/proc").iterdir()
-            if p.name.isdigit() and _cmdline(p).endswith(f"--port\0{port}\0--max-live-episodes\0")
+            if p.name.isdigit()
+            and f"env_service\0--host\0127.0.0.1\0--port\0{port}\0" in _cmdline(p)
         )
         seen.update(
             cmdline=_cmdline(Path(f"/proc/{pid}")),

@@ -165,7 +165,7 @@ def test_the_token_reaches_service_and_job_by_environment_never_argv_or_config(
             int(p.name)
             for p in Path("/proc").iterdir()
             if p.name.isdigit()
-            and f"env_service\0--host\0127.0.0.1\0--port\0{port}\0" in _cmdline(p)
+            and f"env_service\x00--host\x00127.0.0.1\x00--port\x00{port}\x00" in _cmdline(p)
         )
         seen.update(
             cmdline=_cmdline(Path(f"/proc/{pid}")),

@@ -1,6 +1,8 @@
 """The whole local SEAL loop on CPU through the real service: a tiny model trains two
 steps, writes validation records, a checkpoint and the capability state; a second run
-resumes from the checkpoint and continues exactly where the first stopped."""
+resumes from the checkpoint, against a service that lost the profile (as a restarted
+one has), gives its first episodes the checkpoint's failure profile, and continues
+exactly where the first stopped. The kill -9 version is test_trainer_kill_resume.py."""
 
 from __future__ import annotations
 
@@ -59,9 +61,24 @@ def test_train_two_steps_then_resume(live_service, tmp_path):
     with pytest.raises(FileExistsError):
         LocalTrainer(tiny_config(), url, run_dir)
 
+    # A fresh service: no profile. The resumed step's episodes must see the checkpoint's.
+    engine.pushed_profile = None
+    profiles_at_create = []
+    create = engine.create
+
+    def recording_create(task_id, settings, *args, **kwargs):
+        profiles_at_create.append((settings.mode, engine.profile()))
+        return create(task_id, settings, *args, **kwargs)
+
+    engine.create = recording_create
     resumed = LocalTrainer(tiny_config(total_steps=3, checkpoint={"resume": True}), url, run_dir)
     assert resumed.state.step == 2
+    expected = CapabilityState.load(ckpt.latest_checkpoint(run_dir) / STATE_FILENAME)
+    expected_profile = expected.failure_profile()
+    assert expected_profile["tags"], "the test needs a profile with guidelines to push"
     state = resumed.fit()
+    first_mode, first_profile = profiles_at_create[0]
+    assert first_mode == "sample" and first_profile == expected_profile
     assert state.step == 3
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
     assert sorted(read_val_dir(run_dir / "validation")) == [0, 2, 3]

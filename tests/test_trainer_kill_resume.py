@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import needs_service_auth
 
 from seal.eval.metrics_log import read_metrics
@@ -75,6 +76,7 @@ def latest_step(run_dir: Path) -> int:
         return 0
 
 
+@pytest.mark.slow  # three launcher runs of the tiny model: about 60 s on 2 cores
 @needs_service_auth
 def test_a_run_killed_and_resumed_ends_as_the_uninterrupted_run(tmp_path):
     straight = launch(tmp_path, "straight")

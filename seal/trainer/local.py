@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from seal.algos.advantage import grpo_advantages
 from seal.atomic_file import StateFileError
+from seal.eval.metrics_log import FAILED_EPISODES, VAL_FAILED_EPISODES
 from seal.eval.records import ValidationRecord, read_val_dir, write_step
 from seal.eval.summary import render_markdown, summarize, validation_metrics
 from seal.launch.run_lock import lock_run_dir
@@ -160,7 +161,7 @@ class LocalTrainer:
         t2 = time.perf_counter()
         return {
             **_rollout_metrics(samples, prefix="train"),
-            "train/failed_episodes": float(self.failed_episodes),
+            FAILED_EPISODES: float(self.failed_episodes),
             **seal_metrics,
             **update_metrics,
             "time/rollout_s": t1 - t0,
@@ -218,7 +219,7 @@ class LocalTrainer:
         )
         records = [_record(s, step) for s in samples]
         write_step(self.run_dir / "validation", step, records, overwrite=True)
-        return validation_metrics(step, records) | {"val/failed_episodes": self.failed_episodes}
+        return validation_metrics(step, records) | {VAL_FAILED_EPISODES: self.failed_episodes}
 
     # --- the loop ----------------------------------------------------------------------
 

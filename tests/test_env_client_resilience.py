@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from misbehaving import LateReply, PlainText500, steps_of_task
 from transformers import AutoTokenizer
 
 from env_service.app import create_app
@@ -52,79 +53,6 @@ def quick(**overrides) -> EnvClientSettings:
     """Client settings for tests: short timeouts, so a stall costs seconds."""
     base = {"timeout_s": 2.0, "attempts": 3, "deadline_s": 10.0, "busy_wait_s": 5.0}
     return EnvClientSettings(**(base | overrides))
-
-
-# --- middlewares that misbehave around the real service ------------------------------
-
-
-def is_request(scope, method: str, suffix: str) -> bool:
-    return scope["type"] == "http" and scope["method"] == method and scope["path"].endswith(suffix)
-
-
-class LateReply:
-    """Runs each matching request in the service, then holds its reply back `delay` s:
-    the client times out although the work was done. Only the first copy of a request
-    (same method, path and body) is held, up to `times` requests; copies pass."""
-
-    def __init__(self, app, method: str, suffix: str, delay: float, times: int = 1):
-        self.app, self.method, self.suffix = app, method, suffix
-        self.delay, self.left = delay, times
-        self.seen: set[tuple] = set()
-        self.held = 0
-
-    async def __call__(self, scope, receive, send):
-        if self.left <= 0 or not is_request(scope, self.method, self.suffix):
-            return await self.app(scope, receive, send)
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-
-        async def replay():
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        key = (scope["method"], scope["path"], scope["query_string"], body)
-        if key in self.seen:
-            return await self.app(scope, replay, send)
-        self.seen.add(key)
-        self.left -= 1
-        self.held += 1
-        messages = []
-
-        async def keep(message):
-            messages.append(message)
-
-        await self.app(scope, replay, keep)
-        await asyncio.sleep(self.delay)
-        try:
-            for message in messages:
-                await send(message)
-        except Exception:  # noqa: BLE001 - the client has gone, as intended
-            pass
-
-
-class PlainText500:
-    """Answers matching requests as a crashed handler does: 500, text/plain, no JSON."""
-
-    def __init__(self, app, match):
-        self.app, self.match = app, match
-        self.answered = 0
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or not await self.match(scope, receive):
-            return await self.app(scope, receive, send)
-        self.answered += 1
-        body = b"Internal Server Error"
-        headers = [(b"content-type", b"text/plain; charset=utf-8")]
-        await send({"type": "http.response.start", "status": 500, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-
-
-def episode_of_task(engine, task_id: str):
-    (episode,) = [e for e in engine.episodes.values() if e.task.task_id == task_id]
-    return episode
 
 
 # --- finding 3: errors that are not JSON ---------------------------------------------
@@ -185,24 +113,8 @@ def test_one_episode_hit_by_a_500_does_not_fail_the_batch(serve_app):
     tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
     app = create_app()
     poisoned = "multi_turn_base_3"
-    poisoned_ids: set[str] = set()
-
-    async def poisoned_steps(scope, receive):
-        episode_id = scope["path"].split("/")[3] if scope["path"].count("/") >= 4 else ""
-        return scope["path"].endswith("/steps") and episode_id in poisoned_ids
-
-    class Recorder:  # learns the poisoned task's episode ids from its creates
-        def __init__(self, inner):
-            self.inner = inner
-
-        async def __call__(self, scope, receive, send):
-            await self.inner(scope, receive, send)
-            for eid, episode in app.state.engine.episodes.items():
-                if episode.task.task_id == poisoned:
-                    poisoned_ids.add(eid)
-
-    broken = PlainText500(app, poisoned_steps)
-    url = serve_app(Recorder(broken))
+    broken = PlainText500(app, steps_of_task(app, poisoned))
+    url = serve_app(broken)
     tasks = [f"multi_turn_base_{i}" for i in range(10)]
 
     async def main():

@@ -9,13 +9,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from misbehaving import PlainText500, steps_of_task
 from omegaconf import OmegaConf
 
+from env_service.app import create_app
 from seal.eval.metrics_log import read_metrics
 from seal.eval.records import read_val_dir
+from seal.rollout.driver import TooManyFailedEpisodes
 from seal.tocf.state import STATE_FILENAME, CapabilityState
 from seal.trainer import checkpoint as ckpt
 from seal.trainer.config import TrainerConfig
+from seal.trainer.data import task_ids_of
 from seal.trainer.local import LocalTrainer
 
 
@@ -85,3 +89,29 @@ def test_train_two_steps_then_resume(live_service, tmp_path):
     assert CapabilityState.load(run_dir / STATE_FILENAME).run.num_trajectories == 3 * 2 * 2
     saved = json.loads((ckpt.latest_checkpoint(run_dir) / "trainer_state.json").read_text())
     assert saved["step"] == 3 and [h["step"] for h in saved["history"]] == [0, 2, 3]
+
+
+def test_a_training_step_goes_on_when_the_service_fails_one_task(serve_app, tmp_path):
+    """Issue 12, finding 3: the service answers a plain-text 500 to every step of one
+    task's episodes. Each is retried once, then left out and counted; the step trains on
+    the others. A share of failures above `rollout.max_failed_share` stops the run with
+    the errors, naming the task and the status."""
+    app = create_app()
+    train_ids = task_ids_of(TrainerConfig().data.train_file, 4)
+    batch, poisoned = train_ids[:2], train_ids[1]
+    url = serve_app(PlainText500(app, steps_of_task(app, poisoned)))
+    cfg = tiny_config(rollout={"n": 2, "max_failed_share": 0.5})
+    trainer = LocalTrainer(cfg, url, tmp_path / "run")
+
+    metrics = trainer.train_step(1, 0, batch)
+    assert metrics["train/failed_episodes"] == 2  # both samples of the task, each tried twice
+    assert trainer.capability.run.num_trajectories == 2, "only the healthy task is observed"
+    assert "actor/pg_loss" in metrics
+
+    trainer.cfg.rollout.max_failed_share = 0.05
+    with pytest.raises(TooManyFailedEpisodes) as info:
+        trainer.train_step(2, 0, batch)
+    message = str(info.value)
+    assert "2 of 4 episodes failed twice" in message
+    assert f"task {poisoned}" in message and "HTTP 500" in message
+    assert app.state.engine.stats()["live_episodes"] == 0

@@ -95,7 +95,7 @@ def check_identity(url: str, token: str) -> None:
     if status != 200:
         raise ServiceIdentityError(f"{WHOAMI} at {url} answered HTTP {status}, not 200")
     anonymous = _whoami(url, None)
-    if anonymous != 401:
+    if anonymous not in (401, 403):
         raise ServiceIdentityError(
             f"the service at {url} answers without a token (HTTP {anonymous} from {WHOAMI}): "
             f"anyone who reaches it can steer the run; start it with --token or ${TOKEN_ENV}"

@@ -129,9 +129,17 @@ def run(args: argparse.Namespace) -> None:
             save_run_files(cfg, run_dir)
             print(f"[launcher] job {cfg.job!r}, outputs in {run_dir}")
             # The job's clients, and the processes it starts, read the token from here.
+            previous = os.environ.get(TOKEN_ENV)
             os.environ[TOKEN_ENV] = service.token
             cfg.service.token = ""
-            job_function(cfg.job)(cfg, service.url, run_dir, REPO_ROOT / "data/seal_split.json")
+            try:
+                job = job_function(cfg.job)
+                job(cfg, service.url, run_dir, REPO_ROOT / "data/seal_split.json")
+            finally:  # for callers in this process (tests): the run's token was the run's
+                if previous is None:
+                    os.environ.pop(TOKEN_ENV, None)
+                else:
+                    os.environ[TOKEN_ENV] = previous
 
 
 def _raise_terminated(signum, frame) -> None:

@@ -41,8 +41,10 @@ CPU = REPO / "exp/cpu_default.yaml"
 
 @pytest.fixture(autouse=True)
 def no_token_from_the_environment(monkeypatch):
-    """The launcher reads $SEAL_ENV_TOKEN and sets it for its job: keep tests apart."""
-    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    """The launcher reads $SEAL_ENV_TOKEN and sets it for its job: keep tests apart
+    (setenv first, so that the variable is unset again after the test, whatever sets it)."""
+    monkeypatch.setenv(TOKEN_ENV, "")
+    monkeypatch.delenv(TOKEN_ENV)
 
 
 @pytest.fixture

@@ -3,17 +3,16 @@
 `service(**config)` starts the FastAPI app in-process (starlette's TestClient, lifespan
 included) with a `ServiceConfig` and returns a `Service`: the HTTP client, the engine
 behind it, and wire-protocol helpers that assert success. `live_service` runs the app
-under uvicorn on a free local port, for clients that need a real socket; `serve_app`
-does the same for any ASGI app (the service wrapped in a misbehaving middleware).
-`service_process(token=...)` runs `python -m env_service` as a process of its own, for
-tests that stop or kill it.
+under uvicorn on a free local port, for clients that need a real socket.
+`service_process(*flags)` runs `python -m env_service` in its own process on a free
+port, for tests where the service may hang or must be signalled (it is killed after).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
@@ -82,21 +82,6 @@ class Service:
         return replies
 
 
-@functools.cache
-def service_has_auth() -> bool:
-    """Whether the service authenticates requests (`--token`, $SEAL_ENV_TOKEN, GET
-    /v1/whoami: the issue12-service branch). The launcher starts and adopts only services
-    that prove they are the run's, so its tests need it."""
-    return any(getattr(route, "path", None) == "/v1/whoami" for route in create_app().routes)
-
-
-needs_service_auth = pytest.mark.skipif(
-    not service_has_auth(),
-    reason="needs the service's bearer-token authentication (issue12-service branch: "
-    "--token, /v1/whoami); runs once that branch is merged",
-)
-
-
 @pytest.fixture
 def gt_texts():
     """`gt_texts(task_id)` -> per turn, the assistant texts of the ground-truth policy."""
@@ -118,11 +103,11 @@ def service():
 
 @contextlib.contextmanager
 def serving(app):
-    """Serve an ASGI app with uvicorn on 127.0.0.1 (a free port); yields the base URL."""
+    """Serve any ASGI app with uvicorn on 127.0.0.1 (a free port); yields the base URL.
+    lifespan "auto": the service runs its start-up, a bare fake app need not speak it."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    # lifespan "auto": the service runs its start-up; a bare fake app need not speak it.
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="auto"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -139,60 +124,96 @@ def serving(app):
 
 
 @pytest.fixture
-def live_service():
-    """The app served by uvicorn on 127.0.0.1 (a free port); yields (base_url, engine)."""
-    app = create_app()
-    with serving(app) as url:
-        yield url, app.state.engine
-
-
-@pytest.fixture
 def serve_app():
-    """A factory: `serve_app(asgi_app)` -> its base URL, served until the test ends."""
+    """A factory: `serve_app(asgi_app)` -> its base URL, served until the test ends (the
+    service wrapped in a misbehaving middleware: tests/misbehaving.py)."""
     with contextlib.ExitStack() as stack:
         yield lambda app: stack.enter_context(serving(app))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# Whether the service authenticates requests (`--token`, $SEAL_ENV_TOKEN, GET /v1/whoami:
+# the issue12-service branch). The launcher starts and adopts only services that prove
+# they are the run's, so its tests need it.
+SERVICE_HAS_AUTH = any(getattr(r, "path", None) == "/v1/whoami" for r in create_app().routes)
+needs_service_auth = pytest.mark.skipif(
+    not SERVICE_HAS_AUTH,
+    reason="needs the service's bearer-token authentication (issue12-service branch: "
+    "--token, /v1/whoami); runs once that branch is merged",
+)
 
 
 @pytest.fixture
-def service_process(tmp_path):
-    """A factory: `service_process(token=None)` -> (base_url, Popen) of `python -m
-    env_service` on a free port (the token through $SEAL_ENV_TOKEN, as the launcher
-    passes it); every one is killed when the test ends."""
-    from seal.rollout.env_client import TOKEN_ENV, is_healthy
-
-    started = []
-
-    def start(token: str | None = None):
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-        if token:
-            env[TOKEN_ENV] = token
-        log_path = tmp_path / f"service_{port}.log"
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "env_service", "--port", str(port)],
-                cwd=Path(__file__).resolve().parent.parent, env=env,
-                stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        started.append(proc)
-        deadline = time.monotonic() + 60
-        while not is_healthy(url):
-            assert proc.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, "the service did not start"
-            time.sleep(0.2)
-        return url, proc
-
+def live_service():
+    """The app served by uvicorn on 127.0.0.1 (a free port); yields (base_url, engine)."""
+    app = create_app()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
     try:
-        yield start
+        yield f"http://127.0.0.1:{port}", app.state.engine
     finally:
-        for proc in started:
-            if proc.poll() is None:
-                proc.kill()  # SIGKILL ends a SIGSTOPped process too
-            proc.wait()
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class ServiceProcess:
+    proc: subprocess.Popen
+    url: str
+
+    def terminate(self, timeout_s: float) -> int | None:
+        """SIGTERM, then the exit status if it exits within `timeout_s` (else None)."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+@pytest.fixture
+def service_process():
+    """A factory: `service_process("--max-step-seconds", "1", patch="...")` -> a
+    `ServiceProcess` once /healthz answers. `patch` is Python run in the service process
+    before it starts (to plant a misbehaving backend). Every process is killed after."""
+    procs: list[subprocess.Popen] = []
+
+    def start(*flags: str, patch: str = "", env: dict | None = None) -> ServiceProcess:
+        port = free_port()
+        argv = ["--port", str(port), *flags]
+        code = f"{patch}\nfrom env_service.__main__ import main\nmain({argv!r})"
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], cwd=REPO_ROOT, env={**os.environ, **(env or {})}
+        )
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"the service exited with {proc.returncode}"
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    return ServiceProcess(proc, url)
+            time.sleep(0.1)
+        raise AssertionError("the service did not answer /healthz within 60 s")
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)

@@ -83,7 +83,7 @@ def test_every_request_carries_the_token_when_there_is_one(serve_app, monkeypatc
 def test_a_service_with_a_token_refuses_a_client_without_it(service_process, monkeypatch):
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     token = new_token()
-    url, _ = service_process(token=token)
+    url = service_process(env={TOKEN_ENV: token}).url
     assert is_healthy(url), "/healthz needs no token"
 
     async def main(client_token):

@@ -200,7 +200,8 @@ def test_a_create_or_release_whose_reply_is_late_does_not_fail(serve_app, method
 def test_a_stopped_service_is_visible_while_it_stalls_and_fails_in_bounded_time(
     service_process, caplog
 ):
-    url, proc = service_process()
+    service = service_process()
+    url, proc = service.url, service.proc
     first_text = gt_texts(TASK)[0]
     settings = quick(timeout_s=1.5, attempts=2, deadline_s=10.0, stall_warning_s=0.5)
 

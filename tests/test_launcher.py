@@ -122,7 +122,7 @@ def test_an_adopted_service_must_answer_with_the_runs_token(
     """A service of another run (another token) is refused, as is a port already taken;
     the right token adopts it, and the run leaves it running."""
     token = new_token()
-    url, _ = service_process(token=token)
+    url = service_process(env={TOKEN_ENV: token}).url
     port = url.rsplit(":", 1)[1]
     with pytest.raises(ServiceIdentityError, match="does not accept this run's token"):
         adopt_service(url, new_token())

@@ -65,27 +65,35 @@ def service_url(host: str, port: int) -> str:
     return f"http://{connect}:{port}"
 
 
-def _whoami(url: str, token: str | None) -> int:
+def _whoami(url: str, token: str | None) -> tuple[int, str]:
+    """Status and text of `GET /v1/whoami` with `token` (None: no header)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     policy = RetryPolicy(attempts=2, timeout_s=10.0, stall_warning_s=0)
     try:
-        return request_once(
+        reply = request_once(
             url, "GET", WHOAMI, "the identity check", policy=policy, headers=headers
-        ).status
+        )
     except HttpError as error:
         raise ServiceIdentityError(
             f"the identity check of the service at {url} failed: {error}"
         ) from None
+    return reply.status, reply.text()
 
 
 def check_identity(url: str, token: str) -> None:
     """Raise `ServiceIdentityError` unless the service at `url` accepts `token` and
     refuses requests without one."""
-    status = _whoami(url, token)
-    if status in (401, 403):
+    status, text = _whoami(url, token)
+    if status == 403:  # the service's answer when it has no token to compare with
         raise ServiceIdentityError(
-            f"the service at {url} does not accept this run's token (HTTP {status} from "
-            f"{WHOAMI}): it is another run's service, or was started with another token"
+            f"the service at {url} was started without a token ({WHOAMI}: HTTP 403 {text}): "
+            "it cannot prove it is this run's, and anyone who reaches it can steer the run; "
+            f"start it with --token or ${TOKEN_ENV}"
+        )
+    if status == 401:
+        raise ServiceIdentityError(
+            f"the service at {url} does not accept this run's token ({WHOAMI}: HTTP 401): "
+            "it is another run's service, or was started with another token"
         )
     if status == 404:
         raise ServiceIdentityError(
@@ -93,8 +101,8 @@ def check_identity(url: str, token: str) -> None:
             "who reaches it can steer the run; restart it from this version with a token"
         )
     if status != 200:
-        raise ServiceIdentityError(f"{WHOAMI} at {url} answered HTTP {status}, not 200")
-    anonymous = _whoami(url, None)
+        raise ServiceIdentityError(f"{WHOAMI} at {url} answered HTTP {status}, not 200: {text}")
+    anonymous, _ = _whoami(url, None)
     if anonymous not in (401, 403):
         raise ServiceIdentityError(
             f"the service at {url} answers without a token (HTTP {anonymous} from {WHOAMI}): "

@@ -134,7 +134,7 @@ def serve_app():
 # Whether the service authenticates requests (`--token`, $SEAL_ENV_TOKEN, GET /v1/whoami:
 # the issue12-service branch). The launcher starts and adopts only services that prove
 # they are the run's, so its tests need it.
-SERVICE_HAS_AUTH = any(getattr(r, "path", None) == "/v1/whoami" for r in create_app().routes)
+SERVICE_HAS_AUTH = "/v1/whoami" in create_app().openapi()["paths"]
 needs_service_auth = pytest.mark.skipif(
     not SERVICE_HAS_AUTH,
     reason="needs the service's bearer-token authentication (issue12-service branch: "

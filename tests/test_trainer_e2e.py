@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from misbehaving import PlainText500, steps_of_task
+from misbehaving import PlainText500, is_request, steps_of_task
 from omegaconf import OmegaConf
 
 from env_service.app import create_app
@@ -42,7 +42,19 @@ def tiny_config(**overrides) -> TrainerConfig:
     return cfg
 
 
-def test_train_two_steps_then_resume(live_service, tmp_path):
+class ProfileAtCreate:
+    """Keeps the service's failure profile at the moment each create request arrives."""
+
+    def __init__(self, app):
+        self.app, self.seen = app, []
+
+    async def __call__(self, scope, receive, send):
+        if is_request(scope, "POST", "/v1/episodes"):
+            self.seen.append(self.app.state.engine.profile())
+        await self.app(scope, receive, send)
+
+
+def test_train_two_steps_then_resume(live_service, serve_app, tmp_path):
     url, engine = live_service
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -65,24 +77,19 @@ def test_train_two_steps_then_resume(live_service, tmp_path):
     with pytest.raises(FileExistsError):
         LocalTrainer(tiny_config(), url, run_dir)
 
-    # A fresh service: no profile. The resumed step's episodes must see the checkpoint's.
-    engine.pushed_profile = None
-    profiles_at_create = []
-    create = engine.create
-
-    def recording_create(task_id, settings, *args, **kwargs):
-        profiles_at_create.append((settings.mode, engine.profile()))
-        return create(task_id, settings, *args, **kwargs)
-
-    engine.create = recording_create
-    resumed = LocalTrainer(tiny_config(total_steps=3, checkpoint={"resume": True}), url, run_dir)
+    # A fresh service, which never saw the profile: the resumed step's episodes must be
+    # created under the checkpoint's profile, as the uninterrupted run's were.
+    fresh = create_app()
+    recorder = ProfileAtCreate(fresh)
+    resumed = LocalTrainer(
+        tiny_config(total_steps=3, checkpoint={"resume": True}), serve_app(recorder), run_dir
+    )
     assert resumed.state.step == 2
     expected = CapabilityState.load(ckpt.latest_checkpoint(run_dir) / STATE_FILENAME)
     expected_profile = expected.failure_profile()
     assert expected_profile["tags"], "the test needs a profile with guidelines to push"
     state = resumed.fit()
-    first_mode, first_profile = profiles_at_create[0]
-    assert first_mode == "sample" and first_profile == expected_profile
+    assert recorder.seen and recorder.seen[0] == expected_profile
     assert state.step == 3
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
     assert sorted(read_val_dir(run_dir / "validation")) == [0, 2, 3]

@@ -49,6 +49,9 @@ COMPARED = ("train/prompt_tokens_mean", "train/reward_mean", "train/failed_episo
 
 def launch(tmp_path: Path, name: str, *overrides: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    # Two runs train at once: one thread each, or they fight over the cores (alike in
+    # both runs, so their numbers stay comparable).
+    env["OMP_NUM_THREADS"] = "1"
     args = ["--conf", str(REPO / "exp/cpu_default.yaml"), f"output_dir={tmp_path}",
             f"name={name}", *TINY_RUN, *overrides]  # fmt: skip
     log = open(tmp_path / f"{name}.log", "a")  # noqa: SIM115 - the child holds it

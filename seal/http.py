@@ -250,9 +250,8 @@ class HttpClient:
                     continue
             failures += 1
             elapsed = time.monotonic() - start
-            wait = min(delay, policy.max_backoff_s)
-            if status is not None:
-                wait = max(wait, _retry_after_s(reply.headers))
+            retry_after = 0.0 if status is None else _retry_after_s(reply.headers)
+            wait = max(min(delay, policy.max_backoff_s), retry_after)
             if failures >= policy.attempts or elapsed + wait > policy.deadline_s:
                 raise HttpError(
                     problem, method=method, url=url, what=what, status=status,
@@ -262,8 +261,9 @@ class HttpClient:
                 "%s %s for %s: %s; retry %d/%d in %.1f s (%.1f s so far)",
                 method, url, what, problem, failures, policy.attempts - 1, wait, elapsed,
             )  # fmt: skip
-            # Jitter, so that concurrent episodes do not retry in lockstep.
-            await asyncio.sleep(wait * random.uniform(0.5, 1.0))
+            # Jitter, so that concurrent episodes do not retry in lockstep; never below
+            # the peer's Retry-After.
+            await asyncio.sleep(max(retry_after, wait * random.uniform(0.5, 1.0)))
             delay *= 2
 
     async def _attempt(self, method, url, what, body, headers, params, attempt, policy) -> Reply:

@@ -4,18 +4,28 @@
     python launcher.py --explain          # every config key, its default and meaning
 
 The config is `exp/NAME.yaml` merged onto the documented defaults in
-seal/launch/config.py, then the `key=value` overrides. The resolved config and the code
-version are saved in the run directory before anything runs. The environment service
-is started when the config says so (`service.start`) or with `--with-bfcl`, reused if
-one is already healthy on the port, and stopped on exit, error and Ctrl-C.
+seal/launch/config.py, then the `key=value` overrides. In order, before the job runs:
+1. the run directory is locked (seal/launch/run_lock.py): a second run of the same name
+   is refused, naming the holder's pid;
+2. a training job's directory is checked (seal/trainer/run_dir.py): a fresh run refuses
+   an earlier run's state, a resumed one needs its state and the same data order;
+3. the run's environment service is started on a free port (or `service.port`) with a
+   fresh bearer token, or an already running one is adopted if it answers with the
+   run's token (seal/launch/service.py);
+4. only then are the resolved config (token redacted), the code version and the data
+   order written, so a refused start leaves an earlier run's files as they were.
+The service the launcher starts is stopped on every exit: return, error, Ctrl-C,
+SIGTERM, and kill -9 of the launcher (the service watches a pipe from it). The job gets
+the token through $SEAL_ENV_TOKEN, as do the processes it starts (verl's Ray workers).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import copy
 import importlib
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -25,8 +35,9 @@ from omegaconf import OmegaConf
 
 from seal.launch.config import RunConfig
 from seal.launch.config_docs import render
-from seal.launch.service import environment_service
-from seal.rollout.env_client import is_healthy
+from seal.launch.run_lock import lock_run_dir
+from seal.launch.service import service_for_run
+from seal.rollout.env_client import TOKEN_ENV
 from seal.trainer.verl.cpu import PLATFORM_ENV as CPU_PLATFORM_ENV
 
 REPO_ROOT = Path(__file__).resolve().parent
@@ -37,6 +48,14 @@ JOBS = {
     "local": "seal.trainer.local:run_local_training",
     "verl": "seal.trainer.verl.launch:run_verl_training",
 }
+# Jobs that train: their run directory is checked before the start (seal/trainer/run_dir.py).
+TRAINING_JOBS = ("local", "verl")
+REDACTED = "***"
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that every `finally` (the service's stop,
+    the lock's release) runs, as for Ctrl-C."""
 
 
 def job_function(name: str):
@@ -80,34 +99,54 @@ def compose(conf: Path, overrides: list[str]):
     return cfg
 
 
+def check_training_run_dir(cfg, run_dir: Path) -> None:
+    """Refuse a training run that does not fit its directory; print allowed changes."""
+    from seal.trainer.run_dir import check_run_dir  # the trainer stack, for training jobs only
+
+    for change in check_run_dir(run_dir, cfg.trainer, backend=cfg.job):
+        print(f"[launcher] resuming with a changed data order (allowed): {change}")
+
+
+def save_run_files(cfg, run_dir: Path) -> None:
+    saved = copy.deepcopy(cfg)
+    if saved.service.token:
+        saved.service.token = REDACTED  # the token never goes to disk in clear
+    OmegaConf.save(saved, run_dir / "config.yaml", resolve=True)
+    (run_dir / "code_version.txt").write_text(code_version())
+    if cfg.job in TRAINING_JOBS:
+        from seal.trainer.run_dir import record_data_order
+
+        record_data_order(run_dir, cfg.trainer)
+
+
 def run(args: argparse.Namespace) -> None:
     cfg = compose(args.conf, args.overrides)
     run_dir = Path(cfg.output_dir) / cfg.name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
-    (run_dir / "code_version.txt").write_text(code_version())
-    print(f"[launcher] job {cfg.job!r}, outputs in {run_dir}")
+    with lock_run_dir(run_dir):
+        if cfg.job in TRAINING_JOBS:
+            check_training_run_dir(cfg, run_dir)
+        start = cfg.service.start or args.with_bfcl
+        with service_for_run(cfg.service, start, run_dir / "env_service.log") as service:
+            save_run_files(cfg, run_dir)
+            print(f"[launcher] job {cfg.job!r}, outputs in {run_dir}")
+            # The job's clients, and the processes it starts, read the token from here.
+            previous = os.environ.get(TOKEN_ENV)
+            os.environ[TOKEN_ENV] = service.token
+            cfg.service.token = ""
+            if cfg.job == "verl" and cfg.verl.device == "cpu":
+                os.environ.update(CPU_PLATFORM_ENV)  # before the job's first `import verl`
+            try:
+                job = job_function(cfg.job)
+                job(cfg, service.url, run_dir, REPO_ROOT / "data/seal_split.json")
+            finally:  # for callers in this process (tests): the run's token was the run's
+                if previous is None:
+                    os.environ.pop(TOKEN_ENV, None)
+                else:
+                    os.environ[TOKEN_ENV] = previous
 
-    svc = cfg.service
-    if svc.start or args.with_bfcl:
-        service = environment_service(
-            svc.host,
-            svc.port,
-            run_dir / "env_service.log",
-            svc.startup_timeout_s,
-            extra_args=("--max-live-episodes", str(svc.max_live_episodes)),
-        )
-    else:
-        url = f"http://{svc.host}:{svc.port}"
-        if not is_healthy(url):
-            raise RuntimeError(
-                f"no environment service at {url}; start one or set service.start=true"
-            )
-        service = contextlib.nullcontext(url)
-    if cfg.job == "verl" and cfg.verl.device == "cpu":
-        os.environ.update(CPU_PLATFORM_ENV)  # before the job's first `import verl`
-    with service as url:
-        job_function(cfg.job)(cfg, url, run_dir, REPO_ROOT / "data/seal_split.json")
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,16 +177,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.explain:
         print(render(RunConfig))
         return 0
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         run(args)
     except KeyboardInterrupt:
         print("\n[launcher] interrupted; the environment service was stopped", file=sys.stderr)
         return 130
+    except Terminated:
+        print(
+            "[launcher] terminated (SIGTERM); the environment service was stopped", file=sys.stderr
+        )
+        return 143
     except Exception as e:  # noqa: BLE001 - the launcher's job is to report any failure clearly
         if args.debug:
             traceback.print_exc()
         print(f"[launcher] error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
 
 

@@ -8,7 +8,7 @@ pass rates in the paper's format and how the budget cut the episodes. A prefligh
 checks the endpoint first. Run it again with the same arguments to retry failed tasks and
 finish an interrupted run.
 
-    python -m env_service --port 8082 &        # or pass --start-env
+    python -m env_service --port 8082 &        # or pass --start-env (a token: $SEAL_ENV_TOKEN)
     python scripts/eval_endpoint.py --base-url http://127.0.0.1:8000/v1 \\
         --model Qwen/Qwen2.5-7B-Instruct --out-dir outputs/eval/qwen7b
 
@@ -49,7 +49,8 @@ from seal.eval.summary import render_markdown, summarize_step
 from seal.formats.bfcl_handlers import ranked_entry
 from seal.formats.handler_format import leaderboard
 from seal.formats.registry import AUTO, FORMATS, resolve
-from seal.launch.service import environment_service
+from seal.launch.service import new_token, start_service
+from seal.rollout.env_client import TOKEN_ENV
 from seal.rollout.protocol import EpisodeLimits
 
 REPO = Path(__file__).resolve().parent.parent
@@ -155,13 +156,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--env-url",
         default="http://127.0.0.1:8082",
-        help="the environment service (default: %(default)s)",
+        help="the environment service; its token, if it has one, from $SEAL_ENV_TOKEN "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--start-env",
         action="store_true",
-        help="start the environment service on --env-url's host and port unless one answers "
-        "there; stopped at exit, log in OUT_DIR/env_service.log",
+        help="start the evaluation's own environment service on --env-url's host and port "
+        "(refused if a service already answers there), with a fresh token; stopped at exit, "
+        "log in OUT_DIR/env_service.log",
     )
     parser.add_argument(
         "--allow-failures",
@@ -304,7 +307,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.start_env:
             return evaluate(args, out_dir, settings, tokenizer)
         env = urlsplit(args.env_url)
-        with environment_service(env.hostname, env.port, out_dir / "env_service.log"):
+        log = out_dir / "env_service.log"
+        with start_service(env.hostname, env.port or 0, log, new_token()) as service:
+            os.environ[TOKEN_ENV] = service.token  # the evaluator's client reads it there
+            args.env_url = service.url
             return evaluate(args, out_dir, settings, tokenizer)
     # EnvServiceError and a service that will not start are RuntimeErrors.
     except (OSError, ValueError, RuntimeError) as error:

@@ -55,10 +55,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -77,7 +77,8 @@ from learning_check_warmup import (  # noqa: E402
 )
 from omegaconf import OmegaConf
 
-from seal.launch.service import environment_service
+from seal.launch.service import new_token, start_service
+from seal.rollout.env_client import TOKEN_ENV
 from seal.trainer.config import TrainerConfig
 from seal.trainer.local import LocalTrainer
 from seal.trainer.model import frozen_copy, load_tokenizer
@@ -141,12 +142,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerConfig:
@@ -275,9 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[learning-check] seed {args.seed}; tasks {task_ids}")
     print(f"[learning-check] settings {json.dumps(settings)}", flush=True)
 
-    port = free_port()
-    with environment_service("127.0.0.1", port, run_dir / "service.log") as url:
-        trainer = LocalTrainer(cfg, url, run_dir)
+    with start_service("127.0.0.1", 0, run_dir / "service.log", new_token()) as service:
+        os.environ[TOKEN_ENV] = service.token  # the trainer's and the warm-up's clients read it
+        trainer = LocalTrainer(cfg, service.url, run_dir)
         greedy_start = greedy_success(trainer, task_ids)
         t0 = time.perf_counter()
         if args.warm_policy is not None:  # re-tune GRPO without repeating the warm-up

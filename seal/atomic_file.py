@@ -5,6 +5,9 @@ so globs over the directory's results skip one a crash leaves behind), is flushe
 disk, then renamed over the target: a rename within one filesystem is atomic on
 POSIX. Used for every result file a crash must not truncate: capability states,
 checkpoints' metadata, validation records, the metrics log when it is rewritten.
+
+`read_json` reads such a file back; a file that is missing, damaged (cut short, edited)
+or not JSON is a `StateFileError` that names it, never a bare JSONDecodeError.
 """
 
 from __future__ import annotations
@@ -14,6 +17,27 @@ import json
 import os
 import tempfile
 from pathlib import Path
+
+
+class StateFileError(ValueError):
+    """A state file that cannot be read; the message names the file and what it holds."""
+
+
+def read_json(path: str | Path, what: str) -> object:
+    """The JSON in `path` (`what` it holds, for the error: "capability state", ...)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise StateFileError(f"{path}: no such file (expected the {what})") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise StateFileError(f"{path}: cannot read the {what}: {error}") from None
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise StateFileError(
+            f"{path}: the {what} is damaged, not JSON ({error}; {len(text)} bytes)"
+        ) from None
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:

@@ -1,19 +1,25 @@
 """The whole local SEAL loop on CPU through the real service: a tiny model trains two
 steps, writes validation records, a checkpoint and the capability state; a second run
-resumes from the checkpoint and continues exactly where the first stopped."""
+resumes from the checkpoint, against a service that lost the profile (as a restarted
+one has), gives its first episodes the checkpoint's failure profile, and continues
+exactly where the first stopped. The kill -9 version is test_trainer_kill_resume.py."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from misbehaving import PlainText500, is_request, steps_of_task
 from omegaconf import OmegaConf
 
+from env_service.app import create_app
 from seal.eval.metrics_log import read_metrics
 from seal.eval.records import read_val_dir
+from seal.rollout.driver import TooManyFailedEpisodes
 from seal.tocf.state import STATE_FILENAME, CapabilityState
 from seal.trainer import checkpoint as ckpt
 from seal.trainer.config import TrainerConfig
+from seal.trainer.data import task_ids_of
 from seal.trainer.local import LocalTrainer
 
 
@@ -36,7 +42,19 @@ def tiny_config(**overrides) -> TrainerConfig:
     return cfg
 
 
-def test_train_two_steps_then_resume(live_service, tmp_path):
+class ProfileAtCreate:
+    """Keeps the service's failure profile at the moment each create request arrives."""
+
+    def __init__(self, app):
+        self.app, self.seen = app, []
+
+    async def __call__(self, scope, receive, send):
+        if is_request(scope, "POST", "/v1/episodes"):
+            self.seen.append(self.app.state.engine.profile())
+        await self.app(scope, receive, send)
+
+
+def test_train_two_steps_then_resume(live_service, serve_app, tmp_path):
     url, engine = live_service
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -59,12 +77,48 @@ def test_train_two_steps_then_resume(live_service, tmp_path):
     with pytest.raises(FileExistsError):
         LocalTrainer(tiny_config(), url, run_dir)
 
-    resumed = LocalTrainer(tiny_config(total_steps=3, checkpoint={"resume": True}), url, run_dir)
+    # A fresh service, which never saw the profile: the resumed step's episodes must be
+    # created under the checkpoint's profile, as the uninterrupted run's were.
+    fresh = create_app()
+    recorder = ProfileAtCreate(fresh)
+    resumed = LocalTrainer(
+        tiny_config(total_steps=3, checkpoint={"resume": True}), serve_app(recorder), run_dir
+    )
     assert resumed.state.step == 2
+    expected = CapabilityState.load(ckpt.latest_checkpoint(run_dir) / STATE_FILENAME)
+    expected_profile = expected.failure_profile()
+    assert expected_profile["tags"], "the test needs a profile with guidelines to push"
     state = resumed.fit()
+    assert recorder.seen and recorder.seen[0] == expected_profile
     assert state.step == 3
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
     assert sorted(read_val_dir(run_dir / "validation")) == [0, 2, 3]
     assert CapabilityState.load(run_dir / STATE_FILENAME).run.num_trajectories == 3 * 2 * 2
     saved = json.loads((ckpt.latest_checkpoint(run_dir) / "trainer_state.json").read_text())
     assert saved["step"] == 3 and [h["step"] for h in saved["history"]] == [0, 2, 3]
+
+
+def test_a_training_step_goes_on_when_the_service_fails_one_task(serve_app, tmp_path):
+    """Issue 12, finding 3: the service answers a plain-text 500 to every step of one
+    task's episodes. Each is retried once, then left out and counted; the step trains on
+    the others. A share of failures above `rollout.max_failed_share` stops the run with
+    the errors, naming the task and the status."""
+    app = create_app()
+    train_ids = task_ids_of(TrainerConfig().data.train_file, 4)
+    batch, poisoned = train_ids[:2], train_ids[1]
+    url = serve_app(PlainText500(app, steps_of_task(app, poisoned)))
+    cfg = tiny_config(rollout={"n": 2, "max_failed_share": 0.5})
+    trainer = LocalTrainer(cfg, url, tmp_path / "run")
+
+    metrics = trainer.train_step(1, 0, batch)
+    assert metrics["train/failed_episodes"] == 2  # both samples of the task, each tried twice
+    assert trainer.capability.run.num_trajectories == 2, "only the healthy task is observed"
+    assert "actor/pg_loss" in metrics
+
+    trainer.cfg.rollout.max_failed_share = 0.05
+    with pytest.raises(TooManyFailedEpisodes) as info:
+        trainer.train_step(2, 0, batch)
+    message = str(info.value)
+    assert "2 of 4 episodes failed twice" in message
+    assert f"task {poisoned}" in message and "HTTP 500" in message
+    assert app.state.engine.stats()["live_episodes"] == 0

@@ -35,6 +35,11 @@ STEP = "step"
 
 REWARD_MEAN = "train/reward_mean"
 """Mean reward of the step's rollouts (all samples of all groups)."""
+FAILED_EPISODES = "train/failed_episodes"
+"""Episodes of the step that failed twice (service or generator errors) and were left out;
+more than `trainer.rollout.max_failed_share` of them stops the run."""
+VAL_FAILED_EPISODES = "val/failed_episodes"
+"""The same for a validation."""
 ACCURACY_PREFIX = "train/accuracy/"
 """+ category: share of the step's rollouts of that category the official checker passed."""
 TAG_FRAC_PREFIX = "train/tag_frac/"

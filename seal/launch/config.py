@@ -9,23 +9,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from seal.rollout.env_client import EnvClientSettings
 from seal.trainer.config import TrainerConfig
 
 
 @dataclass
 class ServiceSettings:
-    """The BFCL environment service the run talks to."""
+    """The BFCL environment service the run talks to (seal/launch/service.py)."""
 
     start: bool = True
-    """Start `python -m env_service` for the run (reused instead if one already answers)."""
+    """Start the run's own `python -m env_service`, stopped when the run ends however it
+    ends. false: adopt a service already running at `host`:`port`, which must answer
+    with the run's token (`token`). A service already answering on a `port` given here is
+    adopted on the same condition, never silently."""
     host: str = "127.0.0.1"
-    """Interface the service binds and the run connects to."""
-    port: int = 8082
-    """Port of the service."""
+    """Interface the service binds and the run connects to. Another than loopback
+    (`0.0.0.0` for Ray workers on other nodes) needs the token, which the launcher
+    always gives its own service."""
+    port: int = 0
+    """Port of the service; 0 (the default): a free port, so every run has a service of
+    its own. Give one for a service other nodes must reach (`verl.env_url`)."""
+    token: str = ""
+    """Bearer token of the service. Empty (the default): $SEAL_ENV_TOKEN if set, else a
+    fresh random one the launcher makes for its own service. The service gets it through
+    its environment, the trainer and verl's workers through $SEAL_ENV_TOKEN; it is never
+    written to config.yaml (saved as "***"). Prefer the environment variable: a value given
+    on the command line is visible in the process list."""
     startup_timeout_s: float = 60.0
     """Give up (and fail the run) if the service is not healthy after this long."""
     max_live_episodes: int = 1024
-    """Passed to the service: live episodes before it answers 'busy'."""
+    """Passed to the service: live episodes before it answers 'busy' (503)."""
+    client: EnvClientSettings = field(default_factory=EnvClientSettings)
 
 
 @dataclass

@@ -1,55 +1,176 @@
-"""Start, reuse and stop the environment service for a run.
+"""Start, adopt and stop the environment service of a run.
 
-The launcher owns the service process it starts: it waits for `/healthz`, and stops
-exactly that process (by its handle, never by name) on exit, on error and on Ctrl-C.
-If a healthy service already answers on the port, it is reused and left running.
+A run talks only to the service meant for it, and says which:
+- its own (`start_service`): `python -m env_service` on the given port, or on a free one
+  (port 0, the default), so two runs never share a service. The run's bearer token
+  reaches it through its environment ($SEAL_ENV_TOKEN), never its command line, which
+  other users can read in the process list. It is used once it answers /healthz, and
+  /v1/whoami with that token (a service of another run that got the port would not). It
+  is stopped by its handle on every exit path: return, error, Ctrl-C, SIGTERM (which the
+  launcher turns into an exception), and kill -9 of the launcher, for which it runs under
+  seal.launch.watch_parent and stops when the launcher's pipe closes.
+- an adopted one (`adopt_service`): already running, it must answer /v1/whoami with the
+  run's token and refuse a request without one; otherwise the run is refused. It is
+  left running.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from seal.rollout.env_client import is_healthy
+from seal.http import HttpError, RetryPolicy, request_once
+from seal.rollout.env_client import TOKEN_ENV, is_healthy
+
+WHOAMI = "/v1/whoami"
+
+
+class ServiceIdentityError(RuntimeError):
+    """The service at the run's URL is not one the run may use."""
+
+
+@dataclass(frozen=True)
+class RunningService:
+    url: str
+    token: str
+    pid: int | None
+    """The process the run started; None for an adopted service."""
+
+
+def new_token() -> str:
+    """A fresh bearer token (256 random bits)."""
+    return secrets.token_urlsafe(32)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now. Another process may take it before the service
+    binds it; the service then fails to start, or another service answers there and
+    fails the identity check, so the run never uses it unknowingly."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def service_url(host: str, port: int) -> str:
+    # A wildcard bind is reached through the loopback interface on this machine.
+    connect = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(host, host)
+    return f"http://{connect}:{port}"
+
+
+def _whoami(url: str, token: str | None) -> tuple[int, str]:
+    """Status and text of `GET /v1/whoami` with `token` (None: no header)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    policy = RetryPolicy(attempts=2, timeout_s=10.0, stall_warning_s=0)
+    try:
+        reply = request_once(
+            url, "GET", WHOAMI, "the identity check", policy=policy, headers=headers
+        )
+    except HttpError as error:
+        raise ServiceIdentityError(
+            f"the identity check of the service at {url} failed: {error}"
+        ) from None
+    return reply.status, reply.text()
+
+
+def check_identity(url: str, token: str) -> None:
+    """Raise `ServiceIdentityError` unless the service at `url` accepts `token` and
+    refuses requests without one."""
+    status, text = _whoami(url, token)
+    if status == 403:  # the service's answer when it has no token to compare with
+        raise ServiceIdentityError(
+            f"the service at {url} was started without a token ({WHOAMI}: HTTP 403 {text}): "
+            "it cannot prove it is this run's, and anyone who reaches it can steer the run; "
+            f"start it with --token or ${TOKEN_ENV}"
+        )
+    if status == 401:
+        raise ServiceIdentityError(
+            f"the service at {url} does not accept this run's token ({WHOAMI}: HTTP 401): "
+            "it is another run's service, or was started with another token"
+        )
+    if status == 404:
+        raise ServiceIdentityError(
+            f"the service at {url} has no {WHOAMI}: it predates authentication and anyone "
+            "who reaches it can steer the run; restart it from this version with a token"
+        )
+    if status != 200:
+        raise ServiceIdentityError(f"{WHOAMI} at {url} answered HTTP {status}, not 200: {text}")
+    anonymous, _ = _whoami(url, None)
+    if anonymous not in (401, 403):
+        raise ServiceIdentityError(
+            f"the service at {url} answers without a token (HTTP {anonymous} from {WHOAMI}): "
+            f"anyone who reaches it can steer the run; start it with --token or ${TOKEN_ENV}"
+        )
+
+
+def adopt_service(url: str, token: str | None) -> RunningService:
+    """A running service the run may use (checked; see the module docstring)."""
+    if not token:
+        raise ServiceIdentityError(
+            f"adopting the service at {url} needs the token it was started with, to check "
+            f"that it is the one meant: set ${TOKEN_ENV} (or service.token)"
+        )
+    if not is_healthy(url):
+        raise ServiceIdentityError(
+            f"no environment service at {url}; start one or set service.start=true"
+        )
+    check_identity(url, token)
+    print(f"[launcher] adopting the environment service at {url} (it answers to the run's token)")
+    return RunningService(url, token, None)
 
 
 @contextlib.contextmanager
-def environment_service(
+def start_service(
     host: str,
     port: int,
     log_path: Path,
+    token: str,
     startup_timeout_s: float = 60.0,
     extra_args: tuple[str, ...] = (),
-) -> Iterator[str]:
-    """Yields the service URL; starts the service unless one is already healthy there."""
-    url = f"http://{host}:{port}"
+) -> Iterator[RunningService]:
+    """Start `python -m env_service` (port 0: a free one) and stop it on leaving."""
+    if not token:
+        raise ValueError("the launcher's own service always gets a token")
+    port = port or free_port(host)
+    url = service_url(host, port)
     if is_healthy(url):
-        print(f"[launcher] reusing the environment service already running at {url}")
-        yield url
-        return
+        raise ServiceIdentityError(
+            f"a service already answers at {url}: choose another port (0: a free one)"
+        )
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "env_service", "--host", host, "--port", str(port), *extra_args]
+    cmd = [
+        sys.executable, "-m", "seal.launch.watch_parent",
+        "env_service", "--host", host, "--port", str(port), *extra_args,
+    ]  # fmt: skip
+    env = {**os.environ, TOKEN_ENV: token}
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env
+        )
     try:
         deadline = time.monotonic() + startup_timeout_s
         while not is_healthy(url):
             if proc.poll() is not None:
                 raise RuntimeError(
-                    f"the environment service exited with code {proc.returncode} during start-up; "
-                    f"see {log_path}"
+                    f"the environment service exited with code {proc.returncode} during "
+                    f"start-up; see {log_path}"
                 )
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"the environment service was not healthy after {startup_timeout_s:.0f} s; see {log_path}"
+                    f"the environment service was not healthy after {startup_timeout_s:.0f} s; "
+                    f"see {log_path}"
                 )
             time.sleep(0.2)
+        check_identity(url, token)
         print(f"[launcher] environment service started at {url} (pid {proc.pid}, log {log_path})")
-        yield url
+        yield RunningService(url, token, proc.pid)
     finally:
         proc.terminate()
         try:
@@ -57,3 +178,33 @@ def environment_service(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        proc.stdin.close()
+
+
+@contextlib.contextmanager
+def service_for_run(settings, start: bool, log_path: Path) -> Iterator[RunningService]:
+    """The run's service per its `service` settings (seal/launch/config.py): its own,
+    or an adopted one that proves it is the one meant; refusals come before anything is
+    started or written."""
+    token = settings.token or os.environ.get(TOKEN_ENV) or ""
+    if not start:
+        if not settings.port:
+            raise ValueError("service.start=false needs service.port: the service to adopt")
+        yield adopt_service(service_url(settings.host, settings.port), token)
+        return
+    if settings.port and is_healthy(service_url(settings.host, settings.port)):
+        url = service_url(settings.host, settings.port)
+        if not token:
+            raise ServiceIdentityError(
+                f"a service already answers at {url}, and the run has no token to check that "
+                f"it is the one meant: choose another service.port (0: a free one), or adopt "
+                f"it with the token it was started with in ${TOKEN_ENV}"
+            )
+        yield adopt_service(url, token)
+        return
+    extra_args = ("--max-live-episodes", str(settings.max_live_episodes))
+    with start_service(
+        settings.host, settings.port, log_path, token or new_token(),
+        settings.startup_timeout_s, extra_args,
+    ) as service:  # fmt: skip
+        yield service

@@ -17,10 +17,17 @@ client stops early, and leaving the `async with` block any other way (an error, 
 cancellation) releases it. An episode played to its end costs k + 1 requests.
 
 Every request is safe to repeat, so timeouts and connection errors are retried
-(seal.http): the episode id is chosen here, so a retried create finds its episode, and
-every step carries its sequence number, so a retried step is answered, not rerun. A
-busy service (503) is retried with backoff. Every failure is an `EnvServiceError` that
-names the request, the task or episode, and the cause; there is no fallback value.
+(seal.http): the episode id is chosen here, so a retried create finds its episode; every
+step carries its sequence number, so a retried step is answered, not rerun; an episode
+stopped early is evaluated (GET) and then released (DELETE), so a retried release whose
+first copy went through is not an error. A busy service (503: its live-episode cap is
+reached) is waited for, with backoff and its Retry-After, for `busy_wait_s`. A request
+without a reply is warned about while it waits. Every failure is an `EnvServiceError`
+(an `HttpError`: status, endpoint, task or episode, attempts and time spent); there is
+no fallback value.
+
+With a token (`token=`, else $SEAL_ENV_TOKEN), every request carries
+`Authorization: Bearer <token>`; the service answers 401 to any other.
 """
 
 from __future__ import annotations
@@ -39,11 +46,49 @@ from seal.rollout.protocol import EpisodeSettings
 log = logging.getLogger(__name__)
 
 TOKEN_ENV = "SEAL_ENV_TOKEN"
-"""Environment variable holding the service's bearer token (the launcher sets it)."""
+"""Environment variable holding the service's bearer token: the service reads it, and so
+does every client made without an explicit token (the launcher sets it for its run)."""
 
 
-class EnvServiceError(RuntimeError):
-    """The service refused or failed a request."""
+@dataclass
+class EnvClientSettings:
+    """How the trainers' client waits for and retries the environment service (the run
+    config's `service.client`). A request is retried on a timeout or a connection error
+    (`attempts`, within `deadline_s`), and while the service is busy (`busy_wait_s`);
+    an episode whose request still fails is retried once, then left out and counted
+    (`trainer.rollout.max_failed_share`)."""
+
+    timeout_s: float = 60.0
+    """Seconds one attempt may wait for its reply. Longer than the service's own time
+    budget of a step, so that only a stalled or unreachable service times out."""
+    attempts: int = 3
+    """Tries per request on a timeout or a connection error, the first included."""
+    deadline_s: float = 180.0
+    """No retry after a timeout or a connection error starts later than this many
+    seconds after the request was first sent."""
+    busy_wait_s: float = 300.0
+    """How long a request keeps retrying while the service answers 503 (busy: its
+    `--max-live-episodes` are in use), backing off up to 5 s and honouring Retry-After;
+    then the request fails, saying so."""
+    stall_warning_s: float = 15.0
+    """Warn when a request has had no reply for this many seconds, and again every this
+    many seconds while requests wait: a stalled service shows while it stalls. 0: never."""
+
+    def policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            attempts=self.attempts,
+            timeout_s=self.timeout_s,
+            deadline_s=self.deadline_s,
+            retry_statuses=frozenset(),  # another status is an answer: 4xx and 500 are final
+            busy_statuses=frozenset({503}),
+            busy_wait_s=self.busy_wait_s,
+            stall_warning_s=self.stall_warning_s,
+        )
+
+
+class EnvServiceError(HttpError):
+    """The service refused or failed a request, or did not answer; the attributes of
+    `HttpError` say which request and how."""
 
 
 @dataclass
@@ -65,17 +110,48 @@ def call_body(call: ToolCall | CallParseError) -> dict:
     return {"name": call.name, "arguments": call.kwargs}
 
 
-def _auth_headers(token: str | None) -> dict[str, str]:
-    token = token if token is not None else os.environ.get(TOKEN_ENV)
+def resolve_token(token: str | None) -> str | None:
+    """`token`, else $SEAL_ENV_TOKEN, else None (no header is sent)."""
+    return token if token is not None else os.environ.get(TOKEN_ENV) or None
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    token = resolve_token(token)
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def _detail(reply: Reply) -> str:
     try:
         payload = reply.json()
-    except ValueError:
-        return reply.body[:300].decode(errors="replace")
+    except HttpError:  # not JSON: a plain-text error page
+        return reply.text()
     return str(payload.get("detail", payload)) if isinstance(payload, dict) else str(payload)
+
+
+def service_error(error: HttpError) -> EnvServiceError:
+    """`error` (no usable reply) as an EnvServiceError, with advice where there is one."""
+    problem = error.problem
+    if error.status == 503:
+        problem += (
+            "; the service's live-episode cap is reached: raise it (service.max_live_episodes, "
+            "--max-live-episodes), run fewer episodes at once, or wait longer "
+            "(service.client.busy_wait_s)"
+        )
+    return EnvServiceError(
+        problem, method=error.method, url=error.url, what=error.what, status=error.status,
+        attempts=error.attempts, elapsed_s=error.elapsed_s,
+    )  # fmt: skip
+
+
+def reply_error(reply: Reply) -> EnvServiceError:
+    """The error for a reply with a status the caller did not expect."""
+    hint = ""
+    if reply.status == 401:
+        hint = (
+            f" (the service needs its token: set ${TOKEN_ENV} or service.token to the "
+            "token it was started with)"
+        )
+    return reply.error(f"HTTP {reply.status}: {_detail(reply)}{hint}", EnvServiceError)
 
 
 class EnvClient:
@@ -84,16 +160,25 @@ class EnvClient:
     def __init__(
         self,
         base_url: str = "http://127.0.0.1:8082",
+        settings: EnvClientSettings | None = None,
         *,
-        timeout_s: float = 60.0,
-        attempts: int = 3,
+        timeout_s: float | None = None,
+        attempts: int | None = None,
         max_connections: int = 256,
         token: str | None = None,
     ):
-        """`timeout_s` bounds one attempt; `token` defaults to $SEAL_ENV_TOKEN."""
+        """`timeout_s` and `attempts`, when given, replace those of `settings`; `token`
+        defaults to $SEAL_ENV_TOKEN."""
         self.base_url = base_url.rstrip("/")
-        policy = RetryPolicy(attempts=attempts, timeout_s=timeout_s)
-        self.http = HttpClient(self.base_url, policy, max_connections, _auth_headers(token))
+        settings = settings or EnvClientSettings()
+        if timeout_s is not None:
+            settings = dataclasses.replace(settings, timeout_s=timeout_s)
+        if attempts is not None:
+            settings = dataclasses.replace(settings, attempts=attempts)
+        self.settings = settings
+        self.http = HttpClient(
+            self.base_url, settings.policy(), max_connections, auth_headers(token)
+        )
 
     async def __aenter__(self) -> EnvClient:
         return self
@@ -105,16 +190,25 @@ class EnvClient:
         await self.http.aclose()
 
     async def call(
-        self, method: str, path: str, what: str, expect: tuple[int, ...], json=None, params=None
+        self,
+        method: str,
+        path: str,
+        what: str,
+        expect: tuple[int, ...],
+        json=None,
+        params=None,
+        policy: RetryPolicy | None = None,
     ) -> Reply:
         try:
-            reply = await self.http.request(method, path, what, json=json, params=params)
-        except HttpError as e:
-            raise EnvServiceError(str(e)) from e
-        if reply.status not in expect:
-            raise EnvServiceError(
-                f"{method} {path} for {what} failed ({reply.status}): {_detail(reply)}"
+            reply = await self.http.request(
+                method, path, what, json=json, params=params, policy=policy
             )
+        except EnvServiceError:
+            raise
+        except HttpError as e:
+            raise service_error(e) from None
+        if reply.status not in expect:
+            raise reply_error(reply)
         return reply
 
     def episode(self, task_id: str, settings: EpisodeSettings | None = None) -> Episode:
@@ -164,10 +258,10 @@ class Episode:
         }
         try:
             reply = await self.env.call("POST", "/v1/episodes", self.what, (201,), json=body)
+            self.created = reply.json(EnvServiceError)
         except BaseException:
             await self._release_quietly()  # usually there is nothing to release
             raise
-        self.created = reply.json()
         self.category = self.created["category"]
         return self
 
@@ -185,9 +279,8 @@ class Episode:
             raise EnvServiceError(f"{self.what}: step after the episode ended")
         self.steps += 1
         body = {"content": content, "tool_calls": [call_body(c) for c in calls], "seq": self.steps}
-        result = (
-            await self.env.call("POST", f"{self.path}/steps", self.what, (200,), json=body)
-        ).json()
+        reply = await self.env.call("POST", f"{self.path}/steps", self.what, (200,), json=body)
+        result = reply.json(EnvServiceError)
         if result["terminated"]:
             self.evaluation, self.released = result["evaluation"], True
         return StepReply(result["messages"], result["terminated"], result["truncated"])
@@ -195,47 +288,59 @@ class Episode:
     async def finish(self) -> dict:
         """The episode's evaluation; evaluates and releases it if it has not ended."""
         if self.evaluation is None:
-            reply = await self.env.call(
-                "DELETE", self.path, self.what, (200,), params={"evaluate": "true"}
-            )
-            self.evaluation, self.released = reply.json(), True
+            # Two requests rather than DELETE ?evaluate=true: if the release's reply is
+            # lost, its retry finds no episode (404), and the evaluation must not go
+            # with it.
+            reply = await self.env.call("GET", f"{self.path}/evaluation", self.what, (200,))
+            self.evaluation = reply.json(EnvServiceError)
+            reply = await self.env.call("DELETE", self.path, self.what, (204, 404))
+            if reply.status == 404 and reply.attempts == 1:
+                raise reply_error(reply)  # not our own earlier attempt: someone released it
+            self.released = True
         return self.evaluation
 
     async def _release_quietly(self) -> None:
-        # After another error, which is the one to report; the service expires what
-        # this misses.
+        # After another error, which is the one to report: one short attempt, since the
+        # service expires what this misses, and a stalled service has cost enough time.
+        policy = RetryPolicy(
+            attempts=1, timeout_s=min(10.0, self.env.settings.timeout_s), retry_statuses=frozenset()
+        )
         try:
-            await self.env.call("DELETE", self.path, self.what, (204, 404))
+            await self.env.call("DELETE", self.path, self.what, (204, 404), policy=policy)
         except EnvServiceError as e:
             log.warning("releasing %s failed too: %s", self.what, e)
         self.released = True
 
 
-def push_profile(env_url: str, profile: dict, token: str | None = None) -> None:
+def push_profile(
+    env_url: str,
+    profile: dict,
+    token: str | None = None,
+    settings: EnvClientSettings | None = None,
+) -> None:
     """Push a failure profile from synchronous code (a trainer step)."""
-    what = "the failure profile"
+    policy = (settings or EnvClientSettings()).policy()
     try:
         reply = request_once(
-            env_url, "PUT", "/v1/profile", what, json=profile, headers=_auth_headers(token)
-        )
+            env_url, "PUT", "/v1/profile", "the failure profile", json=profile,
+            policy=policy, headers=auth_headers(token),
+        )  # fmt: skip
     except HttpError as e:
-        raise EnvServiceError(str(e)) from e
+        raise service_error(e) from None
     if reply.status != 200:
-        raise EnvServiceError(
-            f"pushing the failure profile failed ({reply.status}): {_detail(reply)}"
-        )
+        raise reply_error(reply)
 
 
 def is_healthy(env_url: str, timeout_s: float = 2.0) -> bool:
-    """Whether a service answers /healthz at `env_url` (one attempt, synchronous)."""
+    """Whether a service answers /healthz at `env_url` (one attempt, synchronous; the
+    health check needs no token)."""
     try:
         reply = request_once(
             env_url,
             "GET",
             "/healthz",
             "a health check",
-            policy=RetryPolicy(attempts=1, timeout_s=timeout_s),
-            headers=_auth_headers(None),
+            policy=RetryPolicy(attempts=1, timeout_s=timeout_s, stall_warning_s=0),
         )
     except HttpError:
         return False

@@ -39,11 +39,10 @@ imports torch.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from seal.atomic_file import write_json_atomic
+from seal.atomic_file import StateFileError, read_json, write_json_atomic
 from seal.tocf.tags import BASE_TAG_WEIGHTS, EXCLUDED_TAGS, FAILURE_TAGS, PASS, turn_position
 
 STATE_FILENAME = "capability_state.json"
@@ -359,8 +358,18 @@ class CapabilityState:
 
     @classmethod
     def load(cls, path: str | Path, config: CapabilityConfig | None = None) -> CapabilityState:
-        with open(path) as f:
-            return cls.from_dict(json.load(f), config)
+        """The state saved in `path`; a damaged or foreign file is a `StateFileError`
+        that names it."""
+        data = read_json(path, "capability state")
+        try:
+            if not isinstance(data, dict):
+                raise TypeError(f"a JSON {type(data).__name__}, not an object")
+            return cls.from_dict(data, config)
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise StateFileError(
+                f"{path}: not a capability state this version reads "
+                f"({type(error).__name__}: {error})"
+            ) from None
 
 
 def open_capability_state(

@@ -5,12 +5,12 @@ A checkpoint directory `checkpoints/step_000010/` holds the policy (Hugging Face
 `trainer_state.json` (step, epoch, best metric so far, RNG states). The data order is a
 function of the seed, the epoch and the step, so restoring the step restores it.
 `latest` names the newest complete checkpoint; it is written last, atomically, so a
-crash while saving leaves the previous checkpoint as the latest.
+crash while saving leaves the previous checkpoint as the latest. A checkpoint file that
+cannot be read is a `StateFileError` naming it.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from seal.atomic_file import write_json_atomic
+from seal.atomic_file import StateFileError, read_json, write_json_atomic
 
 LATEST = "latest"
 
@@ -60,15 +60,38 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     pointer = run_dir / "checkpoints" / LATEST
     if not pointer.exists():
         return None
-    return run_dir / "checkpoints" / json.loads(pointer.read_text())["path"]
+    data = read_json(pointer, "pointer to the latest checkpoint")
+    if not isinstance(data, dict) or not isinstance(data.get("path"), str):
+        raise StateFileError(
+            f"{pointer}: expected {{'step': N, 'path': 'step_...'}}, got {data!r:.200}"
+        )
+    path = run_dir / "checkpoints" / data["path"]
+    if not path.is_dir():
+        raise StateFileError(f"{pointer} names the checkpoint {path}, which does not exist")
+    return path
 
 
 def load_trainer_state(path: Path) -> TrainerState:
-    return TrainerState(**json.loads((path / "trainer_state.json").read_text()))
+    file = path / "trainer_state.json"
+    data = read_json(file, "trainer state")
+    try:
+        return TrainerState(**data)
+    except TypeError as error:
+        raise StateFileError(f"{file}: not a trainer state ({error})") from None
+
+
+def load_torch_file(file: Path, what: str):
+    """`torch.load` of a checkpoint file; any failure names the file."""
+    try:
+        return torch.load(file, weights_only=False)
+    except Exception as error:  # noqa: BLE001 - torch raises many types for a bad file
+        raise StateFileError(
+            f"{file}: cannot load the {what}: {type(error).__name__}: {error}"
+        ) from error
 
 
 def restore_rng(path: Path) -> None:
-    rng = torch.load(path / "rng.pt", weights_only=False)
+    rng = load_torch_file(path / "rng.pt", "random number generator states")
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
 

@@ -161,7 +161,12 @@ class CheckpointSettings:
     keep_only_best: bool = False
     """Delete checkpoints other than the best and the latest (which resume needs)."""
     resume: bool = False
-    """Continue the run in `run_dir` from its latest checkpoint (explicit, never implied)."""
+    """Continue the run in `run_dir` from its latest checkpoint (explicit, never implied).
+    A fresh run refuses a directory holding an earlier run's state (seal/trainer/run_dir.py)."""
+    allow_data_order_change: bool = False
+    """Resume although the data-order settings (training tasks, `data.train_batch_size`,
+    `data.seed`) differ from the interrupted run's; without it such a resume is refused,
+    since the remaining steps would see other batches than the uninterrupted run."""
 
 
 @dataclass

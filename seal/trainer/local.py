@@ -9,6 +9,11 @@ reference) -> the failure profile goes back to the service (the closed loop).
 Validation (n = 1, greedy, the plain benchmark) runs at step 0, every `test_freq` steps
 and at the end; checkpoints keep the best by `best_metric` and resume exactly.
 
+The run directory is locked for the trainer's life and checked before anything is
+written (seal/trainer/run_dir.py). Before its first rollout, `fit` pushes the capability
+state's failure profile to the service: a resumed run may meet a fresh service that
+never saw it, and its next step must get the guidelines the uninterrupted run's got.
+
 Simplifications, named: generation and training share one model object (no weight
 sync), old log-probs are recomputed by the actor before the update (as verl does), and
 one pass is made over the samples per step (ppo_epochs = 1, the paper's setting).
@@ -25,17 +30,16 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from seal.algos.advantage import grpo_advantages
+from seal.atomic_file import StateFileError
+from seal.eval.metrics_log import FAILED_EPISODES, VAL_FAILED_EPISODES
 from seal.eval.records import ValidationRecord, read_val_dir, write_step
 from seal.eval.summary import render_markdown, summarize, validation_metrics
+from seal.launch.run_lock import lock_run_dir
 from seal.rollout.driver import EpisodeSample, play_batch, run_episode
-from seal.rollout.env_client import EnvClient, push_profile
+from seal.rollout.env_client import EnvClient, EnvClientSettings, push_profile
 from seal.rollout.hf_generator import HFGenerator
 from seal.rollout.turn_tokens import turn_tokenizer
-from seal.tocf.state import (
-    STATE_FILENAME,
-    CapabilityState,
-    open_capability_state,
-)
+from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state
 from seal.tocf.summary import write_epoch_summary
 from seal.trainer import checkpoint as ckpt
 from seal.trainer.config import TrainerConfig
@@ -43,21 +47,47 @@ from seal.trainer.data import epoch_order, task_ids_of
 from seal.trainer.metrics import MetricsLogger
 from seal.trainer.model import frozen_copy, load_policy, load_tokenizer
 from seal.trainer.reweight import observe_and_reweight, outcome_metrics
+from seal.trainer.run_dir import check_run_dir, record_data_order
 from seal.trainer.update import batch_logprobs, policy_update, response_mask_matrix
 
 
 class LocalTrainer:
-    def __init__(self, cfg: TrainerConfig, env_url: str, run_dir: Path):
+    def __init__(
+        self,
+        cfg: TrainerConfig,
+        env_url: str,
+        run_dir: Path,
+        client: EnvClientSettings | None = None,
+        token: str | None = None,
+    ):
+        """`client`: how to wait for and retry the service (default settings); `token`:
+        the service's bearer token (default $SEAL_ENV_TOKEN)."""
         if isinstance(cfg, DictConfig):  # from the launcher: make it the typed dataclasses
             cfg = OmegaConf.to_object(cfg)
-        self.cfg, self.env_url, self.run_dir = cfg, env_url, run_dir
+        self.cfg, self.env_url, self.run_dir = cfg, env_url, Path(run_dir)
+        self.client, self.token = client or EnvClientSettings(), token
+        self._lock = lock_run_dir(self.run_dir)
+        try:
+            self._open(cfg, self.run_dir)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open(self, cfg: TrainerConfig, run_dir: Path) -> None:
+        for change in check_run_dir(run_dir, cfg, backend="local"):
+            print(f"[trainer] resuming with a changed data order (allowed): {change}")
         self.tokenizer = load_tokenizer(cfg.model)
         self.tool_format = cfg.model.resolved_tool_format()
         end_of_turn = turn_tokenizer(self.tokenizer, self.tool_format).end_of_turn_id
         resume_from = ckpt.latest_checkpoint(run_dir) if cfg.checkpoint.resume else None
-        if cfg.checkpoint.resume and resume_from is None:
-            raise FileNotFoundError(f"checkpoint.resume is set but {run_dir} has no checkpoint")
-        self.policy = load_policy(cfg.model, self.tokenizer, resume_from)
+        try:
+            self.policy = load_policy(cfg.model, self.tokenizer, resume_from)
+        except Exception as error:
+            if resume_from is None:
+                raise
+            raise StateFileError(
+                f"{resume_from}: cannot load the policy: {type(error).__name__}: {error}"
+            ) from error
         use_reference = cfg.loss.use_kl_loss and cfg.loss.kl_loss_coef > 0
         self.reference = (
             frozen_copy(load_policy(cfg.model, self.tokenizer)) if use_reference else None
@@ -76,11 +106,14 @@ class LocalTrainer:
         self.state = ckpt.TrainerState()
         self.failed_episodes = 0
         """Episodes of the last rollout that failed twice and were left out."""
-        self.capability, self.capability_path = open_capability_state(
-            run_dir, cfg.capability, resume=resume_from is not None
-        )
         if resume_from is not None:
+            self.capability_path = run_dir / STATE_FILENAME
             self._restore(resume_from)
+        else:
+            self.capability, self.capability_path = open_capability_state(
+                run_dir, cfg.capability, resume=False
+            )
+        record_data_order(run_dir, cfg)
         self.train_ids = task_ids_of(cfg.data.train_file, cfg.data.max_train_tasks)
         self.val_ids = task_ids_of(cfg.data.val_file, cfg.data.max_val_tasks)
         self.steps_per_epoch = max(1, len(self.train_ids) // cfg.data.train_batch_size)
@@ -88,13 +121,19 @@ class LocalTrainer:
         self.log = MetricsLogger(run_dir, cfg, resume_step=self.state.step if resume_from else None)
 
     def _restore(self, path: Path) -> None:
-        self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+        optimizer_state = ckpt.load_torch_file(path / "optimizer.pt", "optimizer state")
+        self.optimizer.load_state_dict(optimizer_state)
         self.state = ckpt.load_trainer_state(path)
-        # The run directory's state may be ahead of the checkpoint (saved every step).
+        # The checkpoint's state is the one to continue from: the run directory's copy is
+        # saved every step, so it may be ahead of the checkpoint.
         self.capability = CapabilityState.load(path / STATE_FILENAME, self.cfg.capability)
         self.capability.save(self.capability_path)
         ckpt.restore_rng(path)
         print(f"[trainer] resumed from {path} at step {self.state.step}")
+
+    def push_profile(self) -> None:
+        """Send the capability state's failure profile to the service (the closed loop)."""
+        push_profile(self.env_url, self.capability.failure_profile(), self.token, self.client)
 
     # --- the step ----------------------------------------------------------------------
 
@@ -118,11 +157,11 @@ class LocalTrainer:
         # 5. Close the loop: the service's guidelines follow the current failure profile.
         self.capability.save(self.capability_path)
         if cfg.rollout.push_profile:
-            push_profile(self.env_url, self.capability.failure_profile())
+            self.push_profile()
         t2 = time.perf_counter()
         return {
             **_rollout_metrics(samples, prefix="train"),
-            "train/failed_episodes": float(self.failed_episodes),
+            FAILED_EPISODES: float(self.failed_episodes),
             **seal_metrics,
             **update_metrics,
             "time/rollout_s": t1 - t0,
@@ -159,7 +198,7 @@ class LocalTrainer:
 
     async def _rollout(self, task_ids, n, settings, temperature, mode):
         top_p = self.cfg.rollout.top_p
-        async with EnvClient(self.env_url) as env:
+        async with EnvClient(self.env_url, self.client, token=self.token) as env:
 
             def play(task_id: str):
                 return run_episode(
@@ -180,12 +219,23 @@ class LocalTrainer:
         )
         records = [_record(s, step) for s in samples]
         write_step(self.run_dir / "validation", step, records, overwrite=True)
-        return validation_metrics(step, records) | {"val/failed_episodes": self.failed_episodes}
+        return validation_metrics(step, records) | {VAL_FAILED_EPISODES: self.failed_episodes}
 
     # --- the loop ----------------------------------------------------------------------
 
     def fit(self) -> ckpt.TrainerState:
+        try:
+            return self._fit()
+        finally:
+            self._lock.release()
+
+    def _fit(self) -> ckpt.TrainerState:
         cfg, state = self.cfg, self.state
+        if cfg.rollout.push_profile:
+            # First: the service may be a fresh one (a resumed run, a restarted service)
+            # or hold another run's profile, and the next step's guidelines must be this
+            # state's, as in an uninterrupted run.
+            self.push_profile()
         if state.step == 0 and cfg.validation.before_train:
             self._after_validation(0, self.validate(0))
         progress = tqdm(total=self.total_steps, initial=state.step, desc="train", unit="step")
@@ -242,7 +292,8 @@ class LocalTrainer:
 
 def run_local_training(cfg, env_url: str, run_dir: Path, split_file: Path) -> None:
     """The launcher's `local` job: train, then print validation pass rates per category."""
-    state = LocalTrainer(cfg.trainer, env_url, run_dir).fit()
+    client = OmegaConf.to_object(cfg.service.client)
+    state = LocalTrainer(cfg.trainer, env_url, run_dir, client=client).fit()
     summaries = summarize(read_val_dir(run_dir / "validation"))
     print(f"\nvalidation pass rates per category ({run_dir / 'validation'}):\n")
     print(render_markdown(summaries))
@@ -277,6 +328,8 @@ def _rollout_metrics(samples: list[EpisodeSample], prefix: str) -> dict[str, flo
         **outcome_metrics(samples, prefix),
         f"{prefix}/generations_mean": sum(s.num_generations for s in samples) / n,
         f"{prefix}/response_tokens_mean": sum(len(s.response_ids) for s in samples) / n,
+        # The training layers (guidelines above all) show here: their text is in the prompt.
+        f"{prefix}/prompt_tokens_mean": sum(len(s.prompt_ids) for s in samples) / n,
     }
 
 

@@ -93,6 +93,9 @@ class VerlSettings:
     env_url: str = ""
     """URL at which the Ray workers reach the environment service; empty = the launcher's
     (right on one node). Multi-node: `http://HEAD_IP:8082` with `service.host=0.0.0.0`."""
+    dump_advantages: bool = False
+    """Write each step's samples with their GRPO advantage and the advantage after A-Patch
+    to {run_dir}/advantages/step_N.json: what verl trained on, for checks and debugging."""
     overrides: list[str] = field(default_factory=list)
     """Any other verl key, in Hydra syntax (`actor_rollout_ref.rollout.max_num_seqs=512`);
     applied last, so they win over the mapped keys. Unknown keys are errors."""

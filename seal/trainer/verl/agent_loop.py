@@ -73,7 +73,7 @@ def shared_env_client(settings: SealSection) -> EnvClient:
     if settings.env_url not in per_loop:
         per_loop[settings.env_url] = EnvClient(
             settings.env_url,
-            timeout_s=settings.env_timeout_s,
+            settings.client,
             max_connections=settings.max_env_connections,
         )
     return per_loop[settings.env_url]

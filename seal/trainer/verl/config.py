@@ -209,6 +209,8 @@ def seal_section(run_cfg, env_url: str, run_dir: Path) -> SealSection:
     return SealSection(
         env_url=env_url,
         run_dir=str(Path(run_dir).absolute()),
+        client=OmegaConf.to_object(run_cfg.service.client),
+        dump_advantages=run_cfg.verl.dump_advantages,
         trainer=OmegaConf.to_object(run_cfg.trainer),
     )
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import OmegaConf
 
+from seal.rollout.env_client import EnvClientSettings
 from seal.trainer.config import TrainerConfig
 
 
@@ -23,10 +24,14 @@ class SealSection:
     """The environment service every agent-loop worker and the trainer talk to."""
     run_dir: str = "outputs/verl_run"
     """Validation records (validation/), capability state, tocf summaries, best checkpoint."""
-    env_timeout_s: float = 60.0
-    """Per-attempt timeout of the environment client."""
+    client: EnvClientSettings = field(default_factory=EnvClientSettings)
+    """How the agent loops and the trainer wait for and retry the service (the run
+    config's `service.client`)."""
     max_env_connections: int = 256
     """Connections per agent-loop worker to the service."""
+    dump_advantages: bool = False
+    """Write each step's samples (group, outcome, GRPO and final advantage) to
+    {run_dir}/advantages/step_N.json (the run config's `verl.dump_advantages`)."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     """The run config's `trainer` section."""
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from numbers import Real
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.utils.padding import response_to_nested
 
+from seal.atomic_file import write_json_atomic
 from seal.eval.metrics_log import MetricsWriter
 from seal.eval.records import ValidationRecord, write_step
 from seal.eval.summary import validation_metrics
@@ -80,7 +82,8 @@ class SealPPOTrainer(PPOTrainerSync):
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         batch = super()._compute_advantage(batch, metrics)
-        fields = ["advantages", "response_mask", "rm_scores", "extra_fields"]
+        start = time.perf_counter()
+        fields = ["advantages", "response_mask", "rm_scores", "extra_fields", "uid"]
         data = tq.kv_batch_get(
             keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
         )
@@ -104,6 +107,11 @@ class SealPPOTrainer(PPOTrainerSync):
             step=self.global_steps,
             epoch=self.capability.epoch,
         )
+        if self.seal.dump_advantages:
+            dump_advantages(
+                self.run_dir / "advantages", self.global_steps, data["uid"], samples, real,
+                grpo=advantages, patched=patched, mask=mask,
+            )  # fmt: skip
         advantages[real] = patched
         output = TensorDict(
             {"advantages": response_to_nested(advantages, nested_mask)}, batch_size=len(batch)
@@ -112,8 +120,14 @@ class SealPPOTrainer(PPOTrainerSync):
         metrics.update(seal_metrics | outcome_metrics(samples))
         self.capability.save(self.capability_path)
         if self.trainer_cfg.rollout.push_profile:
-            push_profile(self.seal.env_url, self.capability.failure_profile())
+            self._push_profile()
+        metrics["seal/step_s"] = time.perf_counter() - start
         return batch
+
+    def _push_profile(self) -> None:
+        """The failure profile to the service, for the guidelines of the next training
+        episodes; the token comes from $SEAL_ENV_TOKEN, set by the launcher."""
+        push_profile(self.seal.env_url, self.capability.failure_profile(), None, self.seal.client)
 
     def on_step_begin(self):
         super().on_step_begin()
@@ -190,20 +204,25 @@ class SealPPOTrainer(PPOTrainerSync):
         super()._load_checkpoint()  # sets global_steps (0 on a fresh start)
         self._resumed_from_step = self.global_steps
         resumed = self.global_steps > 0
-        # A fresh run refuses a run_dir that holds another run's state; a resumed one
-        # takes the state saved with the checkpoint (the run_dir's may be ahead of it).
-        self.capability, self.capability_path = open_capability_state(
-            self.run_dir, self.trainer_cfg.capability, resume=resumed
-        )
         resume_step = self.global_steps if resumed else None
         self.metrics_log = MetricsWriter(self.run_dir, resume_step=resume_step)
-        if resumed:
+        if not resumed:  # refuses a run_dir that holds another run's state
+            self.capability, self.capability_path = open_capability_state(
+                self.run_dir, self.trainer_cfg.capability, resume=False
+            )
+        else:
+            # The checkpoint's state is the one to continue from: the run directory's
+            # copy is saved every step, so it may be ahead of the checkpoint (or damaged).
             folder = self._checkpoint_folder(self.global_steps)
             self.capability = CapabilityState.load(
                 folder / STATE_FILENAME, self.trainer_cfg.capability
             )
             self.capability.save(self.capability_path)
             self.best = json.loads((folder / BEST_FILE).read_text())
+            # The service may be a fresh one: give it the profile the next step's
+            # training episodes would have had in the uninterrupted run.
+            if self.trainer_cfg.rollout.push_profile:
+                self._push_profile()
 
 
 def numeric(metrics: dict) -> dict[str, float]:
@@ -242,6 +261,30 @@ def validation_records(step, inputs, outputs, scores, infos) -> list[ValidationR
             )
         )
     return records
+
+
+def dump_advantages(folder: Path, step: int, uids, samples, real, grpo, patched, mask) -> None:
+    """One JSON file per step: each real sample's group (uid), outcome, verl's GRPO
+    advantage and the advantage after the SEAL step (their means over the response
+    mask; both are constant along it, `spread` says by how much they are not)."""
+    rows = []
+    for k, (i, sample) in enumerate(zip(real, samples, strict=True)):
+        on = mask[i].bool()
+        rows.append(
+            {
+                "uid": str(uids[i]),
+                "task_id": sample.task_id,
+                "category": sample.category,
+                "reward": sample.reward,
+                "accuracy": sample.accuracy,
+                "failure_tags": sample.failure_tags,
+                "grpo_advantage": float(grpo[i][on].mean()),
+                "advantage": float(patched[k][on].mean()),
+                "spread": float(patched[k][on].max() - patched[k][on].min()),
+            }
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(folder / f"step_{step:06d}.json", {"step": step, "samples": rows})
 
 
 def link_checkpoint(source: Path, target: Path, best: dict) -> None:

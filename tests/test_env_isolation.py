@@ -17,7 +17,7 @@ import types
 
 import pytest
 
-from seal.bfcl.backends import Backends
+from seal.bfcl.backends import Backends, preload_backends
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import tool_call_text
 from seal.bfcl.tasks import load_task, task_ids
@@ -110,6 +110,7 @@ def _bfcl_module_globals() -> set[int]:
 
 
 def test_no_backend_object_is_shared_between_episodes_or_with_bfcl_globals():
+    preload_backends()
     module_state = _bfcl_module_globals()
     assert module_state  # the extensions and default states are there to be found
     shared = []

@@ -4,16 +4,24 @@
 included) with a `ServiceConfig` and returns a `Service`: the HTTP client, the engine
 behind it, and wire-protocol helpers that assert success. `live_service` runs the app
 under uvicorn on a free local port, for clients that need a real socket.
+`service_process(*flags)` runs `python -m env_service` in its own process on a free
+port, for tests where the service may hang or must be signalled (it is killed after).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
+import httpx
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
@@ -113,3 +121,58 @@ def live_service():
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class ServiceProcess:
+    proc: subprocess.Popen
+    url: str
+
+    def terminate(self, timeout_s: float) -> int | None:
+        """SIGTERM, then the exit status if it exits within `timeout_s` (else None)."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+@pytest.fixture
+def service_process():
+    """A factory: `service_process("--max-step-seconds", "1", patch="...")` -> a
+    `ServiceProcess` once /healthz answers. `patch` is Python run in the service process
+    before it starts (to plant a misbehaving backend). Every process is killed after."""
+    procs: list[subprocess.Popen] = []
+
+    def start(*flags: str, patch: str = "", env: dict | None = None) -> ServiceProcess:
+        port = free_port()
+        argv = ["--port", str(port), *flags]
+        code = f"{patch}\nfrom env_service.__main__ import main\nmain({argv!r})"
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], cwd=REPO_ROOT, env={**os.environ, **(env or {})}
+        )
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"the service exited with {proc.returncode}"
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    return ServiceProcess(proc, url)
+            time.sleep(0.1)
+        raise AssertionError("the service did not answer /healthz within 60 s")
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)

@@ -7,7 +7,10 @@ Model output uses the Qwen2.5 format, one JSON object per block:
     </tool_call>
 
 Each block becomes a `ToolCall` or a `CallParseError` (kept in order, so the episode can
-answer every block). Ground-truth calls are BFCL call strings such as
+answer every block). Whatever the text, parsing answers: JSON the parser refuses
+(integers over Python's 4,300 digits, nesting too deep for it) and arguments nested
+deeper than `MAX_ARGUMENT_DEPTH` are parse errors, so no later step (copying,
+comparing, pickling the arguments) can hit Python's recursion limit. Ground-truth calls are BFCL call strings such as
 `mv(source='a.txt', destination='tmp')`; they are parsed with `ast` and every argument
 must be a literal, so neither side is ever executed as code.
 """
@@ -23,6 +26,54 @@ TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+MAX_ARGUMENT_DEPTH = 32
+"""Deepest nesting of a call's arguments (BFCL's tools take at most lists of dicts:
+depth 3). Deeper ones are malformed calls: at ~480 levels `copy.deepcopy` and the
+checker's comparisons raised RecursionError (HTTP 500 on every later evaluation)."""
+
+
+class ArgumentsTooDeep(ValueError):
+    """Arguments nested deeper than allowed."""
+
+
+def argument_size(value: object, max_depth: int = MAX_ARGUMENT_DEPTH) -> int:
+    """A JSON value's size in characters, roughly (strings and keys by length, a number by
+    its digits, containers and literals 1); raises ArgumentsTooDeep past `max_depth`
+    levels. Iterative, so any depth is safe to measure."""
+    size, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            size += len(item)
+        elif isinstance(item, bool) or item is None or isinstance(item, float):
+            size += 1
+        elif isinstance(item, int):
+            size += item.bit_length() // 3 + 1  # about its decimal digits
+        elif isinstance(item, dict | list | tuple):
+            if depth >= max_depth:
+                raise ArgumentsTooDeep(f"nested deeper than {max_depth} levels")
+            size += 1
+            if isinstance(item, dict):
+                size += sum(len(k) if isinstance(k, str) else 1 for k in item)
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+        else:
+            size += 1
+    return size
+
+
+def json_failure(error: Exception) -> str:
+    """What the JSON parser's refusal means, for the model (or the client) to read."""
+    if isinstance(error, json.JSONDecodeError):
+        return f"{error.msg} at char {error.pos}"
+    if isinstance(error, RecursionError):
+        return "the JSON is nested too deeply"
+    text = str(error)
+    if "integer string conversion" in text:  # Python's int_max_str_digits guard
+        return "an integer has more than 4300 digits"
+    return text
 
 
 @dataclass(frozen=True)
@@ -63,8 +114,8 @@ def _parse_block(body: str, closed: bool) -> ToolCall | CallParseError:
         return CallParseError(raw, "the <tool_call> block is not closed with </tool_call>")
     try:
         obj = json.loads(raw)
-    except json.JSONDecodeError as e:
-        return CallParseError(raw, f"the block is not valid JSON ({e.msg} at char {e.pos})")
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
+        return CallParseError(raw, f"the block is not valid JSON ({json_failure(e)})")
     if not isinstance(obj, dict):
         return CallParseError(raw, "the block must be a JSON object with 'name' and 'arguments'")
     name, arguments = obj.get("name"), obj.get("arguments", {})
@@ -77,6 +128,15 @@ def _parse_block(body: str, closed: bool) -> ToolCall | CallParseError:
         return CallParseError(raw, "'name' must be a tool name string")
     if not isinstance(arguments, dict):
         return CallParseError(raw, "'arguments' must be a JSON object")
+    return checked_call(name, arguments, raw)
+
+
+def checked_call(name: str, arguments: dict, raw: str = "") -> ToolCall | CallParseError:
+    """A call with these arguments, or a parse error if they are nested too deeply."""
+    try:
+        argument_size(arguments)
+    except ArgumentsTooDeep as e:
+        return CallParseError(raw, f"'arguments' are {e}")
     return ToolCall(name=name, kwargs=arguments)
 
 

@@ -243,6 +243,10 @@ class Evaluation(BaseModel):
     terminated: bool
     truncated: bool
     """The service ended the episode at `limits.max_generations`."""
+    aborted: str | None = None
+    """Why the service ended the episode or its verification as a failure, or None:
+    `step_time_budget` (a step's calls ran over the service's time budget; accuracy and
+    reward 0) or `evaluation_time_budget` (verification did; every turn `checker_error`)."""
     steps: int
     tool_calls: int
     invalid_calls: int

@@ -30,15 +30,24 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 WIRE_POSTS = ["/create", "/step", "/evaluate", "/release", "/get_info", "/get_env_profile"]
 
 
-def every_route(app) -> list[tuple[str, str]]:
-    """(method, path) of every route the app serves, path parameters filled in."""
+def routes_of(app) -> list:
+    """Every route of the app, those of included routers too."""
     found = []
     for route in app.routes:
+        included = getattr(route, "original_router", None)  # FastAPI >= 0.165
+        found.extend(included.routes if included is not None else [route])
+    return found
+
+
+def every_route(app) -> list[tuple[str, str, str]]:
+    """(method, path, route path) of every route the app serves, path parameters filled."""
+    found = []
+    for route in routes_of(app):
         for method in sorted(getattr(route, "methods", None) or []):
             if method == "HEAD":
                 continue
             path = route.path.replace("{episode_id}", "e1").replace("{task_id}", "t1")
-            found.append((method, path))
+            found.append((method, path, route.path))
     return found
 
 
@@ -49,13 +58,14 @@ def test_every_endpoint_but_healthz_needs_the_token(service):
     svc = service(token=TOKEN)
     http = svc.http
     routes = every_route(http.app)
-    paths = {path for _, path in routes}
+    paths = {path for _, path, _ in routes}
     assert {"/docs", "/openapi.json", "/v1/profile", "/v1/whoami", "/create"} <= paths
-    for method, path in routes:
+    for method, path, _ in routes:
         if (method, path) == ("GET", "/healthz"):
             continue
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
-            reply = http.request(method, path, headers=headers, json={})
+            # An absolute URL: httpx reads "//get_env_profile" alone as a host name.
+            reply = http.request(method, f"http://testserver{path}", headers=headers, json={})
             assert reply.status_code == 401, (method, path, headers, reply.status_code)
             assert reply.headers["www-authenticate"] == "Bearer"
             body = reply.json()
@@ -63,7 +73,7 @@ def test_every_endpoint_but_healthz_needs_the_token(service):
                 assert body["success"] is False and "token" in body["error"]
             else:
                 assert "token" in body["detail"]
-        allowed = http.request(method, path, headers=AUTH, json={})
+        allowed = http.request(method, f"http://testserver{path}", headers=AUTH, json={})
         assert allowed.status_code != 401, (method, path)
     assert http.get("/healthz").status_code == 200
     assert http.get("/no/such/path").status_code == 401  # nothing is told without it
@@ -220,20 +230,14 @@ def test_the_schema_lists_every_status_each_route_answers(service):
 
     def ask(method: str, route: str, path: str | None = None, auth: bool = True, **kw):
         kw["headers"] = {**(AUTH if auth else {}), **kw.get("headers", {})}
-        reply = http.request(method, path or route, **kw)
+        reply = http.request(method, f"http://testserver{path or route}", **kw)
         seen.add((method.lower(), route, reply.status_code))
         return reply
 
     def step(content: str = "x", seq: int | None = None) -> dict:
         return {"content": content, "tool_calls": [], "seq": seq}
 
-    for method, path in every_route(http.app):
-        route = next(
-            r.path
-            for r in http.app.routes
-            if getattr(r, "path", None)
-            and r.path.replace("{episode_id}", "e1").replace("{task_id}", "t1") == path
-        )
+    for method, path, route in every_route(http.app):
         ask(method, route, path, auth=False)  # 401 (200 for /healthz)
     big = "y" * 30_000
     e = "/v1/episodes/{episode_id}"
@@ -297,7 +301,7 @@ def test_the_schema_lists_every_status_each_route_answers(service):
     ask("POST", "/get_env_profile", json={"params": {"split": "train"}})
     for path in ("/step", "/evaluate", "/get_info", "/release"):
         ask("POST", path, json={"instance_id": "w1", "messages": {"content": "done"}})
-    assert not [s for s in seen if s[2] >= 500]
+    assert not [s for s in seen if s[2] >= 500 and s[2] != 503]
     schema = http.get("/openapi.json", headers=AUTH).json()["paths"]
     missing = sorted(
         (method, route, status)
@@ -306,8 +310,7 @@ def test_the_schema_lists_every_status_each_route_answers(service):
         and route in schema
     )
     assert missing == []
-    documented_routes = {r for _, r, _ in seen if r in schema}
-    assert len(documented_routes) >= 16
+    assert {r for _, r, _ in seen} >= set(schema)  # every route was asked
     for route, methods in schema.items():
         for method, operation in methods.items():
             statuses = set(operation["responses"])

@@ -47,7 +47,7 @@ from seal.bfcl.calls import (
     ToolCall,
     argument_size,
     check_call,
-    parse_tool_calls,
+    parse_first_tool_calls,
 )
 from seal.bfcl.diagnosis import Diagnosis, diagnose
 from seal.bfcl.tasks import BfclTask, load_task
@@ -275,14 +275,21 @@ class Episode:
         if self.terminated:
             raise EpisodeFinishedError(f"episode of {self.task.task_id} has already ended")
         self.counters.steps += 1
+        caps = self.caps
         # A Qwen2.5 parse error is answered with the Qwen2.5 syntax; a client's with a
         # hint in no format's syntax (its error says what it expected).
         parse_hint = "parse" if calls is None else "parse_any_format"
+        # Calls past the message's cap are answered without being read: the event loop's
+        # work on a message is bounded by the cap, not by the message's 7,000 blocks.
         if calls is None:
-            calls = parse_tool_calls(content)
+            calls, more = parse_first_tool_calls(content, caps.max_calls_per_step)
+        else:
+            calls, more = (
+                calls[: caps.max_calls_per_step],
+                max(0, len(calls) - caps.max_calls_per_step),
+            )
         if not calls:
             return StepPlan([], [], [], ends_turn=True)
-        caps = self.caps
         answers: list[dict | int] = []
         to_run: list[ToolCall] = []
         sizes: list[int] = []
@@ -305,30 +312,26 @@ class Episode:
                 answers.append(self._tool(item.name, self._reject("parse", message, parse_hint)))
                 continue
             refusal = None
-            if len(to_run) >= caps.max_calls_per_step:
-                refusal = (
-                    "call_limit",
-                    f"a message may make at most {caps.max_calls_per_step} tool calls",
-                )
-            elif len(to_run) >= calls_left:
-                refusal = (
-                    "episode_limit",
-                    f"an episode may make at most {caps.max_calls_per_episode} tool calls",
-                )
+            if len(to_run) >= calls_left:
+                limit = caps.max_calls_per_episode
+                refusal = f"an episode may make at most {limit} tool calls"
             elif size > chars_left:
-                refusal = (
-                    "episode_limit",
-                    "the arguments of an episode's calls may hold at most "
-                    f"{caps.max_episode_call_chars} characters",
-                )
+                limit = caps.max_episode_call_chars
+                refusal = f"the arguments of an episode's calls may hold at most {limit} characters"
             if refusal is not None:
-                kind, why = refusal
-                answers.append(self._tool(item.name, self._reject(kind, f"Error: not run: {why}")))
+                message = self._reject("episode_limit", f"Error: not run: {refusal}")
+                answers.append(self._tool(item.name, message))
                 continue
             chars_left -= size
             answers.append(len(to_run))
             to_run.append(item)
             sizes.append(size)
+        if more:
+            why = f"a message may make at most {caps.max_calls_per_step} tool calls"
+            refused = self._tool(None, self._reject("call_limit", f"Error: not run: {why}"))
+            self.counters.invalid_calls += more - 1
+            self.counters.invalid_by_kind["call_limit"] += more - 1
+            answers.extend([refused] * more)
         return StepPlan(answers, to_run, sizes, ends_turn=False)
 
     def finish_step(self, plan: StepPlan, run: RunResult | None) -> StepOutcome:

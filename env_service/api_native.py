@@ -14,24 +14,32 @@
     GET    /v1/tasks/{task_id}             task summary       -> TaskInfo
     PUT    /v1/profile  / GET /v1/profile  failure profile for diagnostic guidelines
     GET    /v1/stats                       live episodes and totals
+    GET    /v1/whoami                      200 only with the service's token: a launcher's
+                                           check that it talks to its own service
 
 No model's text format is involved: clients render and parse in their model's format
 (seal.formats). An episode played to its end therefore costs k + 1 requests (create and k steps); one
 the client stops early (its context is full) one more, the evaluating DELETE. The bodies
 are defined once, in seal.rollout.protocol, for the service and its clients.
 
-Errors are `{"detail": message}` with 404 (unknown task or episode), 409 (episode id in
-use, step after the end or out of sequence), 413 (message too large), 422 (malformed
-body), 503 (busy).
+Errors are `{"detail": message}` with 401 (no valid token, when the service has one),
+404 (unknown task or episode), 409 (episode id in use, step after the end or out of
+sequence), 413 (body or message too large), 422 (malformed body), 503 (busy, with
+Retry-After); the schema lists each route's (env_service/statuses.py).
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, Field
+import math
+import os
 
-from env_service.engine import EnvEngine, NotFoundError
-from seal.bfcl.calls import CallParseError, ToolCall
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from env_service.engine import EngineError, EnvEngine, NotFoundError
+from env_service.json_body import SafeJsonRoute
+from env_service.statuses import errors
+from seal.bfcl.calls import CallParseError, ToolCall, checked_call
 from seal.bfcl.tasks import UnknownTaskError, load_task
 from seal.rollout.protocol import (
     AssistantCall,
@@ -62,17 +70,62 @@ class TaskInfo(BaseModel):
     held_out: dict[int, list[str]]
 
 
-class FailureProfile(BaseModel):
-    """The trainer's failure profile (seal.tocf.profile); extra keys are kept."""
+MAX_PROFILE_TAGS = 64
+"""A profile lists at most this many tags (the trainer's lists at most profile_top_k of
+the 5 failure tags); the body is size-limited too (max_profile_bytes)."""
 
-    model_config = {"extra": "allow"}
-    tags: list[dict] = Field(default_factory=list)
+
+class ProfileTag(BaseModel):
+    """One entry of a failure profile (seal.tocf.state: the profile's format)."""
+
+    model_config = ConfigDict(extra="forbid")
+    tag: str = Field(max_length=64)
+    share: float | None = Field(None, ge=0.0, le=1.0)
+    count: int | None = Field(None, ge=0)
+    mean_reward: float | None = None
+
+    @field_validator("mean_reward")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+
+class FailureProfile(BaseModel):
+    """The trainer's failure profile (seal.tocf.state's format): checked entry by entry,
+    so a malformed one is refused (422) instead of breaking every guided create."""
+
+    model_config = ConfigDict(extra="forbid")
+    step: int | None = None
+    epoch: int | None = None
+    num_turns: int | None = Field(None, ge=0)
+    tags: list[ProfileTag] = Field(default_factory=list, max_length=MAX_PROFILE_TAGS)
+
+
+class ProfileState(BaseModel):
+    profile: dict | None
+    """The profile guided episodes get now."""
+    source: str | None
+    """`pushed` (PUT /v1/profile), `file` (--capability-state) or None."""
+    warning: str | None = None
+    """Why the capability-state file is not being read (the last good profile is kept)."""
+
+
+class Identity(BaseModel):
+    service: str
+    version: str
+    pid: int
+
+
+class ForbiddenError(EngineError):
+    status = 403
 
 
 def _parsed(call: AssistantCall) -> ToolCall | CallParseError:
     if call.error is not None:
         return CallParseError(raw="", reason=call.error)
-    return ToolCall(name=call.name, kwargs=call.arguments)
+    return checked_call(call.name, call.arguments)
 
 
 def engine_of(request: Request) -> EnvEngine:
@@ -85,12 +138,10 @@ def json_reply(model: BaseModel, status: int = 200) -> Response:
     return Response(model.model_dump_json(), status, media_type="application/json")
 
 
-router = APIRouter(prefix="/v1", tags=["episodes"])
+router = APIRouter(prefix="/v1", tags=["episodes"], route_class=SafeJsonRoute)
 
 
-def create(engine: EnvEngine, body: CreateEpisode) -> EpisodeCreated:
-    """A create request's work and reply (also used in-process by tests)."""
-    episode_id, ep = engine.create(body.task_id, body.settings, body.episode_id)
+def _created(episode_id: str, ep) -> EpisodeCreated:
     return EpisodeCreated(
         episode_id=episode_id,
         task_id=ep.task.task_id,
@@ -102,10 +153,7 @@ def create(engine: EnvEngine, body: CreateEpisode) -> EpisodeCreated:
     )
 
 
-def step(engine: EnvEngine, episode_id: str, body: StepRequest) -> StepResult:
-    """A step request's work and reply (also used in-process by tests)."""
-    calls = [_parsed(call) for call in body.tool_calls]
-    outcome = engine.step(episode_id, body.content, body.seq, release_at_end=True, calls=calls)
+def _result(outcome) -> StepResult:
     return StepResult(
         seq=outcome.seq,
         messages=outcome.messages,
@@ -117,22 +165,49 @@ def step(engine: EnvEngine, episode_id: str, body: StepRequest) -> StepResult:
     )
 
 
-@router.post("/episodes", status_code=201, response_model=EpisodeCreated)
+def create(engine: EnvEngine, body: CreateEpisode) -> EpisodeCreated:
+    """A create request's work and reply, in this process (tests, in-process users)."""
+    return _created(*engine.create(body.task_id, body.settings, body.episode_id))
+
+
+def step(engine: EnvEngine, episode_id: str, body: StepRequest) -> StepResult:
+    """A step request's work and reply, in this process (tests, in-process users)."""
+    calls = [_parsed(call) for call in body.tool_calls]
+    outcome = engine.step(episode_id, body.content, body.seq, release_at_end=True, calls=calls)
+    return _result(outcome)
+
+
+@router.post(
+    "/episodes",
+    status_code=201,
+    response_model=EpisodeCreated,
+    responses=errors(404, 409, 413, 422, 503),
+)
 async def create_episode(body: CreateEpisode, request: Request):
-    return json_reply(create(engine_of(request), body), 201)
+    engine = engine_of(request)
+    created = await engine.acreate(body.task_id, body.settings, body.episode_id)
+    return json_reply(_created(*created), 201)
 
 
-@router.post("/episodes/{episode_id}/steps", response_model=StepResult)
+@router.post(
+    "/episodes/{episode_id}/steps",
+    response_model=StepResult,
+    responses=errors(404, 409, 413, 422),
+)
 async def step_episode(episode_id: str, body: StepRequest, request: Request):
-    return json_reply(step(engine_of(request), episode_id, body))
+    calls = [_parsed(call) for call in body.tool_calls]
+    outcome = await engine_of(request).astep(
+        episode_id, body.content, body.seq, release_at_end=True, calls=calls
+    )
+    return json_reply(_result(outcome))
 
 
-@router.get("/episodes/{episode_id}/evaluation", response_model=Evaluation)
+@router.get("/episodes/{episode_id}/evaluation", response_model=Evaluation, responses=errors(404))
 async def evaluate_episode(episode_id: str, request: Request):
-    return engine_of(request).get(episode_id).report()
+    return json_reply(Evaluation(**await engine_of(request).areport(episode_id)))
 
 
-@router.get("/episodes/{episode_id}", response_model=EpisodeStatus)
+@router.get("/episodes/{episode_id}", response_model=EpisodeStatus, responses=errors(404))
 async def episode_status(episode_id: str, request: Request):
     ep = engine_of(request).get(episode_id)
     return EpisodeStatus(
@@ -149,18 +224,21 @@ async def episode_status(episode_id: str, request: Request):
 @router.delete(
     "/episodes/{episode_id}",
     status_code=204,
-    responses={200: {"model": Evaluation, "description": "Released, with ?evaluate=true"}},
+    responses={
+        200: {"model": Evaluation, "description": "Released, with ?evaluate=true"},
+        **errors(404, 422),
+    },
 )
 async def release_episode(episode_id: str, request: Request, evaluate: bool = False):
     engine = engine_of(request)
-    report = engine.get(episode_id).report() if evaluate else None
+    report = await engine.areport(episode_id) if evaluate else None
     engine.release(episode_id)
     if report is None:
         return Response(status_code=204)
     return json_reply(Evaluation(**report))
 
 
-@router.get("/tasks/{task_id}", response_model=TaskInfo, tags=["tasks"])
+@router.get("/tasks/{task_id}", response_model=TaskInfo, tags=["tasks"], responses=errors(404))
 async def task_info(task_id: str, request: Request):
     try:
         task = load_task(task_id)
@@ -176,17 +254,39 @@ async def task_info(task_id: str, request: Request):
     )
 
 
-@router.put("/profile", tags=["profile"])
+@router.put("/profile", tags=["profile"], responses=errors(413, 422))
 async def put_profile(body: FailureProfile, request: Request):
-    engine_of(request).set_profile(body.model_dump())
+    engine_of(request).set_profile(body.model_dump(exclude_none=True))
     return {"ok": True}
 
 
-@router.get("/profile", tags=["profile"])
+@router.get("/profile", tags=["profile"], response_model=ProfileState, responses=errors())
 async def get_profile(request: Request):
-    return {"profile": engine_of(request).profile()}
+    engine = engine_of(request)
+    profile = engine.profile()
+    return ProfileState(
+        profile=profile, source=engine.profile_source(), warning=engine.profile_warning
+    )
 
 
-@router.get("/stats", tags=["service"])
+@router.get("/stats", tags=["service"], responses=errors())
 async def stats(request: Request):
     return engine_of(request).stats()
+
+
+@router.get(
+    "/whoami",
+    tags=["service"],
+    response_model=Identity,
+    responses=errors(403),
+    summary="Prove this is the caller's service: 200 only with its token",
+)
+async def whoami(request: Request):
+    """A cheap authenticated request: a launcher that finds a service on its port asks
+    this with its run's token before using it (the token check happens before any route;
+    a service started without a token answers 403, as it cannot prove whose it is)."""
+    if engine_of(request).config.token is None:
+        raise ForbiddenError(
+            "this service was started without a token: it cannot prove whose it is"
+        )
+    return Identity(service="seal-bfcl-env", version=request.app.version, pid=os.getpid())

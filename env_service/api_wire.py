@@ -93,6 +93,11 @@ Where this service differs from the release on purpose (the release is wrong the
 - `/healthz` answers JSON with the live-episode counts (the release: the text "OK").
 - `/evaluate` refuses a `sparse` that is not true or false (the release takes any value's
   truthiness).
+- A step that runs over the service's time budget ends the episode (`is_terminated`, and
+  `info.aborted: "step_time_budget"`); its evaluation carries `aborted` and is a failure
+  (`completed` false). The release has no such budget: one costly message stalled it.
+- Every error, also a refused token (401), an oversized body (413) or a service bug
+  (500), is this envelope; the release answered some of them as plain text.
 """
 
 from __future__ import annotations
@@ -105,6 +110,8 @@ from pydantic import BaseModel, Field
 
 from env_service import release_compat
 from env_service.engine import EngineError, EnvEngine, InvalidRequestError, NotFoundError
+from env_service.json_body import SafeJsonRoute
+from env_service.statuses import wire_errors
 from seal.bfcl import prompt
 from seal.bfcl.tasks import UnknownTaskError, load_task
 
@@ -130,7 +137,9 @@ def ok(data: Any) -> Response:
 
 
 def wire_error(exc: EngineError) -> Response:
-    return _json({"success": False, "data": None, "error": str(exc)}, exc.status)
+    response = _json({"success": False, "data": None, "error": str(exc)}, exc.status)
+    response.headers.update(exc.headers or {})
+    return response
 
 
 def _assistant_text(messages: Any) -> str:
@@ -148,7 +157,7 @@ def _require(value: str | None, name: str) -> str:
     return value
 
 
-router = APIRouter(tags=["wire protocol (AgentEvolver/SEAL)"])
+router = APIRouter(tags=["wire protocol (AgentEvolver/SEAL)"], route_class=SafeJsonRoute)
 
 
 def _engine(request: Request) -> EnvEngine:
@@ -160,7 +169,7 @@ def _check_env_type(body: WireRequest) -> None:
         raise EngineError(f"env_type {body.env_type!r} is not served here (only {ENV_TYPE!r})")
 
 
-@router.post("/create")
+@router.post("/create", responses=wire_errors(400, 404, 409, 413, 422, 503))
 async def create(body: WireRequest, request: Request):
     try:
         _check_env_type(body)
@@ -170,7 +179,7 @@ async def create(body: WireRequest, request: Request):
         except UnknownTaskError as e:
             raise NotFoundError(str(e)) from None
         create_params = release_compat.translate_params(body.params, task.category)
-        instance_id, ep = _engine(request).create(
+        instance_id, ep = await _engine(request).acreate(
             task.task_id, create_params.settings, body.instance_id, create_params.profile
         )
     except EngineError as e:
@@ -190,14 +199,16 @@ async def create(body: WireRequest, request: Request):
     return ok({"state": ep.initial_messages, "reward": 0.0, "is_terminated": False, "info": info})
 
 
-@router.post("/step")
+@router.post("/step", responses=wire_errors(404, 409, 413, 422))
 async def step(body: WireRequest, request: Request):
     try:
         instance_id = _require(body.instance_id, "instance_id")
-        outcome = _engine(request).step(instance_id, _assistant_text(body.messages))
+        outcome = await _engine(request).astep(instance_id, _assistant_text(body.messages))
     except EngineError as e:
         return wire_error(e)
     info = {"instance_id": instance_id, "turn": outcome.turn, "truncated": outcome.truncated}
+    if outcome.aborted:
+        info["aborted"] = outcome.aborted
     return ok(
         {
             "state": release_compat.step_state(
@@ -210,10 +221,11 @@ async def step(body: WireRequest, request: Request):
     )
 
 
-@router.post("/evaluate")
+@router.post("/evaluate", responses=wire_errors(404, 413, 422))
 async def evaluate(body: WireRequest, request: Request):
     try:
-        episode = _engine(request).get(_require(body.instance_id, "instance_id"))
+        instance_id = _require(body.instance_id, "instance_id")
+        episode = _engine(request).get(instance_id)
     except EngineError as e:
         return wire_error(e)
     sparse = body.params.get("sparse", False)
@@ -221,13 +233,16 @@ async def evaluate(body: WireRequest, request: Request):
         return wire_error(
             InvalidRequestError(f"params.sparse must be true or false, not {sparse!r}")
         )
-    report = episode.report()
+    try:
+        report = await _engine(request).areport(instance_id)
+    except EngineError as e:
+        return wire_error(e)
     if sparse:
         return ok(float(report["accuracy"]))
     return ok(release_compat.evaluation(report, episode.task.ground_truth))
 
 
-@router.post("/release")
+@router.post("/release", responses=wire_errors(413, 422))
 async def release(body: WireRequest, request: Request):
     try:
         _engine(request).release(_require(body.instance_id, "instance_id"))
@@ -240,7 +255,7 @@ async def release(body: WireRequest, request: Request):
     return ok(None)
 
 
-@router.post("/get_info")
+@router.post("/get_info", responses=wire_errors(404, 413, 422))
 async def get_info(body: WireRequest, request: Request):
     try:
         episode = _engine(request).get(_require(body.instance_id, "instance_id"))
@@ -253,7 +268,7 @@ async def get_info(body: WireRequest, request: Request):
 # The release's trainer client joins its base URL, "/" and "/get_env_profile": it asks for
 # "//get_env_profile", which no router matches as "/get_env_profile".
 @router.post("//get_env_profile", include_in_schema=False)
-@router.post("/get_env_profile")
+@router.post("/get_env_profile", responses=wire_errors(400, 404, 413, 422, 500))
 async def get_env_profile(body: WireRequest):
     try:
         _check_env_type(body)
@@ -265,6 +280,6 @@ async def get_env_profile(body: WireRequest):
         return wire_error(e)
 
 
-@router.get("/healthz")
+@router.get("/healthz", summary="Liveness and counts; the one route open without the token")
 async def healthz(request: Request):
     return {"status": "healthy", **_engine(request).stats()}

@@ -1,52 +1,55 @@
 """The protocol-independent core of the service: live episodes, limits and the profile.
 
-Both HTTP protocols (api_native.py, api_wire.py) are thin layers over `EnvEngine`. All
-engine calls run on the server's event-loop thread and none of them awaits, so each
-call sees and leaves a consistent registry without locks; episodes share no state.
+Both HTTP protocols (api_native.py, api_wire.py) are thin layers over `EnvEngine`'s
+async methods (`acreate`, `astep`, `areport`): an episode's state machine lives here,
+on the event loop, and its tool calls and verification run in worker processes
+(env_service/workers.py), so no client's calls hold up another's requests. Registry
+changes happen between awaits on the event-loop thread, so they need no locks; steps
+and evaluations of one episode take its lock, one at a time. The synchronous methods
+(`create`, `step`, `get`, `release`) run everything in the calling process, for tests
+and in-process users.
 
 Retries are safe: a create repeated with the same client-chosen id (and the same task
 and settings, before any step) returns the episode it made; a step repeated with the
-same `seq` returns its first answer instead of running again, also after the step that
-ended (and released) the episode, whose final answer is kept for `episode_ttl_s`.
+same `seq` returns its first answer instead of running again (one still running is
+waited for), also after the step that ended (and released) the episode, whose final
+answer is kept for `episode_ttl_s`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import uuid
 from collections import OrderedDict
-from pathlib import Path
 
-from pydantic import BaseModel, Field
-
-from env_service.episode import Episode, StepOutcome
+from env_service.config import ServiceConfig
+from env_service.episode import Episode, EpisodeCaps, StepOutcome
+from env_service.execution import (
+    EVALUATION_TIME_BUDGET,
+    STEP_TIME_BUDGET,
+    RunResult,
+    run_calls,
+    run_now,
+)
+from env_service.workers import WorkerPool
 from seal.bfcl.calls import CallParseError, ToolCall
+from seal.bfcl.diagnosis import Diagnosis
 from seal.bfcl.tasks import UnknownTaskError, load_task
 from seal.rollout.protocol import EpisodeSettings
 from seal.tocf.state import load_failure_profile
 
+__all__ = ["EnvEngine", "ServiceConfig"]  # ServiceConfig is imported from here too
 
-class ServiceConfig(BaseModel):
-    """Service-wide limits and sources. CLI flags of `python -m env_service` set these."""
-
-    max_live_episodes: int = Field(1024, ge=1)
-    """Creating one more answers 'busy' (HTTP 503) instead of growing without bound."""
-    episode_ttl_s: float = Field(3600.0, gt=0)
-    """An episode untouched for this long is dropped (clients that died leak nothing).
-    The original release's value: a policy step can wait minutes on generation under load,
-    and a live episode costs little here (max_live_episodes bounds them all)."""
-    max_message_chars: int = Field(262_144, ge=1)
-    """Larger assistant messages are refused (HTTP 413); the paper's 4096-token responses
-    are far below this."""
-    capability_state_path: Path | None = None
-    """A persisted capability state (seal.tocf) to read the failure profile from when
-    no trainer has pushed one; re-read whenever the file changes."""
+log = logging.getLogger("env_service")
 
 
 class EngineError(Exception):
     """An error a client caused; `status` is the HTTP status both protocols answer with."""
 
     status = 400
+    headers: dict[str, str] | None = None
 
 
 class InvalidRequestError(EngineError):
@@ -67,22 +70,70 @@ class TooLargeError(EngineError):
 
 class BusyError(EngineError):
     status = 503
+    # Episodes end at the rate of steps (milliseconds each): a second is a fair wait.
+    headers = {"Retry-After": "1"}
+
+
+class ServiceStartError(ValueError):
+    """The service cannot start with its configuration (the message says what to fix)."""
 
 
 class EnvEngine:
     def __init__(self, config: ServiceConfig | None = None):
         self.config = config or ServiceConfig()
+        self.caps = EpisodeCaps.of(self.config)
         self.episodes: dict[str, Episode] = {}
         # Final answers of episodes that ended and were released, for retried final steps:
         # id -> (time ended, answer); oldest first, bounded like the live episodes.
         self.finished: OrderedDict[str, tuple[float, StepOutcome]] = OrderedDict()
         self.pushed_profile: dict | None = None
-        self._file_profile: tuple[float, dict | None] | None = None  # (mtime, profile)
+        self._file_profile: tuple[float, dict | None] | None = None  # (mtime, last good)
+        self._file_warned: float | None = None  # mtime of the bad file last warned about
+        self.profile_warning: str | None = None
         self.totals = {"created": 0, "released": 0, "expired": 0, "rejected_busy": 0}
+        self.pool: WorkerPool | None = None
+        self._pool_lock = asyncio.Lock()
+        path = self.config.capability_state_path
+        if path is not None and path.exists():
+            try:
+                self._file_profile = (path.stat().st_mtime, load_failure_profile(path))
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise ServiceStartError(
+                    f"--capability-state {path}: cannot read a failure profile from it "
+                    f"({type(e).__name__}: {e}); fix or remove the file"
+                ) from None
 
-    # --- episodes ----------------------------------------------------------------------
+    # --- worker processes ----------------------------------------------------------------
 
-    def create(
+    async def start_workers(self) -> WorkerPool | None:
+        """The worker pool, started on first use (the app's lifespan starts it; an app run
+        without one, as by httpx.ASGITransport, starts it on its first request)."""
+        if self.config.workers == 0:
+            return None
+        async with self._pool_lock:
+            if self.pool is None:
+                pool = WorkerPool(
+                    self.config.workers,
+                    self.caps.budget,
+                    self.config.max_evaluation_seconds,
+                    self._executed_calls,
+                )
+                await pool.start()
+                self.pool = pool
+        return self.pool
+
+    async def stop_workers(self) -> None:
+        if self.pool is not None:
+            await self.pool.stop()
+            self.pool = None
+
+    def _executed_calls(self, episode_id: str) -> list[ToolCall] | None:
+        episode = self.episodes.get(episode_id)
+        return None if episode is None else episode.executed_calls()
+
+    # --- episodes: the event loop's async API --------------------------------------------
+
+    async def acreate(
         self,
         task_id: str,
         settings: EpisodeSettings,
@@ -91,6 +142,101 @@ class EnvEngine:
     ) -> tuple[str, Episode]:
         """A new episode; `profile` replaces the service's failure profile for this episode
         (the wire protocol reads one from a client-named state file)."""
+        pool = await self.start_workers()
+        episode_id, episode, new = self._create(
+            task_id, settings, episode_id, profile, pool is None
+        )
+        if new and pool is not None:
+            await pool.open(episode_id, episode.task.task_id)
+        return episode_id, episode
+
+    async def astep(
+        self,
+        episode_id: str,
+        content: str,
+        seq: int | None = None,
+        release_at_end: bool = False,
+        calls: list[ToolCall | CallParseError] | None = None,
+    ) -> StepOutcome:
+        """Run one assistant message (see `step`), its calls in the episode's worker."""
+        while True:
+            repeated, episode = self._step_target(episode_id, content, seq, check=False)
+            if repeated is not None:
+                return repeated
+            async with episode.lock:
+                # A step of this episode may have run (or ended it) while this one waited.
+                repeated, current = self._step_target(episode_id, content, seq)
+                if repeated is not None:
+                    return repeated
+                if current is not episode:
+                    continue  # released, and the id reused: start over with the new one
+                plan = episode.begin_step(content, calls)
+                run = None
+                if plan.to_run:
+                    run = await self._run(episode_id, episode, plan.to_run)
+                outcome = episode.finish_step(plan, run)
+                if outcome.terminated:
+                    outcome.evaluation = await self._report(episode)
+                    outcome.reward = outcome.evaluation["reward"]
+                return self._record(episode_id, episode, outcome, release_at_end)
+
+    async def areport(self, episode_id: str) -> dict:
+        """The episode's evaluation (verified in a worker)."""
+        episode = self.get(episode_id)
+        async with episode.lock:
+            return await self._report(episode)
+
+    async def _run(self, episode_id: str, episode: Episode, calls: list[ToolCall]) -> RunResult:
+        if episode.local:
+            return run_now(run_calls(episode.backends, calls, self.caps.budget))
+        result = await self.pool.run(episode_id, calls)
+        if result.stopped == STEP_TIME_BUDGET:
+            self.pool.close(episode_id)  # the episode has ended: its backends are of no use
+        return result
+
+    async def _report(self, episode: Episode) -> dict:
+        if episode.local or episode.evaluated:
+            return episode.report()
+        pool = await self.start_workers()
+        verdict = await pool.diagnose(episode.task.task_id, episode.model_turns)
+        if isinstance(verdict, Diagnosis):
+            return episode.report_for(verdict)
+        return episode.report_for(None, EVALUATION_TIME_BUDGET)
+
+    # --- episodes: synchronous, everything in this process -------------------------------
+
+    def create(
+        self,
+        task_id: str,
+        settings: EpisodeSettings,
+        episode_id: str | None = None,
+        profile: dict | None = None,
+    ) -> tuple[str, Episode]:
+        """`acreate` for in-process use: the episode's calls run in this process."""
+        episode_id, episode, _ = self._create(task_id, settings, episode_id, profile, True)
+        return episode_id, episode
+
+    def step(
+        self,
+        episode_id: str,
+        content: str,
+        seq: int | None = None,
+        release_at_end: bool = False,
+        calls: list[ToolCall | CallParseError] | None = None,
+    ) -> StepOutcome:
+        """Run one assistant message of an episode made by `create`. With `seq`, a repeat
+        of the last step returns its answer; `release_at_end` releases the episode on the
+        step that ends it (the native API: its answer carries the evaluation); `calls` are
+        the message's calls as the client parsed them (Episode.step)."""
+        repeated, episode = self._step_target(episode_id, content, seq)
+        if repeated is not None:
+            return repeated
+        outcome = episode.step(content, calls)
+        return self._record(episode_id, episode, outcome, release_at_end)
+
+    # --- shared --------------------------------------------------------------------------
+
+    def _create(self, task_id, settings, episode_id, profile, local):
         self.expire_idle()
         episode_id = episode_id or uuid.uuid4().hex
         existing = self.episodes.get(episode_id)
@@ -99,24 +245,75 @@ class EnvEngine:
                 existing.counters.steps == 0
             ):
                 existing.last_used = time.monotonic()
-                return episode_id, existing  # a retried create: the reply was lost
+                return episode_id, existing, False  # a retried create: the reply was lost
             raise ConflictError(f"episode id {episode_id!r} is already in use")
         if episode_id in self.finished:
             raise ConflictError(f"episode id {episode_id!r} was used by an episode that ended")
         if len(self.episodes) >= self.config.max_live_episodes:
             self.totals["rejected_busy"] += 1
+            idle = time.monotonic() - min(ep.last_used for ep in self.episodes.values())
             raise BusyError(
-                f"busy: {len(self.episodes)} live episodes (limit {self.config.max_live_episodes}); "
-                "release finished episodes or retry later"
+                f"busy: {len(self.episodes)} live episodes (limit "
+                f"{self.config.max_live_episodes}); the longest idle has waited {idle:.0f} s "
+                f"(episodes idle for {self.config.episode_ttl_s:.0f} s expire); release "
+                "finished episodes or retry later"
             )
         try:
             task = load_task(task_id)
         except UnknownTaskError as e:
             raise NotFoundError(str(e)) from None
-        episode = Episode(task, settings, profile=self.profile() if profile is None else profile)
+        # Only episodes that show guidelines read the profile: validation never depends
+        # on the capability-state file.
+        if profile is None and settings.effective_evolution.guidelines:
+            profile = self.profile()
+        episode = Episode(task, settings, profile=profile, caps=self.caps, local=local)
         self.episodes[episode_id] = episode
         self.totals["created"] += 1
-        return episode_id, episode
+        return episode_id, episode, True
+
+    def _step_target(
+        self, episode_id: str, content: str, seq: int | None, check: bool = True
+    ) -> tuple[StepOutcome | None, Episode | None]:
+        """(the answer to repeat, None) for a retried step, else (None, the episode to
+        step); raises for a step that may not run. `check=False` leaves the checks that
+        depend on a step in progress for later."""
+        if len(content) > self.config.max_message_chars:
+            raise TooLargeError(
+                f"assistant message of {len(content)} characters exceeds the limit of "
+                f"{self.config.max_message_chars}"
+            )
+        if episode_id not in self.episodes and episode_id in self.finished:
+            last = self.finished[episode_id][1]
+            if seq is not None and seq == last.seq:
+                return last, None
+            raise ConflictError(
+                f"episode {episode_id!r} has ended (step {last.seq}) and was released"
+            )
+        episode = self.get(episode_id)
+        last = episode.last_outcome
+        if seq is not None and last is not None and seq == last.seq:
+            return last, None
+        if not check:
+            return None, episode
+        if seq is not None and seq != episode.counters.steps + 1:
+            raise ConflictError(
+                f"step seq {seq} for episode {episode_id!r}, expected "
+                f"{episode.counters.steps + 1} (the last step was {episode.counters.steps})"
+            )
+        if episode.terminated:
+            raise ConflictError(f"episode {episode_id!r} has ended; evaluate or release it")
+        return None, episode
+
+    def _record(
+        self, episode_id: str, episode: Episode, outcome: StepOutcome, release_at_end: bool
+    ) -> StepOutcome:
+        episode.last_outcome = outcome
+        if outcome.terminated and release_at_end and self.episodes.get(episode_id) is episode:
+            self.release(episode_id)
+            self.finished[episode_id] = (time.monotonic(), outcome)
+            while len(self.finished) > self.config.max_live_episodes:
+                self.finished.popitem(last=False)
+        return outcome
 
     def get(self, episode_id: str) -> Episode:
         episode = self.episodes.get(episode_id)
@@ -127,53 +324,11 @@ class EnvEngine:
         episode.last_used = time.monotonic()
         return episode
 
-    def step(
-        self,
-        episode_id: str,
-        content: str,
-        seq: int | None = None,
-        release_at_end: bool = False,
-        calls: list[ToolCall | CallParseError] | None = None,
-    ) -> StepOutcome:
-        """Run one assistant message. With `seq`, a repeat of the last step returns its
-        answer; `release_at_end` releases the episode on the step that ends it (the
-        native API: its answer carries the evaluation); `calls` are the message's calls
-        as the client parsed them (Episode.step)."""
-        if len(content) > self.config.max_message_chars:
-            raise TooLargeError(
-                f"assistant message of {len(content)} characters exceeds the limit of "
-                f"{self.config.max_message_chars}"
-            )
-        if episode_id not in self.episodes and episode_id in self.finished:
-            last = self.finished[episode_id][1]
-            if seq is not None and seq == last.seq:
-                return last
-            raise ConflictError(
-                f"episode {episode_id!r} has ended (step {last.seq}) and was released"
-            )
-        episode = self.get(episode_id)
-        last = episode.last_outcome
-        if seq is not None and last is not None and seq == last.seq:
-            return last
-        if seq is not None and seq != episode.counters.steps + 1:
-            raise ConflictError(
-                f"step seq {seq} for episode {episode_id!r}, expected "
-                f"{episode.counters.steps + 1} (the last step was {episode.counters.steps})"
-            )
-        if episode.terminated:
-            raise ConflictError(f"episode {episode_id!r} has ended; evaluate or release it")
-        outcome = episode.step(content, calls)
-        episode.last_outcome = outcome
-        if outcome.terminated and release_at_end:
-            self.release(episode_id)
-            self.finished[episode_id] = (time.monotonic(), outcome)
-            while len(self.finished) > self.config.max_live_episodes:
-                self.finished.popitem(last=False)
-        return outcome
-
     def release(self, episode_id: str) -> None:
         if self.episodes.pop(episode_id, None) is None:
             raise NotFoundError(f"no live episode {episode_id!r}")
+        if self.pool is not None:
+            self.pool.close(episode_id)
         self.totals["released"] += 1
 
     def expire_idle(self) -> int:
@@ -182,6 +337,8 @@ class EnvEngine:
         stale = [eid for eid, ep in self.episodes.items() if ep.last_used < cutoff]
         for eid in stale:
             del self.episodes[eid]
+            if self.pool is not None:
+                self.pool.close(eid)
         self.totals["expired"] += len(stale)
         while self.finished and next(iter(self.finished.values()))[0] < cutoff:
             self.finished.popitem(last=False)
@@ -193,16 +350,41 @@ class EnvEngine:
         self.pushed_profile = profile
 
     def profile(self) -> dict | None:
-        """The trainer's last pushed profile, else the one in the capability-state file."""
+        """The trainer's last pushed profile, else the one in the capability-state file.
+
+        A file that cannot be read (truncated, half-written by hand) keeps the last good
+        profile in use and logs one warning naming it, until it changes: failing every
+        guided episode would stop training over a file a trainer writes atomically
+        (seal.atomic_file), so a bad one is an operator's slip to report, not to crash on.
+        """
         if self.pushed_profile is not None:
             return self.pushed_profile
         path = self.config.capability_state_path
         if path is None or not path.exists():
             return None
         mtime = path.stat().st_mtime
-        if self._file_profile is None or self._file_profile[0] != mtime:
+        if self._file_profile is not None and self._file_profile[0] == mtime:
+            return self._file_profile[1]
+        if self._file_warned == mtime:
+            return self._file_profile[1] if self._file_profile else None
+        try:
             self._file_profile = (mtime, load_failure_profile(path))
-        return self._file_profile[1]
+            self.profile_warning = None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            self._file_warned = mtime
+            kept = "the last good profile" if self._file_profile else "no profile"
+            self.profile_warning = (
+                f"--capability-state {path}: cannot read a failure profile from it "
+                f"({type(e).__name__}: {e}); using {kept} until the file changes"
+            )
+            log.warning("env_service: %s", self.profile_warning)
+        return self._file_profile[1] if self._file_profile else None
+
+    def profile_source(self) -> str | None:
+        if self.pushed_profile is not None:
+            return "pushed"
+        return "file" if self._file_profile is not None else None
 
     def stats(self) -> dict:
-        return {"live_episodes": len(self.episodes), **self.totals}
+        workers = self.pool.stats() if self.pool else {"workers": 0, "workers_replaced": 0}
+        return {"live_episodes": len(self.episodes), **self.totals, **workers}

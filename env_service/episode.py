@@ -12,21 +12,85 @@ observation messages, calls. The native API passes the calls its client parsed i
 model's format; the wire protocol passes Qwen2.5 text, parsed here with
 seal/bfcl/calls.py, and gets Qwen2.5 text back (`initial_messages`,
 seal/bfcl/prompt.py's `chat_messages`).
+
+A step has three parts, so that its calls can run elsewhere (env_service/workers.py):
+`begin_step` checks the message's calls and the episode's caps (EpisodeCaps) and
+answers every call that may not run; the calls that may run go to the backends
+(env_service/execution.py, in a worker process or here); `finish_step` answers them and
+advances the episode. `step` does all three here, with the episode's own backends. A
+step that overran its time budget ends the episode as a failure tagged `aborted`: its
+evaluation says so, with accuracy and reward 0.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from dataclasses import dataclass, field
 
 from env_service import evolution
+from env_service.config import ServiceConfig
+from env_service.execution import (
+    REPLY_LIMIT,
+    STEP_TIME_BUDGET,
+    RunResult,
+    StepBudget,
+    run_calls,
+    run_now,
+)
 from seal.bfcl import prompt
 from seal.bfcl.backends import Backends, is_tool_error
-from seal.bfcl.calls import CallParseError, ToolCall, check_call, parse_tool_calls
+from seal.bfcl.calls import (
+    ArgumentsTooDeep,
+    CallParseError,
+    ToolCall,
+    argument_size,
+    check_call,
+    parse_first_tool_calls,
+)
 from seal.bfcl.diagnosis import Diagnosis, diagnose
 from seal.bfcl.tasks import BfclTask, load_task
 from seal.rollout.protocol import EpisodeSettings
+from seal.tocf import tags as T
+
+
+@dataclass(frozen=True)
+class EpisodeCaps:
+    """What one step and one episode may cost (ServiceConfig's limits)."""
+
+    max_calls_per_step: int
+    max_calls_per_episode: int
+    max_episode_call_chars: int
+    budget: StepBudget
+    max_evaluation_seconds: float
+
+    @classmethod
+    def of(cls, config: ServiceConfig) -> EpisodeCaps:
+        return cls(
+            max_calls_per_step=config.max_calls_per_step,
+            max_calls_per_episode=config.max_calls_per_episode,
+            max_episode_call_chars=config.max_episode_call_chars,
+            budget=StepBudget(
+                max_result_chars=config.max_result_chars,
+                max_reply_chars=config.max_step_reply_chars,
+                max_seconds=config.max_step_seconds,
+            ),
+            max_evaluation_seconds=config.max_evaluation_seconds,
+        )
+
+
+@dataclass
+class StepPlan:
+    """A message's calls after `begin_step`: what to answer, and what to run."""
+
+    answers: list[dict | int]
+    """Per call, in order: its tool message, or its index in `to_run`."""
+    to_run: list[ToolCall]
+    sizes: list[int]
+    """argument_size of each call in `to_run`."""
+    ends_turn: bool
+    """The message has no calls: it ends the user turn."""
 
 
 @dataclass
@@ -51,6 +115,8 @@ class StepOutcome:
     turn: int
     evaluation: dict | None = None
     """The report, on the step that ended the episode."""
+    aborted: str | None = None
+    """Why the service ended the episode as a failure (STEP_TIME_BUDGET), or None."""
 
 
 class EpisodeFinishedError(RuntimeError):
@@ -96,11 +162,25 @@ def _wire_system_prompt(task: BfclTask, cues: bool, hints: bool, sections: tuple
 
 
 class Episode:
-    def __init__(self, task: BfclTask, settings: EpisodeSettings, profile: dict | None = None):
+    def __init__(
+        self,
+        task: BfclTask,
+        settings: EpisodeSettings,
+        profile: dict | None = None,
+        caps: EpisodeCaps | None = None,
+        local: bool = True,
+    ):
+        """`local`: the episode's backends live here (else in a worker process)."""
         self.task = task
         self.settings = settings
         self.layers = settings.effective_evolution
-        self.backends = Backends(task)
+        self.caps = caps or EpisodeCaps.of(ServiceConfig())
+        self._backends = Backends(task) if local else None
+        self.lock = asyncio.Lock()
+        """Held by the engine's async paths for a step or an evaluation: one at a time."""
+        self.aborted: str | None = None
+        self.call_chars = 0
+        """argument_size of the calls that ran, summed."""
         self.turn = 0
         self.model_turns: list[list[list[ToolCall]]] = [[] for _ in range(task.num_turns)]
         self.counters = Counters()
@@ -109,7 +189,7 @@ class Episode:
         self.created_at = self.last_used = time.monotonic()
         self.last_outcome: StepOutcome | None = None
         """The answer to the last step, repeated for a retried step (set by the engine)."""
-        self._diagnosis: Diagnosis | None = None
+        self._evaluation: tuple[Diagnosis | None, str | None] | None = None
         self._held_back = frozenset(d["name"] for docs in task.held_out.values() for d in docs)
         self._available = {d["name"]: d for d in task.tools_until(0)}
         self.system = prompt.system_sections(self._extra_sections(profile))
@@ -156,33 +236,163 @@ class Episode:
 
     # --- stepping ----------------------------------------------------------------------
 
+    @property
+    def local(self) -> bool:
+        return self._backends is not None
+
+    @property
+    def backends(self) -> Backends:
+        """The episode's own backends (a local episode's; a worker holds the others')."""
+        if self._backends is None:
+            raise RuntimeError(f"the backends of this {self.task.task_id} episode are in a worker")
+        return self._backends
+
+    def executed_calls(self) -> list[ToolCall]:
+        """Every call that ran, in order (what rebuilds the episode's backends)."""
+        return [call for turn in self.model_turns for step in turn for call in step]
+
     def step(
         self, content: str, calls: list[ToolCall | CallParseError] | None = None
     ) -> StepOutcome:
-        """One assistant message. `calls`: its tool calls as the client parsed them (the
-        native API; [] ends the user turn); None: parse `content` as Qwen2.5 text (the
-        wire protocol)."""
+        """One assistant message, run here. `calls`: its tool calls as the client parsed
+        them (the native API; [] ends the user turn); None: parse `content` as Qwen2.5
+        text (the wire protocol)."""
+        plan = self.begin_step(content, calls)
+        run = None
+        if plan.to_run:
+            run = run_now(run_calls(self.backends, plan.to_run, self.caps.budget))
+        outcome = self.finish_step(plan, run)
+        if outcome.terminated:
+            outcome.evaluation = self.report()
+            outcome.reward = outcome.evaluation["reward"]
+        return outcome
+
+    def begin_step(
+        self, content: str, calls: list[ToolCall | CallParseError] | None = None
+    ) -> StepPlan:
+        """Count the step and answer every call that may not run (malformed, unknown or
+        unavailable tool, bad arguments, over a cap); the others are to run, in order."""
         if self.terminated:
             raise EpisodeFinishedError(f"episode of {self.task.task_id} has already ended")
         self.counters.steps += 1
+        caps = self.caps
         # A Qwen2.5 parse error is answered with the Qwen2.5 syntax; a client's with a
         # hint in no format's syntax (its error says what it expected).
         parse_hint = "parse" if calls is None else "parse_any_format"
+        # Calls past the message's cap are answered without being read: the event loop's
+        # work on a message is bounded by the cap, not by the message's 7,000 blocks.
         if calls is None:
-            calls = parse_tool_calls(content)
-        messages = self._run_calls(calls, parse_hint) if calls else self._next_turn()
+            calls, more = parse_first_tool_calls(content, caps.max_calls_per_step)
+        else:
+            calls, more = (
+                calls[: caps.max_calls_per_step],
+                max(0, len(calls) - caps.max_calls_per_step),
+            )
+        if not calls:
+            return StepPlan([], [], [], ends_turn=True)
+        answers: list[dict | int] = []
+        to_run: list[ToolCall] = []
+        sizes: list[int] = []
+        calls_left = caps.max_calls_per_episode - self.counters.tool_calls
+        chars_left = caps.max_episode_call_chars - self.call_chars
+        for item in calls:
+            if isinstance(item, CallParseError):
+                message = f"Error: could not parse tool call: {item.reason}"
+                answers.append(self._tool(None, self._reject("parse", message, hint=parse_hint)))
+                continue
+            rejection = check_call(item, self._available, self._held_back)
+            if rejection is not None:
+                message = self._reject(rejection.kind, f"Error: {rejection.message}")
+                answers.append(self._tool(item.name, message))
+                continue
+            try:
+                size = len(item.name) + argument_size(item.kwargs)
+            except ArgumentsTooDeep as e:
+                message = f"Error: could not parse tool call: 'arguments' are {e}"
+                answers.append(self._tool(item.name, self._reject("parse", message, parse_hint)))
+                continue
+            refusal = None
+            if len(to_run) >= calls_left:
+                limit = caps.max_calls_per_episode
+                refusal = f"an episode may make at most {limit} tool calls"
+            elif size > chars_left:
+                limit = caps.max_episode_call_chars
+                refusal = f"the arguments of an episode's calls may hold at most {limit} characters"
+            if refusal is not None:
+                message = self._reject("episode_limit", f"Error: not run: {refusal}")
+                answers.append(self._tool(item.name, message))
+                continue
+            chars_left -= size
+            answers.append(len(to_run))
+            to_run.append(item)
+            sizes.append(size)
+        if more:
+            why = f"a message may make at most {caps.max_calls_per_step} tool calls"
+            refused = self._tool(None, self._reject("call_limit", f"Error: not run: {why}"))
+            self.counters.invalid_calls += more - 1
+            self.counters.invalid_by_kind["call_limit"] += more - 1
+            answers.extend([refused] * more)
+        return StepPlan(answers, to_run, sizes, ends_turn=False)
+
+    def finish_step(self, plan: StepPlan, run: RunResult | None) -> StepOutcome:
+        """Answer the calls that ran (`run`: their results) and advance the episode."""
+        run = run or RunResult([])
+        messages = self._next_turn() if plan.ends_turn else self._answer(plan, run)
         if not self.terminated and self.counters.steps >= self.settings.limits.max_generations:
             self.terminated = self.truncated = True
-        report = self.report() if self.terminated else None
         return StepOutcome(
             seq=self.counters.steps,
             messages=messages,
             terminated=self.terminated,
-            reward=report["reward"] if report else 0.0,
+            reward=0.0,
             truncated=self.truncated,
             turn=self.turn,
-            evaluation=report,
+            aborted=self.aborted,
         )
+
+    def _answer(self, plan: StepPlan, run: RunResult) -> list[dict]:
+        messages, executed = [], []
+        for answer in plan.answers:
+            if isinstance(answer, dict):
+                messages.append(answer)
+                continue
+            call = plan.to_run[answer]
+            if answer >= len(run.results):
+                messages.append(self._tool(call.name, self._not_run(run)))
+                continue
+            result = run.results[answer]
+            executed.append(call)
+            self.call_chars += plan.sizes[answer]
+            self.counters.tool_calls += 1
+            if is_tool_error(result):
+                self.counters.tool_errors += 1
+                if self.layers.recovery_feedback:
+                    result = evolution.with_hint(result, "tool_error")
+            messages.append(self._tool(call.name, result))
+        if executed:
+            self.model_turns[self.turn].append(executed)
+        if run.stopped == STEP_TIME_BUDGET:
+            self.aborted = STEP_TIME_BUDGET
+            self.terminated = True
+        return messages
+
+    def _not_run(self, run: RunResult) -> str:
+        if run.stopped == REPLY_LIMIT:
+            limit = self.caps.budget.max_reply_chars
+            why = f"the reply to this message reached the service's limit of {limit} characters"
+            return self._reject(REPLY_LIMIT, f"Error: not run: {why}")
+        budget = self.caps.budget.max_seconds
+        if run.lost:
+            return (
+                f"Error: not finished: the step ran over the service's time budget of {budget} s "
+                "(a call did not return; the process running it was replaced), so the episode "
+                "has ended"
+            )
+        return f"Error: not run: the step ran over the service's time budget of {budget} s, so the episode has ended"
+
+    @staticmethod
+    def _tool(name: str | None, content: str) -> dict:
+        return {"role": "tool", "name": name, "content": content}
 
     def _next_turn(self) -> list[dict]:
         self.turn += 1
@@ -191,32 +401,6 @@ class Episode:
             return []
         self._available.update({d["name"]: d for d in self.task.held_out.get(self.turn, [])})
         return self.turn_messages(self.turn)
-
-    def _run_calls(self, calls: list[ToolCall | CallParseError], parse_hint: str) -> list[dict]:
-        """Run the calls in order; one tool result message per call."""
-        results, executed = [], []
-        for item in calls:
-            if isinstance(item, CallParseError):
-                message = f"Error: could not parse tool call: {item.reason}"
-                message = self._reject("parse", message, hint=parse_hint)
-                results.append({"role": "tool", "name": None, "content": message})
-                continue
-            rejection = check_call(item, self._available, self._held_back)
-            if rejection is not None:
-                message = self._reject(rejection.kind, f"Error: {rejection.message}")
-                results.append({"role": "tool", "name": item.name, "content": message})
-                continue
-            result = self.backends.call(item)
-            executed.append(item)
-            self.counters.tool_calls += 1
-            if is_tool_error(result):
-                self.counters.tool_errors += 1
-                if self.layers.recovery_feedback:
-                    result = evolution.with_hint(result, "tool_error")
-            results.append({"role": "tool", "name": item.name, "content": result})
-        if executed:
-            self.model_turns[self.turn].append(executed)
-        return results
 
     def _reject(self, kind: str, message: str, hint: str | None = None) -> str:
         self.counters.invalid_calls += 1
@@ -227,13 +411,18 @@ class Episode:
 
     # --- verification ------------------------------------------------------------------
 
+    @property
+    def evaluated(self) -> bool:
+        """The final evaluation is known (the episode ended and was verified)."""
+        return self._evaluation is not None
+
     def diagnosis(self) -> Diagnosis:
-        """Verify what has run so far; cached once the episode has ended."""
-        if self._diagnosis is not None:
-            return self._diagnosis
+        """Verify what has run so far, here; cached once the episode has ended."""
+        if self._evaluation is not None and self._evaluation[0] is not None:
+            return self._evaluation[0]
         result = diagnose(self.task, self.model_turns)
         if self.terminated:
-            self._diagnosis = result
+            self._evaluation = (result, None)
         return result
 
     def reward(self) -> float:
@@ -241,19 +430,42 @@ class Episode:
         return self.settings.reward.reward(d.accuracy, d.progress)
 
     def report(self) -> dict:
-        """The full evaluation: accuracy, progress, one tag per turn and the counters."""
-        d = self.diagnosis()
+        """The full evaluation, verified here: accuracy, progress, one tag per turn and the
+        counters."""
+        if self._evaluation is not None:
+            return self.report_for(*self._evaluation)
+        return self.report_for(self.diagnosis())
+
+    def report_for(self, diagnosis: Diagnosis | None, aborted: str | None = None) -> dict:
+        """The full evaluation given a verification made elsewhere (a worker), or None with
+        `aborted` (EVALUATION_TIME_BUDGET) when it could not finish. Cached once the episode
+        has ended."""
+        if self.terminated and self._evaluation is None:
+            self._evaluation = (diagnosis, aborted)
         c = self.counters
+        aborted = self.aborted or aborted
+        if diagnosis is None:
+            n = self.task.num_turns
+            budget = self.caps.max_evaluation_seconds
+            note = f"verification stopped: it ran over the service's time budget of {budget} s"
+            accuracy, progress, tags, notes = 0, 0.0, [T.CHECKER_ERROR] * n, [note] * n
+        else:
+            accuracy, progress = diagnosis.accuracy, diagnosis.progress
+            tags, notes = diagnosis.tags, diagnosis.notes
+        if aborted:
+            accuracy = 0  # the service ended the episode: a failure whatever ran before
+        reward = 0.0 if aborted else self.settings.reward.reward(accuracy, progress)
         return {
-            "accuracy": d.accuracy,
-            "reward": self.reward(),
-            "progress": d.progress,
-            "failure_tags": d.tags,
-            "tag_notes": d.notes,
+            "accuracy": accuracy,
+            "reward": reward,
+            "progress": progress,
+            "failure_tags": tags,
+            "tag_notes": notes,
             "num_turns": self.task.num_turns,
             "turns_reached": min(self.turn + 1, self.task.num_turns),
             "terminated": self.terminated,
             "truncated": self.truncated,
+            "aborted": aborted,
             "steps": c.steps,
             "tool_calls": c.tool_calls,
             "invalid_calls": c.invalid_calls,

@@ -443,8 +443,8 @@ def tools_info(tool_names: list[str]) -> str:
 def evaluation(report: dict, ground_truth: list[list[str]]) -> dict:
     """The report plus what the release's grader and env manager read, with its meaning:
 
-    - completed: the episode ran through its last turn (not cut by max_steps, not stopped
-      early by the client);
+    - completed: the episode ran through its last turn (not cut by max_steps, not ended by
+      the service's time budget, not stopped early by the client);
     - per ground-truth turn, a turn with calls is scorable and passed when tagged `pass`;
       a turn without calls is an irrelevance turn, passed when the model called nothing;
     - bfcl_progress = passed / scorable; bfcl_progress_with_irrelevance = (passed +
@@ -466,7 +466,7 @@ def evaluation(report: dict, ground_truth: list[list[str]]) -> dict:
     return {
         **report,
         "accuracy": float(report["accuracy"]),
-        "completed": report["terminated"] and not report["truncated"],
+        "completed": report["terminated"] and not report["truncated"] and not report["aborted"],
         "bfcl_progress": passed / scorable if scorable else 0.0,
         "bfcl_progress_with_irrelevance": (passed + passed_irrelevance) / both if both else 0.0,
         "bfcl_progress_info": {

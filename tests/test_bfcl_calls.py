@@ -1,5 +1,7 @@
 """Tool calls as data: strict parsing of model output, ground-truth strings and call checks."""
 
+import random
+
 import pytest
 
 from seal.bfcl.calls import (
@@ -8,6 +10,7 @@ from seal.bfcl.calls import (
     check_call,
     has_tool_call,
     parse_call_string,
+    parse_first_tool_calls,
     parse_tool_calls,
 )
 from seal.bfcl.ground_truth import (
@@ -225,3 +228,16 @@ def test_held_back_tools_are_unavailable_not_unknown(fs_docs):
     rejection = check_call(ToolCall("sort", {"file_name": "a"}), available, frozenset({"sort"}))
     assert rejection.kind == "unavailable_tool"
     assert "not available yet" in rejection.message
+
+
+def test_parsing_the_first_calls_counts_the_rest_as_all_would():
+    """parse_first_tool_calls == parse_tool_calls cut at the limit, plus the count of the
+    rest, on every mix of open and close tags, text, JSON and newlines (random texts)."""
+    rng = random.Random(0)
+    pieces = ["<tool_call>", "</tool_call>", "x", '{"name": "a"}', "\n", " "]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+        every = parse_tool_calls(text)
+        for limit in range(6):
+            first, more = parse_first_tool_calls(text, limit)
+            assert first == every[:limit] and more == len(every) - len(first), (text, limit)

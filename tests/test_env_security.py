@@ -40,6 +40,8 @@ def listing(svc, instance_id):
 
 
 def filesystem(svc, instance_id):
+    """The episode's file system; its backends are here only in a service without worker
+    processes (`service(workers=0)`), which runs the same code in its own process."""
     return svc.engine.episodes[instance_id].backends.instances["GorillaFileSystem"]
 
 
@@ -77,7 +79,7 @@ def test_code_in_the_tool_name(service, sandbox, name, reason):
 
 
 def test_code_in_argument_keys(service, sandbox, tmp_path):
-    svc = service()
+    svc = service(workers=0)
     instance_id, _ = svc.create(TASK, rollout_mode="validate")
     absolute = tmp_path / "pwned_key_abs"
     attempts = [
@@ -98,7 +100,7 @@ def test_code_in_argument_keys(service, sandbox, tmp_path):
 
 
 def test_code_in_values_is_stored_verbatim(service, sandbox, tmp_path):
-    svc = service()
+    svc = service(workers=0)
     instance_id, _ = svc.create(TASK, rollout_mode="validate")
     file_name = "__import__('os').system('touch pwned_value_1')"
     dir_name = "'); __import__('os').system('touch pwned_value_2'); ('"
@@ -124,7 +126,7 @@ def test_code_in_values_is_stored_verbatim(service, sandbox, tmp_path):
 
 
 def test_value_types_are_not_coerced_into_code(service, sandbox):
-    svc = service()
+    svc = service(workers=0)
     instance_id, _ = svc.create(TASK, rollout_mode="validate")
     for value in [{"__class__": "x"}, ["__import__('os')"], 10**30, None, True]:
         reply = svc.step(instance_id, call_text("cd", {"folder": value}))["state"][0]["content"]

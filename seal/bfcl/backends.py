@@ -28,7 +28,7 @@ from bfcl_eval.constants.executable_backend_config import (
     STATELESS_CLASSES,
 )
 
-from seal.bfcl.calls import ToolCall
+from seal.bfcl.calls import ToolCall, json_failure
 from seal.bfcl.tasks import BfclTask, initial_config_copy
 
 ERROR_PREFIX = "Error during execution: "
@@ -54,11 +54,22 @@ def _backend_class(class_name: str) -> type:
 # stay far inside these limits; a call beyond them is answered with an error instead.
 MAX_PRECISION = 1_000
 MAX_POWER_RESULT_BITS = 1_000_000
+# MessageAPI draws message ids at random from 90,000 and retries until it finds an unused
+# one, forever once all are used (~34 requests of 2,570 send_message calls did it: the
+# service hung for good). At half of them used a draw succeeds in 2 tries on average.
+MAX_MESSAGE_IDS = 45_000
 
 
-def cost_error(call: ToolCall) -> str | None:
-    """Why running `call` could take unbounded time, or None."""
+def cost_error(call: ToolCall, instance: object = None) -> str | None:
+    """Why running `call` (on `instance`, its backend) could take unbounded time, or None."""
     kw = call.kwargs
+    if call.name == "send_message" and instance is not None:
+        used = len(getattr(instance, "generated_ids", ()))
+        if used >= MAX_MESSAGE_IDS:
+            return (
+                f"this episode has used {used} message ids, the service's limit "
+                f"(BFCL's MessageAPI has 90,000 and never returns once they run out)"
+            )
     if call.name in ("logarithm", "square_root", "round_number"):
         for key in ("precision", "decimal_places"):
             value = kw.get(key)
@@ -135,6 +146,13 @@ class Backends:
                 instance._load_scenario(
                     initial_config_copy(task, class_name), long_context=task.long_context
                 )
+            if task.long_context:
+                # Long-context scenarios insert bfcl-eval's module-level extension objects
+                # by reference (TravelAPI's CREDIT_CARD_EXTENSION cards: a booking in one
+                # episode charged every later episode's card, 5000 -> 3900). One deep copy
+                # of the loaded state (+0.4 ms a create) makes all of it this episode's own;
+                # tests/test_env_isolation.py checks no object is shared, for every task.
+                vars(instance).update(copy.deepcopy(vars(instance)))
             self.instances[class_name] = instance
             # Later classes win on a shared method name, as in bfcl-eval's executor.
             for name in _public_methods(type(instance)):
@@ -147,9 +165,9 @@ class Backends:
         """Run one call; a backend exception becomes bfcl-eval's error string, as in BFCL."""
         if call.name not in self._owner:
             return f"{ERROR_PREFIX}no backend method named {call.name!r}"
-        if reason := cost_error(call):
-            return f"{ERROR_PREFIX}{reason}"
         instance = self.instances[self._owner[call.name]]
+        if reason := cost_error(call, instance):
+            return f"{ERROR_PREFIX}{reason}"
         method = getattr(instance, call.name)
         args, kwargs = copy.deepcopy(call.args), copy.deepcopy(call.kwargs)
         if call.name in mutable_defaults(type(instance)):
@@ -157,6 +175,12 @@ class Backends:
             given = set(order[: len(args)]) | set(kwargs)
             kwargs |= {p: copy.deepcopy(v) for p, v in defaults.items() if p not in given}
         try:
-            return format_result(method(*args, **kwargs))
+            value = method(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - backends raise anything; BFCL records it
             return f"{ERROR_PREFIX}{e}"
+        try:
+            return format_result(value)
+        except (ValueError, RecursionError) as e:
+            # e.g. multiply() of two 4,000-digit integers: Python will not print the
+            # product (over 4,300 digits), and json.dumps and str() both raise.
+            return f"{ERROR_PREFIX}the result cannot be written out ({json_failure(e)})"

@@ -7,7 +7,10 @@ Model output uses the Qwen2.5 format, one JSON object per block:
     </tool_call>
 
 Each block becomes a `ToolCall` or a `CallParseError` (kept in order, so the episode can
-answer every block). Ground-truth calls are BFCL call strings such as
+answer every block). Whatever the text, parsing answers: JSON the parser refuses
+(integers over Python's 4,300 digits, nesting too deep for it) and arguments nested
+deeper than `MAX_ARGUMENT_DEPTH` are parse errors, so no later step (copying,
+comparing, pickling the arguments) can hit Python's recursion limit. Ground-truth calls are BFCL call strings such as
 `mv(source='a.txt', destination='tmp')`; they are parsed with `ast` and every argument
 must be a literal, so neither side is ever executed as code.
 """
@@ -23,6 +26,64 @@ TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+MAX_ARGUMENT_DEPTH = 32
+"""Deepest nesting of a call's arguments (BFCL's tools take at most lists of dicts:
+depth 3). Deeper ones are malformed calls: at ~480 levels `copy.deepcopy` and the
+checker's comparisons raised RecursionError (HTTP 500 on every later evaluation)."""
+
+
+class ArgumentsTooDeep(ValueError):
+    """Arguments nested deeper than allowed."""
+
+
+def argument_size(value: object, max_depth: int = MAX_ARGUMENT_DEPTH) -> int:
+    """A JSON value's size in characters, roughly (strings and keys by length, a number by
+    its digits, containers and literals 1); raises ArgumentsTooDeep past `max_depth`
+    levels. Iterative, so any depth is safe to measure."""
+    size = 0
+    stack = [(value, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item, depth = pop()
+        kind = type(item)
+        if kind is str:
+            size += len(item)
+        elif kind is dict or kind is list or kind is tuple:
+            if depth >= max_depth:
+                raise ArgumentsTooDeep(f"nested deeper than {max_depth} levels")
+            size += 1
+            depth += 1
+            if kind is dict:
+                for key, child in item.items():
+                    size += len(key) if type(key) is str else 1
+                    if type(child) is str:
+                        size += len(child)
+                    else:
+                        push((child, depth))
+            else:
+                for child in item:
+                    if type(child) is str:
+                        size += len(child)
+                    else:
+                        push((child, depth))
+        elif kind is int:
+            size += item.bit_length() // 3 + 1  # about its decimal digits
+        else:
+            size += 1  # float, bool, None (and anything else a caller passes)
+    return size
+
+
+def json_failure(error: Exception) -> str:
+    """What the JSON parser's refusal means, for the model (or the client) to read."""
+    if isinstance(error, json.JSONDecodeError):
+        return f"{error.msg} at char {error.pos}"
+    if isinstance(error, RecursionError):
+        return "the JSON is nested too deeply"
+    text = str(error)
+    if "integer string conversion" in text:  # Python's int_max_str_digits guard
+        return "an integer has more than 4300 digits"
+    return text
 
 
 @dataclass(frozen=True)
@@ -57,14 +118,38 @@ def parse_tool_calls(text: str) -> list[ToolCall | CallParseError]:
     return [_parse_block(m.group(1), closed=bool(m.group(2))) for m in _BLOCK.finditer(text)]
 
 
+def parse_first_tool_calls(text: str, limit: int) -> tuple[list[ToolCall | CallParseError], int]:
+    """The first `limit` blocks parsed, and how many blocks follow them (not parsed: a
+    service that runs at most `limit` calls of a message need not read the rest)."""
+    parsed: list[ToolCall | CallParseError] = []
+    if limit <= 0:
+        return parsed, len(parse_tool_calls(text))
+    for m in _BLOCK.finditer(text):
+        parsed.append(_parse_block(m.group(1), closed=bool(m.group(2))))
+        if len(parsed) == limit:
+            pos = m.end()
+            break
+    else:
+        return parsed, 0
+    # Count the rest as the pattern would split them (str.find: 50x faster than it).
+    more = 0
+    while (start := text.find(TOOL_CALL_OPEN, pos)) != -1:
+        more += 1
+        close = text.find(TOOL_CALL_CLOSE, start + len(TOOL_CALL_OPEN))
+        if close == -1:
+            break
+        pos = close + len(TOOL_CALL_CLOSE)
+    return parsed, more
+
+
 def _parse_block(body: str, closed: bool) -> ToolCall | CallParseError:
     raw = body.strip()
     if not closed:
         return CallParseError(raw, "the <tool_call> block is not closed with </tool_call>")
     try:
         obj = json.loads(raw)
-    except json.JSONDecodeError as e:
-        return CallParseError(raw, f"the block is not valid JSON ({e.msg} at char {e.pos})")
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
+        return CallParseError(raw, f"the block is not valid JSON ({json_failure(e)})")
     if not isinstance(obj, dict):
         return CallParseError(raw, "the block must be a JSON object with 'name' and 'arguments'")
     name, arguments = obj.get("name"), obj.get("arguments", {})
@@ -77,6 +162,15 @@ def _parse_block(body: str, closed: bool) -> ToolCall | CallParseError:
         return CallParseError(raw, "'name' must be a tool name string")
     if not isinstance(arguments, dict):
         return CallParseError(raw, "'arguments' must be a JSON object")
+    return checked_call(name, arguments, raw)
+
+
+def checked_call(name: str, arguments: dict, raw: str = "") -> ToolCall | CallParseError:
+    """A call with these arguments, or a parse error if they are nested too deeply."""
+    try:
+        argument_size(arguments)
+    except ArgumentsTooDeep as e:
+        return CallParseError(raw, f"'arguments' are {e}")
     return ToolCall(name=name, kwargs=arguments)
 
 

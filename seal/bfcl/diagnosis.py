@@ -20,11 +20,20 @@ when bfcl-eval's `multi_turn_checker` passes the episode (it stops at the first 
 turn and ignores calls on empty-ground-truth turns except through the state they
 change). The comparisons reuse bfcl-eval's own `state_checker` and `response_checker`,
 which are pure functions; its executor, which `eval`s strings, is never used.
+
+The response check only asks whether each ground-truth result is among the model's
+results so far (equality of strings), so results longer than `DIGEST_OVER` characters
+are held as a digest of their text: equal results keep equal digests, and verifying an
+episode of 1,000 `cat` calls holds kilobytes, not every result at once (+570 MB before).
+`diagnose_steps` yields between calls, so a scheduler can interleave a long
+verification with other work (env_service/worker.py) and stop one that runs too long.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+from collections.abc import Generator
 from dataclasses import dataclass
 
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (
@@ -44,6 +53,17 @@ _parse_gt = functools.lru_cache(maxsize=16384)(parse_call_string)
 # A turn of model calls: one list of executed calls per generation in that turn.
 ModelTurn = list[list[ToolCall]]
 
+DIGEST_OVER = 1024
+"""Results longer than this are compared by digest (sha256 of the text, and its length)."""
+
+
+def comparable(result: str) -> str:
+    """`result`, or for a long one a short string equal exactly when the results are."""
+    if len(result) <= DIGEST_OVER:
+        return result
+    digest = hashlib.sha256(result.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"<sha256 {digest}, {len(result)} characters>"
+
 
 @dataclass(frozen=True)
 class Diagnosis:
@@ -59,24 +79,44 @@ class Diagnosis:
 
 def diagnose(task: BfclTask, model_turns: list[ModelTurn]) -> Diagnosis:
     """Tag every ground-truth turn; `model_turns` may be shorter than the task (early stop)."""
+    steps = diagnose_steps(task, model_turns)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def diagnose_steps(
+    task: BfclTask, model_turns: list[ModelTurn]
+) -> Generator[None, None, Diagnosis]:
+    """`diagnose`, yielding after every call it replays; returns the Diagnosis."""
     model_ns, gt_ns = Backends(task), Backends(task)
     model_results_so_far: list[str] = []
     tags, notes = [], []
     for turn, gt_strings in enumerate(task.ground_truth):
         steps = model_turns[turn] if turn < len(model_turns) else []
         model_calls = [call for step in steps for call in step]
-        model_results_so_far.extend(model_ns.call(c) for c in model_calls)
-        tag, note = _tag_turn(gt_ns, model_ns, gt_strings, model_calls, model_results_so_far, turn)
+        for call in model_calls:
+            model_results_so_far.append(comparable(model_ns.call(call)))
+            yield
+        try:
+            gt_results = []
+            for s in gt_strings:
+                gt_results.append(gt_ns.call(_parse_gt(s)))
+                yield
+        except ValueError as e:
+            tag, note = T.GT_ERROR, str(e)
+        else:
+            tag, note = _tag_turn(
+                gt_ns, model_ns, gt_strings, gt_results, model_calls, model_results_so_far, turn
+            )
         tags.append(tag)
         notes.append(note)
     return _summarise(task, tags, notes)
 
 
-def _tag_turn(gt_ns, model_ns, gt_strings, model_calls, model_results_so_far, turn):
-    try:
-        gt_results = [gt_ns.call(_parse_gt(s)) for s in gt_strings]
-    except ValueError as e:
-        return T.GT_ERROR, str(e)
+def _tag_turn(gt_ns, model_ns, gt_strings, gt_results, model_calls, model_results_so_far, turn):
     failed = [r for r in gt_results if r.startswith(ERROR_PREFIX)]
     if failed:
         return T.GT_ERROR, f"ground truth raised: {failed[0]}"
@@ -92,7 +132,7 @@ def _tag_turn(gt_ns, model_ns, gt_strings, model_calls, model_results_so_far, tu
         state = state_checker(model_ns.instances, gt_ns.instances)
         if not state["valid"]:
             return T.STATE_MISMATCH, state["error_message"]
-        response = response_checker(model_results_so_far, gt_results, turn)
+        response = response_checker(model_results_so_far, [comparable(r) for r in gt_results], turn)
         if not response["valid"]:
             missing = response["details"]["missing_items"]
             return T.RESPONSE_MISMATCH, f"{len(missing)} expected result(s) missing"

@@ -210,13 +210,20 @@ class EpisodeCreated(BaseModel):
     """The first turn's user messages."""
 
 
+MAX_CALLS_IN_A_STEP = 8192
+"""More calls than a model's message can hold (262,144 characters, 36 a call at least):
+a longer list is refused (422) before its calls are validated one by one, which for the
+300,000 calls a 4 MiB body can list held the service's event loop for a second."""
+
+
 class StepRequest(BaseModel):
     model_config = _STRICT
 
     content: str = Field(description="The model's text, as generated (kept for the record).")
     tool_calls: list[AssistantCall] = Field(
+        max_length=MAX_CALLS_IN_A_STEP,
         description="The calls the client parsed from the text, in order; empty: the text "
-        "answers, which ends the user turn."
+        "answers, which ends the user turn.",
     )
     seq: int | None = Field(
         None,
@@ -243,6 +250,10 @@ class Evaluation(BaseModel):
     terminated: bool
     truncated: bool
     """The service ended the episode at `limits.max_generations`."""
+    aborted: str | None = None
+    """Why the service ended the episode or its verification as a failure, or None:
+    `step_time_budget` (a step's calls ran over the service's time budget; accuracy and
+    reward 0) or `evaluation_time_budget` (verification did; every turn `checker_error`)."""
     steps: int
     tool_calls: int
     invalid_calls: int

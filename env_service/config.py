@@ -1,0 +1,91 @@
+"""The service's settings: capacity, the cost any one client may impose, sources, access.
+
+`python -m env_service --help` lists a flag for each (env_service/__main__.py); tests
+and embedders pass a `ServiceConfig` to `create_app`. Every limit is enforced for every
+client and answered explicitly (a status, a tool-call error or a tagged failure), never
+by a silent cut. BFCL's own episodes stay far inside all of them: its ground truth has
+at most 34 calls in a turn and 35 in an episode, results of at most 31.7k characters.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MIB = 2**20
+
+TOKEN_ENV = "SEAL_ENV_TOKEN"
+"""Environment variable the service reads its token from when `--token` is not given
+(the same name the client reads, seal/rollout/env_client.py). Prefer it to `--token`,
+which other users of the machine can read in the process list."""
+
+
+class ServiceConfig(BaseModel):
+    """Service-wide limits, sources and access. A misspelt key is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # --- capacity --------------------------------------------------------------------------
+    max_live_episodes: int = Field(1024, ge=1)
+    """Creating one more answers 'busy' (HTTP 503 with Retry-After) instead of growing
+    without bound."""
+    episode_ttl_s: float = Field(3600.0, gt=0)
+    """An episode untouched for this long is dropped (clients that died leak nothing).
+    The original release's value: a policy step can wait minutes on generation under load,
+    and a live episode costs little here (max_live_episodes bounds them all)."""
+    workers: int = Field(2, ge=0)
+    """Processes that run tool calls and verification, off the event loop
+    (env_service/workers.py: why processes). 0 runs them in the service's own process, on
+    its event loop: for tests and debugging only, since a call that never returns then
+    stops the whole service."""
+
+    # --- what one request may cost -----------------------------------------------------------
+    max_body_bytes: int = Field(4 * MIB, ge=1024)
+    """Largest HTTP request body, refused with 413 from its Content-Length or, without
+    one, as soon as the streamed bytes pass it, before anything is parsed. Must hold a
+    max_message_chars message: JSON escapes a character in up to 6 bytes, and a native
+    step carries the text and its calls."""
+    max_message_chars: int = Field(262_144, ge=1)
+    """Larger assistant messages are refused (HTTP 413); the paper's 4096-token responses
+    are far below this."""
+    max_calls_per_step: int = Field(128, ge=1)
+    """Tool calls one assistant message may run; the calls after them are answered
+    `Error: not run: ...` (counted as invalid, kind `call_limit`)."""
+    max_result_chars: int = Field(65_536, ge=256)
+    """A tool result longer than this is cut, with a marker that says so (BFCL's longest
+    is 31.7k characters)."""
+    max_step_reply_chars: int = Field(MIB, ge=1024)
+    """Once a message's tool results reach this many characters, its remaining calls are
+    not run (answered `Error: not run: ...`, kind `reply_limit`): before, a 15 KB request
+    of `cat` calls drew a 40 MB reply."""
+    max_step_seconds: float = Field(10.0, gt=0)
+    """Time a step's calls may run. Past it the step stops and the episode ends as a
+    failure tagged `aborted: step_time_budget`; a call still running then (one that never
+    returns) gets its worker process killed and replaced."""
+    max_evaluation_seconds: float = Field(30.0, gt=0)
+    """Time one verification (a replay of the episode and of the ground truth) may run;
+    past it the evaluation is `aborted: evaluation_time_budget`, every turn tagged
+    `checker_error` (an infrastructure tag: no weight, no guideline)."""
+
+    # --- what one episode may keep -------------------------------------------------------------
+    max_calls_per_episode: int = Field(1024, ge=1)
+    """Tool calls one episode may run in all (kind `episode_limit` after that). Bounds what
+    verification replays, and keeps BFCL's MessageAPI far from running out of its 90,000
+    message ids (it then looped forever)."""
+    max_episode_call_chars: int = Field(MIB, ge=1024)
+    """Characters of arguments (strings, numbers' digits, keys) of the calls an episode
+    has run, which it keeps for verification and its backends hold; a call that would
+    pass it is not run (kind `episode_limit`)."""
+
+    # --- sources and access --------------------------------------------------------------------
+    capability_state_path: Path | None = None
+    """A persisted capability state (seal.tocf) to read the failure profile from when no
+    trainer has pushed one; re-read whenever the file changes. Unreadable at start: the
+    service refuses to start. Unreadable later: the last good profile is kept and a
+    warning names the file (GET /v1/profile shows it)."""
+    max_profile_bytes: int = Field(65_536, ge=1024)
+    """Largest `PUT /v1/profile` body (413 beyond; a profile lists at most 64 tags)."""
+    token: str | None = Field(None, min_length=1)
+    """Bearer token every request but `GET /healthz` must carry (`Authorization: Bearer
+    <token>`; 401 otherwise). Required to bind anything but a loopback interface."""

@@ -1,0 +1,86 @@
+"""Running one step's tool calls within the step's budgets, wherever the backends live.
+
+`run_calls` is a generator that runs one call per `next()`: a worker process
+(env_service/worker.py) interleaves the steps and verifications of all its episodes one
+call at a time, so one costly message delays another episode's step by at most one call
+of its own, never by the whole message. `run_now` drives it to the end in the calling
+process (no workers, or tests).
+
+Budgets, from ServiceConfig: each result is cut to `max_result_chars` (with a marker
+saying so); once a step's results reach `max_reply_chars`, its remaining calls are not
+run; once its calls have run for `max_seconds` (their own time, not time spent waiting
+for other episodes' calls), the step stops and its episode ends (`step_time_budget`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from dataclasses import dataclass
+
+from seal.bfcl.backends import Backends
+from seal.bfcl.calls import ToolCall
+
+REPLY_LIMIT = "reply_limit"
+STEP_TIME_BUDGET = "step_time_budget"
+"""`aborted` of an episode whose step ran over its time budget."""
+EVALUATION_TIME_BUDGET = "evaluation_time_budget"
+"""`aborted` of an evaluation whose verification ran over its time budget."""
+
+
+@dataclass(frozen=True)
+class StepBudget:
+    max_result_chars: int
+    max_reply_chars: int
+    max_seconds: float
+
+
+@dataclass(frozen=True)
+class RunResult:
+    results: list[str]
+    """The results of the calls that ran: the first len(results) of the step's calls."""
+    stopped: str | None = None
+    """Why the rest did not run: REPLY_LIMIT, STEP_TIME_BUDGET, or None (all ran)."""
+    seconds: float = 0.0
+    """Time the calls ran."""
+    lost: bool = False
+    """The process running the calls was killed (a call did not return within the time
+    budget): which of them ran, and their results, are unknown."""
+
+
+def clip(result: str, max_chars: int) -> str:
+    if len(result) <= max_chars:
+        return result
+    return (
+        f"{result[:max_chars]}... [clipped by the service: {len(result)} characters, "
+        f"limit {max_chars}]"
+    )
+
+
+def run_calls(
+    backends: Backends, calls: list[ToolCall], budget: StepBudget
+) -> Generator[None, None, RunResult]:
+    """Run `calls` in order, yielding after each; returns what ran and why it stopped."""
+    results: list[str] = []
+    reply_chars, seconds = 0, 0.0
+    for call in calls:
+        started = time.perf_counter()
+        result = clip(backends.call(call), budget.max_result_chars)
+        seconds += time.perf_counter() - started
+        results.append(result)
+        reply_chars += len(result)
+        if seconds > budget.max_seconds:
+            return RunResult(results, STEP_TIME_BUDGET, seconds)
+        if reply_chars >= budget.max_reply_chars and len(results) < len(calls):
+            return RunResult(results, REPLY_LIMIT, seconds)
+        yield
+    return RunResult(results, None, seconds)
+
+
+def run_now(generator: Generator[None, None, object]) -> object:
+    """Drive a generator of this module (or seal.bfcl.diagnosis.diagnose_steps) to its end."""
+    while True:
+        try:
+            next(generator)
+        except StopIteration as done:
+            return done.value

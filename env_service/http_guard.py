@@ -1,0 +1,122 @@
+"""The service's door: the bearer token and the body limit, before any route runs.
+
+An ASGI middleware, so both hold for every path, `/docs` and `/openapi.json` included,
+and an unknown path without the token learns nothing (401, not 404):
+
+- With a token set, every request but `GET /healthz` must carry `Authorization: Bearer
+  <token>` (compared in constant time); others get 401 with `WWW-Authenticate: Bearer`.
+- A request body larger than the limit (`max_body_bytes`; `max_profile_bytes` for
+  `/v1/profile`) is refused with 413 from its Content-Length before a byte is read, or,
+  streamed without one, as soon as the count passes the limit. Before, a 300 MB body was
+  read and parsed whole (~1 GB peak) and only then refused. Bodies within the limit are
+  read here and handed on whole (FastAPI reads them whole anyway).
+
+Errors answer in each protocol's own shape: the wire protocol's `{success, data, error}`
+envelope on its paths, `{"detail": ...}` elsewhere.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+OPEN_PATHS = {("GET", "/healthz"), ("HEAD", "/healthz")}
+PROFILE_PATH = "/v1/profile"
+BODILESS_METHODS = {"GET", "HEAD", "OPTIONS"}
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class Guard:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str | None,
+        max_body_bytes: int,
+        max_profile_bytes: int,
+        wire_paths: set[str],
+    ):
+        self.app = app
+        self.token = token.encode() if token else None
+        self.max_body_bytes = max_body_bytes
+        self.max_profile_bytes = max_profile_bytes
+        self.wire_paths = wire_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        method, path = scope["method"], scope["path"]
+        headers = dict(scope["headers"])
+        guarded = self.token is not None and (method, path) not in OPEN_PATHS
+        if guarded and not self._authorized(headers.get(b"authorization", b"")):
+            message = "a valid bearer token is required (Authorization: Bearer <token>)"
+            challenge = {b"www-authenticate": b"Bearer"}
+            return await self._error(path, send, 401, message, challenge)
+        if method in BODILESS_METHODS:
+            return await self.app(scope, receive, send)
+        limit = self.max_profile_bytes if path == PROFILE_PATH else self.max_body_bytes
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            message = f"request body of {int(declared)} bytes exceeds the limit of {limit} bytes"
+            return await self._error(path, send, 413, message, {b"connection": b"close"})
+        try:
+            body, after = await self._read(receive, limit)
+        except _TooLarge:
+            message = f"request body exceeds the limit of {limit} bytes"
+            return await self._error(path, send, 413, message, {b"connection": b"close"})
+        return await self.app(scope, _replay(body, after, receive), send)
+
+    def _authorized(self, header: bytes) -> bool:
+        scheme, _, given = header.partition(b" ")
+        if scheme.lower() != b"bearer":
+            return False
+        return hmac.compare_digest(given.strip(), self.token)
+
+    async def _read(self, receive: Receive, limit: int) -> tuple[bytes, Message | None]:
+        """The whole body, counted as it streams; a disconnect ends it early."""
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return b"".join(chunks), message
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise _TooLarge
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks), None
+
+    async def _error(self, path: str, send: Send, status: int, message: str, extra: dict) -> None:
+        if path in self.wire_paths:
+            payload = {"success": False, "data": None, "error": message}
+        else:
+            payload = {"detail": message}
+        body = orjson.dumps(payload)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *extra.items(),
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _replay(body: bytes, after: Message | None, receive: Receive) -> Receive:
+    """A receive that gives the body read already, then whatever comes next."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            if after is not None:
+                return after
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed

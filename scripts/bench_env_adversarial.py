@@ -1,0 +1,344 @@
+"""Does one hostile client slow everyone else down? Well-behaved clients' latency and the
+service's memory, quiet and under attack.
+
+    python scripts/bench_env_adversarial.py [--clients 64] [--rounds 3] [--phase-s 20]
+
+Starts `python -m env_service` (its defaults) in its own process. 64 well-behaved
+clients play ground-truth episodes on the native API as a trainer does, pacing each
+request with a random 0.5x-1.5x `--pause-ms` (generation time), and record every
+request's latency. Phases alternate, `--rounds` times: quiet (only them), then
+adversarial (them, and one more client, in its own process, sending the worst legal
+requests of issue #12's finding 2 back to back, in turn):
+
+- a 262 KB message of 2,945 `grep` calls on an 80k-line file (its episode allows 1024
+  steps, so the message is repeated until the episode's call budget is spent);
+- the evaluation of that episode (a replay of every call it ran);
+- a 15 KB message of 210 `cat` calls on a 190 KB file (before: a 40 MB reply);
+- a body announced as 300 MB (before: read and parsed whole, ~1 GB);
+- 2,570 `send_message` calls (before: ~34 of these hung the service for good).
+
+Prints per phase the well-behaved clients' p50/p99 request latency and request count,
+the adversary's requests, and the service's peak RSS (its own process, and with its
+worker processes: their RSS summed, which counts pages they share with it twice); then
+the medians over the rounds and whether the adversarial p99 stays within 2x of the quiet
+one. Client, adversary and service share this machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import multiprocessing
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
+from seal.bfcl.tasks import load_task, task_ids
+from seal.rollout.env_client import EnvClient, is_healthy
+from seal.rollout.protocol import EpisodeSettings
+from seal.rollout.scripted import run_scripted_episode
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MESSAGE_CHARS = 262_144  # the service's default max_message_chars
+
+
+class TimedClient(EnvClient):
+    """EnvClient that records the latency of every request while `recording`."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.latencies: list[float] = []
+        self.recording = False
+        self.errors: list[str] = []
+
+    async def call(self, method, path, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return await super().call(method, path, *args, **kwargs)
+        finally:
+            if self.recording:
+                self.latencies.append(time.perf_counter() - t0)
+
+
+class PeakRss(threading.Thread):
+    """The service's peak RSS, alone and with its worker processes, sampled every 20 ms."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.process = psutil.Process(pid)
+        self.peak = self.peak_tree = 0
+        self.running = True
+
+    def reset(self) -> None:
+        self.peak = self.peak_tree = 0
+
+    def run(self):
+        while self.running:
+            try:
+                own = self.process.memory_info().rss
+                tree = own + sum(c.memory_info().rss for c in self.process.children())
+            except psutil.NoSuchProcess:
+                tree = own = 0  # a worker just replaced: the next sample counts it
+            self.peak, self.peak_tree = max(self.peak, own), max(self.peak_tree, tree)
+            time.sleep(0.02)
+
+
+# --- the adversary (its own process) --------------------------------------------------------
+
+
+def _compact(name: str, arguments: dict, n: int) -> str:
+    one = json.dumps({"name": name, "arguments": arguments}, separators=(",", ":"))
+    return f"<tool_call>{one}</tool_call>" * n
+
+
+def _most(name: str, arguments: dict) -> str:
+    return _compact(name, arguments, MESSAGE_CHARS // len(_compact(name, arguments, 1)))
+
+
+class Adversary:
+    """Worst legal requests of finding 2 (and 1), one after another, over the wire
+    protocol (a client of the original release needs nothing but a socket)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.http = httpx.Client(base_url=url, timeout=120)
+        self.n = 0
+        self.requests = 0
+
+    def post(self, path: str, **body) -> httpx.Response:
+        self.requests += 1
+        return self.http.post(path, json=body)
+
+    def step(self, instance_id: str, text: str) -> httpx.Response:
+        return self.post(
+            "/step", instance_id=instance_id, messages={"role": "assistant", "content": text}
+        )
+
+    def episode(self, task_id: str) -> str:
+        self.n += 1
+        instance_id = f"adversary-{self.n}"
+        params = {"rollout_mode": "validate", "max_steps": 1024}
+        self.post(
+            "/create", env_type="bfcl", task_id=task_id, instance_id=instance_id, params=params
+        )
+        return instance_id
+
+    def grep_flood(self) -> None:
+        iid = self.episode("multi_turn_base_1")
+        self.step(iid, _compact("touch", {"file_name": "big.txt"}, 1))
+        self.step(iid, _compact("echo", {"content": "a\n" * 80_000, "file_name": "big.txt"}, 1))
+        flood = _most("grep", {"file_name": "big.txt", "pattern": "b"})
+        for _ in range(9):  # 8 x 128 calls spend the episode's 1024; the 9th runs none
+            self.step(iid, flood)
+        self.post("/evaluate", instance_id=iid)
+        self.post("/release", instance_id=iid)
+
+    def big_reply(self) -> None:
+        iid = self.episode("multi_turn_base_1")
+        self.step(iid, _compact("touch", {"file_name": "f.txt"}, 1))
+        self.step(iid, _compact("echo", {"content": "x" * 190_000, "file_name": "f.txt"}, 1))
+        for _ in range(3):
+            self.step(iid, _compact("cat", {"file_name": "f.txt"}, 210))
+        self.post("/evaluate", instance_id=iid)
+        self.post("/release", instance_id=iid)
+
+    def huge_body(self) -> None:
+        host, port = self.url.removeprefix("http://").split(":")
+        head = (
+            "POST /step HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {300 * 2**20}\r\n\r\n"
+        )
+        self.requests += 1
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(head.encode())
+            try:
+                for _ in range(16):
+                    sock.sendall(b" " * 2**20)
+            except OSError:
+                pass  # answered (413) and closed: as it should
+            sock.recv(4096)
+
+    def message_ids(self) -> None:
+        iid = self.episode("multi_turn_base_14")
+        self.step(iid, _compact("message_login", {"user_id": "USR001"}, 1))
+        flood = _compact("send_message", {"receiver_id": "USR002", "message": "hi"}, 2570)
+        for _ in range(9):
+            self.step(iid, flood)
+        self.post("/evaluate", instance_id=iid)
+        self.post("/release", instance_id=iid)
+
+    def run(self, stop, counter) -> None:
+        attacks = [self.grep_flood, self.big_reply, self.huge_body, self.message_ids]
+        k = 0
+        while not stop.is_set():
+            attacks[k % len(attacks)]()
+            k += 1
+            counter.value = self.requests
+
+
+def _adversary_main(url: str, stop, counter) -> None:
+    Adversary(url).run(stop, counter)
+
+
+# --- the well-behaved clients ---------------------------------------------------------------
+
+
+async def play(url: str, ids: list[str], scripts: dict, clients: int, pause_s: float, stop):
+    """`clients` loops of paced ground-truth episodes until `stop()`; returns the client."""
+    rng = random.Random(0)
+    client = TimedClient(url, max_connections=clients)
+    next_task = iter(range(10**9))
+
+    async def loop():
+        while not stop():
+            task_id = ids[next(next_task) % len(ids)]
+            try:
+                await run_scripted_episode(
+                    client,
+                    task_id,
+                    scripts[task_id],
+                    EpisodeSettings(mode="validate"),
+                    lambda: pause_s * rng.uniform(0.5, 1.5),
+                )
+            except Exception as e:  # noqa: BLE001 - counted and printed: the bench goes on
+                client.errors.append(f"{task_id}: {type(e).__name__}: {e}")
+
+    return client, [asyncio.create_task(loop()) for _ in range(clients)]
+
+
+async def measure(url: str, args, ids, scripts, proc: subprocess.Popen) -> list[dict]:
+    sampler = PeakRss(proc.pid)
+    sampler.start()
+    ctx = multiprocessing.get_context("spawn")
+    rows = []
+    state = {"stopping": False}
+    client, loops = await play(
+        url, ids, scripts, args.clients, args.pause_ms / 1e3, lambda: state["stopping"]
+    )
+    gc.collect()
+    gc.freeze()
+    gc.disable()  # the client's own GC pauses would count as service latency
+    try:
+        await asyncio.sleep(3)  # warm up: every client in an episode
+        for round_ in range(1, args.rounds + 1):
+            for phase in ("quiet", "adversarial"):
+                stop, counter = ctx.Event(), ctx.Value("i", 0)
+                adversary = None
+                if phase == "adversarial":
+                    adversary = ctx.Process(target=_adversary_main, args=(url, stop, counter))
+                    adversary.start()
+                    await asyncio.sleep(2)  # it has started attacking
+                client.latencies, client.errors = [], []
+                client.recording = True
+                sampler.reset()
+                await asyncio.sleep(args.phase_s)
+                client.recording = False
+                lat = sorted(client.latencies)
+                q = statistics.quantiles(lat, n=100)
+                row = {
+                    "round": round_,
+                    "phase": phase,
+                    "requests": len(lat),
+                    "p50 ms": q[49] * 1e3,
+                    "p99 ms": q[98] * 1e3,
+                    "max ms": lat[-1] * 1e3,
+                    "peak RSS MB": sampler.peak / 2**20,
+                    "+workers RSS MB": sampler.peak_tree / 2**20,
+                    "adversary requests": counter.value,
+                    "client errors": len(client.errors),
+                }
+                for error in client.errors[:3]:
+                    print(f"  client error: {error}")
+                if adversary is not None:
+                    stop.set()
+                    adversary.join(timeout=120)
+                    if adversary.is_alive():
+                        adversary.kill()
+                    row["adversary requests"] = counter.value
+                rows.append(row)
+                print(
+                    f"round {round_} {phase:<11}: "
+                    + ", ".join(
+                        f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
+                        for k, v in row.items()
+                        if k not in ("round", "phase")
+                    ),
+                    flush=True,
+                )
+                await asyncio.sleep(2)  # let the service settle between phases
+    finally:
+        state["stopping"] = True
+        gc.enable()
+        sampler.running = False
+        await asyncio.gather(*loops, return_exceptions=True)
+        await client.aclose()
+    return rows
+
+
+def start_service(port: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "env_service", "--port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if is_healthy(f"http://127.0.0.1:{port}", timeout_s=1):
+            return proc
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("error: the environment service did not become healthy within 60 s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--clients", type=int, default=64, help="well-behaved clients (default 64)")
+    p.add_argument("--rounds", type=int, default=3, help="quiet/adversarial rounds (default 3)")
+    p.add_argument("--phase-s", type=float, default=20.0, help="seconds per phase (default 20)")
+    p.add_argument(
+        "--pause-ms", type=float, default=150.0, help="mean pause before a request (default 150)"
+    )
+    p.add_argument("--port", type=int, default=8094, help="the service's port (default 8094)")
+    args = p.parse_args(argv)
+
+    ids = task_ids()
+    scripts = {tid: assistant_messages(ground_truth_trajectory(load_task(tid))) for tid in ids}
+    proc = start_service(args.port)
+    try:
+        rows = asyncio.run(measure(f"http://127.0.0.1:{args.port}", args, ids, scripts, proc))
+        alive = proc.poll() is None and is_healthy(f"http://127.0.0.1:{args.port}", timeout_s=5)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+    print(f"\nmedians over {args.rounds} rounds of {args.phase_s:.0f} s, {args.clients} clients:")
+    keys = ["requests", "p50 ms", "p99 ms", "max ms", "peak RSS MB", "+workers RSS MB"]
+    keys += ["adversary requests", "client errors"]
+    print(f"  {'':<20} {'quiet':>10} {'adversarial':>12}")
+    medians = {}
+    for key in keys:
+        medians[key] = [
+            statistics.median(r[key] for r in rows if r["phase"] == phase)
+            for phase in ("quiet", "adversarial")
+        ]
+        print(f"  {key:<20} {medians[key][0]:>10.1f} {medians[key][1]:>12.1f}")
+    quiet, attacked = medians["p99 ms"]
+    print(
+        f"\nadversarial p99 / quiet p99 = {attacked / quiet:.2f} "
+        f"({'within' if attacked <= 2 * quiet else 'NOT within'} 2x); "
+        f"service {'healthy' if alive else 'NOT healthy'} after the attacks"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,458 @@
+"""No client can stall or crash the service (issue #12, findings 1-3), each in the
+finding's own terms.
+
+1. MessageAPI's ids run out (`_generate_id` then loops forever): the service still
+   answers, /healthz too, and SIGTERM stops it; a call that never returns ends its
+   episode as a tagged failure and the service goes on.
+2. Tool calls cost the event loop nothing: a message of 2,945 `grep` calls on an
+   80k-line file does not block other episodes, nor does its evaluation; a small request
+   cannot make a huge reply; what an episode keeps and what verification holds are
+   bounded; an oversized body is refused before it is read.
+3. Tool-call JSON never makes a 500: integers over 4,300 digits, nesting of any depth;
+   wire-protocol errors are always its JSON envelope.
+
+Tests that could hang on a broken service run it in its own process (`service_process`).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import time
+import tracemalloc
+
+import httpx
+import pytest
+
+from env_service import release_compat
+from seal.bfcl.backends import ERROR_PREFIX, Backends
+from seal.bfcl.calls import ToolCall
+from seal.bfcl.diagnosis import diagnose
+from seal.bfcl.ground_truth import tool_call_text
+from seal.bfcl.tasks import load_task
+
+FS_TASK = "multi_turn_base_1"  # GorillaFileSystem, starting in /alex
+MESSAGE_TASK = "multi_turn_base_14"  # MessageAPI + GorillaFileSystem
+LIMIT = 262_144  # the service's default max_message_chars
+
+
+def calls_text(name: str, arguments: dict, n: int) -> str:
+    return tool_call_text([ToolCall(name, arguments)] * n)
+
+
+def compact_calls(name: str, arguments: dict, n: int) -> str:
+    """`n` calls as tightly as a model may write them (no spaces, no newlines)."""
+    one = json.dumps({"name": name, "arguments": arguments}, separators=(",", ":"))
+    return f"<tool_call>{one}</tool_call>" * n
+
+
+def most_calls_that_fit(name: str, arguments: dict) -> str:
+    return compact_calls(name, arguments, LIMIT // len(compact_calls(name, arguments, 1)))
+
+
+class Wire:
+    """The wire protocol over a real socket."""
+
+    def __init__(self, url: str, timeout_s: float = 30.0):
+        self.http = httpx.Client(base_url=url, timeout=timeout_s)
+
+    def post(self, path: str, **body) -> httpx.Response:
+        return self.http.post(path, json=body)
+
+    def create(self, task_id: str, instance_id: str, **params) -> None:
+        reply = self.post(
+            "/create",
+            env_type="bfcl",
+            task_id=task_id,
+            instance_id=instance_id,
+            params={"rollout_mode": "validate", **params},
+        )
+        assert reply.status_code == 200, reply.text
+
+    def step(self, instance_id: str, content: str) -> dict:
+        reply = self.post(
+            "/step", instance_id=instance_id, messages={"role": "assistant", "content": content}
+        )
+        assert reply.status_code == 200, reply.text
+        return reply.json()["data"]
+
+    def evaluate(self, instance_id: str) -> dict:
+        reply = self.post("/evaluate", instance_id=instance_id)
+        assert reply.status_code == 200, reply.text
+        return reply.json()["data"]
+
+
+def results(data: dict) -> list[str]:
+    """The tool results of a wire /step answer."""
+    content = data["state"][0]["content"]
+    return [
+        block.split("\n</tool_response>")[0] for block in content.split("<tool_response>\n")[1:]
+    ]
+
+
+# --- 1. MessageAPI's ids, and calls that never return ----------------------------------------
+
+
+def _alarm(seconds: int):
+    def expired(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+
+
+def test_message_ids_running_out_is_an_error_not_a_hang():
+    backends = Backends(load_task(MESSAGE_TASK))
+    assert "USR001" in backends.call(ToolCall("message_login", {"user_id": "USR001"}))
+    api = backends.instances["MessageAPI"]
+    api.generated_ids.update(range(10_000, 100_000))  # all 90,000 ids BFCL draws from
+    send = ToolCall("send_message", {"receiver_id": "USR002", "message": "hi"})
+    _alarm(10)
+    try:
+        result = backends.call(send)
+    finally:
+        signal.alarm(0)
+    assert result.startswith(ERROR_PREFIX) and "message ids" in result
+
+
+def test_exhausting_message_ids_never_hangs_the_service(service_process):
+    svc = service_process()
+    wire = Wire(svc.url)
+    wire.create(MESSAGE_TASK, "flood", max_steps=1024)
+    wire.step("flood", calls_text("message_login", {"user_id": "USR001"}, 1))
+    flood = compact_calls("send_message", {"receiver_id": "USR002", "message": "hi"}, 2570)
+    assert len(flood) <= LIMIT
+    for _ in range(36):  # ~34 of these exhausted BFCL's 90,000 ids
+        answered = results(wire.step("flood", flood))
+        assert len(answered) == 2570
+        assert httpx.get(f"{svc.url}/healthz", timeout=2).status_code == 200
+    report = wire.evaluate("flood")
+    assert report["tool_calls"] <= 1024 and report["invalid_by_kind"]["episode_limit"] > 0
+    assert svc.terminate(timeout_s=15) in (0, -15)  # uvicorn re-raises SIGTERM once stopped
+
+
+SPIN = """
+from bfcl_eval.eval_checker.multi_turn_eval.func_source_code import gorilla_file_system
+def spin(self):
+    while True:
+        pass
+gorilla_file_system.GorillaFileSystem.pwd = spin
+"""
+
+
+def test_a_call_that_never_returns_ends_its_episode_not_the_service(service_process):
+    svc = service_process("--workers", "1", "--max-step-seconds", "1", patch=SPIN)
+    wire = Wire(svc.url)
+    wire.create(FS_TASK, "stuck")
+    wire.create(FS_TASK, "bystander")
+    wire.step("bystander", calls_text("mkdir", {"dir_name": "before"}, 1))
+    answer = {}
+    stuck = threading.Thread(
+        target=lambda: answer.update(wire.step("stuck", calls_text("pwd", {}, 1)))
+    )
+    stuck.start()
+    time.sleep(0.3)  # the stuck call is running now
+    health = httpx.get(f"{svc.url}/healthz", timeout=2)
+    assert health.status_code == 200
+    stuck.join(timeout=20)
+    assert not stuck.is_alive()
+    assert answer["is_terminated"] is True and answer["info"]["aborted"] == "step_time_budget"
+    assert "time budget" in results(answer)[0]
+    report = wire.evaluate("stuck")
+    assert report["aborted"] == "step_time_budget" and report["accuracy"] == 0
+    assert report["completed"] is False
+    # The worker that ran it was replaced; the bystander on it lost nothing.
+    listing = results(wire.step("bystander", calls_text("ls", {}, 1)))[0]
+    assert json.loads(listing)["current_directory_content"] == ["workspace", "before"]
+    stats = httpx.get(f"{svc.url}/healthz").json()
+    assert stats["workers_replaced"] == 1
+    assert svc.terminate(timeout_s=15) in (0, -15)  # uvicorn re-raises SIGTERM once stopped
+
+
+# --- 2. cost per call and per step, reply size, what is kept, body size ------------------------
+
+EIGHTY_K_LINES = "a\n" * 80_000
+
+
+def test_a_grep_flood_does_not_block_other_episodes(service_process):
+    svc = service_process()
+    wire = Wire(svc.url)
+    wire.create(FS_TASK, "flood", max_steps=1024)
+    wire.step("flood", calls_text("touch", {"file_name": "big.txt"}, 1))
+    wire.step("flood", calls_text("echo", {"content": EIGHTY_K_LINES, "file_name": "big.txt"}, 1))
+    flood = most_calls_that_fit("grep", {"file_name": "big.txt", "pattern": "b"})
+    assert flood.count("<tool_call>") >= 2945
+
+    def latencies(stop: threading.Event, out: list[float], name: str):
+        quiet = Wire(svc.url)
+        quiet.create(FS_TASK, name, max_steps=1024)
+        while not stop.is_set() and len(out) < 1000:
+            started = time.perf_counter()
+            quiet.step(name, calls_text("pwd", {}, 1))
+            out.append(time.perf_counter() - started)
+
+    for action in ("step", "evaluate"):
+        stop, seen = threading.Event(), []
+        quiet = threading.Thread(target=latencies, args=(stop, seen, f"quiet_{action}"))
+        quiet.start()
+        time.sleep(0.2)
+        started = time.perf_counter()
+        for _ in range(2):  # linear in steps, before: 5.1 s each
+            if action == "step":
+                answered = results(wire.step("flood", flood))
+            else:
+                report = wire.evaluate("flood")
+        flood_s = time.perf_counter() - started
+        stop.set()
+        quiet.join(timeout=30)
+        assert seen, action
+        assert max(seen) < 1.0, f"other episodes waited {max(seen):.2f} s during the {action}"
+        print(f"{action} x2: {flood_s:.2f} s; other episode's slowest request {max(seen):.3f} s")
+    # What ran is capped per message; the rest is answered, not run.
+    assert sum(r.startswith("Error: not run:") for r in answered) > 2000
+    assert report["tool_calls"] <= 2 + 2 * 128
+
+
+def test_a_small_request_cannot_make_a_huge_reply(service):
+    svc = service()
+    instance_id, _ = svc.create(FS_TASK, rollout_mode="validate")
+    svc.step(instance_id, calls_text("touch", {"file_name": "f.txt"}, 1))
+    svc.step(instance_id, calls_text("echo", {"content": "x" * 190_000, "file_name": "f.txt"}, 1))
+    request = compact_calls("cat", {"file_name": "f.txt"}, 210)
+    assert len(request) < 15_000  # before: a 40 MB reply
+    reply = svc.http.post(
+        "/step",
+        json={"instance_id": instance_id, "messages": {"role": "assistant", "content": request}},
+    )
+    assert reply.status_code == 200
+    assert len(reply.content) < 2_000_000
+    answered = results(reply.json()["data"])
+    assert len(answered) == 210
+    ran = [r for r in answered if not r.startswith("Error: not run:")]
+    assert 1 <= len(ran) < 20  # 64 KiB each (clipped) until the reply reached 1 MiB
+    over_reply = [r for r in answered if "reply to this message reached" in r]
+    assert len(over_reply) == 128 - len(ran)  # the rest: over the 128 calls of a message
+    assert svc.evaluate(instance_id)["invalid_by_kind"] == {
+        "reply_limit": 128 - len(ran),
+        "call_limit": 210 - 128,
+    }
+
+
+def test_long_tool_results_are_clipped_with_a_marker(service):
+    svc = service(max_result_chars=1000)
+    instance_id, _ = svc.create(FS_TASK, rollout_mode="validate")
+    svc.step(instance_id, calls_text("touch", {"file_name": "f.txt"}, 1))
+    svc.step(instance_id, calls_text("echo", {"content": "y" * 5000, "file_name": "f.txt"}, 1))
+    [cat] = results(svc.step(instance_id, calls_text("cat", {"file_name": "f.txt"}, 1)))
+    assert cat.startswith('{"file_content": "yyy') and len(cat) < 1200
+    assert "clipped" in cat and "1000" in cat
+
+
+def test_calls_per_step_and_per_episode_are_capped(service):
+    svc = service(max_calls_per_step=3, max_calls_per_episode=5)
+    instance_id, _ = svc.create(FS_TASK, rollout_mode="validate", max_steps=50)
+    first = results(svc.step(instance_id, calls_text("pwd", {}, 4)))
+    assert [r.startswith("Error: not run:") for r in first] == [False, False, False, True]
+    assert "3 tool calls" in first[3]
+    second = results(svc.step(instance_id, calls_text("pwd", {}, 3)))
+    assert [r.startswith("Error: not run:") for r in second] == [False, False, True]
+    assert "5 tool calls" in second[2]
+    report = svc.evaluate(instance_id)
+    assert report["tool_calls"] == 5
+    assert report["invalid_by_kind"] == {"call_limit": 1, "episode_limit": 1}
+
+
+def test_arguments_an_episode_keeps_are_capped(service):
+    svc = service(max_episode_call_chars=10_000)
+    instance_id, _ = svc.create(FS_TASK, rollout_mode="validate", max_steps=50)
+    svc.step(instance_id, calls_text("touch", {"file_name": "f.txt"}, 1))
+    echo = calls_text("echo", {"content": "z" * 4000, "file_name": "f.txt"}, 1)
+    assert not results(svc.step(instance_id, echo))[0].startswith("Error")
+    assert not results(svc.step(instance_id, echo))[0].startswith("Error")
+    refused = results(svc.step(instance_id, echo))[0]
+    assert refused.startswith("Error: not run:") and "10000" in refused
+    assert svc.evaluate(instance_id)["invalid_by_kind"] == {"episode_limit": 1}
+
+
+def test_a_step_over_its_time_budget_ends_the_episode_as_a_tagged_failure(service):
+    svc = service(max_step_seconds=0.2, max_calls_per_step=100_000, max_calls_per_episode=100_000)
+    flood, _ = svc.create(FS_TASK, rollout_mode="validate")
+    svc.step(flood, calls_text("touch", {"file_name": "big.txt"}, 1))
+    svc.step(flood, calls_text("echo", {"content": EIGHTY_K_LINES, "file_name": "big.txt"}, 1))
+    data = svc.step(flood, most_calls_that_fit("grep", {"file_name": "big.txt", "pattern": "b"}))
+    assert data["is_terminated"] is True and data["info"]["aborted"] == "step_time_budget"
+    answered = results(data)
+    assert answered[-1].startswith("Error: not run:") and "time budget" in answered[-1]
+    report = svc.evaluate(flood)
+    assert report["aborted"] == "step_time_budget" and report["accuracy"] == 0
+    assert report["reward"] == 0.0 and report["terminated"] is True
+    assert svc.step(flood, calls_text("pwd", {}, 1), expect=409)["success"] is False
+    other, _ = svc.create(FS_TASK, rollout_mode="validate")
+    assert "workspace" in results(svc.step(other, calls_text("ls", {}, 1)))[0]
+
+
+def test_verification_holds_no_large_results():
+    task = load_task(FS_TASK)
+    setup = [
+        ToolCall("touch", {"file_name": "f.txt"}),
+        ToolCall("echo", {"content": "c" * 150_000, "file_name": "f.txt"}),
+    ]
+    cats = [ToolCall("cat", {"file_name": "f.txt"})] * 1000  # before: 150 MB held at once
+    tracemalloc.start()
+    try:
+        diagnosis = diagnose(task, [[setup, cats]])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert diagnosis.accuracy == 0
+    assert peak < 30 * 2**20, f"verification held {peak / 2**20:.0f} MB"
+
+
+def _send_raw(url: str, head: str, chunks, read_timeout_s: float) -> bytes:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=read_timeout_s) as sock:
+        sock.sendall(head.encode())
+        try:
+            for chunk in chunks:
+                sock.sendall(chunk)
+        except OSError:
+            pass  # the service answered and closed: what we want to read
+        sock.settimeout(read_timeout_s)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not _complete(answer):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        return answer
+
+
+def _complete(answer: bytes) -> bool:
+    head, body = answer.split(b"\r\n\r\n", 1)
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.lower() == b"content-length":
+            return len(body) >= int(value)
+    return False
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(service_process):
+    svc = service_process()
+    for path in ["/step", "/v1/episodes/x/steps"]:
+        refused_before_reading(svc, path)
+
+
+def refused_before_reading(svc, path: str) -> None:
+    # 300 MB announced, 1 MB sent: the answer must come without the rest.
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {300 * 2**20}\r\n\r\n"
+    )
+    answer = _send_raw(svc.url, head, [b" " * 2**20], read_timeout_s=5)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    body = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+    assert ("success" in body) == (path == "/step")
+    # Chunked, no length: counted while it streams, refused once over the limit.
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    )
+    chunk = b" " * 2**20
+    framed = (b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(8))
+    answer = _send_raw(svc.url, head, framed, read_timeout_s=5)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert httpx.get(f"{svc.url}/healthz").status_code == 200
+
+
+# --- 3. tool-call JSON --------------------------------------------------------------------------
+
+BIG = "1" * 4400
+
+
+def test_huge_integers_are_answered_not_500(service):
+    svc = service()
+    instance_id, _ = svc.create("multi_turn_base_15", rollout_mode="validate")  # MathAPI
+    text = f'<tool_call>\n{{"name": "add", "arguments": {{"a": {BIG}, "b": 1}}}}\n</tool_call>'
+    [answer] = results(svc.step(instance_id, text))
+    assert answer.startswith("Error: could not parse tool call:") and "digits" in answer
+    # A product too long to print is an error too, not a 500.
+    square = calls_text("multiply", {"a": int("9" * 4000), "b": int("9" * 4000)}, 1)
+    [answer] = results(svc.step(instance_id, square))
+    assert answer.startswith(ERROR_PREFIX)
+    assert svc.evaluate(instance_id)["invalid_by_kind"] == {"parse": 1}
+    http = svc.http
+    http.post("/v1/episodes", json={"task_id": "multi_turn_base_15", "episode_id": "n"})
+    body = (
+        '{"content": "x", "tool_calls": [{"name": "add", "arguments": '
+        f'{{"a": {BIG}, "b": 1}}}}], "seq": 1}}'
+    )
+    reply = http.post(
+        "/v1/episodes/n/steps", content=body, headers={"content-type": "application/json"}
+    )
+    assert reply.status_code == 422 and "digits" in json.dumps(reply.json()["detail"])
+    assert http.get("/v1/episodes/n/evaluation").status_code == 200
+
+
+@pytest.mark.parametrize("depth", [40, 300, 470, 477, 480, 483, 490, 600, 1000, 5000, 100_000])
+def test_deeply_nested_arguments_are_answered_not_500(service, depth):
+    svc = service()
+    nested = "[" * depth + "]" * depth
+    instance_id, _ = svc.create(FS_TASK, rollout_mode="validate")
+    text = f'<tool_call>\n{{"name": "cd", "arguments": {{"folder": {nested}}}}}\n</tool_call>'
+    [answer] = results(svc.step(instance_id, text))
+    assert answer.startswith("Error: could not parse tool call:") and "nested" in answer
+    for _ in range(2):
+        assert svc.evaluate(instance_id)["invalid_by_kind"] == {"parse": 1}
+    http = svc.http
+    http.post("/v1/episodes", json={"task_id": FS_TASK, "episode_id": "n"})
+    body = (
+        '{"content": "x", "tool_calls": [{"name": "cd", "arguments": '
+        f'{{"folder": {nested}}}}}], "seq": 1}}'
+    )
+    reply = http.post(
+        "/v1/episodes/n/steps", content=body, headers={"content-type": "application/json"}
+    )
+    if depth < 60:  # arguments deeper than the service's limit: a malformed call
+        [message] = reply.json()["messages"]
+        assert message["content"].startswith("Error: could not parse tool call:")
+        assert "nested" in message["content"]
+    else:  # a body too deep to take at all
+        assert reply.status_code == 422, reply.text
+        assert "nested" in json.dumps(reply.json()["detail"])
+    assert http.get("/v1/episodes/n/evaluation").status_code == 200
+
+
+def test_wire_errors_are_always_the_json_envelope(service, monkeypatch):
+    svc = service(max_body_bytes=10_000)
+    http = svc.http
+    instance_id, _ = svc.create(FS_TASK)
+    too_big = http.post(
+        "/step", json={"instance_id": instance_id, "messages": {"content": "x" * 20_000}}
+    )
+    assert too_big.status_code == 413
+    assert too_big.json()["success"] is False and "10000" in too_big.json()["error"]
+    not_json = http.post(
+        "/step", content=b"\xff\xfe{", headers={"content-type": "application/json"}
+    )
+    assert not_json.status_code == 422 and not_json.json()["success"] is False
+    nested = "[" * 100_000 + "]" * 100_000
+    body = '{"instance_id": "x", "messages": ' + nested + "}"
+    deep = http.post("/step", content=body, headers={"content-type": "application/json"})
+    assert deep.status_code in (413, 422) and deep.json()["success"] is False
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(release_compat, "evaluation", broken)
+    # The test client re-raises the service's errors unless told to show the answer.
+    monkeypatch.setattr(http._transport, "raise_server_exceptions", False)
+    crashed = http.post("/evaluate", json={"instance_id": instance_id})
+    assert crashed.status_code == 500
+    assert crashed.headers["content-type"] == "application/json"
+    assert crashed.json() == {
+        "success": False,
+        "data": None,
+        "error": "internal error: RuntimeError: a bug",
+    }

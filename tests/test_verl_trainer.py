@@ -30,6 +30,7 @@ from seal.trainer.reweight import SampleOutcome, observe_and_reweight  # noqa: E
 from seal.trainer.verl.config import compose_verl_config  # noqa: E402
 from seal.trainer.verl.trainer import (  # noqa: E402
     BEST_DIR,
+    EnvServiceUnavailable,
     BEST_FILE,
     SealPPOTrainer,
     link_checkpoint,
@@ -210,8 +211,8 @@ def test_best_checkpoint_is_hard_linked(tmp_path):
     assert (best / "actor" / "model.bin").read_bytes() == b"weights"
 
 
-def test_capability_state_travels_with_checkpoints(local_tq, tmp_path, monkeypatch):
-    config = verl_config(tmp_path, "http://127.0.0.1:1")
+def test_capability_state_travels_with_checkpoints(local_tq, tmp_path, monkeypatch, live_service):
+    config = verl_config(tmp_path, live_service[0])
     config.seal.trainer.rollout.push_profile = False
     trainer = SealPPOTrainer(config)
     folder = Path(config.trainer.default_local_dir) / "global_step_3"
@@ -243,6 +244,29 @@ def test_capability_state_travels_with_checkpoints(local_tq, tmp_path, monkeypat
     )
     with pytest.raises(FileExistsError):
         fresh._load_checkpoint()
+
+
+def test_a_missing_service_is_named_at_start_and_when_the_run_fails(
+    local_tq, tmp_path, monkeypatch, live_service
+):
+    dead = "http://127.0.0.1:1"
+    with pytest.raises(EnvServiceUnavailable, match=f"{dead} does not answer at the start"):
+        SealPPOTrainer(verl_config(tmp_path / "a", dead))
+
+    trainer = SealPPOTrainer(verl_config(tmp_path / "b", live_service[0]))
+    verl_error = RuntimeError("Sync replay buffer selected terminal groups with no trajectories")
+
+    def failing_fit(self, manager):
+        self.global_steps = 2
+        raise verl_error
+
+    monkeypatch.setattr(SealPPOTrainer.__mro__[1], "fit", failing_fit)
+    with pytest.raises(RuntimeError) as raised:  # service up: verl's own error, unchanged
+        trainer.fit(None)
+    assert raised.value is verl_error
+    trainer.seal.env_url = dead  # the service went away during the run
+    with pytest.raises(EnvServiceUnavailable, match="does not answer at step 2.*no trajectories"):
+        trainer.fit(None)
 
 
 def test_only_numbers_go_to_the_metrics_log():

@@ -41,7 +41,7 @@ from seal.atomic_file import write_json_atomic
 from seal.eval.metrics_log import MetricsWriter
 from seal.eval.records import ValidationRecord, write_step
 from seal.eval.summary import validation_metrics
-from seal.rollout.env_client import push_profile
+from seal.rollout.env_client import is_healthy, push_profile
 from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state
 from seal.tocf.summary import write_epoch_summary
 from seal.trainer.reweight import SampleOutcome, observe_and_reweight, outcome_metrics
@@ -58,8 +58,11 @@ BEST_FILE = "seal_best.json"
 @register_trainer(TRAINER_MODE)
 class SealPPOTrainer(PPOTrainerSync):
     def __init__(self, config):
-        super().__init__(config)
         self.seal = SealSection.from_config(config)
+        # Before verl starts its workers (minutes on a cluster): a run without its
+        # environment service can only fail later, less clearly.
+        require_service(self.seal.env_url, "at the start of the run")
+        super().__init__(config)
         self.trainer_cfg = self.seal.trainer  # the run's `trainer` section
         self.run_dir = Path(self.seal.run_dir)
         if not config.trainer.get("validation_data_dir"):
@@ -77,6 +80,16 @@ class SealPPOTrainer(PPOTrainerSync):
         self._resumed_from_step = 0
         self._val_metrics: dict[str, float] = {}
         self.metrics_log: MetricsWriter | None = None  # opened by _load_checkpoint
+
+    def fit(self, agent_loop_manager):
+        try:
+            super().fit(agent_loop_manager)
+        except Exception as error:
+            # With the service gone, every episode fails and verl stops on what that did
+            # to its batch (e.g. "selected terminal groups with no materializable
+            # trajectories"): say what happened instead, keeping verl's error as the cause.
+            require_service(self.seal.env_url, f"at step {self.global_steps}", cause=error)
+            raise
 
     # --- the SEAL step -----------------------------------------------------------------
 
@@ -223,6 +236,20 @@ class SealPPOTrainer(PPOTrainerSync):
             # training episodes would have had in the uninterrupted run.
             if self.trainer_cfg.rollout.push_profile:
                 self._push_profile()
+
+
+class EnvServiceUnavailable(RuntimeError):
+    """The environment service does not answer: the run cannot go on."""
+
+
+def require_service(env_url: str, when: str, cause: BaseException | None = None) -> None:
+    """Raise EnvServiceUnavailable, naming the URL, if no service answers there."""
+    if is_healthy(env_url, timeout_s=10.0):
+        return
+    detail = f"; the run failed with {type(cause).__name__}: {cause}" if cause else ""
+    raise EnvServiceUnavailable(
+        f"the environment service at {env_url} does not answer {when}{detail}"
+    ) from cause
 
 
 def numeric(metrics: dict) -> dict[str, float]:

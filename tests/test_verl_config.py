@@ -104,6 +104,33 @@ def test_invalid_combinations_fail(tmp_path):
         verl_config("SEAL", tmp_path, "verl.n_gpus_per_node=3")
 
 
+def test_cpu_smoke_config_selects_the_cpu_backend(tmp_path):
+    """exp/verl_cpu_smoke.yaml composes into verl's schema with the CPU backend's
+    platform, replica, weight sync, trainer and float32 FSDP2, on the tiny model saved in
+    the run directory."""
+    run_cfg, config = verl_config("verl_cpu_smoke", tmp_path)
+    assert run_cfg.verl.device == "cpu" and run_cfg.trainer.model.path == "tiny-qwen2"
+    rollout, actor = config.actor_rollout_ref.rollout, config.actor_rollout_ref.actor
+    assert config.trainer.v1.trainer_mode == "seal_sync_cpu" and config.trainer.device == "cpu"
+    assert rollout.name == "seal_hf_cpu" and rollout.checkpoint_engine.backend == "seal_gloo"
+    assert actor.strategy == "fsdp2" and actor.fsdp_config.mixed_precision.param_dtype == "fp32"
+    assert not actor.use_kl_loss
+    ray_init = config.ray_kwargs.ray_init
+    assert ray_init.runtime_env.env_vars.VERL_PLATFORM == "seal_cpu"
+    assert ray_init.num_gpus == 2  # one actor worker and one replica
+    assert config.actor_rollout_ref.model.path == str(tmp_path / "verl_cpu_smoke/tiny_model")
+    assert config.data.train_files.endswith("data/smoke_train.parquet")
+
+
+def test_cpu_backend_refusals(tmp_path):
+    with pytest.raises(ValueError, match="tiny-qwen2.*verl.device=cpu"):
+        verl_config("verl_cpu_smoke", tmp_path, "verl.device=cuda")
+    with pytest.raises(ValueError, match="pin_memory.*use_kl_loss=false"):
+        verl_config("verl_cpu_smoke", tmp_path, "trainer.loss.use_kl_loss=true")
+    with pytest.raises(ValueError, match="verl.device must be cuda or cpu"):
+        verl_config("verl_cpu_smoke", tmp_path, "verl.device=tpu")
+
+
 def test_hydra_values_stay_literal():
     assert hydra_value("a/b's:c=d") == "'a/b\\'s:c=d'"
     assert hydra_value(None) == "null" and hydra_value(True) == "true"

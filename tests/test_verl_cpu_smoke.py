@@ -12,6 +12,7 @@ through the 151,936-wide output layer on 2 cores); CI runs it.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -191,10 +192,32 @@ def test_resume_continues_the_run(smoke):
         assert {r["task_id"] for r in dump["samples"]} == expected, step
 
 
-def test_reference_policy_refused_on_cpu_with_the_reason(tmp_path):
-    """verl 0.9.1 cannot build its reference model without an accelerator; the config says
-    so up front instead of failing inside a Ray worker."""
-    result = launch(tmp_path, "trainer.loss.use_kl_loss=true", timeout=300)
-    assert result.returncode != 0
-    assert "pin_memory" in result.stderr and "use_kl_loss=false" in result.stderr
-    assert not (tmp_path / NAME / "metrics.jsonl").exists()
+def test_a_service_that_dies_mid_run_stops_the_run_naming_it(tmp_path, service_process):
+    """The service goes away after the initial validation: step 1's episodes fail, and
+    the run ends with an error that names the service, in bounded time, not a hang."""
+    token = "smoke-test-token"
+    service = service_process(env={"SEAL_ENV_TOKEN": token})
+    port = service.url.rsplit(":", 1)[1]
+    run = subprocess.Popen(
+        [sys.executable, "launcher.py", "--conf", str(SMOKE), "--", f"output_dir={tmp_path}",
+         "service.start=false", f"service.port={port}", "trainer.total_steps=1"],
+        cwd=ROOT, env={**os.environ, "SEAL_ENV_TOKEN": token}, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        first_records = tmp_path / NAME / "validation/step_000000.jsonl"
+        deadline = time.monotonic() + 600
+        while not first_records.exists():
+            assert run.poll() is None, run.stdout.read()[-4000:]
+            assert time.monotonic() < deadline, "no initial validation within 10 minutes"
+            time.sleep(1)
+        service.proc.kill()
+        killed = time.monotonic()
+        output, _ = run.communicate(timeout=300)
+    finally:
+        run.kill()
+    assert run.returncode != 0
+    assert f"the environment service at {service.url} does not answer at step 1" in output, output[
+        -4000:
+    ]
+    assert time.monotonic() - killed < 300

@@ -30,8 +30,8 @@ from seal.trainer.reweight import SampleOutcome, observe_and_reweight  # noqa: E
 from seal.trainer.verl.config import compose_verl_config  # noqa: E402
 from seal.trainer.verl.trainer import (  # noqa: E402
     BEST_DIR,
-    EnvServiceUnavailable,
     BEST_FILE,
+    EnvServiceUnavailable,
     SealPPOTrainer,
     link_checkpoint,
     numeric,

@@ -31,6 +31,7 @@ Mapping (run config -> verl), besides the fixed choices in `FIXED`:
   name, output_dir                    trainer.experiment_name, default_local_dir
                                       ({run_dir}/checkpoints), validation_data_dir
   verl.*                              GPUs, nodes, engine, TP, memory, micro-batches, offload
+  verl.device = cpu                   the CPU test backend's keys (`cpu_backend_keys`)
 `trainer.model.dtype/device/tiny`, `rollout.max_batch_size` and `optim.micro_batch_size`
 have no verl counterpart (verl trains in bf16 mixed precision on its own GPUs).
 """

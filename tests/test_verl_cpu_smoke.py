@@ -25,6 +25,7 @@ import torch
 
 pytest.importorskip("verl")
 
+from omegaconf import OmegaConf  # noqa: E402
 from torchdata.stateful_dataloader.sampler import RandomSampler  # noqa: E402
 
 from launcher import compose  # noqa: E402
@@ -137,8 +138,7 @@ def test_advantages_trained_on_equal_the_core(smoke):
     """Replaying the dumped samples of steps 1-3 through the core (GRPO per group, then
     the capability state + A-Patch, one state carried across the resume) gives the
     advantages verl trained on, and the final capability state of the run."""
-    run_cfg = compose(SMOKE, [])
-    t = run_cfg.trainer
+    t = OmegaConf.to_object(compose(SMOKE, []).trainer)
     capability = CapabilityState(t.capability)
     steps_per_epoch = 4 // t.data.train_batch_size
     for step in (1, 2, 3):

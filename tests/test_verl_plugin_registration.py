@@ -27,7 +27,9 @@ REGISTERED = (
     "assert _agent_loop_registry['seal_bfcl'] == "
     "{'_target_': 'seal.trainer.verl.agent_loop.SealBfclAgentLoop'}, _agent_loop_registry;"
     "from verl.trainer.ppo.v1 import get_trainer_cls;"
-    "assert get_trainer_cls('seal_sync').__name__ == 'SealPPOTrainer'"
+    "assert get_trainer_cls('seal_sync').__name__ == 'SealPPOTrainer';"
+    "from seal.trainer.verl.plugin import missing_cpu_backend;"
+    "assert missing_cpu_backend() == [], missing_cpu_backend()"
 )
 
 
@@ -47,6 +49,14 @@ def test_check_registrations(monkeypatch):
     monkeypatch.delitem(_agent_loop_registry, "seal_bfcl")
     assert plugin.missing_registrations()
     with pytest.raises(RuntimeError, match="agent loop 'seal_bfcl'"):
+        plugin.check_registrations()
+
+
+def test_check_registrations_names_a_missing_cpu_backend_part(monkeypatch):
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    monkeypatch.delitem(RolloutReplicaRegistry._registry, "seal_hf_cpu")
+    with pytest.raises(RuntimeError, match="rollout replica 'seal_hf_cpu'"):
         plugin.check_registrations()
 
 

@@ -46,7 +46,39 @@ def missing_registrations() -> list[str]:
         trainer = error
     if trainer is not SealPPOTrainer:
         missing.append(f"trainer {TRAINER_MODE!r} -> SealPPOTrainer (registered: {trainer})")
-    return missing
+    return missing + missing_cpu_backend()
+
+
+def missing_cpu_backend() -> list[str]:
+    """What verl's registries lack of the CPU test backend (seal/trainer/verl/cpu)."""
+    from verl.checkpoint_engine.base import CheckpointEngineRegistry
+    from verl.plugin.platform.platform_manager import PlatformRegistry
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    from seal.trainer.verl.cpu import PLATFORM_NAME
+    from seal.trainer.verl.cpu.platform import PlatformSealCPU
+    from seal.trainer.verl.cpu.rollout import ROLLOUT_NAME, HFCPUReplica
+    from seal.trainer.verl.cpu.trainer import TRAINER_MODE_CPU, SealPPOTrainerCPU
+    from seal.trainer.verl.cpu.weight_sync import BACKEND, GlooCheckpointEngine
+
+    found = {
+        f"platform {PLATFORM_NAME!r}": (PlatformRegistry.get(PLATFORM_NAME), PlatformSealCPU),
+        f"rollout replica {ROLLOUT_NAME!r}": (
+            _lookup(RolloutReplicaRegistry.get, ROLLOUT_NAME), HFCPUReplica,
+        ),
+        f"checkpoint engine {BACKEND!r}": (
+            _lookup(CheckpointEngineRegistry.get, BACKEND), GlooCheckpointEngine,
+        ),
+        f"trainer {TRAINER_MODE_CPU!r}": (_lookup(get_trainer_cls, TRAINER_MODE_CPU), SealPPOTrainerCPU),
+    }  # fmt: skip
+    return [f"{what} (registered: {got})" for what, (got, want) in found.items() if got is not want]
+
+
+def _lookup(getter, name):
+    try:
+        return getter(name)
+    except (KeyError, ValueError) as error:
+        return error
 
 
 def check_registrations() -> None:

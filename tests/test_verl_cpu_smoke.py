@@ -2,8 +2,9 @@
 runs verl's run_ppo -> TaskRunnerV1 -> the SEAL trainer's fit() (the CPU backend of
 seal/trainer/verl/cpu: gloo FSDP actor, Hugging Face generation replica, weight sync over
 gloo) against the real environment service: initial validation, 2 training steps of
-2 tasks x 2 samples, a checkpoint at step 2; then a resume from verl's checkpoint to
-step 3. The tests read what the two runs left in the run directory.
+2 tasks x 2 samples, a checkpoint at step 2; then a resume from verl's checkpoint, whose
+service is killed once step 3 is logged. The tests read what the two runs left in the
+run directory and what the second printed.
 
 Slow (a few minutes: verl's workers start twice, and every token of a BFCL prompt goes
 through the 151,936-wide output layer on 2 cores); CI runs it.
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import socket
 import subprocess
 import sys
 import time
@@ -31,6 +34,7 @@ from torchdata.stateful_dataloader.sampler import RandomSampler  # noqa: E402
 from launcher import compose  # noqa: E402
 from seal.algos.advantage import GRPOConfig, grpo_advantages  # noqa: E402
 from seal.eval.records import read_val_dir  # noqa: E402
+from seal.rollout.env_client import is_healthy  # noqa: E402
 from seal.tocf.state import STATE_FILENAME, CapabilityState  # noqa: E402
 from seal.trainer.reweight import SampleOutcome, observe_and_reweight  # noqa: E402
 
@@ -65,23 +69,72 @@ def metrics_by_step(run_dir: Path) -> dict[int, dict]:
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
+    """Run 1: steps 1-2 and a checkpoint, with the service the launcher starts. Run 2:
+    resume to step 4 with a service this test starts and kills once step 3 is logged, so
+    step 4's episodes find no service."""
     out = tmp_path_factory.mktemp("verl_cpu")
     run_dir = out / NAME
-    start = time.monotonic()
     first = launch(out)
     assert first.returncode == 0, tail(first)
-    first_seconds = time.monotonic() - start
     after_first = {
         "metrics": metrics_by_step(run_dir),
         "state": json.loads((run_dir / STATE_FILENAME).read_text()),
         "checkpoints": sorted(p.name for p in (run_dir / "checkpoints").iterdir()),
     }
-    second = launch(out, "trainer.checkpoint.resume=true", "trainer.total_steps=3")
-    assert second.returncode == 0, tail(second)
+    token = secrets.token_hex(16)
+    service, url = start_service(token)
+    try:
+        second, seconds_after_kill = resume_and_kill_service_after_step_3(
+            out, run_dir, service, url, token
+        )
+    finally:
+        service.kill()
     return SimpleNamespace(
-        run_dir=run_dir, first=first, second=second, after_first=after_first,
-        first_seconds=first_seconds,
+        run_dir=run_dir, first=first, second=second, after_first=after_first, service_url=url,
+        seconds_after_kill=seconds_after_kill,
     )  # fmt: skip
+
+
+def start_service(token: str) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    service = subprocess.Popen(
+        [sys.executable, "-m", "env_service", "--port", str(port)],
+        cwd=ROOT, env={**os.environ, "SEAL_ENV_TOKEN": token},
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while not is_healthy(url):
+        assert service.poll() is None and time.monotonic() < deadline, "service did not start"
+        time.sleep(0.2)
+    return service, url
+
+
+def resume_and_kill_service_after_step_3(out, run_dir, service, url, token):
+    port = url.rsplit(":", 1)[1]
+    run = subprocess.Popen(
+        [sys.executable, "launcher.py", "--conf", str(SMOKE), "--", f"output_dir={out}",
+         "trainer.checkpoint.resume=true", "trainer.total_steps=4",
+         "service.start=false", f"service.port={port}"],
+        cwd=ROOT, env={**os.environ, "SEAL_ENV_TOKEN": token}, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 900
+        while 3 not in metrics_by_step(run_dir):
+            if run.poll() is not None:
+                pytest.fail(f"the resumed run ended before step 3:\n{run.stdout.read()[-6000:]}")
+            assert time.monotonic() < deadline, "no step 3 within 15 minutes"
+            time.sleep(1)
+        service.kill()
+        killed = time.monotonic()
+        output, _ = run.communicate(timeout=600)
+        return subprocess.CompletedProcess(run.args, run.returncode, output, ""), (
+            time.monotonic() - killed
+        )
+    finally:
+        run.kill()
 
 
 def test_each_step_logs_the_seal_metrics_and_validation_records(smoke):
@@ -94,7 +147,7 @@ def test_each_step_logs_the_seal_metrics_and_validation_records(smoke):
         assert rows[step]["seal/step_s"] > 0
     eval_ids = [r["extra_info"]["task_id"] for r in pq.read_table(ROOT / "data/smoke_eval.parquet").to_pylist()]  # fmt: skip
     records = read_val_dir(smoke.run_dir / "validation")
-    assert sorted(records) == [0, 2, 3]  # before training, the checkpoint step, the last
+    assert sorted(records) == [0, 2]  # before training, and at the checkpoint step
     for step, step_records in records.items():
         assert sorted(r.task_id for r in step_records) == sorted(eval_ids), step
         assert all(r.failure_tags for r in step_records)
@@ -107,7 +160,7 @@ def test_reports_read_the_run(smoke, tmp_path):
         cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip
     table = [line for line in stats.stdout.splitlines() if line.startswith("| ")]
-    assert [line.split("|")[1].strip() for line in table[2:]] == ["0", "2", "3"]
+    assert [line.split("|")[1].strip() for line in table[2:]] == ["0", "2"]
     assert all("(0/1)" in line for line in table[2:])
     report = subprocess.run(
         [sys.executable, "-m", "seal.eval.report", str(smoke.run_dir), "--out-dir", str(tmp_path)],
@@ -174,7 +227,9 @@ def test_resume_continues_the_run(smoke):
     and its batch is the one verl's sampler gives the uninterrupted run at step 3."""
     first_rows = smoke.after_first["metrics"]
     assert sorted(first_rows) == [0, 1, 2]
-    assert sorted(metrics_by_step(smoke.run_dir)) == [0, 1, 2, 3]
+    rows = metrics_by_step(smoke.run_dir)  # the resumed run logged step 3 only once
+    assert sorted(rows) == [0, 1, 2, 3]
+    assert {k: rows[2][k] for k in first_rows[2]} == first_rows[2]
     checkpoint_state = json.loads(
         (smoke.run_dir / f"checkpoints/global_step_2/{STATE_FILENAME}").read_text()
     )
@@ -192,32 +247,10 @@ def test_resume_continues_the_run(smoke):
         assert {r["task_id"] for r in dump["samples"]} == expected, step
 
 
-def test_a_service_that_dies_mid_run_stops_the_run_naming_it(tmp_path, service_process):
-    """The service goes away after the initial validation: step 1's episodes fail, and
-    the run ends with an error that names the service, in bounded time, not a hang."""
-    token = "smoke-test-token"
-    service = service_process(env={"SEAL_ENV_TOKEN": token})
-    port = service.url.rsplit(":", 1)[1]
-    run = subprocess.Popen(
-        [sys.executable, "launcher.py", "--conf", str(SMOKE), "--", f"output_dir={tmp_path}",
-         "service.start=false", f"service.port={port}", "trainer.total_steps=1"],
-        cwd=ROOT, env={**os.environ, "SEAL_ENV_TOKEN": token}, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        first_records = tmp_path / NAME / "validation/step_000000.jsonl"
-        deadline = time.monotonic() + 600
-        while not first_records.exists():
-            assert run.poll() is None, run.stdout.read()[-4000:]
-            assert time.monotonic() < deadline, "no initial validation within 10 minutes"
-            time.sleep(1)
-        service.proc.kill()
-        killed = time.monotonic()
-        output, _ = run.communicate(timeout=300)
-    finally:
-        run.kill()
-    assert run.returncode != 0
-    assert f"the environment service at {service.url} does not answer at step 1" in output, output[
-        -4000:
-    ]
-    assert time.monotonic() - killed < 300
+def test_a_service_that_dies_mid_run_stops_the_run_naming_it(smoke):
+    """The service of the resumed run went away after step 3: step 4's episodes fail and
+    the run ends, in bounded time, with an error that names the service."""
+    assert smoke.second.returncode != 0
+    expected = f"the environment service at {smoke.service_url} does not answer at step 4"
+    assert expected in smoke.second.stdout, tail(smoke.second)
+    assert smoke.seconds_after_kill < 300

@@ -246,6 +246,17 @@ def test_capability_state_travels_with_checkpoints(local_tq, tmp_path, monkeypat
         fresh._load_checkpoint()
 
 
+def test_the_seal_trainer_has_verl_sync_semantics(local_tq, tmp_path, live_service):
+    """verl keys its synchronous behaviour on the mode name "sync"; under "seal_sync" it
+    would build the async replay buffer (which refills failed groups without end)."""
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    trainer = SealPPOTrainer(verl_config(tmp_path, live_service[0]))
+    assert trainer.config.trainer.v1.trainer_mode == "seal_sync"
+    assert trainer.trainer_mode == "sync" and type(trainer.replay_buffer) is ReplayBuffer
+    assert trainer.parameter_sync_step == 1
+
+
 def test_a_missing_service_is_named_at_start_and_when_the_run_fails(
     local_tq, tmp_path, monkeypatch, live_service
 ):

@@ -63,6 +63,13 @@ class SealPPOTrainer(PPOTrainerSync):
         # environment service can only fail later, less clearly.
         require_service(self.seal.env_url, "at the start of the run")
         super().__init__(config)
+        # verl 0.9.1 gives synchronous semantics (its sync replay buffer, prompt fetching,
+        # no TransferQueue checkpoints) only to the trainer mode named "sync"
+        # (verl/trainer/ppo/v1/trainer_base.py compares the name); this is that trainer
+        # under its own registry name, so it takes the name's behaviour back. Otherwise
+        # verl runs the async buffer, which refills failed groups without end.
+        self.trainer_mode = "sync"
+        self.replay_buffer = self._build_replay_buffer()
         self.trainer_cfg = self.seal.trainer  # the run's `trainer` section
         self.run_dir = Path(self.seal.run_dir)
         if not config.trainer.get("validation_data_dir"):

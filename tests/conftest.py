@@ -217,3 +217,31 @@ def service_process():
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+
+
+# --- runs started ahead of their tests --------------------------------------------------
+
+EARLY_RUNS = pytest.StashKey[dict]()
+"""Module name -> what its `start_early_run()` returned, for the modules of this session."""
+
+
+def pytest_collection_finish(session):
+    """A test module with a `start_early_run()` (the verl CPU smoke: minutes of launcher
+    run) gets it started as soon as its tests are selected, so the run overlaps the tests
+    before that module instead of adding its whole length to the suite; its fixture
+    waits for it. Not started when its tests are deselected (`-m 'not slow'`)."""
+    runs = session.config.stash.setdefault(EARLY_RUNS, {})
+    for item in session.items:
+        start = getattr(item.module, "start_early_run", None)
+        if start is not None and item.module.__name__ not in runs:
+            runs[item.module.__name__] = start()
+
+
+def early_run(config, module_name: str):
+    """The run `pytest_collection_finish` started for the module, or None."""
+    return config.stash.get(EARLY_RUNS, {}).get(module_name)
+
+
+def pytest_sessionfinish(session):
+    for run in session.config.stash.get(EARLY_RUNS, {}).values():
+        run.stop()

@@ -6,6 +6,7 @@ mistakes are errors; verl's prompt width holds every BFCL first prompt."""
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,7 @@ def test_cpu_smoke_config_selects_the_cpu_backend(tmp_path):
     assert not actor.use_kl_loss
     ray_init = config.ray_kwargs.ray_init
     assert ray_init.runtime_env.env_vars.VERL_PLATFORM == "seal_cpu"
+    assert int(ray_init.runtime_env.env_vars.OMP_NUM_THREADS) == os.cpu_count()
     assert ray_init.num_gpus == 2  # one actor worker and one replica
     assert config.actor_rollout_ref.model.path == str(tmp_path / "verl_cpu_smoke/tiny_model")
     assert config.data.train_files.endswith("data/smoke_train.parquet")
@@ -131,23 +133,28 @@ def test_cpu_backend_refusals(tmp_path):
         verl_config("verl_cpu_smoke", tmp_path, "verl.device=tpu")
 
 
+def test_cpu_smoke_widths_hold_its_prompts(tmp_path):
+    """The smoke cuts verl's padded widths to save CPU time; every smoke task's first
+    prompt still fits the prompt width, with room left for an episode in the context."""
+    from scripts_loader import load_script
+
+    _, config = verl_config("verl_cpu_smoke", tmp_path)
+    rollout = config.actor_rollout_ref.rollout
+    smoke = [t for ids in load_script("prepare_data").SMOKE_TASKS.values() for t in ids]
+    longest = max(tokens(text) for text in first_prompts("qwen2.5", smoke))
+    assert 2000 < longest <= rollout.prompt_length - 256
+    assert rollout.prompt_length + rollout.response_length <= 8192  # not the paper's 24k
+
+
 def test_hydra_values_stay_literal():
     assert hydra_value("a/b's:c=d") == "'a/b\\'s:c=d'"
     assert hydra_value(None) == "null" and hydra_value(True) == "true"
     assert hydra_value(["console", "wandb"]) == "['console','wandb']"
 
 
-@functools.cache
-def longest_first_prompt(tool_format: str) -> int:
-    """Tokens of the longest first prompt of the 800 tasks in a format, with every
-    training layer on and every guideline in the system prompt. Counted with the shipped
-    Qwen2.5 tokenizer (plus Llama 3's special tokens for the Llama layouts): exact for
-    the Qwen models, a close proxy for Llama 3's tokenizer. Only the 16 longest prompts
-    in characters are tokenized (tokenizing all 800 took 30 s per format): the prompts
-    of one format are the same kind of text (tool docs as JSON, questions), so the
-    longest in tokens is among them."""
-    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
-    tokenizer.add_special_tokens({"additional_special_tokens": LLAMA_SPECIAL})
+def first_prompts(tool_format: str, ids) -> list[str]:
+    """The first prompt of each task in a format, with every training layer on and every
+    guideline in the system prompt (the longest a prompt gets)."""
     engine = EnvEngine()
     engine.set_profile({"tags": [{"tag": tag} for tag in GUIDELINES]})
     layers = EvolutionSettings(
@@ -155,12 +162,34 @@ def longest_first_prompt(tool_format: str) -> int:
     )
     settings = EpisodeSettings(mode="sample", evolution=layers)
     fmt, texts = get_format(tool_format), []
-    for task_id in task_ids():
+    for task_id in ids:
         created = api_native.create(engine, CreateEpisode(task_id=task_id, settings=settings))
         engine.release(created.episode_id)
         texts.append(fmt.render(fmt.start(created.model_dump())))
-    longest = sorted(texts, key=len)[-16:]
-    return max(len(tokenizer.encode(text, add_special_tokens=False)) for text in longest)
+    return texts
+
+
+@functools.cache
+def tokenizer():
+    """The shipped Qwen2.5 tokenizer plus Llama 3's special tokens for the Llama layouts:
+    exact for the Qwen models, a close proxy for Llama 3's tokenizer."""
+    tok = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
+    tok.add_special_tokens({"additional_special_tokens": LLAMA_SPECIAL})
+    return tok
+
+
+def tokens(text: str) -> int:
+    return len(tokenizer().encode(text, add_special_tokens=False))
+
+
+@functools.cache
+def longest_first_prompt(tool_format: str) -> int:
+    """Tokens of the longest first prompt of the 800 tasks in a format. Only the 16
+    longest prompts in characters are tokenized (tokenizing all 800 took 30 s per
+    format): the prompts of one format are the same kind of text (tool docs as JSON,
+    questions), so the longest in tokens is among them."""
+    longest = sorted(first_prompts(tool_format, task_ids()), key=len)[-16:]
+    return max(tokens(text) for text in longest)
 
 
 @pytest.mark.parametrize("name", PAPER_CONFIGS)

@@ -2,7 +2,7 @@
 runs verl's run_ppo -> TaskRunnerV1 -> the SEAL trainer's fit() (the CPU backend of
 seal/trainer/verl/cpu: gloo FSDP actor, Hugging Face generation replica, weight sync over
 gloo) against the real environment service: initial validation, 2 training steps of
-2 tasks x 2 samples, a checkpoint at step 2; then a resume from verl's checkpoint, whose
+1 task x 2 samples, a checkpoint at step 2; then a resume from verl's checkpoint, whose
 service is killed once step 3 is logged. The tests read what the two runs left in the
 run directory and what the second printed.
 
@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,6 +27,7 @@ from types import SimpleNamespace
 import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import early_run
 
 pytest.importorskip("verl")
 
@@ -45,12 +48,34 @@ SMOKE = ROOT / "exp/verl_cpu_smoke.yaml"
 NAME = "verl_cpu_smoke"
 
 
-def launch(out_dir: Path, *overrides: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "launcher.py", "--conf", str(SMOKE), "--", f"output_dir={out_dir}",
-         *overrides],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+class FirstRun:
+    """Run 1 (steps 1-2, a checkpoint) in the background: conftest starts it when the
+    suite's collection ends, so its minutes overlap the tests before this module. Its
+    output goes to a file (a pipe nobody reads would fill and stall it)."""
+
+    def __init__(self):
+        self.out = Path(tempfile.mkdtemp(prefix="verl_cpu_smoke_"))
+        self.log = self.out / "first_run.log"
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "launcher.py", "--conf", str(SMOKE), "--",
+                 f"output_dir={self.out}"],
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
+            )  # fmt: skip
+
+    def result(self, timeout: float = 1200) -> subprocess.CompletedProcess:
+        returncode = self.process.wait(timeout=timeout)
+        return subprocess.CompletedProcess(self.process.args, returncode, self.log.read_text(), "")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.out, ignore_errors=True)
+
+
+def start_early_run() -> FirstRun:
+    return FirstRun()
 
 
 def tail(result: subprocess.CompletedProcess, lines: int = 40) -> str:
@@ -68,13 +93,17 @@ def metrics_by_step(run_dir: Path) -> dict[int, dict]:
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
+def smoke(request):
     """Run 1: steps 1-2 and a checkpoint, with the service the launcher starts. Run 2:
     resume to step 4 with a service this test starts and kills once step 3 is logged, so
     step 4's episodes find no service."""
-    out = tmp_path_factory.mktemp("verl_cpu")
+    run = early_run(request.config, __name__)
+    if run is None:  # not started by conftest (the module imported some other way)
+        run = start_early_run()
+        request.addfinalizer(run.stop)
+    out = run.out
     run_dir = out / NAME
-    first = launch(out)
+    first = run.result()
     assert first.returncode == 0, tail(first)
     after_first = {
         "metrics": metrics_by_step(run_dir),

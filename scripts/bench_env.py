@@ -104,8 +104,10 @@ class PeakRss(threading.Thread):
         return total
 
 
-def start_service(port: int) -> subprocess.Popen:
+def start_service(port: int, workers: int | None = None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "env_service", "--port", str(port), "--max-live-episodes", "2048"]
+    if workers is not None:
+        cmd += ["--workers", str(workers)]
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -167,6 +169,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--port", type=int, default=8093, help="port for the benchmarked service (default 8093)"
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="the service's tool-call worker processes (default: its own default; 0 runs "
+        "calls on its event loop, to measure what the workers cost)",
+    )
     args = p.parse_args(argv)
 
     if args.split == "all":
@@ -175,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         ids = json.loads((REPO_ROOT / "data/seal_split.json").read_text())[args.split]
     scripts = {tid: assistant_messages(ground_truth_trajectory(load_task(tid))) for tid in ids}
 
-    proc = start_service(args.port)
+    proc = start_service(args.port, args.workers)
     results = {}
     try:
         for mode, pause_ms in (("saturated", 0.0), ("paced", args.pause_ms)):

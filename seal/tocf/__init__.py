@@ -1,5 +1,10 @@
 """Capability state, dynamic tag weights, failure profile and A-Patch.
 
+The package keeps the name of the original release's module (`agentevolver/module/tocf`),
+which never spells it out; read it as "the capability state and what it drives": pass
+rates per category and failure tag across training and validation (state.py), the
+dynamic tag weights and failure profile derived from them, and A-Patch (apatch.py).
+
 Importing this package stays light (no torch): the environment service uses the tag
 names and the failure profile. A-Patch, the one torch user, is imported from
 `seal.tocf.apatch`.

@@ -99,7 +99,7 @@ case "$mode" in
   cpu) what="CPU torch, bfcl-eval 2026.3.23, seal-repro"
        next=".venv/bin/python launcher.py   (the main job, 2-5 min)" ;;
   test) what="CPU torch, bfcl-eval 2026.3.23, seal-repro with pytest, ruff and transformers[serving], verl[verl-core] 0.9.1"
-        next=".venv/bin/python -m pytest   (the whole suite, a few minutes)" ;;
+        next=".venv/bin/python -m pytest   (the whole suite, about 13 minutes on 2 cores)" ;;
   gpu) what="verl[vllm,fsdp] 0.9.1 with its CUDA torch, bfcl-eval 2026.3.23, seal-repro, wandb"
        next=".venv/bin/python launcher.py --conf exp/SEAL.yaml" ;;
 esac

@@ -231,6 +231,8 @@ def pytest_collection_finish(session):
     before that module instead of adding its whole length to the suite; its fixture
     waits for it. Not started when its tests are deselected (`-m 'not slow'`)."""
     runs = session.config.stash.setdefault(EARLY_RUNS, {})
+    if session.config.option.collectonly:
+        return
     for item in session.items:
         start = getattr(item.module, "start_early_run", None)
         if start is not None and item.module.__name__ not in runs:

@@ -69,8 +69,14 @@ class FirstRun:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+            # SIGTERM first: the launcher then stops its service and Ray's processes,
+            # which a SIGKILL would leave behind.
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
         shutil.rmtree(self.out, ignore_errors=True)
 
 

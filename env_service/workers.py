@@ -13,7 +13,9 @@ service-level figures):
   2-call step: 30 us in-process, 160 us through a pipe), against the 500 us of CPU the
   service spends on a request; creates cost none (the episode's backends are built by the
   worker while the reply is on its way), and the work moves off the event loop's core.
-  bench_env.py's throughput and latency are unchanged or better (README).
+  On 2 shared cores the service as a whole is slower than before the workers (bench_env.py,
+  2026-11-25, alternated with commit 4d9b3d4: 95.6 vs 139.7 episodes/s saturated, paced
+  p99 398 vs 65 ms; `--workers 0` measures the workers' share): open in issue 12.
 
 So each episode's backends live in one worker (the least loaded at its create); steps and
 verifications are requests to it, which it interleaves one call at a time

@@ -28,6 +28,7 @@ _NUMERIC = {
     "--max-live-episodes": "max_live_episodes",
     "--episode-ttl": "episode_ttl_s",
     "--workers": "workers",
+    "--worker-niceness": "worker_niceness",
     "--max-body-bytes": "max_body_bytes",
     "--max-message-chars": "max_message_chars",
     "--max-calls-per-step": "max_calls_per_step",

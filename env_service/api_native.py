@@ -184,7 +184,11 @@ def step(engine: EnvEngine, episode_id: str, body: StepRequest) -> StepResult:
     responses=errors(404, 409, 413, 422, 503),
 )
 async def create_episode(body: CreateEpisode, request: Request):
-    engine = engine_of(request)
+    return await create_reply(engine_of(request), body)
+
+
+async def create_reply(engine: EnvEngine, body: CreateEpisode) -> Response:
+    """The route's work and reply (also served by env_service/hot_routes.py)."""
     created = await engine.acreate(body.task_id, body.settings, body.episode_id)
     return json_reply(_created(*created), 201)
 
@@ -195,8 +199,13 @@ async def create_episode(body: CreateEpisode, request: Request):
     responses=errors(404, 409, 413, 422),
 )
 async def step_episode(episode_id: str, body: StepRequest, request: Request):
+    return await step_reply(engine_of(request), episode_id, body)
+
+
+async def step_reply(engine: EnvEngine, episode_id: str, body: StepRequest) -> Response:
+    """The route's work and reply (also served by env_service/hot_routes.py)."""
     calls = [_parsed(call) for call in body.tool_calls]
-    outcome = await engine_of(request).astep(
+    outcome = await engine.astep(
         episode_id, body.content, body.seq, release_at_end=True, calls=calls
     )
     return json_reply(_result(outcome))

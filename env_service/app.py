@@ -1,6 +1,8 @@
 """The FastAPI application: both protocols over one engine, errors mapped to statuses.
 
-Requests pass env_service/http_guard.py first (the token, the body limit). The engine's
+Requests pass env_service/http_guard.py first (the token, the body limit), then the hot
+routes (env_service/hot_routes.py: creates and steps, served without FastAPI's routing),
+then FastAPI. The engine's
 worker processes start with the app and stop with it. A background task drops idle
 episodes every few seconds so a crashed client leaks nothing even when no new episode is
 created. Every error is JSON in its protocol's shape, a bug included (500, logged): the
@@ -28,6 +30,7 @@ from starlette.exceptions import HTTPException
 from env_service import api_native, api_wire
 from env_service.config import ServiceConfig
 from env_service.engine import EngineError, EnvEngine, InvalidRequestError
+from env_service.hot_routes import HotRoutes
 from env_service.http_guard import Guard
 from seal.bfcl.backends import preload_backends
 from seal.bfcl.tasks import task_ids
@@ -114,6 +117,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
 
     app.include_router(api_native.router)
     app.include_router(api_wire.router)
+    # Added first, so it runs inside Guard (the last added is outermost).
+    app.add_middleware(HotRoutes, engine=engine)
     cfg = engine.config
     app.add_middleware(
         Guard,

@@ -39,6 +39,11 @@ class ServiceConfig(BaseModel):
     (env_service/workers.py: why processes). 0 runs them in the service's own process, on
     its event loop: for tests and debugging only, since a call that never returns then
     stops the whole service."""
+    worker_niceness: int = Field(10, ge=0, le=19)
+    """CPU priority of the worker processes below the event loop's (Unix nice
+    increment): a worker busy with one client's costly calls then never takes the CPU
+    the event loop needs to answer every other client. Measured in
+    scripts/bench_env.py and scripts/bench_env_adversarial.py (README)."""
 
     # --- what one request may cost -----------------------------------------------------------
     max_body_bytes: int = Field(4 * MIB, ge=1024)

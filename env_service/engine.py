@@ -117,6 +117,7 @@ class EnvEngine:
                     self.caps.budget,
                     self.config.max_evaluation_seconds,
                     self._executed_calls,
+                    self.config.worker_niceness,
                 )
                 await pool.start()
                 self.pool = pool

@@ -27,7 +27,7 @@ PROFILE_PATH = "/v1/profile"
 BODILESS_METHODS = {"GET", "HEAD", "OPTIONS"}
 
 
-class _TooLarge(Exception):
+class BodyTooLarge(Exception):
     pass
 
 
@@ -64,32 +64,17 @@ class Guard:
             message = f"request body of {int(declared)} bytes exceeds the limit of {limit} bytes"
             return await self._error(path, send, 413, message, {b"connection": b"close"})
         try:
-            body, after = await self._read(receive, limit)
-        except _TooLarge:
+            body, after = await read_body(receive, limit)
+        except BodyTooLarge:
             message = f"request body exceeds the limit of {limit} bytes"
             return await self._error(path, send, 413, message, {b"connection": b"close"})
-        return await self.app(scope, _replay(body, after, receive), send)
+        return await self.app(scope, replay_body(body, after, receive), send)
 
     def _authorized(self, header: bytes) -> bool:
         scheme, _, given = header.partition(b" ")
         if scheme.lower() != b"bearer":
             return False
         return hmac.compare_digest(given.strip(), self.token)
-
-    async def _read(self, receive: Receive, limit: int) -> tuple[bytes, Message | None]:
-        """The whole body, counted as it streams; a disconnect ends it early."""
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return b"".join(chunks), message
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise _TooLarge
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks), None
 
     async def _error(self, path: str, send: Send, status: int, message: str, extra: dict) -> None:
         if path in self.wire_paths:
@@ -106,7 +91,24 @@ class Guard:
         await send({"type": "http.response.body", "body": body})
 
 
-def _replay(body: bytes, after: Message | None, receive: Receive) -> Receive:
+async def read_body(receive: Receive, limit: int | None = None) -> tuple[bytes, Message | None]:
+    """The whole body, counted as it streams (BodyTooLarge past `limit`), and the message
+    that ended it early (a disconnect), if one did."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks), message
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks), None
+
+
+def replay_body(body: bytes, after: Message | None, receive: Receive) -> Receive:
     """A receive that gives the body read already, then whatever comes next."""
     sent = False
 

@@ -41,10 +41,6 @@ from seal.bfcl.backends import Backends
 from seal.bfcl.diagnosis import diagnose_steps
 from seal.bfcl.tasks import load_task
 
-WORKER_NICENESS = 10
-"""Workers run at a lower CPU priority than the service's event loop, so a worker busy
-with one client's costly calls never takes the CPU the event loop needs to answer every
-other client (measured in scripts/bench_env_adversarial.py; README)."""
 IDLE = -1.0
 """slot[0] while no call runs."""
 _HEADER = 8
@@ -86,7 +82,7 @@ class _Job:
     """Time it has run so far: the job that has run least goes next."""
 
 
-def _detach(parent_pid: int, close_fds: list[int]) -> None:
+def _detach(parent_pid: int, close_fds: list[int], niceness: int) -> None:
     # The service's signal handlers came with the fork: Ctrl-C is the service's to handle
     # (it stops its workers), SIGTERM ends a worker at once, and uvicorn's wake-up fd is
     # not ours to write to.
@@ -100,7 +96,7 @@ def _detach(parent_pid: int, close_fds: list[int]) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:
         os._exit(0)
-    os.nice(WORKER_NICENESS)
+    os.nice(niceness)  # ServiceConfig.worker_niceness: why
     for fd in close_fds:  # other workers' pipes: their end-of-file must not wait for us
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -113,9 +109,10 @@ def serve(
     max_evaluation_seconds: float,
     parent_pid: int,
     close_fds: list[int],
+    niceness: int,
 ) -> None:
     """The worker's loop; returns when the service closes its end."""
-    _detach(parent_pid, close_fds)
+    _detach(parent_pid, close_fds, niceness)
     episodes: dict[str, Backends] = {}
     jobs: list[_Job] = []  # a few at a time: a scan for the least run is cheap
     while True:

@@ -168,6 +168,7 @@ class WorkerPool:
         budget: StepBudget,
         max_evaluation_seconds: float,
         executed_calls: Callable[[str], list[ToolCall] | None],
+        niceness: int,
     ):
         """`executed_calls(episode_id)`: the calls an episode has run (None if it is gone),
         to rebuild it on a new worker."""
@@ -176,6 +177,7 @@ class WorkerPool:
         self.max_evaluation_seconds = max_evaluation_seconds
         self.kill_after_s = budget.max_seconds
         self.executed_calls = executed_calls
+        self.niceness = niceness
         self.workers: list[_Worker] = []
         self.placement: dict[str, _Worker] = {}
         self.tasks: dict[str, str] = {}
@@ -198,7 +200,15 @@ class WorkerPool:
         others = [w.channel.sock.fileno() for w in self.workers if not w.dead] + [mine.fileno()]
         process = _CONTEXT.Process(
             target=worker.serve,
-            args=(theirs, slot, self.budget, self.max_evaluation_seconds, os.getpid(), others),
+            args=(
+                theirs,
+                slot,
+                self.budget,
+                self.max_evaluation_seconds,
+                os.getpid(),
+                others,
+                self.niceness,
+            ),
             name="env_service-worker",
             daemon=True,  # also stopped at interpreter exit when no lifespan stops it
         )

@@ -36,12 +36,10 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import httpx
-import psutil
 
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
 from seal.bfcl.tasks import load_task, task_ids
@@ -49,7 +47,9 @@ from seal.rollout.env_client import EnvClient, is_healthy
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_env import PeakRss, start_service  # noqa: E402 - the same as bench_env's
+
 MESSAGE_CHARS = 262_144  # the service's default max_message_chars
 
 
@@ -69,29 +69,6 @@ class TimedClient(EnvClient):
         finally:
             if self.recording:
                 self.latencies.append(time.perf_counter() - t0)
-
-
-class PeakRss(threading.Thread):
-    """The service's peak RSS, alone and with its worker processes, sampled every 20 ms."""
-
-    def __init__(self, pid: int):
-        super().__init__(daemon=True)
-        self.process = psutil.Process(pid)
-        self.peak = self.peak_tree = 0
-        self.running = True
-
-    def reset(self) -> None:
-        self.peak = self.peak_tree = 0
-
-    def run(self):
-        while self.running:
-            try:
-                own = self.process.memory_info().rss
-                tree = own + sum(c.memory_info().rss for c in self.process.children())
-            except psutil.NoSuchProcess:
-                tree = own = 0  # a worker just replaced: the next sample counts it
-            self.peak, self.peak_tree = max(self.peak, own), max(self.peak_tree, tree)
-            time.sleep(0.02)
 
 
 # --- the adversary (its own process) --------------------------------------------------------
@@ -286,18 +263,6 @@ async def measure(url: str, args, ids, scripts, proc: subprocess.Popen) -> list[
     return rows
 
 
-def start_service(port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "env_service", "--port", str(port)]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if is_healthy(f"http://127.0.0.1:{port}", timeout_s=1):
-            return proc
-        time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("error: the environment service did not become healthy within 60 s")
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -309,11 +274,18 @@ def main(argv: list[str] | None = None) -> None:
         "--pause-ms", type=float, default=150.0, help="mean pause before a request (default 150)"
     )
     p.add_argument("--port", type=int, default=8094, help="the service's port (default 8094)")
+    p.add_argument(
+        "--worker-niceness",
+        type=int,
+        default=None,
+        help="the workers' CPU priority below the event loop's (default: the service's)",
+    )
     args = p.parse_args(argv)
 
     ids = task_ids()
     scripts = {tid: assistant_messages(ground_truth_trajectory(load_task(tid))) for tid in ids}
-    proc = start_service(args.port)
+    flags = [] if args.worker_niceness is None else ["--worker-niceness", str(args.worker_niceness)]
+    proc = start_service(args.port, *flags)
     try:
         rows = asyncio.run(measure(f"http://127.0.0.1:{args.port}", args, ids, scripts, proc))
         alive = proc.poll() is None and is_healthy(f"http://127.0.0.1:{args.port}", timeout_s=5)

@@ -39,11 +39,14 @@ class ServiceConfig(BaseModel):
     (env_service/workers.py: why processes). 0 runs them in the service's own process, on
     its event loop: for tests and debugging only, since a call that never returns then
     stops the whole service."""
-    worker_niceness: int = Field(10, ge=0, le=19)
-    """CPU priority of the worker processes below the event loop's (Unix nice
-    increment): a worker busy with one client's costly calls then never takes the CPU
-    the event loop needs to answer every other client. Measured in
-    scripts/bench_env.py and scripts/bench_env_adversarial.py (README)."""
+    worker_niceness: int = Field(0, ge=0, le=19)
+    """How far below the event loop's CPU priority the worker processes run (Unix nice
+    increment). 0 by measurement on 2 shared cores (2026-11-25, medians): scripts/
+    bench_env.py saturated p99 202 ms at 0 against 810 ms at 10 (niced workers starve
+    when client and service fill the cores), 230 against 210 episodes/s; under
+    scripts/bench_env_adversarial.py's flood the well-behaved clients' p99 is 1.8x the
+    quiet one at both 0 and 10 (21 vs 15 ms). Raise it where untrusted clients share a
+    machine with few cores and the event loop's latency matters more than throughput."""
 
     # --- what one request may cost -----------------------------------------------------------
     max_body_bytes: int = Field(4 * MIB, ge=1024)

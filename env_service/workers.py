@@ -10,12 +10,12 @@ service-level figures):
   (5 ms switch interval; 1 ms: p99 10-56 ms). In a separate process the same load left
   it at p50 3.3-5.3 / p99 5-13 ms, and the process can be killed.
 - The price is a round trip per step: 130 us more than running its calls in-process (a
-  2-call step: 30 us in-process, 160 us through a pipe), against the 500 us of CPU the
-  service spends on a request; creates cost none (the episode's backends are built by the
-  worker while the reply is on its way), and the work moves off the event loop's core.
-  On 2 shared cores the service as a whole is slower than before the workers (bench_env.py,
-  2026-11-25, alternated with commit 4d9b3d4: 95.6 vs 139.7 episodes/s saturated, paced
-  p99 398 vs 65 ms; `--workers 0` measures the workers' share): open in issue 12.
+  2-call step: 30 us in-process, 160 us through a pipe); creates cost none (the
+  episode's backends are built by the worker while the reply is on its way), and the
+  work moves off the event loop's core. With the hot routes (env_service/hot_routes.py)
+  and the workers at the event loop's priority, the service beats the version before
+  the workers (bench_env.py, 2026-11-25, alternated with commit 4d9b3d4, medians of 3:
+  230 vs 177 episodes/s saturated, paced p99 26 vs 83 ms).
 
 So each episode's backends live in one worker (the least loaded at its create); steps and
 verifications are requests to it, which it interleaves one call at a time

@@ -24,6 +24,7 @@ import time
 import tracemalloc
 
 import httpx
+import psutil
 import pytest
 
 from env_service import release_compat
@@ -456,3 +457,15 @@ def test_wire_errors_are_always_the_json_envelope(service, monkeypatch):
         "data": None,
         "error": "internal error: RuntimeError: a bug",
     }
+
+
+def test_worker_niceness_sets_the_workers_cpu_priority(service_process):
+    # Default 0: the workers run at the event loop's priority (ServiceConfig: why);
+    # --worker-niceness lowers theirs, not the service's.
+    for flags, expected in (((), 0), (("--worker-niceness", "7"), 7)):
+        svc = service_process(*flags)
+        service = psutil.Process(svc.proc.pid)
+        workers = service.children()
+        assert len(workers) == 2
+        assert [w.nice() for w in workers] == [service.nice() + expected] * 2
+        svc.terminate(timeout_s=15)

@@ -1,7 +1,7 @@
 """Does one hostile client slow everyone else down? Well-behaved clients' latency and the
 service's memory, quiet and under attack.
 
-    python scripts/bench_env_adversarial.py [--clients 64] [--rounds 3] [--phase-s 20]
+    python scripts/bench_env_adversarial.py [--clients 64] [--rounds 5] [--phase-s 20]
 
 Starts `python -m env_service` (its defaults) in its own process. 64 well-behaved
 clients play ground-truth episodes on the native API as a trainer does, pacing each
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--clients", type=int, default=64, help="well-behaved clients (default 64)")
-    p.add_argument("--rounds", type=int, default=3, help="quiet/adversarial rounds (default 3)")
+    p.add_argument("--rounds", type=int, default=5, help="quiet/adversarial rounds (default 5)")
     p.add_argument("--phase-s", type=float, default=20.0, help="seconds per phase (default 20)")
     p.add_argument(
         "--pause-ms", type=float, default=150.0, help="mean pause before a request (default 150)"

@@ -34,6 +34,7 @@ import math
 import os
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from env_service.engine import EngineError, EnvEngine, NotFoundError
@@ -130,6 +131,16 @@ def _parsed(call: AssistantCall) -> ToolCall | CallParseError:
 
 def engine_of(request: Request) -> EnvEngine:
     return request.app.state.engine
+
+
+def error_reply(exc: EngineError) -> JSONResponse:
+    """The native API's answer to a refused request (app.py and hot_routes.py)."""
+    return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=exc.headers)
+
+
+def bug_reply(exc: Exception) -> JSONResponse:
+    """The native API's answer to a bug in the service (500; the caller logs it)."""
+    return JSONResponse({"detail": f"internal error: {type(exc).__name__}: {exc}"}, 500)
 
 
 def json_reply(model: BaseModel, status: int = 200) -> Response:

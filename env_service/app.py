@@ -88,7 +88,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     async def engine_error(request: Request, exc: EngineError):
         if on_wire(request):
             return api_wire.wire_error(exc)
-        return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=exc.headers)
+        return api_native.error_reply(exc)
 
     @app.exception_handler(RequestValidationError)
     async def malformed_body(request: Request, exc: RequestValidationError):
@@ -110,10 +110,10 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     @app.exception_handler(Exception)
     async def bug(request: Request, exc: Exception):
         log.exception("env_service: %s %s failed", request.method, request.url.path)
-        message = f"internal error: {type(exc).__name__}: {exc}"
         if on_wire(request):
+            message = f"internal error: {type(exc).__name__}: {exc}"
             return JSONResponse({"success": False, "data": None, "error": message}, 500)
-        return JSONResponse({"detail": message}, 500)
+        return api_native.bug_reply(exc)
 
     app.include_router(api_native.router)
     app.include_router(api_wire.router)

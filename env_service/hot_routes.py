@@ -22,7 +22,7 @@ import logging
 import re
 
 from pydantic import ValidationError
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from env_service import api_native
@@ -64,16 +64,16 @@ class HotRoutes:
         await response(scope, receive, send)
 
     async def _answer(self, scope: Scope, episode_id: str | None, request) -> Response:
-        # The same mapping as app.py's exception handlers for the native API.
+        # The native API's error replies, as app.py's exception handlers give them.
         try:
             if episode_id is None:
                 return await api_native.create_reply(self.engine, request)
             return await api_native.step_reply(self.engine, episode_id, request)
         except EngineError as exc:
-            return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=exc.headers)
+            return api_native.error_reply(exc)
         except Exception as exc:  # noqa: BLE001 - a bug: logged, answered 500 like app.py's
             log.exception("env_service: %s %s failed", scope["method"], scope["path"])
-            return JSONResponse({"detail": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+            return api_native.bug_reply(exc)
 
 
 def _hot_route(scope: Scope) -> tuple[str, str | None] | None:

@@ -39,6 +39,9 @@ _NUMERIC = {
     "--max-calls-per-episode": "max_calls_per_episode",
     "--max-episode-call-chars": "max_episode_call_chars",
     "--max-profile-bytes": "max_profile_bytes",
+    "--web-search-interval": "web_search_interval_s",
+    "--web-search-attempts": "web_search_attempts",
+    "--web-search-timeout": "web_search_timeout_s",
 }
 
 
@@ -77,6 +80,13 @@ def main(argv: list[str] | None = None) -> None:
         "trainer pushes one (default: none)",
     )
     p.add_argument(
+        "--memory-snapshot-dir",
+        type=Path,
+        default=None,
+        help="folder for the BFCL V4 memory tasks' snapshots, one per evaluation run "
+        "(default: none; memory tasks are refused)",
+    )
+    p.add_argument(
         "--token",
         default=None,
         help=f"bearer token every request but GET /healthz must carry (default: ${TOKEN_ENV}; "
@@ -95,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         config = ServiceConfig(
             **{name: getattr(args, name) for name in _NUMERIC.values()},
             capability_state_path=args.capability_state,
+            memory_snapshot_dir=args.memory_snapshot_dir,
             token=token,
         )
         app = create_app(config)

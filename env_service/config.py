@@ -97,3 +97,26 @@ class ServiceConfig(BaseModel):
     token: str | None = Field(None, min_length=1)
     """Bearer token every request but `GET /healthz` must carry (`Authorization: Bearer
     <token>`; 401 otherwise). Required to bind anything but a loopback interface."""
+
+    # --- BFCL V4 agentic tasks (seal/bfcl/agentic.py) ---------------------------------------
+    memory_snapshot_dir: Path | None = None
+    """Folder the memory tasks keep their memory snapshots in (created if missing), one per
+    evaluation run: the only files the service writes. Without it, memory tasks are
+    refused (409)."""
+    web_search_interval_s: float = Field(1.0, ge=0)
+    """Web search: at least this many seconds between two SerpAPI searches of the service
+    (all workers together); set it from your SerpAPI plan's hourly throughput."""
+    web_search_attempts: int = Field(4, ge=1)
+    """Web search: tries per search on connection errors, timeouts, HTTP 429 and 5xx,
+    with exponential back-off (2 s doubling, at most 30 s, or the server's Retry-After)."""
+    web_search_timeout_s: float = Field(20.0, gt=0)
+    """Web search: seconds one SerpAPI request may take."""
+
+    def web_search_limits(self):
+        from seal.bfcl.web_search import SearchLimits
+
+        return SearchLimits(
+            min_interval_s=self.web_search_interval_s,
+            attempts=self.web_search_attempts,
+            timeout_s=self.web_search_timeout_s,
+        )

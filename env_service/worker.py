@@ -20,6 +20,9 @@ own pipe, never a client's:
     ("run", request, episode_id, calls)                (request, "ok", RunResult)
     ("diagnose", request, task_id, model_turns)        (request, "ok", Diagnosis or
                                                         "evaluation_time_budget")
+    ("memory", request, episode_id, "context"|"save")  (request, "ok", the memory's prompt
+                                                        dump, or None once saved): BFCL V4
+                                                        memory tasks
 and (request, "error", text) for a request that failed (a bug: no such episode here).
 """
 
@@ -113,7 +116,7 @@ def serve(
 ) -> None:
     """The worker's loop; returns when the service closes its end."""
     _detach(parent_pid, close_fds, niceness)
-    episodes: dict[str, Backends] = {}
+    episodes: dict[str, Backends | str] = {}  # a str: why its backends could not load
     jobs: list[_Job] = []  # a few at a time: a scan for the least run is cheap
     while True:
         # Take every waiting message (block for one when there is nothing to do).
@@ -124,7 +127,13 @@ def serve(
             kind = message[0]
             if kind == "open":
                 _, episode_id, task_id, replay = message
-                backends = Backends(load_task(task_id))
+                try:
+                    backends = Backends(load_task(task_id))
+                except Exception as e:  # noqa: BLE001 - e.g. an unreadable memory snapshot
+                    # Its requests are answered with this; raising would kill the worker,
+                    # and its replacement would open the episode again, and die again.
+                    episodes[episode_id] = f"{task_id}: its backends could not load: {e}"
+                    continue
                 for call in replay:  # rebuild an episode whose worker was replaced
                     backends.call(call)
                 episodes[episode_id] = backends
@@ -133,10 +142,21 @@ def serve(
             elif kind == "run":
                 _, request, episode_id, calls = message
                 backends = episodes.get(episode_id)
-                if backends is None:
-                    send(sock, (request, "error", f"episode {episode_id!r} is not on this worker"))
+                if not isinstance(backends, Backends):
+                    send(sock, (request, "error", _missing(episode_id, backends)))
                 else:
                     jobs.append(_Job(request, run_calls(backends, calls, budget), None))
+            elif kind == "memory":  # quick: answered now, between calls
+                _, request, episode_id, op = message
+                backends = episodes.get(episode_id)
+                try:
+                    if not isinstance(backends, Backends):
+                        raise RuntimeError(_missing(episode_id, backends))
+                    value = backends.memory_context() if op == "context" else backends.save_memory()
+                except Exception as e:  # noqa: BLE001 - answered as the service's error
+                    send(sock, (request, "error", f"{type(e).__name__}: {e}"))
+                else:
+                    send(sock, (request, "ok", value))
             elif kind == "diagnose":
                 _, request, task_id, model_turns = message
                 steps = diagnose_steps(load_task(task_id), model_turns)
@@ -162,6 +182,10 @@ def serve(
             jobs.remove(job)
             job.steps.close()
             send(sock, (job.request, "ok", EVALUATION_TIME_BUDGET))
+
+
+def _missing(episode_id: str, entry: str | None) -> str:
+    return entry or f"episode {episode_id!r} is not on this worker"
 
 
 def _attained(job: _Job) -> float:

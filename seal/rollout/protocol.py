@@ -208,6 +208,10 @@ class EpisodeCreated(BaseModel):
     they are on."""
     messages: list[ObservationMessage]
     """The first turn's user messages."""
+    system_from_task: bool = False
+    """The sections are the task's own system message (BFCL V4 agentic tasks: the answer
+    format, and for memory the memory so far), which every format shows, bfcl-eval's
+    leaderboard prompt included; otherwise they are the service's instructions."""
 
 
 MAX_CALLS_IN_A_STEP = 8192
@@ -261,6 +265,12 @@ class Evaluation(BaseModel):
     tool_errors: int
     task_id: str
     category: str
+    scored: bool = True
+    """False for a BFCL V4 memory task's prerequisite conversation (it fills the memory;
+    bfcl-eval scores only the questions asked after it). Its accuracy is then 0."""
+    answer: str | None = None
+    """BFCL V4 agentic tasks: the last message that made no tool call, which bfcl-eval's
+    agentic checker reads as the model's answer (None: there was none)."""
 
 
 class StepResult(BaseModel):

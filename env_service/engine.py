@@ -44,7 +44,7 @@ from env_service.execution import (
 )
 from env_service.workers import WorkerPool
 from seal.bfcl import memory, web_search
-from seal.bfcl.agentic import AgenticTask
+from seal.bfcl.agentic import AgenticTask, missing_dependency
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.diagnosis import Diagnosis
 from seal.bfcl.tasks import UnknownTaskError, load_task
@@ -309,6 +309,8 @@ class EnvEngine:
 
     def _check_agentic(self, task: AgenticTask) -> None:
         """Refuse an agentic episode this service cannot run right (module docstring)."""
+        if (why := missing_dependency(task)) is not None:
+            raise ConflictError(why)
         if task.is_memory:
             try:
                 refusal = memory.snapshots().refusal(task)

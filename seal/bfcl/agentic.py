@@ -107,6 +107,29 @@ class AgenticTask(BfclTask):
         return prompts[0][0]["content"]
 
 
+# What each backend's module imports beyond the CPU default (the `ood` extra).
+_BACKEND_IMPORTS = {
+    "MemoryAPI_kv": ("rank_bm25",),
+    "MemoryAPI_vector": ("sentence_transformers", "faiss"),
+    "MemoryAPI_rec_sum": (),
+    "WebSearchAPI": ("serpapi", "html2text", "bs4"),
+}
+
+
+def missing_dependency(task: AgenticTask) -> str | None:
+    """Why `task`'s backend cannot be imported here (its package is not installed), or None."""
+    import importlib.util
+
+    for class_name in task.involved_classes:
+        absent = [m for m in _BACKEND_IMPORTS[class_name] if importlib.util.find_spec(m) is None]
+        if absent:
+            return (
+                f"{task.task_id}: bfcl-eval's {class_name} needs {', '.join(absent)}, not "
+                "installed where the environment service runs: pip install -e '.[ood]'"
+            )
+    return None
+
+
 def is_agentic(task_id: str) -> bool:
     return task_id.startswith(("web_search_", "memory_"))
 

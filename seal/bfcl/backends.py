@@ -61,6 +61,9 @@ def _backend_class(class_name: str) -> type:
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(name, "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        from seal.bfcl.memory import import_vector_backend
+
+        return getattr(import_vector_backend(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
     module = importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name])
     if class_name == "WebSearchAPI":
         web_search.bind_transport(module)

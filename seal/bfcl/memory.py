@@ -24,21 +24,56 @@ disk always belongs to the chain the final snapshot came from.
 
 from __future__ import annotations
 
+import importlib
+import os
+import tempfile
 from pathlib import Path
+from types import ModuleType
 
 from seal.bfcl.agentic import AgenticTask
 
 _ROOT: Path | None = None
+_ENCODER: Path | None = None
+BFCL_ENCODER = "all-MiniLM-L6-v2"
+"""The sentence-transformers model bfcl-eval's vector backend loads, by this name, when its
+module is imported (from the Hugging Face hub or its cache)."""
 
 
 class MemoryNotConfiguredError(RuntimeError):
     """A memory task in a process whose service was started without a snapshot folder."""
 
 
-def configure(root: Path | None) -> None:
-    """Keep memory snapshots under `root` in this process and those it forks later."""
-    global _ROOT
+def configure(root: Path | None, encoder: Path | None = None) -> None:
+    """Keep memory snapshots under `root`, and load the vector backend's encoder from the
+    folder `encoder` (None: as bfcl-eval does), in this process and those it forks later."""
+    global _ROOT, _ENCODER
     _ROOT = None if root is None else Path(root).resolve()
+    _ENCODER = None if encoder is None else Path(encoder).resolve()
+
+
+def import_vector_backend(module_name: str) -> ModuleType:
+    """Import bfcl-eval's vector memory backend, whose import loads its encoder.
+
+    With a local encoder folder configured, the import runs in a private temporary folder
+    holding a link named like bfcl-eval's model to it: sentence-transformers takes a name
+    that is a folder as a local model before it asks the hub (nothing is downloaded; the
+    link is gone once the model is loaded). Runs in a worker process, whose only thread
+    this is, so changing the working folder for the import disturbs nothing."""
+    if _ENCODER is None:
+        return importlib.import_module(module_name)
+    if not (_ENCODER / "modules.json").is_file():
+        raise FileNotFoundError(
+            f"--embedding-model {_ENCODER}: not a sentence-transformers model folder "
+            "(no modules.json)"
+        )
+    with tempfile.TemporaryDirectory(prefix="seal-encoder-") as here:
+        os.symlink(_ENCODER, Path(here) / BFCL_ENCODER)
+        before = os.getcwd()
+        os.chdir(here)
+        try:
+            return importlib.import_module(module_name)
+        finally:
+            os.chdir(before)
 
 
 def configured_root() -> Path | None:

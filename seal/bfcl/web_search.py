@@ -82,14 +82,14 @@ class _SharedPacer:
         self._next = context.RawValue("d", 0.0)
 
     def wait(self, interval_s: float) -> float:
-        """Sleep until this caller's slot; returns the seconds waited."""
+        """Sleep until this caller's slot; returns the slot (time.monotonic())."""
         with self._lock:
             now = time.monotonic()  # system-wide on Linux: comparable across processes
             slot = max(now, self._next.value)
             self._next.value = slot + interval_s
         if slot > now:
             time.sleep(slot - now)
-        return max(0.0, slot - now)
+        return slot
 
 
 # Made at import, in the service's process (env_service imports this module), so the
@@ -150,7 +150,8 @@ class SerpApiSearch:
                 last = f"HTTP {status}: {response.text[:200]}"
                 retry_after = _seconds(response.headers.get("Retry-After"))
             if attempt < settings.attempts:
-                time.sleep(min(retry_after or delay, settings.max_backoff_s))
+                wait = delay if retry_after is None else retry_after
+                time.sleep(min(wait, settings.max_backoff_s))
                 delay *= 2
         raise SearchUnavailableError(
             f"SerpAPI failed {settings.attempts} times (rate-limited, unreachable or "

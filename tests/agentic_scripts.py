@@ -38,7 +38,7 @@ def call(name: str, **arguments) -> str:
 
 def answer_text(answer: str) -> str:
     """A final answer in the format bfcl-eval's system message asks for."""
-    return "{'answer': '%s', 'context': 'what my memory holds'}" % answer
+    return "{'answer': '" + answer + "', 'context': 'what my memory holds'}"
 
 
 def note_key(position: int, turn: int) -> str:
@@ -55,7 +55,9 @@ def prereq_turns(task: AgenticTask) -> list[list[str]]:
         elif task.backend == "vector":
             write = call("archival_memory_add", text=text[:2000])
         else:
-            write = call("archival_memory_add", key=note_key(task.position, turn), value=text[:2000])
+            write = call(
+                "archival_memory_add", key=note_key(task.position, turn), value=text[:2000]
+            )
         turns.append([write, "Noted."])
     if task.position == 0 and task.backend == "kv":
         turns[0].insert(0, call("core_memory_add", key=CORE_KEY, value=CORE_VALUE))

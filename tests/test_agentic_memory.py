@@ -138,9 +138,9 @@ def test_conversations_and_questions_out_of_order_are_refused_naming_what_to_run
 
 def test_memory_tasks_are_refused_by_a_service_without_a_snapshot_folder():
     prereq_id = load_task(notetaker("memory_rec_sum")).chain[0]
-    with agentic_service(None) as (url, _):
-        with pytest.raises(EnvServiceError, match=r"HTTP 409.*--memory-snapshot-dir"):
-            play_prereq(url, prereq_id)
+    refused = pytest.raises(EnvServiceError, match=r"HTTP 409.*--memory-snapshot-dir")
+    with agentic_service(None) as (url, _), refused:
+        play_prereq(url, prereq_id)
 
 
 def test_the_wire_protocol_refuses_agentic_tasks(service, tmp_path):

@@ -249,15 +249,13 @@ def test_searches_are_paced_across_forked_worker_processes():
     assert min(gaps) >= 0.15 - 1e-9, gaps  # each search got a slot of its own
 
 
-def test_web_search_is_refused_without_a_key_or_with_a_step_budget_too_short(
-    tmp_path, monkeypatch
-):
+def test_web_search_is_refused_without_a_key_or_with_a_step_budget_too_short(tmp_path, monkeypatch):
     monkeypatch.delenv(web_search.SERPAPI_KEY_ENV, raising=False)
     turns = [["done"]]
-    with agentic_service(tmp_path, workers=0, **QUICK) as (url, _):
-        with pytest.raises(EnvServiceError, match=r"HTTP 409.*SERPAPI_API_KEY"):
-            asyncio.run(play(url, "web_search_base_0", turns))
+    no_key = pytest.raises(EnvServiceError, match=r"HTTP 409.*SERPAPI_API_KEY")
+    with agentic_service(tmp_path, workers=0, **QUICK) as (url, _), no_key:
+        asyncio.run(play(url, "web_search_base_0", turns))
     monkeypatch.setenv(web_search.SERPAPI_KEY_ENV, "test-key")
-    with agentic_service(tmp_path, workers=0) as (url, _):  # the default 10 s budget
-        with pytest.raises(EnvServiceError, match=r"HTTP 409.*--max-step-seconds \d+"):
-            asyncio.run(play(url, "web_search_base_0", turns))
+    too_short = pytest.raises(EnvServiceError, match=r"HTTP 409.*--max-step-seconds \d+")
+    with agentic_service(tmp_path, workers=0) as (url, _), too_short:  # the default 10 s
+        asyncio.run(play(url, "web_search_base_0", turns))

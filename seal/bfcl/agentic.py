@@ -207,6 +207,26 @@ def agentic_task_ids(category: str) -> list[str]:
     return [t for t, task in category_tasks(category).items() if task.kind != MEMORY_PREREQ]
 
 
+def prerequisite_plan(task_ids: list[str]) -> tuple[list[str], dict[str, str]]:
+    """What must run before `task_ids`, as bfcl-eval runs memory tasks: every
+    prerequisite conversation of the scenarios their memory questions belong to (each
+    scenario's chain once, in order), and, for each task that must wait, the one task it
+    waits for (a conversation: the one before it; a question: its scenario's last)."""
+    prereqs: list[str] = []
+    after: dict[str, str] = {}
+    for task_id in task_ids:
+        if not is_agentic(task_id):
+            continue
+        task = load_agentic_task(task_id)
+        if task.kind != MEMORY or not task.chain:
+            continue
+        if task.chain[0] not in after and task.chain[0] not in prereqs:
+            prereqs += task.chain
+            after.update(zip(task.chain[1:], task.chain[:-1], strict=True))
+        after[task_id] = task.chain[-1]
+    return prereqs, after
+
+
 @dataclass(frozen=True)
 class Verdict:
     accuracy: int

@@ -72,7 +72,8 @@ class Diagnosis:
     accuracy: int
     """1 when the official checker would pass the episode, else 0."""
     progress: float
-    """Turns tagged pass or correct_abstention over the turns that could be scored."""
+    """The release's per-turn progress (`progress_counts`): turns tagged pass over the
+    turns with a non-empty ground truth."""
     notes: list[str]
     """Per turn, a short human-readable reason for the tag ('' for pass)."""
 
@@ -141,10 +142,18 @@ def _tag_turn(gt_ns, model_ns, gt_strings, gt_results, model_calls, model_result
     return T.PASS, ""
 
 
+def progress_counts(tags: list[str], ground_truth: list[list[str]]) -> tuple[int, int]:
+    """(passed, scorable) turns as the release's grader counts them
+    (its multi_turn_progress.compute_per_turn_progress): a turn is scorable when its
+    ground truth is non-empty, and passed when it is also tagged `pass`. A turn with an
+    empty ground truth is neither (a correct abstention earns nothing); a scorable turn
+    whose check raised (`gt_error`, `checker_error`) counts as failed, as there."""
+    scorable = [tag for tag, gt in zip(tags, ground_truth, strict=True) if gt]
+    return sum(tag == T.PASS for tag in scorable), len(scorable)
+
+
 def _summarise(task: BfclTask, tags: list[str], notes: list[str]) -> Diagnosis:
-    needs_call = [tag for tag, gt in zip(tags, task.ground_truth, strict=True) if gt]
-    accuracy = int(all(tag == T.PASS for tag in needs_call))
-    scorable = [tag for tag in tags if tag not in (T.GT_ERROR, T.CHECKER_ERROR)]
-    solved = sum(tag in (T.PASS, T.CORRECT_ABSTENTION) for tag in scorable)
-    progress = solved / len(scorable) if scorable else 0.0
+    passed, scorable = progress_counts(tags, task.ground_truth)
+    accuracy = int(passed == scorable)
+    progress = passed / scorable if scorable else 0.0
     return Diagnosis(tags=tags, accuracy=accuracy, progress=progress, notes=notes)

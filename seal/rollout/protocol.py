@@ -108,7 +108,8 @@ class RewardSettings:
 
     partial_credit_cap: float = 0.0
     """0 (the paper): reward = accuracy, 0 or 1. Above 0: a failed episode earns
-    min(cap, partial_credit_weight * progress), progress = passed / scorable turns."""
+    min(cap, partial_credit_weight * progress), progress = passed / scorable turns (the
+    turns with a non-empty ground truth, as the release's grader counts them)."""
     partial_credit_weight: float = 1.0
     """Weight of progress under the cap."""
 
@@ -241,7 +242,8 @@ class Evaluation(BaseModel):
     """1 when bfcl-eval's official checker passes the whole episode, else 0."""
     reward: float
     progress: float
-    """Turns tagged pass or correct_abstention over the scorable turns."""
+    """Turns tagged pass over the turns with a non-empty ground truth, as the release's
+    grader counts them (seal.bfcl.diagnosis.progress_counts); 0 when there are none."""
     failure_tags: list[str]
     """One diagnosis tag per ground-truth turn (seal.tocf.tags)."""
     tag_notes: list[str]

@@ -49,7 +49,7 @@ from seal.bfcl.calls import (
     check_call,
     parse_first_tool_calls,
 )
-from seal.bfcl.diagnosis import Diagnosis, diagnose
+from seal.bfcl.diagnosis import TOOL_ERROR, Diagnosis, diagnose, paper_label
 from seal.bfcl.tasks import BfclTask, load_task
 from seal.rollout.protocol import EpisodeSettings
 from seal.tocf import tags as T
@@ -184,6 +184,9 @@ class Episode:
         self.turn = 0
         self.model_turns: list[list[list[ToolCall]]] = [[] for _ in range(task.num_turns)]
         self.counters = Counters()
+        self.turn_signals: list[dict[str, int]] = [{} for _ in range(task.num_turns)]
+        """Per turn, the rejections (by kind) and tool errors answered in it: what the
+        paper's label of a failed episode is read from (diagnosis.paper_label)."""
         self.terminated = False
         self.truncated = False
         self.created_at = self.last_used = time.monotonic()
@@ -366,6 +369,7 @@ class Episode:
             self.counters.tool_calls += 1
             if is_tool_error(result):
                 self.counters.tool_errors += 1
+                self._signal(TOOL_ERROR)
                 if self.layers.recovery_feedback:
                     result = evolution.with_hint(result, "tool_error")
             messages.append(self._tool(call.name, result))
@@ -402,9 +406,14 @@ class Episode:
         self._available.update({d["name"]: d for d in self.task.held_out.get(self.turn, [])})
         return self.turn_messages(self.turn)
 
+    def _signal(self, kind: str) -> None:
+        signals = self.turn_signals[self.turn]
+        signals[kind] = signals.get(kind, 0) + 1
+
     def _reject(self, kind: str, message: str, hint: str | None = None) -> str:
         self.counters.invalid_calls += 1
         self.counters.invalid_by_kind[kind] = self.counters.invalid_by_kind.get(kind, 0) + 1
+        self._signal(kind)
         if not self.layers.recovery_feedback:
             return message
         return evolution.with_hint(message, hint or kind)
@@ -455,12 +464,15 @@ class Episode:
         if aborted:
             accuracy = 0  # the service ended the episode: a failure whatever ran before
         reward = 0.0 if aborted else self.settings.reward.reward(accuracy, progress)
+        # An episode the service ended has no label: its failure is the service's cap.
+        label = None if aborted else paper_label(tags, self.task.ground_truth, self.turn_signals)
         return {
             "accuracy": accuracy,
             "reward": reward,
             "progress": progress,
             "failure_tags": tags,
             "tag_notes": notes,
+            "paper_label": label,
             "num_turns": self.task.num_turns,
             "turns_reached": min(self.turn + 1, self.task.num_turns),
             "terminated": self.terminated,

@@ -164,6 +164,7 @@ class SyntheticEpisode:
             "accuracy": 0,
             "progress": 0.0,
             "failure_tags": [],
+            "paper_label": None,
         }
 
 

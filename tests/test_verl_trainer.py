@@ -94,6 +94,7 @@ def make_samples(seed: int = 0) -> list[dict]:
                             "task_id": task_id,
                             "category": category,
                             "failure_tags": tags,
+                            "paper_label": "" if accuracy else "response_mismatch",
                             "accuracy": accuracy,
                         },
                     ),
@@ -173,6 +174,10 @@ def test_advantage_step_equals_core(local_tq, tmp_path, live_service):
     accuracy = [s["output"].extra_fields["accuracy"] for s in samples]
     assert metrics["train/accuracy"] == sum(accuracy) / 12
     assert metrics["train/accuracy/multi_turn_base"] == sum(accuracy[:N]) / N
+    # The paper's labels of the failed samples (all response_mismatch here), none padding's.
+    assert {k: v for k, v in metrics.items() if "/paper_label/" in k} == {
+        "train/paper_label/response_mismatch": 1.0
+    }
     # The capability state saw the 12 real samples only, exactly as the core's did.
     assert trainer.capability.to_dict() == capability.to_dict()
     assert CapabilityState.load(trainer.capability_path).to_dict() == capability.to_dict()
@@ -186,6 +191,7 @@ def test_validation_records_from_verl_dump():
         "task_id": ["multi_turn_base_3", "multi_turn_miss_param_9"],
         "category": ["multi_turn_base", "multi_turn_miss_param"],
         "failure_tags": ["pass,pass", "pass,wrong_args"],
+        "paper_label": ["", "argument_mismatch"],
         "turns": [3, 5],
         "progress": [1.0, 0.5],
         "reward": [1.0, 0.0],
@@ -195,6 +201,7 @@ def test_validation_records_from_verl_dump():
     assert [r.score for r in records] == [1, 0] and {r.step for r in records} == {7}
     assert records[1].failure_tags == ["pass", "wrong_args"]
     assert records[1].data_source == "multi_turn_miss_param" and records[1].turns == 5
+    assert [r.paper_label for r in records] == [None, "argument_mismatch"]
 
 
 def test_best_checkpoint_is_hard_linked(tmp_path):

@@ -81,6 +81,9 @@ class EpisodeSample:
     progress: float
     failure_tags: list[str]
     """One diagnosis tag per ground-truth turn."""
+    paper_label: str | None
+    """The failed episode's label in the paper's Table 5 (None when passed; see
+    seal.rollout.protocol.Evaluation)."""
     num_generations: int
     stop_reason: StopReason
     report: dict
@@ -286,6 +289,7 @@ class _Episode:
             accuracy=report["accuracy"],
             progress=report["progress"],
             failure_tags=report["failure_tags"],
+            paper_label=report["paper_label"],
             num_generations=self.num_generations,
             stop_reason=self.stop_reason,
             report=report,

@@ -247,6 +247,10 @@ class Evaluation(BaseModel):
     failure_tags: list[str]
     """One diagnosis tag per ground-truth turn (seal.tocf.tags)."""
     tag_notes: list[str]
+    paper_label: str | None = None
+    """A failed episode's label in the paper's Table 5 (seal.tocf.tags.PAPER_LABELS, by
+    seal.bfcl.diagnosis.paper_label); None for a passed episode, one the service ended
+    (`aborted`), or one whose failing turn's check raised."""
     num_turns: int
     turns_reached: int
     terminated: bool

@@ -343,6 +343,7 @@ def _record(s: EpisodeSample, step: int) -> ValidationRecord:
         input=s.input_text,
         output=s.output_text,
         failure_tags=s.failure_tags,
+        paper_label=s.paper_label,
         turns=s.num_generations,
         progress=s.progress,
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from seal.eval.metrics_log import label_fractions
 from seal.tocf.apatch import APatchConfig, apply_apatch, tag_weights
 from seal.tocf.state import CapabilityState, TrajectoryOutcome
 
@@ -27,6 +28,9 @@ class SampleOutcome:
     reward: float
     accuracy: int
     failure_tags: Sequence[str]
+    paper_label: str | None = None
+    """The failed sample's label in the paper's Table 5 (reports only; A-Patch reads the
+    turn tags)."""
 
 
 def observe_and_reweight(
@@ -54,7 +58,8 @@ def observe_and_reweight(
 
 
 def outcome_metrics(samples: Sequence[SampleOutcome], prefix: str = "train") -> dict[str, float]:
-    """Reward, accuracy overall and per category, and tag fractions of a batch."""
+    """Reward, accuracy overall and per category, tag fractions of a batch, and the paper's
+    label distribution over its failed samples (`<prefix>/paper_label/<label>`)."""
     metrics = {
         f"{prefix}/reward_mean": sum(s.reward for s in samples) / len(samples),
         f"{prefix}/accuracy": sum(s.accuracy for s in samples) / len(samples),
@@ -65,4 +70,7 @@ def outcome_metrics(samples: Sequence[SampleOutcome], prefix: str = "train") -> 
     tags = [t for s in samples for t in s.failure_tags]
     for tag in sorted(set(tags)):
         metrics[f"{prefix}/tag_frac/{tag}"] = tags.count(tag) / len(tags)
+    failed = [s.paper_label for s in samples if not s.accuracy]
+    if failed:
+        metrics |= label_fractions(failed, f"{prefix}/paper_label/")
     return metrics

@@ -171,6 +171,8 @@ def to_output(
             "task_id": sample.task_id,
             "category": sample.category,
             "failure_tags": list(sample.failure_tags),
+            # The paper's label of a failed episode ("" when none: a string field).
+            "paper_label": sample.paper_label or "",
             "accuracy": int(sample.accuracy),
             "progress": float(sample.progress),
             "num_generations": sample.num_generations,
@@ -188,6 +190,7 @@ def to_output(
                 "task_id": sample.task_id,
                 "category": sample.category,
                 "failure_tags": TAG_SEPARATOR.join(sample.failure_tags),
+                "paper_label": sample.paper_label or "",
                 "turns": sample.num_generations,
                 "progress": float(sample.progress),
             },

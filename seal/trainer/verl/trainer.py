@@ -272,6 +272,7 @@ def sample_outcome(extra_fields: dict, reward: float) -> SampleOutcome:
         reward=reward,
         accuracy=int(extra_fields["accuracy"]),
         failure_tags=list(extra_fields["failure_tags"]),
+        paper_label=extra_fields["paper_label"] or None,
     )
 
 
@@ -290,6 +291,7 @@ def validation_records(step, inputs, outputs, scores, infos) -> list[ValidationR
                 input=inputs[i],
                 output=outputs[i],
                 failure_tags=tags.split(TAG_SEPARATOR) if tags else [],
+                paper_label=infos["paper_label"][i] or None,
                 turns=int(infos["turns"][i]),
                 progress=float(infos["progress"][i]),
             )

@@ -195,7 +195,13 @@ class Episode:
         self._evaluation: tuple[Diagnosis | None, str | None] | None = None
         self._held_back = frozenset(d["name"] for docs in task.held_out.values() for d in docs)
         self._available = {d["name"]: d for d in task.tools_until(0)}
-        self.system = prompt.system_sections(self._extra_sections(profile))
+        self.guidelines: list[tuple[str, str]] = (
+            evolution.guidelines_for(profile, self.layers.max_guidelines)
+            if self.layers.guidelines
+            else []
+        )
+        """(tag, text) of the guidelines this episode's system prompt carries."""
+        self.system = prompt.system_sections(self._extra_sections())
         """The system prompt's sections: instructions, then the layers' sections."""
         self.tools = _first_tools(task, self.layers.schema_cues, self.layers.type_hints)
         """Docs of the tools available from turn 0, as the model sees them."""
@@ -208,15 +214,25 @@ class Episode:
             return evolution.add_schema_cues(doc, type_hints=self.layers.type_hints)
         return doc
 
-    def _extra_sections(self, profile: dict | None) -> list[str]:
+    def _extra_sections(self) -> list[str]:
         sections = []
         if self.layers.schema_cues:
             sections.append(evolution.CONSTRAINT_NOTE)
-        if self.layers.guidelines:
-            section = evolution.guideline_section(profile, self.layers.max_guidelines)
-            if section:
-                sections.append(section)
+        if section := evolution.guideline_section(self.guidelines):
+            sections.append(section)
         return sections
+
+    @property
+    def interface(self) -> dict:
+        """The layers on and the guidelines shown (protocol.EpisodeInterface)."""
+        layers = self.layers
+        return {
+            "schema_cues": layers.schema_cues,
+            "type_hints": layers.schema_cues and layers.type_hints,
+            "recovery_feedback": layers.recovery_feedback,
+            "guidelines": layers.guidelines,
+            "shown": [{"tag": tag, "text": text} for tag, text in self.guidelines],
+        }
 
     def turn_messages(self, turn: int) -> list[dict]:
         """The user messages that open `turn` (observation messages, as data)."""

@@ -143,6 +143,7 @@ class SyntheticEpisode:
             "system": [env.system],
             "tools": [],
             "messages": [{"role": "user", "content": "Find the budget figures in every report."}],
+            "interface": {},
         }
 
     async def __aenter__(self):

@@ -23,6 +23,7 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
 from launcher import compose  # noqa: E402
 from seal.algos.advantage import GRPOConfig, grpo_advantages  # noqa: E402
+from seal.eval.interface_log import read_interfaces  # noqa: E402
 from seal.tocf.apatch import APatchConfig  # noqa: E402
 from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state  # noqa: E402
 from seal.tocf.tags import PASS  # noqa: E402
@@ -46,6 +47,14 @@ GROUPS = [
     ("multi_turn_long_context_5", "multi_turn_long_context", ["state_mismatch", "missing_call"]),
 ]
 N = 4
+INTERFACE = {
+    "schema_cues": True,
+    "type_hints": False,
+    "recovery_feedback": False,
+    "guidelines": True,
+    "shown": [{"tag": "state_mismatch", "text": "Check the state."}],
+}
+"""What each sample's episode was shown (the create reply's `interface`)."""
 
 
 def verl_config(tmp_path: Path, env_url: str):
@@ -95,6 +104,7 @@ def make_samples(seed: int = 0) -> list[dict]:
                             "category": category,
                             "failure_tags": tags,
                             "paper_label": "" if accuracy else "response_mismatch",
+                            "interface": json.dumps(INTERFACE),
                             "accuracy": accuracy,
                         },
                     ),
@@ -182,6 +192,18 @@ def test_advantage_step_equals_core(local_tq, tmp_path, live_service):
     assert trainer.capability.to_dict() == capability.to_dict()
     assert CapabilityState.load(trainer.capability_path).to_dict() == capability.to_dict()
     assert engine.pushed_profile == capability.failure_profile()
+    # The step's interface record: the 12 real samples' interface, beside the profiles.
+    [row] = read_interfaces(trainer.run_dir)
+    assert row["step"] == 1 and row["episodes"] == 12
+    assert row["layers"] == {
+        "schema_cues": 12,
+        "type_hints": 0,
+        "recovery_feedback": 0,
+        "guidelines": 12,
+    }
+    assert row["shown"] == [{"tag": "state_mismatch", "text": "Check the state.", "episodes": 12}]
+    assert row["served_profile"] is None  # nothing pushed before this first step
+    assert row["failure_profile"] == capability.failure_profile()
     tq.kv_clear(keys=batch.keys, partition_id="train")
 
 

@@ -195,6 +195,27 @@ class CreateEpisode(BaseModel):
     settings: EpisodeSettings = Field(default_factory=EpisodeSettings)
 
 
+class GuidelineShown(BaseModel):
+    """One diagnostic guideline an episode's system prompt carries."""
+
+    tag: str
+    """The failure tag it addresses (seal.tocf.tags.FAILURE_TAGS)."""
+    text: str
+
+
+class EpisodeInterface(BaseModel):
+    """The training-time interface an episode was given (the paper's interface state,
+    logged per round: its Appendix C.4): the layers on, and the guidelines shown."""
+
+    schema_cues: bool = False
+    type_hints: bool = False
+    recovery_feedback: bool = False
+    guidelines: bool = False
+    """The guideline layer is on (it shows guidelines only when the profile asks)."""
+    shown: list[GuidelineShown] = Field(default_factory=list)
+    """The guidelines in the system prompt, in order."""
+
+
 class EpisodeCreated(BaseModel):
     episode_id: str
     task_id: str
@@ -209,6 +230,8 @@ class EpisodeCreated(BaseModel):
     they are on."""
     messages: list[ObservationMessage]
     """The first turn's user messages."""
+    interface: EpisodeInterface = Field(default_factory=EpisodeInterface)
+    """The layers and guidelines this episode shows (all off in validation)."""
 
 
 MAX_CALLS_IN_A_STEP = 8192

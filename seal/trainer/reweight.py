@@ -9,11 +9,13 @@ A-Patch scales each sample's advantages by the weights of its tags. Both backend
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from dataclasses import dataclass
 
 import torch
 
+from seal.eval.interface_log import interface_row, write_interface
 from seal.eval.metrics_log import label_fractions
 from seal.tocf.apatch import APatchConfig, apply_apatch, tag_weights
 from seal.tocf.state import CapabilityState, TrajectoryOutcome
@@ -31,6 +33,8 @@ class SampleOutcome:
     paper_label: str | None = None
     """The failed sample's label in the paper's Table 5 (reports only; A-Patch reads the
     turn tags)."""
+    interface: Mapping | None = None
+    """The training-time interface its episode was given (EpisodeInterface as a dict)."""
 
 
 def observe_and_reweight(
@@ -55,6 +59,20 @@ def observe_and_reweight(
         advantages, response_mask, tags, config, step=step, weights=tag_weights(config, capability)
     )
     return advantages, {**capability.metrics(), **apatch_metrics}
+
+
+def record_interface(
+    run_dir: Path,
+    step: int,
+    samples: Sequence[SampleOutcome],
+    served_profile: dict | None,
+    capability: CapabilityState,
+) -> None:
+    """The step's interface state beside its failure profiles (seal/eval/interface_log.py):
+    what the samples' episodes were shown, the profile that chose it, the step's own."""
+    interfaces = [s.interface for s in samples]
+    row = interface_row(step, interfaces, served_profile, capability.failure_profile())
+    write_interface(run_dir, row)
 
 
 def outcome_metrics(samples: Sequence[SampleOutcome], prefix: str = "train") -> dict[str, float]:

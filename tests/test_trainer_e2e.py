@@ -23,7 +23,6 @@ from seal.trainer.config import TrainerConfig
 from seal.trainer.data import task_ids_of
 from seal.trainer.local import LocalTrainer
 
-
 NO_LAYERS = {"schema_cues": 0, "type_hints": 0, "recovery_feedback": 0, "guidelines": 0}
 
 

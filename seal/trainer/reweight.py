@@ -10,8 +10,8 @@ A-Patch scales each sample's advantages by the weights of its tags. Both backend
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 

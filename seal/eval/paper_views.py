@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from seal.eval import metrics_log as M
+from seal.eval.interface_log import LAYERS
 from seal.eval.records import ValidationRecord
 from seal.eval.tables import markdown_table
 from seal.tocf.tags import PAPER_LABELS
@@ -55,14 +56,21 @@ def _profile_cell(profile: Mapping | None) -> str:
     return ", ".join(f"{e['tag']} {e['share']:.2f}" for e in entries) or "no tag"
 
 
+def _layer_order(name: str) -> tuple[int, str]:
+    return (LAYERS.index(name) if name in LAYERS else len(LAYERS), name)
+
+
 def interface_table(interfaces: Sequence[Mapping]) -> str:
     """Per training step: the layers on (episodes with it / episodes), the guidelines
     shown and their tags, the profile that chose them and the step's own profile."""
     rows = []
     for row in interfaces:
         n = row["episodes"]
+        on = row["layers"]
         layers = ", ".join(
-            name if on == n else f"{name} {on}/{n}" for name, on in row["layers"].items() if on
+            name if on[name] == n else f"{name} {on[name]}/{n}"
+            for name in sorted(on, key=_layer_order)
+            if on[name]
         )
         shown = "; ".join(
             f"[{e['tag']}] {e['text']}" + ("" if e["episodes"] == n else f" ({e['episodes']}/{n})")

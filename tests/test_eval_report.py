@@ -175,8 +175,9 @@ def test_the_interface_per_step_and_the_recurrence_of_targeted_failures(run_dir)
 
 def test_a_run_of_a_paper_config_shows_its_backbones_rows(run_dir):
     sys.path.insert(0, str(REPO))
-    import launcher
     from omegaconf import OmegaConf
+
+    import launcher
 
     OmegaConf.save(
         launcher.compose(REPO / "exp/SEAL_qwen2.5_3b.yaml", ["job=local"]), run_dir / "config.yaml"

@@ -57,7 +57,7 @@ from seal.bfcl.calls import (
     check_call,
     parse_first_tool_calls,
 )
-from seal.bfcl.diagnosis import Diagnosis, diagnose
+from seal.bfcl.diagnosis import TOOL_ERROR, Diagnosis, diagnose, paper_label
 from seal.bfcl.tasks import BfclTask, load_task
 from seal.rollout.protocol import EpisodeSettings
 from seal.tocf import tags as T
@@ -192,6 +192,9 @@ class Episode:
         self.turn = 0
         self.model_turns: list[list[list[ToolCall]]] = [[] for _ in range(task.num_turns)]
         self.counters = Counters()
+        self.turn_signals: list[dict[str, int]] = [{} for _ in range(task.num_turns)]
+        """Per turn, the rejections (by kind) and tool errors answered in it: what the
+        paper's label of a failed episode is read from (diagnosis.paper_label)."""
         self.terminated = False
         self.truncated = False
         self.created_at = self.last_used = time.monotonic()
@@ -200,19 +203,24 @@ class Episode:
         self._evaluation: tuple[Diagnosis | None, str | None] | None = None
         self._held_back = frozenset(d["name"] for docs in task.held_out.values() for d in docs)
         self._available = {d["name"]: d for d in task.tools_until(0)}
+        self.guidelines: list[tuple[str, str]] = (
+            evolution.guidelines_for(profile, self.layers.max_guidelines)
+            if self.layers.guidelines
+            else []
+        )
+        """(tag, text) of the guidelines this episode's system prompt carries."""
         self.agentic = task if isinstance(task, agentic.AgenticTask) else None
         """The BFCL V4 agentic task, or None (a multi-turn one)."""
         self.answer: str | None = None
         """The last message that made no tool call (an agentic question's answer)."""
         self.turn_steps = 0
         self._memory_saved_at: int | None = None
-        self._layer_sections = self._extra_sections(profile)
         self.system: list[str] | None = None
         """The system prompt's sections: instructions (an agentic task: its own system
         message), then the layers' sections. None until a worker's memory episode knows
         its memory (`set_memory_context`)."""
         if self.agentic is None:
-            self.system = prompt.system_sections(self._layer_sections)
+            self.system = prompt.system_sections(self._extra_sections())
         elif not self.agentic.is_memory:
             self._agentic_system(None)
         elif local:
@@ -225,7 +233,7 @@ class Episode:
 
     def _agentic_system(self, memory_content: str | None) -> None:
         head = self.agentic.system_prompt(memory_content)
-        self.system = ([head] if head else []) + self._layer_sections
+        self.system = ([head] if head else []) + self._extra_sections()
 
     def set_memory_context(self, memory_content: str) -> None:
         """The memory the episode's backend loaded, as its dump for the prompt."""
@@ -236,15 +244,25 @@ class Episode:
             return evolution.add_schema_cues(doc, type_hints=self.layers.type_hints)
         return doc
 
-    def _extra_sections(self, profile: dict | None) -> list[str]:
+    def _extra_sections(self) -> list[str]:
         sections = []
         if self.layers.schema_cues:
             sections.append(evolution.CONSTRAINT_NOTE)
-        if self.layers.guidelines:
-            section = evolution.guideline_section(profile, self.layers.max_guidelines)
-            if section:
-                sections.append(section)
+        if section := evolution.guideline_section(self.guidelines):
+            sections.append(section)
         return sections
+
+    @property
+    def interface(self) -> dict:
+        """The layers on and the guidelines shown (protocol.EpisodeInterface)."""
+        layers = self.layers
+        return {
+            "schema_cues": layers.schema_cues,
+            "type_hints": layers.schema_cues and layers.type_hints,
+            "recovery_feedback": layers.recovery_feedback,
+            "guidelines": layers.guidelines,
+            "shown": [{"tag": tag, "text": text} for tag, text in self.guidelines],
+        }
 
     def turn_messages(self, turn: int) -> list[dict]:
         """The user messages that open `turn` (observation messages, as data)."""
@@ -405,6 +423,7 @@ class Episode:
                 self.terminated = True
             if is_tool_error(result):
                 self.counters.tool_errors += 1
+                self._signal(TOOL_ERROR)
                 if self.layers.recovery_feedback:
                     result = evolution.with_hint(result, "tool_error")
             messages.append(self._tool(call.name, result))
@@ -442,9 +461,14 @@ class Episode:
         self._available.update({d["name"]: d for d in self.task.held_out.get(self.turn, [])})
         return self.turn_messages(self.turn)
 
+    def _signal(self, kind: str) -> None:
+        signals = self.turn_signals[self.turn]
+        signals[kind] = signals.get(kind, 0) + 1
+
     def _reject(self, kind: str, message: str, hint: str | None = None) -> str:
         self.counters.invalid_calls += 1
         self.counters.invalid_by_kind[kind] = self.counters.invalid_by_kind.get(kind, 0) + 1
+        self._signal(kind)
         if not self.layers.recovery_feedback:
             return message
         return evolution.with_hint(message, hint or kind)
@@ -508,6 +532,7 @@ class Episode:
             "progress": float(accuracy),
             "failure_tags": tags,
             "tag_notes": notes,
+            "paper_label": None,  # the paper's Table 5 labels are BFCL V3's
             "num_turns": task.num_turns,
             "turns_reached": min(self.turn + 1, task.num_turns),
             "terminated": self.terminated,
@@ -543,12 +568,15 @@ class Episode:
         if aborted:
             accuracy = 0  # the service ended the episode: a failure whatever ran before
         reward = 0.0 if aborted else self.settings.reward.reward(accuracy, progress)
+        # An episode the service ended has no label: its failure is the service's cap.
+        label = None if aborted else paper_label(tags, self.task.ground_truth, self.turn_signals)
         return {
             "accuracy": accuracy,
             "reward": reward,
             "progress": progress,
             "failure_tags": tags,
             "tag_notes": notes,
+            "paper_label": label,
             "num_turns": self.task.num_turns,
             "turns_reached": min(self.turn + 1, self.task.num_turns),
             "terminated": self.terminated,

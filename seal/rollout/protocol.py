@@ -108,7 +108,8 @@ class RewardSettings:
 
     partial_credit_cap: float = 0.0
     """0 (the paper): reward = accuracy, 0 or 1. Above 0: a failed episode earns
-    min(cap, partial_credit_weight * progress), progress = passed / scorable turns."""
+    min(cap, partial_credit_weight * progress), progress = passed / scorable turns (the
+    turns with a non-empty ground truth, as the release's grader counts them)."""
     partial_credit_weight: float = 1.0
     """Weight of progress under the cap."""
 
@@ -194,6 +195,27 @@ class CreateEpisode(BaseModel):
     settings: EpisodeSettings = Field(default_factory=EpisodeSettings)
 
 
+class GuidelineShown(BaseModel):
+    """One diagnostic guideline an episode's system prompt carries."""
+
+    tag: str
+    """The failure tag it addresses (seal.tocf.tags.FAILURE_TAGS)."""
+    text: str
+
+
+class EpisodeInterface(BaseModel):
+    """The training-time interface an episode was given (the paper's interface state,
+    logged per round: its Appendix C.4): the layers on, and the guidelines shown."""
+
+    schema_cues: bool = False
+    type_hints: bool = False
+    recovery_feedback: bool = False
+    guidelines: bool = False
+    """The guideline layer is on (it shows guidelines only when the profile asks)."""
+    shown: list[GuidelineShown] = Field(default_factory=list)
+    """The guidelines in the system prompt, in order."""
+
+
 class EpisodeCreated(BaseModel):
     episode_id: str
     task_id: str
@@ -208,6 +230,8 @@ class EpisodeCreated(BaseModel):
     they are on."""
     messages: list[ObservationMessage]
     """The first turn's user messages."""
+    interface: EpisodeInterface = Field(default_factory=EpisodeInterface)
+    """The layers and guidelines this episode shows (all off in validation)."""
     system_from_task: bool = False
     """The sections are the task's own system message (BFCL V4 agentic tasks: the answer
     format, and for memory the memory so far), which every format shows, bfcl-eval's
@@ -245,10 +269,15 @@ class Evaluation(BaseModel):
     """1 when bfcl-eval's official checker passes the whole episode, else 0."""
     reward: float
     progress: float
-    """Turns tagged pass or correct_abstention over the scorable turns."""
+    """Turns tagged pass over the turns with a non-empty ground truth, as the release's
+    grader counts them (seal.bfcl.diagnosis.progress_counts); 0 when there are none."""
     failure_tags: list[str]
     """One diagnosis tag per ground-truth turn (seal.tocf.tags)."""
     tag_notes: list[str]
+    paper_label: str | None = None
+    """A failed episode's label in the paper's Table 5 (seal.tocf.tags.PAPER_LABELS, by
+    seal.bfcl.diagnosis.paper_label); None for a passed episode, one the service ended
+    (`aborted`), or one whose failing turn's check raised."""
     num_turns: int
     turns_reached: int
     terminated: bool

@@ -24,6 +24,11 @@ the failures they target recurred less (seal.eval.paper_views).
 compares runs instead (seal.eval.compare): per category at each run's best (or given,
 RUN@STEP) step, the paper's rows beside them, and the differences to the baseline with a
 95% paired bootstrap interval and an exact McNemar p-value.
+
+    seal-report --table2 RUN [RUN ...] [--out-dir DIR]
+
+writes the paper's Table 2 (out of distribution) for evaluated checkpoints instead
+(seal.eval.ood): BFCL V4 agentic from each RUN's records, tau2-bench from RUN/tau2/.
 """
 
 from __future__ import annotations
@@ -43,9 +48,8 @@ from seal.eval import metrics_log as M
 from seal.eval import paper_views as V
 from seal.eval import plots
 from seal.eval.interface_log import read_interfaces
+from seal.eval.ood import table2, write_table2
 from seal.eval.paper import (
-    BFCL_V4_PARTS,
-    TAU2_PARTS,
     PaperResult,
     backbone_of,
     controlled_results,
@@ -249,18 +253,10 @@ def paper_table(best: StepSummary, label: str, model: str | None, matched) -> st
 
 
 def ood_table(backbone: str) -> str:
-    """Table 2's rows of a backbone (this project does not evaluate out of distribution)."""
-    rows = [
-        [
-            r.label,
-            *(f"{r.bfcl_v4[k]:.2f}" for k in BFCL_V4_PARTS),
-            *(f"{r.tau2[k]:.2f}" for k in TAU2_PARTS),
-        ]
-        for r in ood_results(backbone)
-    ]
-    header = ["model", "BFCL V4 avg", "web search", "memory", "tau2 avg", "retail", "airline"]
-    return "Out of distribution, the paper's Table 2 (not evaluated here):\n\n" + markdown_table(
-        [*header, "telecom"], rows
+    """Table 2's rows of a backbone (a training run's report evaluates no out-of-distribution
+    task: `seal-report --table2` does, for evaluated checkpoints)."""
+    return "Out of distribution, the paper's Table 2 (`seal-report --table2` evaluates it):\n\n" + (
+        table2({}, [backbone])
     )
 
 
@@ -458,6 +454,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "picks a step (default: each run's best)",
     )
     parser.add_argument(
+        "--table2",
+        nargs="+",
+        metavar="RUN",
+        help="the paper's Table 2 (out of distribution) instead: BFCL V4 agentic from each "
+        "RUN's records (scripts/eval_endpoint.py --split agentic; RUN@STEP picks a step), "
+        "tau2-bench from the results files in RUN/tau2/; the paper's rows beside them",
+    )
+    parser.add_argument(
         "--baseline",
         metavar="RUN",
         help="with --compare: the run the others are compared with (default: the first)",
@@ -481,7 +485,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--out-dir",
         type=Path,
         help="where the page and PNGs go (default: RUN_DIR/report; with --compare: "
-        "BASELINE/report/compare)",
+        "BASELINE/report/compare; with --table2: the first RUN's report/)",
     )
     parser.add_argument(
         "--label", help="name of the run in titles and the paper table (default: RUN_DIR's name)"
@@ -494,8 +498,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "differences are noted on the page (default: %(default)s)",
     )
     args = parser.parse_args(argv)
-    if (args.run_dir is None) == (args.compare is None):
-        parser.error("give a run directory, or --compare RUN [RUN ...]")
+    if sum(x is not None for x in (args.run_dir, args.compare, args.table2)) != 1:
+        parser.error("give a run directory, --compare RUN [RUN ...] or --table2 RUN [RUN ...]")
     if args.baseline and not args.compare:
         parser.error("--baseline goes with --compare")
     return args
@@ -512,6 +516,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.compare:
             page = compare_main(args)
+        elif args.table2:
+            first = Path(str(args.table2[0]).partition("@")[0])
+            page = write_table2(args.table2, args.out_dir or first / REPORT_DIRNAME)
+            print(page.read_text())
         else:
             page = write_report(args.run_dir, args.out_dir, args.val_dir, args.label, args.split)
     except (OSError, ValueError, EmptyRunError) as error:  # malformed files are ValueErrors

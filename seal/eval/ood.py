@@ -167,8 +167,9 @@ def table2(ours: dict[str, Scores], backbones: list[str | None]) -> str:
     ]  # fmt: skip
     known = [b for b in dict.fromkeys(backbones) if b is not None and ood_results(b)]
     paper = [r for b in known for r in ood_results(b)] if known else ood_results()
+    mark = "paper: " if ours else ""  # told apart from ours only when there are ours
     rows += [
-        [f"paper: {r.label}", *(_cell(r.bfcl_v4[k]) for k in BFCL_V4_PARTS),
+        [f"{mark}{r.label}", *(_cell(r.bfcl_v4[k]) for k in BFCL_V4_PARTS),
          *(_cell(r.tau2[k]) for k in TAU2_PARTS)]
         for r in paper
     ]  # fmt: skip
@@ -179,7 +180,8 @@ def table2(ours: dict[str, Scores], backbones: list[str | None]) -> str:
         "web_search_base and web_search_no_snippet, memory the mean of the KV, vector and "
         "recursive-summary backends, the average the mean of the two. tau2-bench: pass^1 "
         "per domain, the average their mean. A cell is empty (–) where a part was not "
-        "evaluated. Rows marked paper: are the paper's Table 2.\n\n" + notes
+        "evaluated. " + ("Rows marked paper: are" if ours else "The rows are") + " the paper's "
+        "Table 2.\n\n" + notes
     )
 
 

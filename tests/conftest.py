@@ -10,6 +10,7 @@ port, for tests where the service may hang or must be signalled (it is killed af
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -121,6 +122,29 @@ def serving(app):
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+@contextlib.contextmanager
+def serving_aiohttp(app):
+    """Serve an aiohttp application (a fake model endpoint) on 127.0.0.1 (a free port), in
+    its own thread and event loop; yields the base URL."""
+    from aiohttp import web
+
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    loop.run_until_complete(web.SockSite(runner, sock).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.run_until_complete(runner.cleanup())
+        loop.close()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ question (its first prompt: no search is made).
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 import shutil
 
@@ -21,43 +20,30 @@ from bfcl_eval.utils import (
     populate_initial_settings_for_memory_test_cases,
     populate_initial_settings_for_web_search_test_cases,
 )
+from bfcl_inference import bfcl_inference_prompts
 
 from env_service import api_native
 from env_service.engine import EnvEngine, ServiceConfig
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.tasks import load_task
-from seal.formats.bfcl_handlers import build_handler
-from seal.formats.handler_format import _completion, leaderboard
+from seal.formats.handler_format import leaderboard
 from seal.formats.registry import FORMATS, HERMES, get_format
 from seal.rollout.env_client import call_body
 from seal.rollout.protocol import CreateEpisode, EpisodeSettings, StepRequest
 
 VALIDATE = EpisodeSettings(mode="validate")
-_RUNS = itertools.count()
 HANDLER_FORMATS = [n for n in FORMATS if n != HERMES]
 
 
 def bfcl_prompts(fmt, task_id: str, texts: list[str], snapshots) -> list[str]:
     """The prompts bfcl-eval's own inference builds for the task, its model answering
     `texts`, its memory backend reading `snapshots` (its result folder)."""
-    handler = build_handler(fmt.entry)
-    handler.model_name_underline_replaced += f"_agentic_{next(_RUNS)}"
     category = load_task(task_id).category.removesuffix("_prereq")
     entry = next(e for e in load_dataset_entry(category) if e["id"] == task_id)
     entry = copy.deepcopy(entry)
     populate_initial_settings_for_memory_test_cases([entry], snapshots)
     populate_initial_settings_for_web_search_test_cases([entry])
-    script, prompts = iter(texts), []
-
-    def query(inference_data):
-        prompts.append(
-            handler._format_prompt(inference_data["message"], inference_data["function"])
-        )
-        return _completion(next(script)), 0.0
-
-    handler._query_prompting = query
-    handler.inference_multi_turn_prompting(entry, include_input_log=False, exclude_state_log=True)
-    return prompts
+    return bfcl_inference_prompts(fmt, entry, texts)
 
 
 def our_prompts(engine, fmt, task_id: str, texts: list[str]) -> list[str]:

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 
 import pytest
 from agentic_scripts import agentic_service, answer_text, call
 from aiohttp import web
+from conftest import serving_aiohttp
 from transformers import AutoTokenizer
 
 from seal.bfcl.agentic import ANSWER_NOT_FOUND, PASS, agentic_task_ids
@@ -77,21 +76,8 @@ def fake_model():
     app = web.Application()
     app.router.add_post("/v1/chat/completions", model.handle)
     app.router.add_get("/v1/models", model.models)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    loop.run_until_complete(web.SockSite(runner, sock).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield model, f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.run_until_complete(runner.cleanup())
-        loop.close()
+    with serving_aiohttp(app) as url:
+        yield model, f"{url}/v1"
 
 
 def evaluate(base_url: str, env_url: str, out_dir, task_ids=NOTETAKER, **options):

@@ -178,9 +178,7 @@ def test_preflight_refuses_a_wrong_model_name_before_any_episode(
 
 
 @pytest.mark.slow  # two scenarios' 48 conversation turns on the CPU: 2-3 minutes here
-def test_memory_questions_run_end_to_end_against_transformers_serve(
-    transformers_server, tmp_path
-):
+def test_memory_questions_run_end_to_end_against_transformers_serve(transformers_server, tmp_path):
     """A few BFCL V4 memory questions, their scenario's conversations first, through the
     evaluator and a service with a snapshot folder; scored, and laid out as Table 2."""
     base_url, model = transformers_server

@@ -42,6 +42,7 @@ _NUMERIC = {
     "--web-search-interval": "web_search_interval_s",
     "--web-search-attempts": "web_search_attempts",
     "--web-search-timeout": "web_search_timeout_s",
+    "--web-search-backoff": "web_search_backoff_s",
 }
 
 

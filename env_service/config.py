@@ -113,7 +113,10 @@ class ServiceConfig(BaseModel):
     (all workers together); set it from your SerpAPI plan's hourly throughput."""
     web_search_attempts: int = Field(4, ge=1)
     """Web search: tries per search on connection errors, timeouts, HTTP 429 and 5xx,
-    with exponential back-off (2 s doubling, at most 30 s, or the server's Retry-After)."""
+    with exponential back-off (web_search_backoff_s doubling, at most 30 s, or the
+    server's Retry-After)."""
+    web_search_backoff_s: float = Field(2.0, ge=0)
+    """Web search: the wait before a search's second try."""
     web_search_timeout_s: float = Field(20.0, gt=0)
     """Web search: seconds one SerpAPI request may take."""
 
@@ -124,4 +127,5 @@ class ServiceConfig(BaseModel):
             min_interval_s=self.web_search_interval_s,
             attempts=self.web_search_attempts,
             timeout_s=self.web_search_timeout_s,
+            backoff_s=self.web_search_backoff_s,
         )

@@ -47,6 +47,7 @@ QUICK = {
     "web_search_interval_s": 0.0,
     "web_search_attempts": 3,
     "web_search_timeout_s": 2.0,
+    "web_search_backoff_s": 0.1,
 }
 TEA, BILLIONAIRE = "most expensive tea in the world", "richest billionaire in China Forbes 2025"
 
@@ -192,15 +193,16 @@ def fake_serpapi(monkeypatch):
 
 
 def test_the_transport_retries_rate_limits_and_server_errors_then_answers(fake_serpapi):
-    web_search.configure(web_search.SearchLimits(min_interval_s=0, attempts=4, timeout_s=2))
+    limits = web_search.SearchLimits(min_interval_s=0, attempts=4, timeout_s=2, backoff_s=0.5)
+    web_search.configure(limits)
     fake_serpapi.script = [(429, {"Retry-After": "0.2"}), (503, {}), (429, {"Retry-After": "0"})]
     start = time.monotonic()
     payload = web_search.SerpApiSearch({"engine": "duckduckgo", "q": "x"}).get_dict()
     assert payload["organic_results"][0]["title"] == "t"
     gaps = [b - a for a, b in zip(fake_serpapi.seen, fake_serpapi.seen[1:], strict=False)]
-    # Retry-After 0.2 s, then the own back-off (2 s doubling: 4 s), then Retry-After 0.
-    assert len(fake_serpapi.seen) == 4 and 0.2 <= gaps[0] < 1.5 and gaps[1] >= 3.9
-    assert time.monotonic() - start < 10
+    # Retry-After 0.2 s, then the own back-off (0.5 s doubling: 1 s), then Retry-After 0.
+    assert len(fake_serpapi.seen) == 4 and 0.2 <= gaps[0] < 0.9 and 1.0 <= gaps[1] < 1.9
+    assert gaps[2] < 0.9 and time.monotonic() - start < 5
 
 
 def test_the_transport_gives_up_after_its_attempts_with_an_error_bfcl_does_not_retry(

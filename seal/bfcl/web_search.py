@@ -53,16 +53,20 @@ class SearchLimits:
     """Tries per search on connection errors, timeouts, HTTP 429 and 5xx."""
     timeout_s: float = 20.0
     """Seconds one SerpAPI request may take."""
+    backoff_s: float = 2.0
+    """Back-off before the second try, doubling after each (or the server's Retry-After)."""
     max_backoff_s: float = 30.0
-    """Back-off between tries: 2 s, doubling, at most this (or the server's Retry-After)."""
+    """At most this long between two tries."""
 
     def __post_init__(self):
-        if self.min_interval_s < 0 or self.attempts < 1 or self.timeout_s <= 0:
+        if min(self.min_interval_s, self.backoff_s) < 0 or self.attempts < 1 or self.timeout_s <= 0:
             raise ValueError(f"invalid web search limits: {self}")
 
     def worst_case_s(self) -> float:
         """The longest one search call can take once its turn has come."""
-        backoff = sum(min(2.0 * 2**k, self.max_backoff_s) for k in range(self.attempts - 1))
+        backoff = sum(
+            min(self.backoff_s * 2**k, self.max_backoff_s) for k in range(self.attempts - 1)
+        )
         return self.attempts * self.timeout_s + backoff + self.min_interval_s
 
 
@@ -121,7 +125,8 @@ class SerpApiSearch:
         import requests
         from serpapi import GoogleSearch
 
-        settings, delay, last = _LIMITS, 2.0, ""
+        settings, last = _LIMITS, ""
+        delay = settings.backoff_s
         for attempt in range(1, settings.attempts + 1):
             _PACER.wait(settings.min_interval_s)
             client = GoogleSearch(dict(self.params))

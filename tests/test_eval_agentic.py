@@ -19,12 +19,15 @@ import pytest
 from agentic_scripts import agentic_service, answer_text, call
 from aiohttp import web
 from conftest import serving_aiohttp
+from scripts_loader import load_script
 from transformers import AutoTokenizer
 
 from seal.bfcl.agentic import ANSWER_NOT_FOUND, PASS, agentic_task_ids
 from seal.bfcl.tasks import load_task
+from seal.bfcl.web_search import FETCH_TIMEOUT_S, SearchLimits
 from seal.eval.chat_endpoint import EndpointSettings
 from seal.eval.evaluator import errors_file, evaluate_endpoint, prerequisites_file
+from seal.eval.records import read_step_file
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
 
 MODEL = "fake-model"
@@ -53,7 +56,7 @@ class FakeModel:
         fresh = last["role"] == "user" and not last["content"].startswith("<tool_response>")
         if ANSWER_FORMAT not in messages[0]["content"]:  # a conversation that fills memory
             return reply(call("memory_append", text=last["content"] + "\n") if fresh else "Noted.")
-        task_id = self.question_of[first]
+        task_id = self.question_of.get(first)  # None: a question it has no answer to
         if fresh:
             return reply(call("memory_retrieve"))
         answer = load_task(task_id).answers[0] if task_id in RIGHT else "I do not know"
@@ -130,3 +133,38 @@ def test_a_failed_conversation_fails_its_questions_unscored(fake_model, tmp_path
     assert outcome.step_file is None
     listed = [json.loads(line)["task_id"] for line in errors_file(tmp_path / "run", 0).open()]
     assert sorted(listed) == sorted(failed)
+
+
+def test_eval_endpoint_scores_a_split_of_memory_questions_and_prints_table2(
+    fake_model, tmp_path, capsys
+):
+    _, base_url = fake_model
+    cli = load_script("eval_endpoint")
+    out = tmp_path / "run"
+    with agentic_service(tmp_path / "snapshots") as (env_url, _):
+        args = ["--base-url", base_url, "--model", MODEL, "--split", "memory_rec_sum"]
+        args += ["--limit", "3", "--env-url", env_url, "--out-dir", str(out), "--quiet"]
+        assert cli.main([*args, "--tokenizer", str(SHIPPED_TOKENIZER)]) == 0
+    printed = capsys.readouterr().out
+    records = read_step_file(out / "validation" / "step_000000.jsonl")
+    # bfcl-eval's first three memory questions are the student scenario's.
+    assert [r.task_id for r in records] == agentic_task_ids("memory_rec_sum")[:3]
+    assert {r.extra["max_generations"] for r in records} == {21}  # bfcl-eval's per turn
+    assert f"| {MODEL} | – | – | – | – | – | – | – |" in printed  # rec_sum alone: no column
+    assert "memory_rec_sum 0/3" in printed  # the fake knows no student answer
+    assert "| Qwen2.5-7B-Instruct + SEAL |" in printed.replace("paper: ", "")
+
+
+def test_eval_endpoint_gives_its_own_service_a_snapshot_folder_and_a_search_budget(tmp_path):
+    cli = load_script("eval_endpoint")
+    base = ["--base-url", "http://127.0.0.1:9/v1", "--model", MODEL, "--start-env"]
+    memory = cli.parse_args([*base, "--split", "memory"])
+    assert cli.service_args(memory, tmp_path) == (
+        "--memory-snapshot-dir",
+        str(tmp_path / "memory_snapshots"),
+    )
+    web = cli.service_args(cli.parse_args([*base, "--split", "web_search_base"]), tmp_path)
+    seconds = float(web[web.index("--max-step-seconds") + 1])
+    assert seconds >= SearchLimits().worst_case_s() + FETCH_TIMEOUT_S  # what the service asks
+    assert cli.service_args(cli.parse_args(base), tmp_path) == ()  # BFCL V3: nothing
+    assert cli.parse_args(base).max_generations == 20

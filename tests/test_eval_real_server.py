@@ -8,6 +8,10 @@ evaluator against a server it does not control: the preflight passes and refuses
 model name, every request fits the budget, replies cut at max_tokens are counted, an
 episode that fills the context is scored, and no task fails.
 
+A few BFCL V4 memory questions run there end to end too (their scenarios' conversations
+first, through a service with a snapshot folder), and their outputs are laid out as the
+paper's Table 2 (slow: the conversations' 48 turns take minutes on 2 cores).
+
 Skips, saying why, when the server cannot start (transformers[serving] not installed, the
 server exits or does not answer /health in time): CI on a machine without it still passes.
 """

@@ -12,14 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
+from scipy import stats
 
 from seal.eval import compare as C
 from seal.eval import report
 from seal.eval.records import ValidationRecord, write_step
 from seal.eval.summary import load_split_ids
 from seal.tocf.tags import CATEGORIES
-
-stats = pytest.importorskip("scipy.stats")
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

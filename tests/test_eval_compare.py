@@ -12,14 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
+from scipy import stats
 
 from seal.eval import compare as C
 from seal.eval import report
 from seal.eval.records import ValidationRecord, write_step
 from seal.eval.summary import load_split_ids
 from seal.tocf.tags import CATEGORIES
-
-stats = pytest.importorskip("scipy.stats")
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -30,27 +29,23 @@ BY_CATEGORY = {c: [t for t in EVAL_IDS if t.startswith(c + "_")] for c in CATEGO
 RESAMPLES = 2000
 
 
+def record(task_id: str, step: int, score: int, **extra) -> ValidationRecord:
+    category = task_id.rsplit("_", 1)[0]
+    fields = {"input": "", "output": "", "failure_tags": ["pass"], "turns": 1}
+    return ValidationRecord(
+        task_id=task_id, data_source=category, score=score, reward=score, step=step, extra=extra,
+        **fields,
+    )  # fmt: skip
+
+
 def write_run(folder: Path, passed: dict[str, set[int]], step: int = 10, **extra) -> Path:
     """A run whose step `step` passes, per category, the tasks at the given positions
     (in the split's order) and fails the others."""
-    records = []
-    for category, ids in BY_CATEGORY.items():
-        for k, task_id in enumerate(ids):
-            score = int(k in passed.get(category, set()))
-            records.append(
-                ValidationRecord(
-                    task_id=task_id,
-                    data_source=category,
-                    score=score,
-                    reward=float(score),
-                    step=step,
-                    input="",
-                    output="",
-                    failure_tags=["pass"],
-                    turns=1,
-                    extra=extra,
-                )  # fmt: skip
-            )
+    records = [
+        record(task_id, step, int(k in passed.get(category, set())), **extra)
+        for category, ids in BY_CATEGORY.items()
+        for k, task_id in enumerate(ids)
+    ]
     write_step(folder / "validation", step, records)
     return folder
 
@@ -209,21 +204,7 @@ def test_command_line_compares_training_runs_and_an_endpoint_evaluation(tmp_path
 def test_unpaired_tasks_are_left_out_and_named(tmp_path):
     baseline, _ = baseline_and_run(tmp_path)
     partial = tmp_path / "partial" / "validation"
-    records = [
-        ValidationRecord(
-            task_id=t,
-            data_source=c,
-            score=1,
-            reward=1.0,
-            step=0,
-            input="",
-            output="",
-            failure_tags=["pass"],
-            turns=1,
-        )  # fmt: skip
-        for c, ids in BY_CATEGORY.items()
-        for t in ids[:50]
-    ]
+    records = [record(t, 0, 1) for ids in BY_CATEGORY.values() for t in ids[:50]]
     write_step(partial, 0, records)
     comparison = C.compare_runs([str(baseline), str(partial.parent)])
     found = {d.category: d for d in comparison.differences["partial"]}

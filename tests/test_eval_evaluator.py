@@ -243,6 +243,7 @@ def test_wrong_replies_score_zero_with_failure_tags(fake_llm, live_service, tmp_
     for record in outcome.records.values():
         assert record.score == 0
         assert "empty_turn_model_response" in record.failure_tags
+        assert record.paper_label == "missing_tool_call"  # the paper's Table 5 label
 
 
 def test_generation_limit_cuts_the_episode(fake_llm, live_service, tmp_path):

@@ -92,13 +92,13 @@ PAPER_RESULTS: tuple[PaperResult, ...] = (
     _bfcl_v3(QWEN_7B, UNTRAINED, 14.00, 22, 14, 10, 10, tables=(1, 3)),
     _bfcl_v3(QWEN_7B, VANILLA_RL, 30.75, 46, 27, 27, 23, tables=(1, 3)),
     _bfcl_v3(QWEN_7B, SEAL, 40.25, 58, 36, 34, 33, tables=(1, 3)),
-    _bfcl_v3(TOOLACE_8B, UNTRAINED, 32.00, 45, 26, 35, 22),
-    _bfcl_v3(TOOLACE_8B, VANILLA_RL, 38.50, 52, 30, 40, 32),
-    _bfcl_v3(TOOLACE_8B, SEAL, 46.75, 58, 46, 44, 39),
-    # Table 3, the ablations (Qwen2.5-7B-Instruct).
+    # Table 3, the ablations (Qwen2.5-7B-Instruct), beside their backbone's rows.
     _bfcl_v3(QWEN_7B, NO_ENV_ADAPTATION, 35.75, 52, 31, 32, 28, tables=(3,)),
     _bfcl_v3(QWEN_7B, NO_REWEIGHTING, 32.75, 48, 27, 31, 25, tables=(3,)),
     _bfcl_v3(QWEN_7B, NO_CLOSED_LOOP, 33.00, 46, 32, 28, 26, tables=(3,)),
+    _bfcl_v3(TOOLACE_8B, UNTRAINED, 32.00, 45, 26, 35, 22),
+    _bfcl_v3(TOOLACE_8B, VANILLA_RL, 38.50, 52, 30, 40, 32),
+    _bfcl_v3(TOOLACE_8B, SEAL, 46.75, 58, 46, 44, 39),
 )
 
 

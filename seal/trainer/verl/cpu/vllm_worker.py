@@ -9,10 +9,11 @@ Why: after loading, vLLM's CPU build hands each unquantized linear layer's weigh
 oneDNN (or sgl-kernel) matmul that keeps a packed copy, and replaces the layer's
 `weight` with an empty Parameter that has no `weight_loader`
 (`UnquantizedLinearMethod.process_weights_after_loading`,
-vllm/model_executor/layers/linear.py:216, calling `dispatch_cpu_unquantized_gemm(...,
-remove_weight=True)`, vllm/model_executor/layers/utils.py:318). verl's receiver
-(`update_weights_from_ipc` -> `model.load_weights`) then fails at the first linear
-weight ("'Parameter' object has no attribute 'weight_loader'"). vLLM's own in-place
+vllm/model_executor/layers/linear.py:220, calling `dispatch_cpu_unquantized_gemm(...,
+remove_weight=True)`, vllm/model_executor/layers/utils.py:321 for oneDNN, 307 and 290 for
+the other CPU kernels). verl's receiver (`update_weights_from_ipc` -> `model.load_weights`)
+then fails at the first linear weight ("'Parameter' object has no attribute
+'weight_loader'", linear.py:1417). vLLM's own in-place
 reload, the one its `reload_weights` and IPC weight-transfer engine use, handles this:
 `initialize_layerwise_reload` puts each layer back in its checkpoint layout (on the meta
 device, original loaders wrapped), `model.load_weights` fills a layer and, once all of a

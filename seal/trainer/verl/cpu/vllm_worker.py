@@ -59,9 +59,16 @@ class LayerwiseReloadWorkerExtension(vLLMColocateWorkerExtension):
         receiver = BucketedWeightReceiver(
             zmq_handle=self._get_zmq_handle(), device=self.device, use_shm=use_shm
         )
+        # Copies: the reload keeps a layer's tensors until all of them arrived (to the end,
+        # in finalize, for a layer with padding the checkpoint lacks: the embedding of a
+        # vocabulary that is not a multiple of 64), while the receiver reuses its one
+        # shared-memory bucket and cannot close it while views of it live (BufferError,
+        # bucketed_weight_transfer.py:340).
         receiver.receive_weights(
             on_bucket_received=lambda weights, _is_last: self._update_weights(
-                weights, peft_config=None, base_sync_done=base_sync_done
+                [(name, tensor.clone()) for name, tensor in weights],
+                peft_config=None,
+                base_sync_done=base_sync_done,
             )
         )
         for model, model_config in models:

@@ -56,6 +56,8 @@ PYTHON = ROOT / ".venv-vllm/bin/python"
 LAUNCH_DEADLINE_S = 1200
 """Longest one launch may take (each takes 4-6 minutes on 2 cores): a hang fails here."""
 STOP_GRACE_S = 60
+SESSION_EXIT_GRACE_S = 30
+"""How long a launch's Ray processes may take to exit after the launcher did."""
 LOGPROB_TOLERANCE = 1e-4
 """Largest |vLLM log-prob - actor log-prob| per token, both in float32 (vLLM's oneDNN
 matmuls and CPU attention against torch's sdpa in the FSDP actor)."""
@@ -108,14 +110,29 @@ class Launch:
         }
 
 
-def kill_session(sid: int) -> list[str]:
-    """SIGKILL every process of session `sid`; what was found there."""
+def session_processes(sid: int) -> list[psutil.Process]:
     found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
         with contextlib.suppress(psutil.Error, ProcessLookupError):
-            if os.getsid(proc.pid) == sid:
-                found.append(f"{proc.pid} {' '.join(proc.info['cmdline'] or [])[:120]}")
-                proc.send_signal(signal.SIGKILL)
+            if os.getsid(proc.pid) == sid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
+
+
+def kill_session(sid: int, grace_s: float = SESSION_EXIT_GRACE_S) -> list[str]:
+    """SIGKILL every process of session `sid` still there after `grace_s`; what was found.
+
+    The grace is for Ray's own teardown: `ray.shutdown()` returns before the raylet has
+    reaped its workers, so a worker seen a second after the launcher exited is on its way
+    out, not left behind."""
+    deadline = time.monotonic() + grace_s
+    while (left := session_processes(sid)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    found = []
+    for proc in left:
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            found.append(f"{proc.pid} {' '.join(proc.info['cmdline'] or [])[:120]}")
+            proc.send_signal(signal.SIGKILL)
     return found
 
 

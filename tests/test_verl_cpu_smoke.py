@@ -64,6 +64,9 @@ class FirstRun:
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
             )  # fmt: skip
 
+    def wait(self) -> None:
+        self.process.wait()
+
     def result(self, timeout: float = 1200) -> subprocess.CompletedProcess:
         returncode = self.process.wait(timeout=timeout)
         return subprocess.CompletedProcess(self.process.args, returncode, self.log.read_text(), "")

@@ -46,6 +46,10 @@ class TinyModelSettings:
     """Key/value heads (grouped-query attention; num_attention_heads must divide by it)."""
     intermediate_size: int = 128
     """Width of each MLP."""
+    vocab_size: int = 151936
+    """Output ids: Qwen2.5's padded 151,936 (every tokenizer id is valid), or the
+    tokenizer's own 151,665, as exp/verl_cpu_vllm_smoke.yaml has it (verl's vLLM rollout
+    masks the ids past the tokenizer, its actor does not)."""
     seed: int = 0
     """Seed of the random initial weights."""
 

@@ -124,7 +124,10 @@ def test_a_search_without_results_is_answered_as_bfcl_answers_it(tmp_path, recor
 
 
 class _Page(http.server.BaseHTTPRequestHandler):
+    hits = 0
+
     def do_GET(self):  # noqa: N802 - http.server's name
+        _Page.hits += 1
         body = b"<html><body><h1>Da Hong Pao</h1><p>Grown in <b>Fujian</b>.</p></body></html>"
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
@@ -136,18 +139,71 @@ class _Page(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_fetch_url_content_reads_a_page_through_the_backend(tmp_path, recorded_search):
+def _fetch_local_page(tmp_path, **service) -> tuple[dict, int]:
+    """Play one fetch_url_content of a page served on 127.0.0.1; the report and how many
+    requests reached the page's server."""
+    _Page.hits = 0
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     page = f"http://127.0.0.1:{server.server_address[1]}/tea"
     try:
-        with agentic_service(tmp_path, workers=1, **QUICK) as (url, _):
+        with agentic_service(tmp_path, workers=1, **QUICK, **service) as (url, _):
             fetch = call("fetch_url_content", url=page, mode="markdown")
             report = asyncio.run(play(url, "web_search_base_0", [[fetch, "done"]]))
     finally:
         server.shutdown()
+    return report, _Page.hits
+
+
+def test_fetch_url_content_reads_a_page_through_the_backend(tmp_path, recorded_search):
+    report, hits = _fetch_local_page(tmp_path, web_fetch_private_urls=True)
     content = json.loads(report["output"][1]["content"].split("\n")[1])["content"]
     assert "# Da Hong Pao" in content and "**Fujian**" in content
+    assert hits == 1
+
+
+def test_fetch_url_content_refuses_the_services_own_network(tmp_path, recorded_search):
+    """By default a model cannot make the service read loopback (or any non-public
+    address): the call gets bfcl-eval's fetch error and nothing reaches the server."""
+    report, hits = _fetch_local_page(tmp_path)
+    result = report["output"][1]["content"]
+    assert "An error occurred while fetching" in result and "not a public address" in result
+    assert hits == 0
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:8082/v1/profile", "http://localhost/", "http://10.1.2.3/",
+     "http://169.254.169.254/latest/meta-data/", "http://[::1]/", "http://100.64.0.1/",
+     "http://192.168.0.1/", "file:///etc/passwd"],
+)  # fmt: skip
+def test_non_public_addresses_are_refused(url):
+    with pytest.raises(web_search.NonPublicAddressError):
+        web_search.check_public_url(url)
+
+
+def test_a_public_address_is_allowed():
+    web_search.check_public_url("http://8.8.8.8/search")  # an IP literal: no DNS needed
+
+
+def test_a_redirect_into_the_private_network_is_refused(monkeypatch):
+    """Redirects are followed one hop at a time, each hop checked before it is requested."""
+    import requests
+
+    requested = []
+
+    def fake_get(url, **kwargs):
+        requested.append(url)
+        assert kwargs["allow_redirects"] is False
+        response = requests.Response()
+        response.status_code, response.url = 302, url
+        response.headers["location"] = "http://127.0.0.1:8082/v1/profile"
+        return response
+
+    monkeypatch.setattr(requests, "get", fake_get)
+    with pytest.raises(web_search.NonPublicAddressError, match="127.0.0.1"):
+        web_search.PublicWebOnly().get("http://8.8.8.8/start", timeout=1)
+    assert requested == ["http://8.8.8.8/start"]
 
 
 # --- the real transport against a fake SerpAPI ----------------------------------------------

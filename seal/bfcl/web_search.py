@@ -24,14 +24,27 @@ to put a transport under bfcl-eval's method without copying it), which:
 The key is read by bfcl-eval from the service's environment, never from a file here; the
 service refuses web-search episodes when it is not set (`missing_key`).
 `use_transport` swaps the transport (tests replay recorded SerpAPI payloads with one).
+
+The backend's other tool, `fetch_url_content`, GETs whatever URL the model writes from the
+service's machine. Left as it is, a model (or a client scripting one) could read the
+service's own loopback, the cluster's private addresses or a cloud metadata endpoint. The
+name `requests` in bfcl-eval's module is therefore bound to `PublicWebOnly`, which follows
+redirects itself and refuses every hop whose host resolves to an address that is not
+globally routable; the model gets bfcl-eval's usual fetch error. (A host that resolves
+differently between the check and the connection could still slip through; closing that
+needs a resolver pinned into the connection pool, which `requests` does not offer.)
+`SearchLimits.fetch_private_urls` lifts the guard, for a test page on 127.0.0.1.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import multiprocessing
 import os
+import socket
 import time
 from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
 
 SERPAPI_KEY_ENV = "SERPAPI_API_KEY"
 UNAVAILABLE = "[seal: web search unavailable]"
@@ -44,7 +57,8 @@ FETCH_TIMEOUT_S = 20.0
 
 @dataclass(frozen=True)
 class SearchLimits:
-    """How searches are paced and retried (service flags `--web-search-*`)."""
+    """How searches are paced and retried, and which pages may be fetched (service flags
+    `--web-search-*`)."""
 
     min_interval_s: float = 1.0
     """At least this long between two searches of the service (all workers together):
@@ -57,6 +71,9 @@ class SearchLimits:
     """Back-off before the second try, doubling after each (or the server's Retry-After)."""
     max_backoff_s: float = 30.0
     """At most this long between two tries."""
+    fetch_private_urls: bool = False
+    """Let fetch_url_content read loopback, private, link-local and other non-global
+    addresses (the module docstring says why they are refused). Tests only."""
 
     def __post_init__(self):
         if min(self.min_interval_s, self.backoff_s) < 0 or self.attempts < 1 or self.timeout_s <= 0:
@@ -187,8 +204,58 @@ def use_transport(transport: type) -> None:
 
 
 def bind_transport(module) -> None:
-    """Make bfcl-eval's web-search backend module search through the chosen transport."""
+    """Make bfcl-eval's web-search backend module search through the chosen transport and
+    fetch pages through `PublicWebOnly`."""
     module.GoogleSearch = _TRANSPORT
+    module.requests = PublicWebOnly()
+
+
+class NonPublicAddressError(ValueError):
+    pass
+
+
+class PublicWebOnly:
+    """The `requests` bfcl-eval's `fetch_url_content` uses (it calls only `get`), limited
+    to globally routable hosts at every redirect hop (module docstring)."""
+
+    max_redirects = 5
+
+    def get(self, url: str, **kwargs):
+        import requests
+
+        kwargs["allow_redirects"] = False  # each hop is checked before it is requested
+        for _ in range(self.max_redirects + 1):
+            if not _LIMITS.fetch_private_urls:
+                check_public_url(url)
+            response = requests.get(url, **kwargs)
+            if not response.is_redirect:
+                return response
+            url = urljoin(url, response.headers["location"])
+        raise requests.TooManyRedirects(f"more than {self.max_redirects} redirects")
+
+    def __getattr__(self, name: str):
+        import requests
+
+        return getattr(requests, name)
+
+
+def check_public_url(url: str) -> None:
+    """Raise NonPublicAddressError unless every address `url`'s host resolves to is
+    globally routable (not loopback, private, link-local, shared, reserved, multicast)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise NonPublicAddressError(f"not an http(s) URL with a host: {url}")
+    try:
+        infos = socket.getaddrinfo(parts.hostname, parts.port or 80, proto=socket.IPPROTO_TCP)
+    except socket.gaierror as e:
+        raise NonPublicAddressError(f"cannot resolve {parts.hostname}: {e}") from None
+    for info in infos:
+        address = ipaddress.ip_address(info[4][0].split("%")[0])
+        if not address.is_global or address.is_multicast:
+            raise NonPublicAddressError(
+                f"{parts.hostname} resolves to {address}, which is not a public address: "
+                "the environment service fetches public pages only"
+            )
 
 
 def missing_key() -> str | None:

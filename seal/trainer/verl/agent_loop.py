@@ -15,7 +15,8 @@ Lengths: verl pads the prompt to rollout.prompt_length and the response to
 rollout.response_length and fails on longer ones. The driver bounds prompt + response
 by max_context_tokens only, so the loop requires max_context_tokens <=
 response_length (then every response fits) and fails an episode whose prompt exceeds
-prompt_length rather than truncating it (a cut prompt is not what the model saw).
+prompt_length rather than truncating it (a cut prompt is not what the model saw), before
+its first generation.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ class SealBfclAgentLoop(AgentLoopBase):
                 sample = await run_episode(
                     shared_env_client(self.settings), generator, self.tokenizer, task_id,
                     settings, tool_format=self.tool_format, temperature=temperature, top_p=top_p,
+                    max_prompt_tokens=self.rollout_config.prompt_length,
                 )  # fmt: skip
                 break
             except EpisodeError as error:
@@ -133,12 +135,6 @@ class SealBfclAgentLoop(AgentLoopBase):
                     raise
                 log.warning("%s; retrying the episode once", error)
         total = time.perf_counter() - start
-        prompt_length = self.rollout_config.prompt_length
-        if len(sample.prompt_ids) > prompt_length:
-            raise ValueError(
-                f"task {task_id}: prompt of {len(sample.prompt_ids)} tokens exceeds "
-                f"rollout.prompt_length {prompt_length}"
-            )
         metrics = AgentLoopMetrics(
             generate_sequences=generator.seconds, tool_calls=total - generator.seconds
         )

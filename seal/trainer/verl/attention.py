@@ -43,7 +43,9 @@ def choose_attention(device: str, flash_attn: str | None) -> Attention:
         return Attention("sdpa", False, "CPU backend: sdpa attention, remove-padding off")
     if flash_attn is not None:
         return Attention(
-            "flash_attention_2", True, f"flash-attn {flash_attn}: flash_attention_2, remove-padding on"
+            "flash_attention_2",
+            True,
+            f"flash-attn {flash_attn}: flash_attention_2, remove-padding on",
         )
     return Attention(
         "sdpa",

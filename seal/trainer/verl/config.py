@@ -48,7 +48,6 @@ have no verl counterpart (verl trains in bf16 mixed precision on its own GPUs).
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
@@ -326,9 +325,11 @@ def seal_section(run_cfg, env_url: str, run_dir: Path) -> SealSection:
     )
 
 
-def compose_verl_config(run_cfg, env_url: str, run_dir: Path) -> DictConfig:
+def compose_verl_config(
+    run_cfg, env_url: str, run_dir: Path, attention: Attention | None = None
+) -> DictConfig:
     """verl's config for the run, validated (raises with the offending key otherwise)."""
-    mapped = mapped_keys(run_cfg, run_dir)
+    mapped = mapped_keys(run_cfg, run_dir, attention)
     env_url = run_cfg.verl.env_url or env_url
     overrides = [hydra_override(k, value) for k, value in mapped.items()]
     overrides += list(run_cfg.verl.overrides)

@@ -161,7 +161,7 @@ class CheckpointSettings:
     keep_only_best: bool = True
     """Keep only the best and the latest checkpoint (which resume needs), deleting the
     others: a verl checkpoint of a 7B model (weights, optimizer, Hugging Face export) is
-    about 110 GB. false keeps every checkpoint."""
+    about 107 GB. false keeps every checkpoint."""
     resume: bool = False
     """Continue the run in `run_dir` from its latest checkpoint (explicit, never implied).
     A fresh run refuses a directory holding an earlier run's state (seal/trainer/run_dir.py)."""

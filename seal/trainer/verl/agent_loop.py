@@ -86,6 +86,12 @@ async def close_shared_env_clients() -> None:
         await client.aclose()
 
 
+def stop_token_ids(tokenizer, tool_format) -> frozenset[int]:
+    """Where the engine stops a generation: the tool format's end-of-turn token, as this
+    tokenizer writes it (one token, or TurnTokenizer refuses the pair)."""
+    return frozenset({turn_tokenizer(tokenizer, tool_format).end_of_turn_id})
+
+
 @register(AGENT_NAME)
 class SealBfclAgentLoop(AgentLoopBase):
     def __init__(self, *args, **kwargs):
@@ -93,7 +99,7 @@ class SealBfclAgentLoop(AgentLoopBase):
         self.settings = loop_settings(self.config)
         self.limits = self.settings.trainer.limits
         self.tool_format = self.settings.trainer.model.resolved_tool_format()
-        self.end_of_turn = turn_tokenizer(self.tokenizer, self.tool_format).end_of_turn_id
+        self.stop_token_ids = stop_token_ids(self.tokenizer, self.tool_format)
         response_length = self.rollout_config.response_length
         if self.limits.max_context_tokens > response_length:
             raise ValueError(
@@ -112,7 +118,7 @@ class SealBfclAgentLoop(AgentLoopBase):
         # Generation stops at the tool format's end of turn; another stop token at
         # exactly max_new_tokens is labelled "length", which changes nothing in the sample.
         generator = VerlGenerator(
-            self.server_manager, sampling_params, stop_token_ids={self.end_of_turn}
+            self.server_manager, sampling_params, stop_token_ids=self.stop_token_ids
         )
         start = time.perf_counter()
         # verl's sampling dict carries the temperature of this rollout (validation's

@@ -359,6 +359,15 @@ def validate(config: DictConfig) -> None:
             f"rollout.max_model_len {arr.rollout.max_model_len} is below max_context_tokens "
             f"{context}: vLLM would refuse the episodes' longest requests"
         )
+    # verl checks this only without dynamic batching (verl/utils/config.py); with it, the
+    # actor's mini-batch split asserts it at the first update (engine_workers.py).
+    n_gpus = config.trainer.n_gpus_per_node * config.trainer.nnodes
+    for what, samples in (
+        ("data.train_batch_size x rollout.n", config.data.train_batch_size * arr.rollout.n),
+        ("actor.ppo_mini_batch_size x rollout.n", arr.actor.ppo_mini_batch_size * arr.rollout.n),
+    ):
+        if samples % n_gpus:
+            raise ValueError(f"{what} ({samples}) must be divisible by the {n_gpus} GPUs")
     budgets = {
         "actor.ppo_max_token_len_per_gpu": (arr.actor.use_dynamic_bsz, arr.actor.ppo_max_token_len_per_gpu),
         "rollout.log_prob_max_token_len_per_gpu": (arr.rollout.log_prob_use_dynamic_bsz, arr.rollout.log_prob_max_token_len_per_gpu),

@@ -52,6 +52,7 @@ def preflight(cfg, config, run_dir: Path) -> None:
             f"the preflight found {len(found)} blocker(s): {', '.join(c.name for c in found)} "
             "(table above; verl.preflight=false skips the check)"
         )
+    print(f"[verl] preflight passed: no blocker in {len(checks)} checks")
 
 
 def run_verl_preflight(cfg, env_url: str, run_dir: Path, split_file: Path) -> None:
@@ -61,7 +62,6 @@ def run_verl_preflight(cfg, env_url: str, run_dir: Path, split_file: Path) -> No
         preflight(cfg, config, run_dir)
     finally:
         ray.shutdown()
-    print("[verl] preflight passed")
 
 
 def run_verl_training(cfg, env_url: str, run_dir: Path, split_file: Path) -> None:

@@ -88,6 +88,7 @@ def main() -> None:
     # isort: off
     import seal.trainer.verl.cpu.platform  # noqa: F401  (before verl resolves its platform)
     import seal.trainer.verl.cpu.engine  # noqa: F401
+
     # isort: on
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.engine import EngineRegistry

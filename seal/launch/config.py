@@ -96,7 +96,9 @@ class VerlSettings:
     as micro-batch 1 at its worst. At least the context limit (a sample is never split)."""
     logprob_max_tokens_per_gpu: int = 0
     """Token budget of one micro-batch of the forward-only log-prob passes (old and
-    reference); 0 = twice the context limit. At least the context limit."""
+    reference); 0 = the context limit, as for the update: the logits of a micro-batch
+    (tokens x vocabulary) dominate both passes' memory, and one longest episode is what
+    micro-batch 1 needed at its worst. At least the context limit."""
     micro_batch_size_per_gpu: int = 1
     """Samples per forward/backward pass on one GPU when `dynamic_batching` is off."""
     export_hf_weights: bool = True

@@ -174,7 +174,7 @@ def token_budgets(run_cfg) -> tuple[int, int]:
     least the context limit, which bounds every sample (prompt + response)."""
     v, context = run_cfg.verl, run_cfg.trainer.limits.max_context_tokens
     update = v.update_max_tokens_per_gpu or context
-    logprob = v.logprob_max_tokens_per_gpu or 2 * context
+    logprob = v.logprob_max_tokens_per_gpu or context
     for key, budget in (("update", update), ("logprob", logprob)):
         if budget < context:
             raise ValueError(

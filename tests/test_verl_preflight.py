@@ -20,13 +20,11 @@ import launcher  # noqa: E402
 from seal.formats.registry import get_format  # noqa: E402
 from seal.trainer.model import SHIPPED_TOKENIZER  # noqa: E402
 from seal.trainer.verl.config import compose_verl_config  # noqa: E402
+from seal.trainer.verl.node_facts import OK, Gpu, NodeFacts  # noqa: E402
 from seal.trainer.verl.preflight import (  # noqa: E402
     BLOCKER,
-    OK,
     WARN,
-    Gpu,
     ModelShape,
-    NodeFacts,
     RunShape,
     check_chat_template,
     check_cpus,

@@ -464,12 +464,20 @@ def run_preflight(run_cfg, config, run_dir: Path) -> list[Check]:
 
     t = OmegaConf.to_object(run_cfg.trainer)
     run = RunShape.from_config(config)
-    nodes = gather_node_facts(config.seal.env_url, run_dir)
-    checks = [c for c in [check_probes(nodes)] if c is not None]
-    nodes = [n for n in nodes if not n.error]
+    all_nodes = gather_node_facts(config.seal.env_url, run_dir)
+    nodes = [n for n in all_nodes if not n.error]  # what the probes saw
     shape, template = model_checks(config, t.model.resolved_tool_format())
-    checks += [check_gpus(nodes, run), check_driver(nodes, run)]
-    checks += check_memory(shape, nodes, run)
+    seen = [
+        check_gpus(nodes, run),
+        check_driver(nodes, run),
+        *check_memory(shape, nodes, run),
+        check_service(nodes, config.seal.env_url),
+        check_shared_fs(nodes, Path(run_dir).absolute()),
+        check_tracking(nodes, t.logging.wandb),
+    ]
+    if not nodes:  # no row may pass on no evidence
+        seen = [Check(c.name, SKIP, "no node answered the probe") for c in seen]
+    others = [template, check_cpus(all_nodes, run)]
     if shape is not None:
         kept = kept_checkpoints(
             t.checkpoint.keep_only_best,
@@ -478,15 +486,9 @@ def run_preflight(run_cfg, config, run_dir: Path) -> list[Check]:
         )
         size = checkpoint_bytes(shape.params, run_cfg.verl.export_hf_weights)
         free, where = free_bytes(Path(config.trainer.default_local_dir))
-        checks.append(check_disk(free, kept * size, where, kept))
-    checks += [
-        template,
-        check_cpus(nodes, run),
-        check_service(nodes, config.seal.env_url),
-        check_shared_fs(nodes, Path(run_dir).absolute()),
-        check_tracking(nodes, t.logging.wandb),
-    ]
-    return checks
+        others.insert(0, check_disk(free, kept * size, where, kept))
+    probes = check_probes(all_nodes)
+    return ([probes] if probes else []) + seen + others
 
 
 def render(checks: list[Check]) -> str:

@@ -17,9 +17,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -76,29 +78,34 @@ def alive_nodes(address: str) -> int:
         f"import ray; ray.init(address={address!r}, logging_level='ERROR');"
         "print(sum(n['Alive'] for n in ray.nodes()))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-        env={k: v for k, v in os.environ.items() if k not in SECRETS},
-    )  # fmt: skip
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+            env={k: v for k, v in os.environ.items() if k not in SECRETS},
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return 0
     return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else 0
 
 
 def test_cpu_smoke_on_two_ray_nodes_gets_token_and_tracking_from_the_launcher(tmp_path):
     head_port = free_port()
     address = f"127.0.0.1:{head_port}"
-    head = ray_node(head_port, tmp_path / "ray", head=True, log=tmp_path / "head.log")
+    # Ray's socket paths must stay under 107 bytes: a short temporary directory.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ray2n_", dir="/tmp"))
+    head = ray_node(head_port, ray_tmp, head=True, log=tmp_path / "head.log")
     nodes = [head]
     try:
-        deadline = time.monotonic() + 120
-        while alive_nodes(address) < 1:
-            assert head.poll() is None, (tmp_path / "head.log").read_text()[-3000:]
+        deadline = time.monotonic() + 180
+        while head.poll() is None and alive_nodes(address) < 1:
             assert time.monotonic() < deadline, "the head node did not start"
             time.sleep(2)
-        nodes.append(ray_node(head_port, tmp_path / "ray", head=False, log=tmp_path / "worker.log"))
-        while alive_nodes(address) < 2:
-            assert nodes[1].poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
-            assert time.monotonic() < deadline + 120, "the worker node did not join"
+        assert head.poll() is None, (tmp_path / "head.log").read_text()[-3000:]
+        nodes.append(ray_node(head_port, ray_tmp, head=False, log=tmp_path / "worker.log"))
+        while nodes[1].poll() is None and alive_nodes(address) < 2:
+            assert time.monotonic() < deadline + 180, "the worker node did not join"
             time.sleep(2)
+        assert nodes[1].poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
         service_port = free_port()
         env = {k: v for k, v in os.environ.items() if k not in SECRETS} | {"RAY_ADDRESS": address}
         run = subprocess.run(
@@ -113,6 +120,7 @@ def test_cpu_smoke_on_two_ray_nodes_gets_token_and_tracking_from_the_launcher(tm
     finally:
         for proc in reversed(nodes):
             stop(proc)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-6000:]
     assert "[verl] joined the cluster: 2 node(s)" in out

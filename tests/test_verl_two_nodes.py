@@ -45,7 +45,7 @@ def ray_node(head_port: int, temp_dir: Path, head: bool, log: Path) -> subproces
     ports = [free_port() for _ in range(6)]
     args = [
         str(RAY), "start", "--block", "--disable-usage-stats", "--num-cpus", "8",
-        "--num-gpus", "1", "--node-ip-address", "127.0.0.1",
+        "--num-gpus", "1",
         "--node-manager-port", str(ports[0]), "--object-manager-port", str(ports[1]),
         "--dashboard-agent-grpc-port", str(ports[2]), "--dashboard-agent-listen-port", str(ports[3]),
         "--metrics-export-port", str(ports[4]), "--runtime-env-agent-port", str(ports[5]),
@@ -54,12 +54,19 @@ def ray_node(head_port: int, temp_dir: Path, head: bool, log: Path) -> subproces
         args += ["--head", "--port", str(head_port), "--include-dashboard", "false",
                  "--ray-client-server-port", str(free_port()), "--temp-dir", str(temp_dir)]  # fmt: skip
     else:
-        args += ["--address", f"127.0.0.1:{head_port}"]
+        args += ["--address", f"{node_ip()}:{head_port}"]
     env = {k: v for k, v in os.environ.items() if k not in SECRETS}
     with log.open("w") as out:
         return subprocess.Popen(
             args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+
+
+def node_ip() -> str:
+    """This machine's address as Ray picks it for its nodes (the GCS listens there)."""
+    from ray.util import get_node_ip_address
+
+    return get_node_ip_address()
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -90,7 +97,7 @@ def alive_nodes(address: str) -> int:
 
 def test_cpu_smoke_on_two_ray_nodes_gets_token_and_tracking_from_the_launcher(tmp_path):
     head_port = free_port()
-    address = f"127.0.0.1:{head_port}"
+    address = f"{node_ip()}:{head_port}"
     # Ray's socket paths must stay under 107 bytes: a short temporary directory.
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray2n_", dir="/tmp"))
     head = ray_node(head_port, ray_tmp, head=True, log=tmp_path / "head.log")

@@ -35,6 +35,14 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 RAY = Path(sys.executable).parent / "ray"
 SECRETS = ("SEAL_ENV_TOKEN", "WANDB_MODE", "WANDB_API_KEY", "RAY_ADDRESS")
+RAY_NODE_ENV = {
+    # As the README starts nodes: Ray 2.60 authenticates them with its token (a node or
+    # driver without RAY_AUTH_MODE=token sends none).
+    "RAY_AUTH_MODE": "token",
+    # On a loaded 2-core machine the dashboard agent can take longer to start than the
+    # raylet waits for it by default, and the raylet then exits.
+    "RAY_agent_register_timeout_ms": "120000",
+}
 
 
 def ray_node(head_port: int, temp_dir: Path, head: bool, log: Path) -> subprocess.Popen:
@@ -55,7 +63,7 @@ def ray_node(head_port: int, temp_dir: Path, head: bool, log: Path) -> subproces
                  "--ray-client-server-port", str(free_port()), "--temp-dir", str(temp_dir)]  # fmt: skip
     else:
         args += ["--address", f"{node_ip()}:{head_port}"]
-    env = {k: v for k, v in os.environ.items() if k not in SECRETS}
+    env = {k: v for k, v in os.environ.items() if k not in SECRETS} | RAY_NODE_ENV
     with log.open("w") as out:
         return subprocess.Popen(
             args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -88,7 +96,7 @@ def alive_nodes(address: str) -> int:
     try:
         done = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-            env={k: v for k, v in os.environ.items() if k not in SECRETS},
+            env={k: v for k, v in os.environ.items() if k not in SECRETS} | RAY_NODE_ENV,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
         return 0

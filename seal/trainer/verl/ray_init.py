@@ -13,7 +13,6 @@ verl config, which is saved to disk and printed (run_ppo prints its `ray.init` a
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import ray
 from omegaconf import OmegaConf
@@ -69,12 +68,6 @@ def ray_init_kwargs(config, env: dict[str, str]) -> dict:
     return {**init, "runtime_env": runtime_env}
 
 
-def ray_token_available() -> bool:
-    """Whether this machine holds a Ray cluster token (Ray 2.60's places for it)."""
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token"
-    return bool(os.environ.get("RAY_AUTH_TOKEN")) or Path(path).is_file()
-
-
 def start_ray(config, env: dict[str, str]) -> None:
     """Start or join Ray for the run (see the module docstring) and say which."""
     if ray.is_initialized():
@@ -82,14 +75,18 @@ def start_ray(config, env: dict[str, str]) -> None:
             "Ray is already initialised in this process: its workers would not get the "
             "run's environment"
         )
-    if joins_cluster(config) and "RAY_AUTH_MODE" not in os.environ and ray_token_available():
-        # A `ray start` cluster authenticates with its token by default (Ray 2.60), but a
-        # connecting driver without RAY_AUTH_MODE sends none ("InvalidAuthToken"); the
-        # README starts every node with RAY_AUTH_MODE=token, and so does the launcher.
-        os.environ["RAY_AUTH_MODE"] = "token"
-        print("[verl] joining with Ray's token authentication (RAY_AUTH_MODE=token)")
     kwargs = ray_init_kwargs(config, env)
-    ray.init(**kwargs)
+    try:
+        ray.init(**kwargs)
+    except ConnectionError as error:
+        if not joins_cluster(config) or os.environ.get("RAY_AUTH_MODE"):
+            raise
+        # Ray 2.60 starts clusters with token authentication, and a driver that joins one
+        # without RAY_AUTH_MODE=token sends no token: Ray says only "Failed to connect".
+        raise ConnectionError(
+            f"{error}; a `ray start` cluster authenticates with Ray's token by default: set "
+            "RAY_AUTH_MODE=token here as on its nodes (README, several nodes)"
+        ) from error
     nodes = [n for n in ray.nodes() if n["Alive"]]
     cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
     gpus = sum(n["Resources"].get("GPU", 0) for n in nodes)

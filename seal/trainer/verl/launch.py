@@ -73,5 +73,8 @@ def run_verl_training(cfg, env_url: str, run_dir: Path, split_file: Path) -> Non
     finally:
         ray.shutdown()
     val_dir = run_dir / "validation"
+    if not val_dir.is_dir():  # trainer.validation.before_train=false and test_freq=0
+        print("\nno validation ran (trainer.validation): no pass rates to show")
+        return
     print(f"\nvalidation pass rates per category ({val_dir}):\n")
     print(render_markdown(summarize(read_val_dir(val_dir))))

@@ -122,7 +122,8 @@ def test_cpu_smoke_on_two_ray_nodes_gets_token_and_tracking_from_the_launcher(tm
             time.sleep(2)
         assert nodes[1].poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
         service_port = free_port()
-        env = {k: v for k, v in os.environ.items() if k not in SECRETS} | {"RAY_ADDRESS": address}
+        env = {k: v for k, v in os.environ.items() if k not in SECRETS}
+        env |= {"RAY_ADDRESS": address, "RAY_AUTH_MODE": "token"}  # the README's shell
         run = subprocess.run(
             [sys.executable, "launcher.py", "--conf", "exp/verl_cpu_smoke.yaml", "--",
              f"output_dir={tmp_path / 'out'}", "name=two_nodes", "trainer.total_steps=1",

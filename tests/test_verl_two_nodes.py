@@ -103,6 +103,22 @@ def alive_nodes(address: str) -> int:
     return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else 0
 
 
+def preflight_rows(out: str) -> dict[str, tuple[str, str]]:
+    """The preflight table's rows: check -> (status, detail), wrapped lines joined."""
+    rows: dict[str, tuple[str, str]] = {}
+    name = None
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]] if line.startswith("│ ") else []
+        if len(cells) != 3:
+            continue
+        if cells[0]:
+            name = cells[0]
+            rows[name] = (cells[1], cells[2])
+        elif name:
+            rows[name] = (rows[name][0], f"{rows[name][1]} {cells[2]}")
+    return rows
+
+
 def test_cpu_smoke_on_two_ray_nodes_gets_token_and_tracking_from_the_launcher(tmp_path):
     head_port = free_port()
     address = f"{node_ip()}:{head_port}"
@@ -141,10 +157,13 @@ def test_cpu_smoke_on_two_ray_nodes_gets_token_and_tracking_from_the_launcher(tm
     assert run.returncode == 0, out[-6000:]
     assert "[verl] joined the cluster: 2 node(s)" in out
     assert "the workers get SEAL_ENV_TOKEN, WANDB_MODE through Ray's runtime environment" in out
-    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.startswith("│ ")}
-    assert "on 2 node(s)" in rows["service from workers"] and "│ ok" in rows["service from workers"]
-    assert "WANDB_MODE=offline on 2 node(s)" in rows["tracking"]
-    assert "on 2 node(s)" in rows["shared filesystem"]
+    rows = preflight_rows(out)
+    assert (
+        rows["service from workers"][0] == "ok"
+        and "on 2 node(s)" in rows["service from workers"][1]
+    )
+    assert rows["tracking"] == ("ok", "WANDB_MODE=offline on 2 node(s)")
+    assert rows["shared filesystem"][0] == "ok" and "on 2 node(s)" in rows["shared filesystem"][1]
     metrics = [json.loads(line) for line in (tmp_path / "out/two_nodes/metrics.jsonl").open()]
     step1 = next(m for m in metrics if m["step"] == 1)
     assert any(k.startswith("apatch/") for k in step1)  # the SEAL step ran on served episodes

@@ -333,7 +333,9 @@ def test_verl_job_hands_the_validated_config_to_verl(tmp_path, monkeypatch, caps
     assert handed["runner"] is launch.TaskRunnerV1
     assert handed["preflight"]  # before verl's entry point, on the same config
     # The workers' environment goes to Ray, not into the config (saved and printed).
-    assert handed["worker_env"] == {"SEAL_ENV_TOKEN": "the-run-token", "WANDB_MODE": "offline"}
+    assert handed["worker_env"] == {
+        "SEAL_ENV_TOKEN": "the-run-token", "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)
+    }  # fmt: skip
     assert "the-run-token" not in (tmp_path / "verl_config.yaml").read_text()
     assert config.trainer.v1.trainer_mode == "seal_sync" and config.seal.env_url == URL
     assert OmegaConf.load(tmp_path / "verl_config.yaml") == config
@@ -365,8 +367,8 @@ def test_ray_gets_verl_s_own_arguments_plus_the_workers_environment(tmp_path, mo
     monkeypatch.setattr(main_ppo.ray, "init", fake_init)
     with pytest.raises(Stop):
         main_ppo.run_ppo(config, None)
-    env = worker_env(run_cfg)
-    assert env == {"SEAL_ENV_TOKEN": "t0k3n", "WANDB_MODE": "disabled"}
+    env = worker_env(run_cfg, tmp_path)
+    assert env == {"SEAL_ENV_TOKEN": "t0k3n", "WANDB_MODE": "disabled", "WANDB_DIR": str(tmp_path)}
     ours = ray_init_kwargs(config, env)
     expected = {**captured, "runtime_env": dict(captured["runtime_env"])}
     expected["runtime_env"]["env_vars"] = {**captured["runtime_env"]["env_vars"], **env}

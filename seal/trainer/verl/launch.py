@@ -38,7 +38,7 @@ def prepare(cfg, env_url: str, run_dir: Path):
     OmegaConf.save(config, run_dir / "verl_config.yaml")
     print(f"[verl] resolved verl config: {run_dir / 'verl_config.yaml'}")
     check_registrations()  # verl swallows plugin import errors; fail here instead
-    start_ray(config, worker_env(cfg))
+    start_ray(config, worker_env(cfg, run_dir))
     return config
 
 

@@ -13,6 +13,7 @@ verl config, which is saved to disk and printed (run_ppo prints its `ray.init` a
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import ray
 from omegaconf import OmegaConf
@@ -22,17 +23,19 @@ from seal.rollout.env_client import TOKEN_ENV
 
 WANDB_MODE = "WANDB_MODE"
 WANDB_API_KEY = "WANDB_API_KEY"
+WANDB_DIR = "WANDB_DIR"
 
 
-def worker_env(run_cfg) -> dict[str, str]:
+def worker_env(run_cfg, run_dir) -> dict[str, str]:
     """What every Ray worker of the run must have in its environment: the service's token
-    (set by the launcher in its own environment), the tracking mode, and wandb's key when
-    it logs online (from the launcher's environment, never a file)."""
+    (set by the launcher in its own environment), the tracking mode and where its files go
+    (the run directory, not the worker's working directory), and wandb's key when it logs
+    online (from the launcher's environment, never a file)."""
     token = os.environ.get(TOKEN_ENV)
     if not token:
         raise RuntimeError(f"${TOKEN_ENV} is not set: the launcher sets it for the run")
     mode = run_cfg.trainer.logging.wandb
-    env = {TOKEN_ENV: token, WANDB_MODE: mode}
+    env = {TOKEN_ENV: token, WANDB_MODE: mode, WANDB_DIR: str(Path(run_dir).absolute())}
     if mode == "online":
         if not os.environ.get(WANDB_API_KEY):
             raise RuntimeError(

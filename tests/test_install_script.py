@@ -78,3 +78,142 @@ def test_unknown_option_is_refused_before_installing(tmp_path):
     )
     assert done.returncode == 2
     assert "unknown option --cuda" in done.stderr
+
+
+# --- --gpu: the driver check and the flash-attn decision, with the machine's facts injected
+
+
+def fake_commands(tmp_path: Path, **scripts: str) -> dict:
+    """An environment whose PATH starts with a folder of fake commands (name -> shell body)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        path = bin_dir / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": "false"}
+
+
+def run_sourced(script: str, tmp_path: Path, env: dict) -> subprocess.CompletedProcess:
+    pins_log = tmp_path / "pins.log"
+    command = f'source "{INSTALL_SH}"; bfcl_pins_log="{pins_log}"; {script}'
+    return subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, timeout=30, cwd=tmp_path, env=env
+    )
+
+
+NVIDIA_SMI = """case "$*" in
+  *driver_version*) echo "{driver}" ;;
+  -L) echo "GPU 0: NVIDIA H100"; echo "GPU 1: NVIDIA H100" ;;
+esac"""
+
+
+def test_the_driver_check_passes_a_cuda_13_driver(tmp_path):
+    env = fake_commands(tmp_path, **{"nvidia-smi": NVIDIA_SMI.format(driver="580.65.06")})
+    done = run_sourced("check_driver", tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    assert "NVIDIA driver 580.65.06 (>= 580, CUDA 13), 2 GPU(s)" in done.stdout
+
+
+def test_an_old_driver_stops_the_gpu_install_before_any_download(tmp_path):
+    """The whole script with --gpu: an old driver ends it before the venv or pip runs."""
+    env = fake_commands(
+        tmp_path,
+        **{"nvidia-smi": NVIDIA_SMI.format(driver="535.104.05"), "python3": "exit 99"},
+    )
+    work = tmp_path / "repo"
+    work.mkdir()
+    (work / "install.sh").write_text(INSTALL_SH.read_text())
+    env.pop("PYTHON")
+    done = subprocess.run(
+        ["bash", str(work / "install.sh"), "--gpu"], capture_output=True, text=True, timeout=30,
+        cwd=work, env=env,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "NVIDIA driver 535.104.05 is too old" in done.stderr
+    assert "needs driver >= 580" in done.stderr and "nothing was downloaded" in done.stderr
+    assert not (work / ".venv").exists()  # python3 (exit 99) was never reached
+    no_driver = {**os.environ, "PATH": "/usr/bin:/bin", "PYTHON": "false"}  # no nvidia-smi
+    done = run_sourced("check_driver", tmp_path, no_driver)
+    assert done.returncode == 1 and "nvidia-smi found none" in done.stderr
+
+
+def test_flash_attn_wheels_match_torch_cuda_and_python():
+    done = subprocess.run(
+        ["bash", "-c", f'source "{INSTALL_SH}"; flash_attn_wheel_urls cp311 2.11.0+cu130 13.0 TRUE x86_64'],
+        capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHON": "false"},
+    )  # fmt: skip
+    official, community = done.stdout.split()
+    assert official.endswith(
+        "/v2.8.3/flash_attn-2.8.3+cu13torch2.11cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"
+    )
+    assert community.endswith(
+        "/v0.9.4/flash_attn-2.8.3+cu130torch2.11-cp311-cp311-linux_x86_64.whl"
+    )
+    done = subprocess.run(
+        ["bash", "-c", f'source "{INSTALL_SH}"; flash_attn_wheel_urls cp312 2.11.0 13.0 TRUE aarch64'],
+        capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHON": "false"},
+    )  # fmt: skip
+    assert done.stdout.split() == [
+        "https://github.com/mjun0812/flash-attention-prebuild-wheels/releases/download/"
+        "v0.9.22/flash_attn-2.8.3+cu130torch2.11-cp312-cp312-linux_aarch64.whl"
+    ]
+
+
+# pip that records its arguments and fails for the URLs/packages listed in $FAIL_FOR.
+FAKE_PIP = (
+    'pip=(sh -c \'echo "$*" >> calls.log; for f in $FAIL_FOR; do case "$*" in *$f*) '
+    'echo "ERROR: no $f" >&2; exit 1;; esac; done\' --)'
+)
+FACTS = "torch_facts() { echo cp311 2.11.0+cu130 13.0 TRUE x86_64; }"
+
+
+def decide(tmp_path: Path, fail_for: str, nvcc: str | None, mode: str = "auto"):
+    scripts = {}
+    if nvcc is not None:
+        scripts["nvcc"] = f'echo "Cuda compilation tools, release {nvcc}, V{nvcc}.88"'
+    env = fake_commands(tmp_path, **scripts)
+    if nvcc is None:
+        env["PATH"] = f"{tmp_path / 'bin'}:/usr/bin:/bin"
+    env |= {"FAIL_FOR": fail_for, "SEAL_FLASH_ATTN": mode}
+    (tmp_path / "calls.log").unlink(missing_ok=True)
+    done = run_sourced(f"{FAKE_PIP}; {FACTS}; install_flash_attn", tmp_path, env)
+    calls = (
+        (tmp_path / "calls.log").read_text().splitlines()
+        if (tmp_path / "calls.log").exists()
+        else []
+    )
+    return done, calls
+
+
+def test_flash_attn_from_a_prebuilt_wheel_when_one_installs(tmp_path):
+    done, calls = decide(tmp_path, fail_for="Dao-AILab", nvcc="13.0")
+    assert done.returncode == 0, done.stderr
+    assert "installed from https://github.com/mjun0812" in done.stdout
+    assert not any("--no-build-isolation" in c for c in calls)  # no build attempted
+
+
+def test_flash_attn_built_without_isolation_when_no_wheel_fits(tmp_path):
+    done, calls = decide(tmp_path, fail_for="Dao-AILab mjun0812", nvcc="13.0")
+    assert done.returncode == 0, done.stderr
+    build = [c for c in calls if "--no-build-isolation" in c]
+    assert build and "flash-attn==2.8.3" in build[0] and "--no-deps" in build[0]
+    assert "about 15-45 minutes" in done.stdout and "built and installed" in done.stdout
+
+
+def test_flash_attn_left_out_when_neither_works(tmp_path):
+    # nvcc of another CUDA major than torch's: no build is tried.
+    done, calls = decide(tmp_path, fail_for="Dao-AILab mjun0812", nvcc="12.4")
+    assert done.returncode == 0, done.stderr
+    assert not any("--no-build-isolation" in c for c in calls)
+    assert "needs nvcc of torch's CUDA 13.0 (found: 12.4)" in done.stdout
+    assert "verl will use sdpa attention" in done.stdout
+    # a build that fails ends the same way
+    done, calls = decide(tmp_path, fail_for="Dao-AILab mjun0812 flash-attn==", nvcc="13.0")
+    assert done.returncode == 0 and "the source build failed" in done.stdout
+    assert "verl will use sdpa attention" in done.stdout
+    # asked for a wheel explicitly: no wheel is an error, not a quiet fallback
+    done, _ = decide(tmp_path, fail_for="Dao-AILab mjun0812", nvcc=None, mode="wheel")
+    assert done.returncode == 1 and "could not be installed" in done.stderr
+    done, calls = decide(tmp_path, fail_for="", nvcc="13.0", mode="none")
+    assert done.returncode == 0 and calls == [] and "skipped" in done.stdout

@@ -42,6 +42,7 @@ TINY_RUN = [
     "trainer.validation.before_train=false",
     "trainer.validation.test_freq=100",
     "trainer.checkpoint.save_freq=1",
+    "trainer.checkpoint.keep_only_best=false",  # step 1's checkpoint is read below
 ]
 # What the prompts and the outcomes of each step show; timings and losses differ.
 COMPARED = ("train/prompt_tokens_mean", "train/reward_mean", "train/failed_episodes")

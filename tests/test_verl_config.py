@@ -23,6 +23,7 @@ from env_service.engine import EnvEngine  # noqa: E402
 from env_service.evolution import GUIDELINES  # noqa: E402
 from seal.bfcl.tasks import task_ids  # noqa: E402
 from seal.formats.registry import default_format, get_format  # noqa: E402
+from seal.rollout.generation import SamplingParams  # noqa: E402
 from seal.rollout.protocol import CreateEpisode, EpisodeSettings, EvolutionSettings  # noqa: E402
 from seal.trainer.model import SHIPPED_TOKENIZER  # noqa: E402
 from seal.trainer.verl.config import compose_verl_config, hydra_value, validate  # noqa: E402
@@ -78,6 +79,87 @@ def test_paper_configs_validate_against_verl(name, tmp_path):
     assert seal.trainer == OmegaConf.to_object(t)
 
 
+EXP_CONFIGS = sorted(p.stem for p in (REPO / "exp").glob("*.yaml"))
+TINY_OVERRIDES = ["verl.device=cpu", "trainer.loss.use_kl_loss=false"]
+"""What a config of the tiny random model (cpu_default) needs to compose for verl."""
+
+
+@pytest.mark.parametrize("name", EXP_CONFIGS)
+def test_every_config_is_sized_for_its_context(name, tmp_path):
+    """Every exp/*.yaml, composed into verl's config: vLLM's context is the run's context
+    limit (not the model's window), the update and both log-prob passes batch by token
+    budgets that hold the longest sample (prompt + response <= the context limit), the
+    retention policy keeps the best and the latest checkpoint with Hugging Face weights,
+    and the engine is told to stop at the tool format's end of turn."""
+    from seal.trainer.verl.agent_loop import stop_token_ids
+    from seal.trainer.verl.generator import VerlGenerator
+
+    tiny = launcher.compose(REPO / f"exp/{name}.yaml", []).trainer.model.path == "tiny-qwen2"
+    run_cfg, config = verl_config(name, tmp_path, *(TINY_OVERRIDES if tiny else []))
+    t, arr = run_cfg.trainer, config.actor_rollout_ref
+    context = t.limits.max_context_tokens
+    assert arr.rollout.max_model_len == context
+    assert arr.actor.use_dynamic_bsz and arr.rollout.log_prob_use_dynamic_bsz
+    assert arr.ref.log_prob_use_dynamic_bsz
+    longest_sample = context  # the driver never lets prompt + response exceed it
+    assert arr.actor.ppo_max_token_len_per_gpu >= longest_sample
+    assert arr.rollout.log_prob_max_token_len_per_gpu >= longest_sample
+    assert arr.ref.log_prob_max_token_len_per_gpu >= longest_sample
+    assert t.checkpoint.keep_only_best and config.trainer.max_actor_ckpt_to_keep == 1
+    assert "hf_model" in arr.actor.checkpoint.save_contents
+    assert "hf_model" not in arr.actor.checkpoint.load_contents
+    tool_format = OmegaConf.to_object(t.model).resolved_tool_format()
+    stop = stop_token_ids(tokenizer(), tool_format)
+    sent = VerlGenerator(None, {}, stop_token_ids=stop).sampling_dict(
+        SamplingParams(max_new_tokens=8)
+    )
+    assert sent["stop_token_ids"] == tokenizer().convert_tokens_to_ids([tool_format.end_of_turn])
+
+
+def test_budgets_below_the_context_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="update_max_tokens_per_gpu 8192 is below the context"):
+        verl_config("SEAL", tmp_path, "verl.update_max_tokens_per_gpu=8192")
+    with pytest.raises(ValueError, match="max_model_len 8192 is below max_context_tokens"):
+        verl_config(
+            "SEAL", tmp_path, "verl.overrides=[actor_rollout_ref.rollout.max_model_len=8192]"
+        )
+    _, config = verl_config("SEAL", tmp_path, "verl.dynamic_batching=false")
+    actor = config.actor_rollout_ref.actor
+    assert not actor.use_dynamic_bsz and actor.ppo_micro_batch_size_per_gpu == 1
+
+
+def test_ray_reservations_fit_the_node(tmp_path):
+    """verl holds 3 CPUs per GPU and one per TransferQueue storage unit for the whole run:
+    with its 8 default units a 4-GPU node needs 21, more than a 16-core node has, and Ray
+    waits forever. The mapping uses 2 units per node, and a Ray the launcher starts gets at
+    least what verl reserves plus one slot for its other actors."""
+    from seal.trainer.verl.config import reserved_cpus
+
+    _, config = verl_config("SEAL", tmp_path)
+    units = config.transfer_queue.backend.SimpleStorage.num_data_storage_units
+    assert units == 2
+    assert reserved_cpus(4, 0, units) + 1 == 16
+    assert config.ray_kwargs.ray_init.num_cpus >= 16
+    _, two_nodes = verl_config("SEAL", tmp_path, "verl.nnodes=2")
+    assert two_nodes.transfer_queue.backend.SimpleStorage.num_data_storage_units == 4
+
+
+def test_attention_follows_what_imports(tmp_path):
+    from seal.trainer.verl.attention import choose_attention
+
+    run_cfg = launcher.compose(REPO / "exp/SEAL.yaml", [])
+    with_fa = compose_verl_config(run_cfg, URL, tmp_path, choose_attention("cuda", "2.8.3"))
+    model = with_fa.actor_rollout_ref.model
+    assert (
+        model.use_remove_padding
+        and model.override_config.attn_implementation == "flash_attention_2"
+    )
+    without = compose_verl_config(run_cfg, URL, tmp_path, choose_attention("cuda", None))
+    model = without.actor_rollout_ref.model
+    assert not model.use_remove_padding and model.override_config.attn_implementation == "sdpa"
+    assert "flash-attn does not import" in choose_attention("cuda", None).reason
+
+
 def test_ablations_differ_where_the_paper_says(tmp_path):
     seal = {n: SealSection.from_config(verl_config(n, tmp_path)[1]).trainer for n in SEVEN_B}
     assert seal["SEAL"].apatch.enable and seal["SEAL"].evolution.schema_cues
@@ -107,8 +189,8 @@ def test_invalid_combinations_fail(tmp_path):
     config.actor_rollout_ref.rollout.name = "???"  # as verl's default for it
     with pytest.raises(ValueError, match=r"without a value: \['actor_rollout_ref.rollout.name'\]"):
         validate(config)
-    # verl's own validation: 32 x 8 samples do not split over 3 GPUs.
-    with pytest.raises(AssertionError, match="divisible"):
+    # 32 x 8 samples (8 x 8 per mini-batch) do not split over 3 GPUs.
+    with pytest.raises(ValueError, match=r"\(256\) must be divisible by the 3 GPUs"):
         verl_config("SEAL", tmp_path, "verl.n_gpus_per_node=3")
 
 
@@ -241,12 +323,65 @@ def test_verl_job_hands_the_validated_config_to_verl(tmp_path, monkeypatch, caps
         )  # fmt: skip
         write_step(Path(config.seal.run_dir) / "validation", 0, [record])
 
+    def fake_start_ray(config, env):
+        handed["worker_env"] = env
+
+    def fake_preflight(run_cfg, config, run_dir):
+        handed["preflight"] = True
+        return []
+
     monkeypatch.setattr(launch, "run_ppo", fake_run_ppo)
+    monkeypatch.setattr(launch, "start_ray", fake_start_ray)
+    monkeypatch.setattr(launch, "run_preflight", fake_preflight)
+    monkeypatch.setenv("SEAL_ENV_TOKEN", "the-run-token")
     run_cfg = launcher.compose(REPO / "exp/SEAL.yaml", [])
     launch.run_verl_training(run_cfg, URL, tmp_path, REPO / "data/seal_split.json")
     config = handed["config"]
     assert handed["runner"] is launch.TaskRunnerV1
+    assert handed["preflight"]  # before verl's entry point, on the same config
+    # The workers' environment goes to Ray, not into the config (saved and printed).
+    assert handed["worker_env"] == {
+        "SEAL_ENV_TOKEN": "the-run-token", "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)
+    }  # fmt: skip
+    assert "the-run-token" not in (tmp_path / "verl_config.yaml").read_text()
     assert config.trainer.v1.trainer_mode == "seal_sync" and config.seal.env_url == URL
     assert OmegaConf.load(tmp_path / "verl_config.yaml") == config
     out = capsys.readouterr().out
     assert "1.0000 (1/1)" in out and "n/a (0/0)" in out  # base passed 1/1, others not run
+
+
+def test_ray_gets_verl_s_own_arguments_plus_the_workers_environment(tmp_path, monkeypatch):
+    """The launcher starts Ray as verl's run_ppo would (its runtime environment, the
+    config's ray_init), with the token and the tracking mode added, so they reach workers on
+    every node; joining a `ray start` cluster, the CPU and GPU counts are the cluster's."""
+    import verl.trainer.main_ppo as main_ppo
+
+    from seal.trainer.verl.ray_init import ray_init_kwargs, worker_env
+
+    monkeypatch.setenv("SEAL_ENV_TOKEN", "t0k3n")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    run_cfg, config = verl_config("verl_cpu_smoke", tmp_path)
+    captured = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_init(**kwargs):
+        captured.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(main_ppo.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(main_ppo.ray, "init", fake_init)
+    with pytest.raises(Stop):
+        main_ppo.run_ppo(config, None)
+    env = worker_env(run_cfg, tmp_path)
+    assert env == {"SEAL_ENV_TOKEN": "t0k3n", "WANDB_MODE": "disabled", "WANDB_DIR": str(tmp_path)}
+    ours = ray_init_kwargs(config, env)
+    expected = {**captured, "runtime_env": dict(captured["runtime_env"])}
+    expected["runtime_env"]["env_vars"] = {**captured["runtime_env"]["env_vars"], **env}
+    assert ours == expected
+    assert ours["num_cpus"] == 16 and ours["num_gpus"] == 2  # the CPU backend's local Ray
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    joined = ray_init_kwargs(config, env)
+    assert "num_cpus" not in joined and "num_gpus" not in joined
+    assert joined["runtime_env"]["env_vars"]["SEAL_ENV_TOKEN"] == "t0k3n"

@@ -300,3 +300,36 @@ def test_a_service_that_dies_mid_run_stops_the_run_naming_it(smoke):
     expected = f"the environment service at {smoke.service_url} does not answer at step 4"
     assert expected in smoke.second.stdout, tail(smoke.second)
     assert smoke.seconds_after_kill < 300
+
+
+def test_the_run_passed_the_preflight_with_the_gpu_mapping(smoke):
+    """The run checked itself first (service from the Ray worker with the token Ray's
+    runtime environment gave it, shared run directory, tracking mode, Ray CPUs, disk, the
+    model's chat template) and trained with the mapping GPU runs get: vLLM's context = the
+    context limit, dynamic batching by token budget in the update and both log-prob passes,
+    the latest and best checkpoints kept, the policy exported as Hugging Face weights."""
+    log = smoke.first.stdout
+    assert "[verl] preflight passed: no blocker" in log, tail(smoke.first)
+    for row in ("service from workers", "shared filesystem", "tracking", "Ray CPUs", "disk"):
+        line = next(line for line in log.splitlines() if line.startswith(f"│ {row}"))
+        assert "│ ok" in line, line
+    config = OmegaConf.load(smoke.run_dir / "verl_config.yaml")
+    arr = config.actor_rollout_ref
+    context = config.seal.trainer.limits.max_context_tokens
+    assert arr.rollout.max_model_len == context
+    assert arr.actor.use_dynamic_bsz and arr.rollout.log_prob_use_dynamic_bsz
+    assert arr.actor.ppo_max_token_len_per_gpu >= context
+    assert config.trainer.max_actor_ckpt_to_keep == 1
+
+
+def test_checkpoints_hold_hugging_face_weights_of_the_trained_policy(smoke):
+    from transformers import AutoModelForCausalLM
+
+    exported = smoke.run_dir / "checkpoints/global_step_2/actor/huggingface"
+    trained = AutoModelForCausalLM.from_pretrained(exported, dtype=torch.bfloat16)
+    # verl exports bfloat16: compare with the initial weights rounded the same way.
+    initial = AutoModelForCausalLM.from_pretrained(
+        smoke.run_dir / "tiny_model", dtype=torch.bfloat16
+    ).state_dict()
+    moved = [n for n, p in trained.state_dict().items() if not torch.equal(p, initial[n])]
+    assert moved, "the exported weights are the initial ones"

@@ -146,6 +146,9 @@ def test_ground_truth_episodes_through_agent_loop_worker(model_dir, live_service
     assert len(out) == 2 and len(server.position) == 2  # one sticky request id per episode
     assert all(n == len(server.script) for n in server.position.values())
     assert all(p["max_tokens"] == 4096 and p["logprobs"] for p in server.sampling_params)
+    # The engine stops at the tool format's end of turn (<|im_end|> in Qwen2.5's format).
+    im_end = worker.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert all(p["stop_token_ids"] == [im_end] for p in server.sampling_params)
     responses, mask = out.batch["responses"], out.batch["response_mask"]
     for k in range(2):
         # Mask 1 exactly on the generated ids, in order: observations are excluded.
@@ -199,14 +202,20 @@ def test_a_server_without_weight_versions_fails_the_episode(model_dir, live_serv
         run_worker(worker, train_rows(TASK, copies=1))
 
 
-def test_prompt_longer_than_prompt_length_fails(model_dir, live_service):
-    url, _ = live_service
+def test_prompt_longer_than_prompt_length_fails_before_generating(model_dir, live_service):
+    """A first prompt verl's prompt tensor cannot hold fails the episode before its first
+    generation (not after a whole episode was played), and the service's episode is
+    released."""
+    url, engine = live_service
     config = trainer_config(model_dir, url)
     config.actor_rollout_ref.rollout.prompt_length = 16
     worker = AgentLoopWorker(config, llm_client=None)
-    worker.llm_client = ScriptedServer(worker.tokenizer)
-    with pytest.raises(ValueError, match="exceeds rollout.prompt_length 16"):
+    server = ScriptedServer(worker.tokenizer)
+    worker.llm_client = server
+    with pytest.raises(ValueError, match="more than the 16 allowed.*rollout.prompt_length"):
         run_worker(worker, train_rows(TASK, copies=1))
+    assert server.sampling_params == []  # nothing was generated
+    assert engine.stats()["live_episodes"] == 0
 
 
 def test_context_beyond_response_length_refused(model_dir):

@@ -76,6 +76,7 @@ def test_maps_output_and_sends_params():
         "top_k": -1,
         "logprobs": True,
         "max_tokens": 2,
+        "stop_token_ids": [EOS],  # the engine stops at the format's end of turn
     }
     assert server.calls[0][1] == prompt and server.calls[0][1] is not prompt
     assert base == {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}

@@ -66,8 +66,9 @@ class VerlSettings:
     n_gpus_per_node: int = 4
     """GPUs per node verl trains and rolls out on (the paper: 4)."""
     nnodes: int = 1
-    """Nodes of the Ray cluster (more than 1: start Ray on every node first and launch
-    with RAY_ADDRESS=auto; see the README)."""
+    """Nodes of the Ray cluster (more than 1: start Ray on every node with the venv's `ray`,
+    a shared filesystem holding the repository at the same path, and launch with
+    RAY_ADDRESS=auto; see the README)."""
     device: str = "cuda"
     """`cuda`: verl on GPUs (hybrid engine: vLLM or SGLang inside the FSDP workers), the
     paper's setting. `cpu`: verl's own trainer loop on this machine's CPU with the test
@@ -89,8 +90,27 @@ class VerlSettings:
     max_prompt_length: int = 8192
     """verl's prompt tensor width: must hold the longest BFCL first prompt (tools +
     first question; tests/test_verl_config.py checks all 800 tasks)."""
+    dynamic_batching: bool = True
+    """Pack the actor update and both log-prob passes (old and reference) into micro-batches
+    by token count (verl's use_dynamic_bsz) instead of `micro_batch_size_per_gpu` samples
+    each: BFCL episodes range from 2k to 16k tokens, and one sample per pass left the GPUs
+    mostly idle. The update's gradient is the same (tests/test_verl_dynamic_batching.py)."""
+    update_max_tokens_per_gpu: int = 0
+    """Token budget of one actor-update micro-batch with dynamic batching; 0 = the context
+    limit (`trainer.limits.max_context_tokens`), i.e. one longest episode, the same peak
+    as micro-batch 1 at its worst. At least the context limit (a sample is never split)."""
+    logprob_max_tokens_per_gpu: int = 0
+    """Token budget of one micro-batch of the forward-only log-prob passes (old and
+    reference); 0 = the context limit, as for the update: the logits of a micro-batch
+    (tokens x vocabulary) dominate both passes' memory, and one longest episode is what
+    micro-batch 1 needed at its worst. At least the context limit."""
     micro_batch_size_per_gpu: int = 1
-    """Samples per forward/backward pass on one GPU (actor update and log-probs)."""
+    """Samples per forward/backward pass on one GPU when `dynamic_batching` is off."""
+    export_hf_weights: bool = True
+    """Save each checkpoint's policy also as Hugging Face weights (bfloat16, under
+    `checkpoints/global_step_N/actor/huggingface`, so `checkpoints/best/actor/huggingface`
+    is the best policy, loadable with `from_pretrained` or by vLLM): +2 bytes per parameter
+    per kept checkpoint (15 GB for 7B)."""
     param_offload: bool = False
     """FSDP: keep parameters on CPU between uses (less GPU memory, slower)."""
     optimizer_offload: bool = False
@@ -98,6 +118,10 @@ class VerlSettings:
     env_url: str = ""
     """URL at which the Ray workers reach the environment service; empty = the launcher's
     (right on one node). Multi-node: `http://HEAD_IP:8082` with `service.host=0.0.0.0`."""
+    preflight: bool = True
+    """Check before a GPU run (or any `verl.device=cuda` run) what would make it fail
+    (seal/trainer/verl/preflight.py; `launcher.py --preflight` runs only that) and stop on
+    a blocker. false skips it."""
     dump_advantages: bool = False
     """Write each step's samples with their GRPO advantage and the advantage after A-Patch
     to {run_dir}/advantages/step_N.json: what verl trained on, for checks and debugging."""

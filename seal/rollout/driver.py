@@ -116,6 +116,11 @@ class EpisodeError(RuntimeError):
     no partial sample: a failed episode must not be trained on."""
 
 
+class PromptTooLong(ValueError):
+    """The first prompt exceeds the caller's prompt limit (verl's prompt tensor). Found
+    before the first generation, and not retried: the same task gives the same prompt."""
+
+
 class TooManyFailedEpisodes(RuntimeError):
     """More of a batch's episodes failed than the run tolerates."""
 
@@ -174,17 +179,26 @@ async def run_episode(
     tool_format: ToolFormat,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    max_prompt_tokens: int | None = None,
 ) -> EpisodeSample:
-    """Play one episode of `task_id` (see the module docstring for the rules)."""
+    """Play one episode of `task_id` (see the module docstring for the rules). A first
+    prompt longer than `max_prompt_tokens` raises PromptTooLong before any generation."""
     play = _Episode(turn_tokenizer(tokenizer, tool_format), settings.limits, temperature, top_p)
     what = f"task {task_id}"
     try:
         async with env.episode(task_id, settings) as episode:
             what = episode.what
             play.start(tool_format.start(episode.created))
+            if max_prompt_tokens is not None and play.prompt_length > max_prompt_tokens:
+                raise PromptTooLong(
+                    f"{what}: the first prompt has {play.prompt_length} tokens, more than "
+                    f"the {max_prompt_tokens} allowed (verl: rollout.prompt_length)"
+                )
             await play.play(episode, generator)
             evaluation = await episode.finish()
             interface = episode.created["interface"]
+    except PromptTooLong:
+        raise  # the episode was released on the way out; retrying cannot help
     except Exception as e:  # the episode was released on the way out (env_client.Episode)
         raise EpisodeError(
             f"{what} after {play.num_generations} generations: {type(e).__name__}: {e}"

@@ -166,8 +166,10 @@ class CheckpointSettings:
     """Save every N steps (and at the end); 0 = only at the end."""
     best_metric: str = "val/average"
     """Validation metric that picks the best checkpoint (mean of the four categories)."""
-    keep_only_best: bool = False
-    """Delete checkpoints other than the best and the latest (which resume needs)."""
+    keep_only_best: bool = True
+    """Keep only the best and the latest checkpoint (which resume needs), deleting the
+    others: a verl checkpoint of a 7B model (weights, optimizer, Hugging Face export) is
+    about 107 GB. false keeps every checkpoint."""
     resume: bool = False
     """Continue the run in `run_dir` from its latest checkpoint (explicit, never implied).
     A fresh run refuses a directory holding an earlier run's state (seal/trainer/run_dir.py)."""

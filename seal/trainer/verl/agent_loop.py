@@ -15,7 +15,8 @@ Lengths: verl pads the prompt to rollout.prompt_length and the response to
 rollout.response_length and fails on longer ones. The driver bounds prompt + response
 by max_context_tokens only, so the loop requires max_context_tokens <=
 response_length (then every response fits) and fails an episode whose prompt exceeds
-prompt_length rather than truncating it (a cut prompt is not what the model saw).
+prompt_length rather than truncating it (a cut prompt is not what the model saw), before
+its first generation.
 """
 
 from __future__ import annotations
@@ -86,6 +87,12 @@ async def close_shared_env_clients() -> None:
         await client.aclose()
 
 
+def stop_token_ids(tokenizer, tool_format) -> frozenset[int]:
+    """Where the engine stops a generation: the tool format's end-of-turn token, as this
+    tokenizer writes it (one token, or TurnTokenizer refuses the pair)."""
+    return frozenset({turn_tokenizer(tokenizer, tool_format).end_of_turn_id})
+
+
 @register(AGENT_NAME)
 class SealBfclAgentLoop(AgentLoopBase):
     def __init__(self, *args, **kwargs):
@@ -93,7 +100,7 @@ class SealBfclAgentLoop(AgentLoopBase):
         self.settings = loop_settings(self.config)
         self.limits = self.settings.trainer.limits
         self.tool_format = self.settings.trainer.model.resolved_tool_format()
-        self.end_of_turn = turn_tokenizer(self.tokenizer, self.tool_format).end_of_turn_id
+        self.stop_token_ids = stop_token_ids(self.tokenizer, self.tool_format)
         response_length = self.rollout_config.response_length
         if self.limits.max_context_tokens > response_length:
             raise ValueError(
@@ -112,7 +119,7 @@ class SealBfclAgentLoop(AgentLoopBase):
         # Generation stops at the tool format's end of turn; another stop token at
         # exactly max_new_tokens is labelled "length", which changes nothing in the sample.
         generator = VerlGenerator(
-            self.server_manager, sampling_params, stop_token_ids={self.end_of_turn}
+            self.server_manager, sampling_params, stop_token_ids=self.stop_token_ids
         )
         start = time.perf_counter()
         # verl's sampling dict carries the temperature of this rollout (validation's
@@ -125,6 +132,7 @@ class SealBfclAgentLoop(AgentLoopBase):
                 sample = await run_episode(
                     shared_env_client(self.settings), generator, self.tokenizer, task_id,
                     settings, tool_format=self.tool_format, temperature=temperature, top_p=top_p,
+                    max_prompt_tokens=self.rollout_config.prompt_length,
                 )  # fmt: skip
                 break
             except EpisodeError as error:
@@ -134,12 +142,6 @@ class SealBfclAgentLoop(AgentLoopBase):
                     raise
                 log.warning("%s; retrying the episode once", error)
         total = time.perf_counter() - start
-        prompt_length = self.rollout_config.prompt_length
-        if len(sample.prompt_ids) > prompt_length:
-            raise ValueError(
-                f"task {task_id}: prompt of {len(sample.prompt_ids)} tokens exceeds "
-                f"rollout.prompt_length {prompt_length}"
-            )
         metrics = AgentLoopMetrics(
             generate_sequences=generator.seconds, tool_calls=total - generator.seconds
         )

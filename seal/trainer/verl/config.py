@@ -15,7 +15,9 @@ Mapping (run config -> verl), besides the fixed choices in `FIXED`:
   trainer.data.max_train/val_tasks    data.train_max_samples / val_max_samples (0 -> -1)
   trainer.rollout.n/temperature/top_p actor_rollout_ref.rollout.n/temperature/top_p
   trainer.limits.max_context_tokens   data.max_response_length (verl pads each episode's
-                                      response to it; the agent loop requires it)
+                                      response to it; the agent loop requires it) and
+                                      rollout.max_model_len (vLLM's context: without it vLLM
+                                      sizes for the model's whole window, 32k-262k tokens)
   trainer.optim.lr/weight_decay/grad_clip  actor_rollout_ref.actor.optim.lr/weight_decay/clip_grad
   trainer.optim.mini_batch_size       actor_rollout_ref.actor.ppo_mini_batch_size (tasks)
   trainer.loss.*                      actor_rollout_ref.actor clip ratios, loss_agg_mode,
@@ -25,13 +27,21 @@ Mapping (run config -> verl), besides the fixed choices in `FIXED`:
                                       rollout.val_kwargs (n = 1, greedy at temperature 0)
   trainer.checkpoint.save_freq/resume/keep_only_best
                                       trainer.save_freq (0 -> -1), resume_mode auto|disable,
-                                      max_actor_ckpt_to_keep 1 (best is kept as hard links)
+                                      max_actor_ckpt_to_keep 1 (the latest; the best is kept
+                                      as hard links in checkpoints/best)
+  verl.dynamic_batching, *_max_tokens_per_gpu
+                                      use_dynamic_bsz with token budgets (>= the context
+                                      limit) for the update and both log-prob passes
+  verl.export_hf_weights              actor.checkpoint.save_contents += hf_model
   trainer.total_epochs/total_steps    trainer.total_epochs / total_training_steps
   trainer.logging.*                   trainer.project_name, logger (console [+ wandb])
   name, output_dir                    trainer.experiment_name, default_local_dir
                                       ({run_dir}/checkpoints), validation_data_dir
   verl.*                              GPUs, nodes, engine, TP, memory, micro-batches, offload
   verl.device = cpu                   the CPU test backend's keys (`cpu_backend_keys`)
+Derived from the machine: the attention implementation (flash-attn if it imports, else
+sdpa: attention.py), TransferQueue's storage units and the CPUs of a Ray the launcher
+starts (`ray_cpus`: what verl reserves must fit, or Ray waits forever).
 `trainer.model.dtype/device/tiny`, `rollout.max_batch_size` and `optim.micro_batch_size`
 have no verl counterpart (verl trains in bf16 mixed precision on its own GPUs).
 """
@@ -48,6 +58,12 @@ from verl.utils.config import omega_conf_to_dataclass, validate_config
 
 from seal.trainer.model import TINY
 from seal.trainer.verl.agent_loop import AGENT_NAME
+from seal.trainer.verl.attention import (
+    Attention,
+    attention_keys,
+    choose_attention,
+    flash_attn_version,
+)
 from seal.trainer.verl.cpu import PLATFORM_NAME
 from seal.trainer.verl.cpu.rollout import ROLLOUT_NAME
 from seal.trainer.verl.cpu.trainer import TRAINER_MODE_CPU, TRAINER_MODE_CPU_VLLM
@@ -70,6 +86,17 @@ FIXED = {
     "reward.reward_model.enable": False,
 }
 """verl keys every SEAL run sets the same way."""
+
+CPUS_PER_GPU = 3
+"""CPUs verl reserves with each GPU: every bundle of its GPU placement groups asks for
+ResourcePoolManager's max_colocate_count (3) CPUs (verl/single_controller/ray/base.py)."""
+CPUS_PER_ROLLOUT_REPLICA = 2
+"""CPUs of a standalone rollout replica's bundle (verl/workers/rollout/replica.py); only the
+CPU test backend runs one."""
+STORAGE_UNITS_PER_NODE = 2
+"""TransferQueue storage units per node (verl's recommendation: at least 2 x nodes; each
+holds one CPU for the whole run; verl's default of 8 with 3 CPUs per GPU asks 21 CPUs of a
+4-GPU node)."""
 
 DATACLASS_SECTIONS = (
     "actor_rollout_ref.actor",
@@ -129,9 +156,6 @@ def cpu_backend_keys(run_cfg) -> dict:
         f"{r}.agent.num_workers": 1,
         "reward.num_workers": 1,
         "data.dataloader_num_workers": 0,
-        "actor_rollout_ref.model.use_remove_padding": False,
-        # verl asks for flash-attention by default, a CUDA kernel; torch's own on CPU.
-        "+actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
         # Two CPUs: more storage units hang TransferQueue (docs/design.md, verl facts).
         "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
         # Scheduling slots, not cores: each of verl's placement-group bundles asks for 3
@@ -151,11 +175,86 @@ def cpu_backend_keys(run_cfg) -> dict:
     return keys
 
 
-def mapped_keys(run_cfg, run_dir: Path) -> dict:
-    """verl key -> value for one run (see the module docstring)."""
+def token_budgets(run_cfg) -> tuple[int, int]:
+    """(update, log-prob) token budgets per GPU micro-batch under dynamic batching; each at
+    least the context limit, which bounds every sample (prompt + response)."""
+    v, context = run_cfg.verl, run_cfg.trainer.limits.max_context_tokens
+    update = v.update_max_tokens_per_gpu or context
+    logprob = v.logprob_max_tokens_per_gpu or context
+    for key, budget in (("update", update), ("logprob", logprob)):
+        if budget < context:
+            raise ValueError(
+                f"verl.{key}_max_tokens_per_gpu {budget} is below the context limit "
+                f"(trainer.limits.max_context_tokens {context}): verl never splits a sample, "
+                "and a longest episode would not fit a micro-batch"
+            )
+    return update, logprob
+
+
+def batching_keys(run_cfg) -> dict:
+    """Micro-batching of the actor update and the old/reference log-prob passes: by token
+    budget (dynamic batching) or a fixed number of samples."""
+    v = run_cfg.verl
+    a, r, ref = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"
+    if not v.dynamic_batching:
+        return {
+            f"{a}.use_dynamic_bsz": False,
+            f"{a}.ppo_micro_batch_size_per_gpu": v.micro_batch_size_per_gpu,
+            f"{r}.log_prob_micro_batch_size_per_gpu": v.micro_batch_size_per_gpu,
+            f"{ref}.log_prob_micro_batch_size_per_gpu": v.micro_batch_size_per_gpu,
+        }
+    update, logprob = token_budgets(run_cfg)
+    return {
+        f"{a}.use_dynamic_bsz": True,
+        f"{a}.ppo_max_token_len_per_gpu": update,
+        f"{r}.log_prob_use_dynamic_bsz": True,
+        f"{r}.log_prob_max_token_len_per_gpu": logprob,
+        f"{ref}.log_prob_use_dynamic_bsz": True,
+        f"{ref}.log_prob_max_token_len_per_gpu": logprob,
+    }
+
+
+def checkpoint_keys(run_cfg) -> dict:
+    """What each checkpoint holds: the FSDP shards, optimizer and trainer state verl resumes
+    from, and (verl.export_hf_weights) the policy as Hugging Face weights."""
+    contents = ["model", "optimizer", "extra"]
+    a = "actor_rollout_ref.actor.checkpoint"
+    return {
+        f"{a}.save_contents": contents + (["hf_model"] if run_cfg.verl.export_hf_weights else []),
+        f"{a}.load_contents": contents,
+    }
+
+
+def storage_units(run_cfg) -> int:
+    return STORAGE_UNITS_PER_NODE * run_cfg.verl.nnodes
+
+
+def reserved_cpus(n_gpus: int, replicas: int, units: int) -> int:
+    """CPUs verl's placement groups and TransferQueue actors hold for the whole run: the
+    GPU bundles, standalone rollout replicas, the storage units and TransferQueue's
+    controller. Any other actor needs one free CPU to be placed."""
+    return CPUS_PER_GPU * n_gpus + CPUS_PER_ROLLOUT_REPLICA * replicas + units + 1
+
+
+def ray_cpus(run_cfg) -> int:
+    """CPUs of a Ray the launcher starts (one node): the machine's, or what verl reserves
+    plus one when that is more. Ray's CPUs are scheduling slots, not cores: verl's GPU
+    workers mostly wait on their GPU, and with fewer slots than it reserves Ray waits
+    forever for a placement group. A cluster started with `ray start` keeps its own count
+    (`--num-cpus`), which the preflight checks."""
+    v = run_cfg.verl
+    needed = reserved_cpus(v.n_gpus_per_node * v.nnodes, 0, storage_units(run_cfg)) + 1
+    return max(os.cpu_count() or 1, needed)
+
+
+def mapped_keys(run_cfg, run_dir: Path, attention: Attention | None = None) -> dict:
+    """verl key -> value for one run (see the module docstring). `attention`: the choice
+    for this machine, found from what imports unless given (tests)."""
     t, v = run_cfg.trainer, run_cfg.verl
     if v.device not in ("cuda", "cpu"):
         raise ValueError(f"verl.device must be cuda or cpu, not {v.device!r}")
+    if attention is None:
+        attention = choose_attention(v.device, flash_attn_version())
     run_dir = Path(run_dir).absolute()
     logger = ["console"] + ([] if t.logging.wandb == "disabled" else ["wandb"])
     a, r, ref = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"
@@ -179,14 +278,15 @@ def mapped_keys(run_cfg, run_dir: Path) -> dict:
         f"{r}.top_p": t.rollout.top_p,
         f"{r}.tensor_model_parallel_size": v.tensor_parallel_size,
         f"{r}.gpu_memory_utilization": v.gpu_memory_utilization,
-        f"{r}.log_prob_micro_batch_size_per_gpu": v.micro_batch_size_per_gpu,
+        # The driver never lets prompt + response exceed the context limit, so vLLM needs
+        # no more; left unset it sizes for the model's whole window (vllm_async_server.py).
+        f"{r}.max_model_len": t.limits.max_context_tokens,
         f"{r}.val_kwargs.temperature": t.validation.temperature,
         f"{r}.val_kwargs.do_sample": t.validation.temperature > 0,
         f"{a}.optim.lr": t.optim.lr,
         f"{a}.optim.weight_decay": t.optim.weight_decay,
         f"{a}.optim.clip_grad": t.optim.grad_clip,
         f"{a}.ppo_mini_batch_size": t.optim.mini_batch_size,
-        f"{a}.ppo_micro_batch_size_per_gpu": v.micro_batch_size_per_gpu,
         f"{a}.clip_ratio_low": t.loss.clip_ratio_low,
         f"{a}.clip_ratio_high": t.loss.clip_ratio_high,
         f"{a}.clip_ratio_c": t.loss.clip_ratio_c,
@@ -197,8 +297,12 @@ def mapped_keys(run_cfg, run_dir: Path) -> dict:
         f"{a}.entropy_coeff": t.loss.entropy_coeff,
         f"{a}.fsdp_config.param_offload": v.param_offload,
         f"{a}.fsdp_config.optimizer_offload": v.optimizer_offload,
-        f"{ref}.log_prob_micro_batch_size_per_gpu": v.micro_batch_size_per_gpu,
         f"{ref}.fsdp_config.param_offload": v.param_offload,
+        **batching_keys(run_cfg),
+        **checkpoint_keys(run_cfg),
+        **attention_keys(attention),
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units": storage_units(run_cfg),
+        "ray_kwargs.ray_init.num_cpus": ray_cpus(run_cfg),
         "algorithm.norm_adv_by_std_in_grpo": t.advantage.norm_by_std,
         "trainer.total_epochs": t.total_epochs,
         "trainer.total_training_steps": t.total_steps or None,
@@ -227,9 +331,11 @@ def seal_section(run_cfg, env_url: str, run_dir: Path) -> SealSection:
     )
 
 
-def compose_verl_config(run_cfg, env_url: str, run_dir: Path) -> DictConfig:
+def compose_verl_config(
+    run_cfg, env_url: str, run_dir: Path, attention: Attention | None = None
+) -> DictConfig:
     """verl's config for the run, validated (raises with the offending key otherwise)."""
-    mapped = mapped_keys(run_cfg, run_dir)
+    mapped = mapped_keys(run_cfg, run_dir, attention)
     env_url = run_cfg.verl.env_url or env_url
     overrides = [hydra_override(k, value) for k, value in mapped.items()]
     overrides += list(run_cfg.verl.overrides)
@@ -250,11 +356,35 @@ def validate(config: DictConfig) -> None:
     for section in DATACLASS_SECTIONS:
         omega_conf_to_dataclass(OmegaConf.select(config, section))
     SealSection.from_config(config)
-    if (
-        config.seal.trainer.limits.max_context_tokens
-        > config.actor_rollout_ref.rollout.response_length
-    ):
+    context = config.seal.trainer.limits.max_context_tokens
+    arr = config.actor_rollout_ref
+    if context > arr.rollout.response_length:
         raise ValueError("rollout.response_length must hold max_context_tokens (agent_loop.py)")
+    if (arr.rollout.max_model_len or 0) < context:
+        raise ValueError(
+            f"rollout.max_model_len {arr.rollout.max_model_len} is below max_context_tokens "
+            f"{context}: vLLM would refuse the episodes' longest requests"
+        )
+    # verl checks this only without dynamic batching (verl/utils/config.py); with it, the
+    # actor's mini-batch split asserts it at the first update (engine_workers.py).
+    n_gpus = config.trainer.n_gpus_per_node * config.trainer.nnodes
+    for what, samples in (
+        ("data.train_batch_size x rollout.n", config.data.train_batch_size * arr.rollout.n),
+        ("actor.ppo_mini_batch_size x rollout.n", arr.actor.ppo_mini_batch_size * arr.rollout.n),
+    ):
+        if samples % n_gpus:
+            raise ValueError(f"{what} ({samples}) must be divisible by the {n_gpus} GPUs")
+    budgets = {
+        "actor.ppo_max_token_len_per_gpu": (arr.actor.use_dynamic_bsz, arr.actor.ppo_max_token_len_per_gpu),
+        "rollout.log_prob_max_token_len_per_gpu": (arr.rollout.log_prob_use_dynamic_bsz, arr.rollout.log_prob_max_token_len_per_gpu),
+        "ref.log_prob_max_token_len_per_gpu": (arr.ref.log_prob_use_dynamic_bsz, arr.ref.log_prob_max_token_len_per_gpu),
+    }  # fmt: skip
+    for key, (dynamic, budget) in budgets.items():
+        if dynamic and budget < context:
+            raise ValueError(
+                f"{key} {budget} is below max_context_tokens {context}: a longest sample "
+                "would not fit one micro-batch"
+            )
 
 
 def hydra_override(key: str, value) -> str:

@@ -40,6 +40,7 @@ class VerlGenerator:
         """verl's per-sample sampling dict (top_k, repetition_penalty, logprobs, ...);
         temperature, top_p and max_tokens are set from each call's SamplingParams."""
         self.stop_token_ids = frozenset(stop_token_ids)
+        """Where generation stops (sent with every request as `stop_token_ids`)."""
         self.request_id = request_id or uuid.uuid4().hex
         self.wants_logprobs = bool(self.base_sampling_params.get("logprobs", False))
         self.seconds = 0.0
@@ -59,6 +60,11 @@ class VerlGenerator:
             temperature=sampling.temperature,
             top_p=sampling.top_p,
         )
+        if self.stop_token_ids:
+            # The engine stops at the model's EOS ids on its own; a format whose end of turn
+            # is not among them (Llama 3.1 in BFCL's prompt mode ends turns with <|eot_id|>,
+            # whose EOS is <|end_of_text|>) would otherwise generate to max_tokens every turn.
+            params["stop_token_ids"] = sorted(self.stop_token_ids)
         return params
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:

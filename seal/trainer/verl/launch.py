@@ -1,16 +1,17 @@
-"""The launcher's `verl` job: compose and validate verl's config, then run verl's PPO
-entry point with the SEAL trainer (trainer.v1.trainer_mode = seal_sync).
+"""The launcher's `verl` job: compose and validate verl's config, start Ray with the
+workers' environment, run the preflight, then verl's PPO entry point with the SEAL trainer
+(trainer.v1.trainer_mode = seal_sync). `run_verl_preflight` (launcher.py --preflight) stops
+after the preflight.
 
-Needs GPUs and `bash install.sh --gpu` (verl[vllm,fsdp]); the environment service is
-started by the launcher as for the local job. Outputs in the run directory:
-verl_config.yaml (the resolved config verl ran with), checkpoints/ (verl's
-global_step_N with the capability state, and best/), validation/ (the project's
-records), capability_state.json, tocf/, verl_validation/ (verl's own dump).
+Needs GPUs and `bash install.sh --gpu` (verl[vllm]); the environment service is started by
+the launcher as for the local job. Outputs in the run directory: verl_config.yaml (the
+resolved config verl ran with), checkpoints/ (verl's global_step_N with the capability
+state and Hugging Face weights, and best/), validation/ (the project's records),
+capability_state.json, tocf/, verl_validation/ (verl's own dump).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import ray
@@ -20,30 +21,67 @@ from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from seal.eval.records import read_val_dir
 from seal.eval.summary import render_markdown, summarize
 from seal.trainer.model import TINY, save_tiny_qwen2
+from seal.trainer.verl.attention import choose_attention, flash_attn_version
 from seal.trainer.verl.config import compose_verl_config, tiny_model_dir
 from seal.trainer.verl.cpu.shm import remove_new_segments, segments
 from seal.trainer.verl.plugin import check_registrations
+from seal.trainer.verl.preflight import PreflightFailed, blockers, render, run_preflight
+from seal.trainer.verl.ray_init import start_ray, worker_env
 
 
-def run_verl_training(cfg, env_url: str, run_dir: Path, split_file: Path) -> None:
+def prepare(cfg, env_url: str, run_dir: Path):
+    """The validated verl config, saved as verl_config.yaml; Ray started or joined."""
     if cfg.verl.device == "cpu" and cfg.trainer.model.path == TINY:
         save_tiny_qwen2(cfg.trainer.model, tiny_model_dir(run_dir))
-    config = compose_verl_config(cfg, env_url, run_dir)
+    attention = choose_attention(cfg.verl.device, flash_attn_version())
+    print(f"[verl] attention: {attention.reason}")
+    config = compose_verl_config(cfg, env_url, run_dir, attention)
     OmegaConf.save(config, run_dir / "verl_config.yaml")
     print(f"[verl] resolved verl config: {run_dir / 'verl_config.yaml'}")
     check_registrations()  # verl swallows plugin import errors; fail here instead
-    if cfg.trainer.logging.wandb == "offline":
-        os.environ.setdefault("WANDB_MODE", "offline")  # inherited by the Ray workers
+    start_ray(config, worker_env(cfg, run_dir))
+    return config
+
+
+def preflight(cfg, config, run_dir: Path) -> None:
+    """Print the preflight's table; raise PreflightFailed on a blocker."""
+    checks = run_preflight(cfg, config, run_dir)
+    print(render(checks))
+    found = blockers(checks)
+    if found:
+        raise PreflightFailed(
+            f"the preflight found {len(found)} blocker(s): {', '.join(c.name for c in found)} "
+            "(table above; verl.preflight=false skips the check)"
+        )
+    print(f"[verl] preflight passed: no blocker in {len(checks)} checks")
+
+
+def run_verl_preflight(cfg, env_url: str, run_dir: Path, split_file: Path) -> None:
+    """`launcher.py --preflight`: the checks only; raises on a blocker (exit 1)."""
+    config = prepare(cfg, env_url, run_dir)
+    try:
+        preflight(cfg, config, run_dir)
+    finally:
+        ray.shutdown()
+
+
+def run_verl_training(cfg, env_url: str, run_dir: Path, split_file: Path) -> None:
+    config = prepare(cfg, env_url, run_dir)
     shm_before = segments()
     try:
-        run_ppo(config, task_runner_class=TaskRunnerV1)
+        if cfg.verl.preflight:
+            preflight(cfg, config, run_dir)
+        run_ppo(config, task_runner_class=TaskRunnerV1)  # Ray is up: verl uses it as it is
     finally:
+        ray.shutdown()
         if cfg.verl.device == "cpu" and cfg.verl.cpu_rollout == "vllm":
-            # vLLM's shared memory outlives the processes Ray ends (cpu/shm.py): end
-            # them now, then remove what this run created, on success and on error.
-            ray.shutdown()
+            # vLLM's shared memory outlives the processes Ray ends (cpu/shm.py): remove
+            # what this run created, on success and on error.
             removed = remove_new_segments(shm_before, wait_s=30)
             print(f"[verl] removed {len(removed)} shared-memory segments of vLLM: {removed}")
     val_dir = run_dir / "validation"
+    if not val_dir.is_dir():  # trainer.validation.before_train=false and test_freq=0
+        print("\nno validation ran (trainer.validation): no pass rates to show")
+        return
     print(f"\nvalidation pass rates per category ({val_dir}):\n")
     print(render_markdown(summarize(read_val_dir(val_dir))))

@@ -125,12 +125,9 @@ class HFRolloutServer(CheckpointEngineWorker):
         self.max_model_len = max_model_len or (
             self.adapter.config.prompt_length + self.adapter.config.response_length
         )
-        self.generator = HFGenerator(
-            model=None,
-            tokenizer=self.adapter.tokenizer,
-            max_batch_size=MAX_BATCH_SIZE,
-            stop_token_ids=[self.adapter.tokenizer.eos_token_id],
-        )
+        self.generators: dict[tuple[int, ...], HFGenerator] = {}
+        """One micro-batching generator per set of stop ids a request asks for (vLLM's
+        `stop_token_ids`; the tokenizer's eos when none)."""
         self._open = asyncio.Event()
         self._open.set()
         self.probe_ids: tuple[list[int], list[int]] | None = None
@@ -156,14 +153,23 @@ class HFRolloutServer(CheckpointEngineWorker):
                 f"prompt of {len(prompt_ids)} tokens leaves no room within max_model_len "
                 f"{self.max_model_len}"
             )
-        self.generator.set_model(self.adapter.model_or_raise())
+        stop = tuple(sampling_params.get("stop_token_ids") or [self.adapter.tokenizer.eos_token_id])
+        if stop not in self.generators:
+            self.generators[stop] = HFGenerator(
+                model=None,
+                tokenizer=self.adapter.tokenizer,
+                max_batch_size=MAX_BATCH_SIZE,
+                stop_token_ids=list(stop),
+            )
+        generator = self.generators[stop]
+        generator.set_model(self.adapter.model_or_raise())
         temperature = float(sampling_params.get("temperature", 1.0))
         sampling = SamplingParams(
             max_new_tokens=min(int(sampling_params.get("max_tokens", room)), room),
             temperature=temperature,
             top_p=float(sampling_params.get("top_p", 1.0)),
         )
-        generation = await self.generator.generate(prompt_ids, sampling)
+        generation = await generator.generate(prompt_ids, sampling)
         if self.probe_ids is None:
             self.probe_ids = (list(prompt_ids), list(generation.token_ids))
         return TokenOutput(

@@ -1,8 +1,9 @@
 """The actor update with dynamic batching (micro-batches packed by token budget, what the
 config mapping now sets) gives the gradient that one sample per micro-batch gives, on the
 same mini-batch: verl 0.9.1's own FSDP engine and `ppo_loss` on CPU
-(tests/verl_update_probe.py), the CPU smoke config's loss (seq-mean-token-mean, entropy
-term on), 8 samples of 18 to 330 tokens. verl scales each micro-batch's loss by its share of
+(tests/verl_update_probe.py), the CPU smoke config's loss (entropy term on) under the
+paper's aggregation (token-mean, the default) and seq-mean-token-mean, 8 samples of 18 to
+330 tokens. verl scales each micro-batch's loss by its share of
 the mini-batch, so packing must not change the sum."""
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ def update(model_dir: Path, out: Path, *mode: str) -> dict:
     return torch.load(out)
 
 
-def test_dynamic_batching_gives_the_micro_batch_1_gradient(tmp_path):
+@pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-mean"])
+def test_dynamic_batching_gives_the_micro_batch_1_gradient(tmp_path, loss_agg_mode):
     model_dir = save_tiny_qwen2(ModelSettings(path="tiny-qwen2"), tmp_path / "tiny")
-    packed = update(model_dir, tmp_path / "dynamic.pt", "dynamic", str(BUDGET))
-    single = update(model_dir, tmp_path / "micro1.pt", "micro1")
+    packed = update(model_dir, tmp_path / "dynamic.pt", "dynamic", loss_agg_mode, str(BUDGET))
+    single = update(model_dir, tmp_path / "micro1.pt", "micro1", loss_agg_mode)
     assert len(single["losses"]) == 8 and 1 < len(packed["losses"]) < 8  # really packed
     assert sum(packed["losses"]) == pytest.approx(sum(single["losses"]), rel=1e-6)
     assert sorted(packed["grads"]) == sorted(single["grads"]) and len(single["grads"]) > 10

@@ -83,8 +83,8 @@ def batch(vocab: int, mode: str, budget: int) -> TensorDict:
 
 
 def main() -> None:
-    model_dir, out, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-    budget = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    model_dir, out, mode, loss_agg_mode = sys.argv[1:5]
+    budget = int(sys.argv[5]) if len(sys.argv) > 5 else 0
     # isort: off
     import seal.trainer.verl.cpu.platform  # noqa: F401  (before verl resolves its platform)
     import seal.trainer.verl.cpu.engine  # noqa: F401
@@ -99,7 +99,9 @@ def main() -> None:
 
     torch.manual_seed(0)
     dist.init_process_group("gloo")
-    run_cfg = launcher.compose(ROOT / "exp/verl_cpu_smoke.yaml", [])
+    run_cfg = launcher.compose(
+        ROOT / "exp/verl_cpu_smoke.yaml", [f"trainer.loss.loss_agg_mode={loss_agg_mode}"]
+    )
     config = compose_verl_config(run_cfg, "http://127.0.0.1:1", Path(out).parent / "run")
     arr = config.actor_rollout_ref
     with open_dict(arr):

@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> None:
         "--capability-state",
         type=Path,
         default=None,
-        help="capability-state JSON to read the failure profile from when no "
-        "trainer pushes one (default: none)",
+        help="capability-state JSON (this project's or the original release's) to read "
+        "the failure profile from when no trainer pushes one (default: none)",
     )
     p.add_argument(
         "--token",

@@ -88,10 +88,13 @@ class ServiceConfig(BaseModel):
 
     # --- sources and access --------------------------------------------------------------------
     capability_state_path: Path | None = None
-    """A persisted capability state (seal.tocf) to read the failure profile from when no
-    trainer has pushed one; re-read whenever the file changes. Unreadable at start: the
-    service refuses to start. Unreadable later: the last good profile is kept and a
-    warning names the file (GET /v1/profile shows it)."""
+    """A persisted capability state to read the failure profile from when no trainer has
+    pushed one: this project's (seal.tocf) or the original release's (its wire clients'
+    diagnostic_evolution thresholds then select from it, env_service/release_state.py).
+    Re-read whenever the file changes. Unreadable at start: the service refuses to start.
+    Unreadable later: the last good profile is kept and a warning names the file (GET
+    /v1/profile shows it). The only file the service reads besides its own code and
+    data: no request can name one."""
     max_profile_bytes: int = Field(65_536, ge=1024)
     """Largest `PUT /v1/profile` body (413 beyond; a profile lists at most 64 tags)."""
     token: str | None = Field(None, min_length=1)

@@ -48,6 +48,17 @@ class ServiceConfig(BaseModel):
     quiet one at both 0 and 10 (21 vs 15 ms). Raise it where untrusted clients share a
     machine with few cores and the event loop's latency matters more than throughput."""
 
+    worker_stall_seconds: float = Field(2.0, gt=0)
+    """A worker process that gives no sign of life (a heartbeat between calls and every
+    0.25 s while idle) for this long while no call of its runs is killed and replaced,
+    its episodes rebuilt: stopped by SIGSTOP, a debugger or a frozen cgroup, it would
+    otherwise hold every episode placed on it. Workers that miss 3 beats get no new
+    episodes meanwhile. 2 s by measurement (scripts/bench_env_adversarial.py's
+    stopped-worker case, docs/benchmarks.md): the requests caught by a stop wait about
+    this long, few enough to leave the other clients' p99 as it was; shorter risks
+    replacing a worker that a loaded machine did not schedule for a moment (its
+    episodes are then rebuilt, not lost)."""
+
     # --- what one request may cost -----------------------------------------------------------
     max_body_bytes: int = Field(4 * MIB, ge=1024)
     """Largest HTTP request body, refused with 413 from its Content-Length or, without
@@ -75,6 +86,20 @@ class ServiceConfig(BaseModel):
     """Time one verification (a replay of the episode and of the ground truth) may run;
     past it the evaluation is `aborted: evaluation_time_budget`, every turn tagged
     `checker_error` (an infrastructure tag: no weight, no guideline)."""
+
+    # --- connections (env_service/connections.py) ----------------------------------------------
+    header_timeout_s: float = Field(10.0, gt=0, le=30)
+    """A request's headers must arrive within this many seconds of its first byte (of the
+    connection's start, for its first request), or the connection is closed: before, a
+    connection that sent part of its headers was held forever."""
+    body_timeout_s: float = Field(30.0, gt=0)
+    """A request's body must arrive within this many seconds of its headers (a 4 MiB
+    body at 2 Mbit/s takes 17 s), or the connection is closed."""
+    max_unauthenticated_connections: int = Field(128, ge=1)
+    """Connections that have not yet sent a request with the token (without a token: not
+    yet a complete request) beyond this count close the one that has waited longest,
+    so no flood of them can use up the service's open files (which the service raises
+    to the system's limit at start)."""
 
     # --- what one episode may keep -------------------------------------------------------------
     max_calls_per_episode: int = Field(1024, ge=1)

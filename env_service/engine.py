@@ -31,6 +31,7 @@ from env_service.config import ServiceConfig
 from env_service.episode import Episode, EpisodeCaps, StepOutcome
 from env_service.execution import (
     EVALUATION_TIME_BUDGET,
+    REBUILD_TIME_BUDGET,
     STEP_TIME_BUDGET,
     RunResult,
     run_calls,
@@ -177,6 +178,7 @@ class EnvEngine:
                     self.config.max_evaluation_seconds,
                     self._executed_calls,
                     self.config.worker_niceness,
+                    self.config.worker_stall_seconds,
                 )
                 await pool.start()
                 self.pool = pool
@@ -250,7 +252,7 @@ class EnvEngine:
         if episode.local:
             return run_now(run_calls(episode.backends, calls, self.caps.budget))
         result = await self.pool.run(episode_id, calls)
-        if result.stopped == STEP_TIME_BUDGET:
+        if result.stopped in (STEP_TIME_BUDGET, REBUILD_TIME_BUDGET):
             self.pool.close(episode_id)  # the episode has ended: its backends are of no use
         return result
 

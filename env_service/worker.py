@@ -10,14 +10,27 @@ the jobs in turn, one call each, was not enough: under that flood, a well-behave
 client's median request took 50 ms instead of 6, every call of its steps and of its
 verification waiting for one `grep` of 10 ms.) Before each call it writes the job and the time into
 shared memory (`slot`), so the service can see a call that does not return and kill
-this process (its episodes are then rebuilt elsewhere by replaying their calls).
+this process (its episodes are then rebuilt elsewhere by replaying their calls). Between
+calls, and every HEARTBEAT_S while it waits for work, it writes the time into the slot's
+heartbeat: a process that stops beating while no call of its runs (stopped by SIGSTOP,
+a debugger or a frozen cgroup) is found and replaced, though it has nothing in flight.
+
+A rebuild (an episode of a replaced worker, replayed here) is a job like the others, so
+it runs one call at a time between the other episodes' calls, least-run first, instead
+of holding them all up (before: one episode of 300 `sort` calls made another episode's
+trivial step wait 19.5 s); that episode's own steps wait for it. A rebuild that runs
+past its budget is stopped and the episode dropped here (the service ends it, tagged).
 
 Messages are pickled tuples, each framed by its length (8 bytes); this is the service's
 own pipe, never a client's:
 
-    ("open", episode_id, task_id, calls_to_replay)     no answer
+    ("open", episode_id, task_id)                      no answer
+    ("rebuild", request, episode_id, task_id, calls)   (request, "ok", True), or
+                                                        "rebuild_time_budget" (dropped),
+                                                        or None (closed meanwhile)
     ("close", episode_id)                              no answer
-    ("run", request, episode_id, calls)                (request, "ok", RunResult)
+    ("run", request, episode_id, calls)                (request, "ok", RunResult), or
+                                                        "rebuild_time_budget"
     ("diagnose", request, task_id, model_turns)        (request, "ok", Diagnosis or
                                                         "evaluation_time_budget")
 and (request, "error", text) for a request that failed (a bug: no such episode here).
@@ -36,13 +49,23 @@ import time
 from collections.abc import Generator
 from dataclasses import dataclass
 
-from env_service.execution import EVALUATION_TIME_BUDGET, StepBudget, run_calls
+from env_service.execution import (
+    EVALUATION_TIME_BUDGET,
+    REBUILD_TIME_BUDGET,
+    StepBudget,
+    run_calls,
+)
 from seal.bfcl.backends import Backends
 from seal.bfcl.diagnosis import diagnose_steps
 from seal.bfcl.tasks import load_task
 
 IDLE = -1.0
 """slot[0] while no call runs."""
+SLOT_SIZE = 3
+"""slot: [the request whose call runs, or IDLE; when that call started; last heartbeat]
+(time.monotonic(), which is the same clock in every process)."""
+HEARTBEAT_S = 0.25
+"""A worker waiting for work beats this often."""
 _HEADER = 8
 _PR_SET_PDEATHSIG = 1
 
@@ -76,10 +99,21 @@ def receive(sock: socket.socket) -> object | None:
 class _Job:
     request: int
     steps: Generator
-    limit_s: float | None
-    """A verification's time budget (a step's own is kept by run_calls)."""
+    limit_s: float | None = None
+    """A verification's or a rebuild's time budget (a step's own is kept by run_calls)."""
+    over_budget: str | None = None
+    """What answers the job when it runs past `limit_s`."""
     seconds: float = 0.0
     """Time it has run so far: the job that has run least goes next."""
+    episode_id: str | None = None
+    """A rebuild's episode."""
+
+
+def _replay(backends: Backends, calls: list) -> Generator[None, None, bool]:
+    for call in calls:
+        backends.call(call)
+        yield
+    return True
 
 
 def _detach(parent_pid: int, close_fds: list[int], niceness: int) -> None:
@@ -115,32 +149,61 @@ def serve(
     _detach(parent_pid, close_fds, niceness)
     episodes: dict[str, Backends] = {}
     jobs: list[_Job] = []  # a few at a time: a scan for the least run is cheap
+    rebuilding: dict[str, _Job] = {}
+    held: dict[str, list[_Job]] = {}  # runs of an episode being rebuilt, in order
     while True:
-        # Take every waiting message (block for one when there is nothing to do).
-        while not jobs or select.select([sock], [], [], 0)[0]:
+        slot[2] = time.monotonic()
+        # Take every waiting message (wait for one, beating, when there is nothing to do).
+        while True:
+            if not select.select([sock], [], [], 0 if jobs else HEARTBEAT_S)[0]:
+                if jobs:
+                    break
+                slot[2] = time.monotonic()
+                continue
             message = receive(sock)
             if message is None:
                 return
             kind = message[0]
             if kind == "open":
-                _, episode_id, task_id, replay = message
+                _, episode_id, task_id = message
+                episodes[episode_id] = Backends(load_task(task_id))
+            elif kind == "rebuild":
+                _, request, episode_id, task_id, calls = message
                 backends = Backends(load_task(task_id))
-                for call in replay:  # rebuild an episode whose worker was replaced
-                    backends.call(call)
                 episodes[episode_id] = backends
+                job = _Job(
+                    request,
+                    _replay(backends, calls),
+                    max_evaluation_seconds,
+                    REBUILD_TIME_BUDGET,
+                    episode_id=episode_id,
+                )
+                rebuilding[episode_id] = job
+                jobs.append(job)
             elif kind == "close":
-                episodes.pop(message[1], None)
+                episode_id = message[1]
+                episodes.pop(episode_id, None)
+                job = rebuilding.pop(episode_id, None)
+                if job is not None:
+                    jobs.remove(job)
+                    send(sock, (job.request, "ok", None))
+                for run in held.pop(episode_id, []):
+                    send(sock, (run.request, "error", f"episode {episode_id!r} was closed"))
             elif kind == "run":
                 _, request, episode_id, calls = message
                 backends = episodes.get(episode_id)
                 if backends is None:
                     send(sock, (request, "error", f"episode {episode_id!r} is not on this worker"))
+                    continue
+                job = _Job(request, run_calls(backends, calls, budget))
+                if episode_id in rebuilding:
+                    held.setdefault(episode_id, []).append(job)
                 else:
-                    jobs.append(_Job(request, run_calls(backends, calls, budget), None))
+                    jobs.append(job)
             elif kind == "diagnose":
                 _, request, task_id, model_turns = message
                 steps = diagnose_steps(load_task(task_id), model_turns)
-                jobs.append(_Job(request, steps, max_evaluation_seconds))
+                jobs.append(_Job(request, steps, max_evaluation_seconds, EVALUATION_TIME_BUDGET))
         job = min(jobs, key=_attained)
         slot[1] = time.monotonic()
         slot[0] = float(job.request)
@@ -149,19 +212,35 @@ def serve(
             next(job.steps)
         except StopIteration as done:
             jobs.remove(job)
-            send(sock, (job.request, "ok", done.value))
+            _finished(sock, job, done.value, rebuilding, held, jobs)
             continue
         except Exception as e:  # noqa: BLE001 - a bug: the service answers it, the worker goes on
             jobs.remove(job)
             send(sock, (job.request, "error", f"{type(e).__name__}: {e}"))
             continue
         finally:
+            slot[2] = time.monotonic()  # before IDLE: an idle slot never shows an old beat
             slot[0] = IDLE
             job.seconds += time.perf_counter() - started
         if job.limit_s is not None and job.seconds > job.limit_s:
             jobs.remove(job)
             job.steps.close()
-            send(sock, (job.request, "ok", EVALUATION_TIME_BUDGET))
+            if job.episode_id is not None:
+                episodes.pop(job.episode_id, None)
+            _finished(sock, job, job.over_budget, rebuilding, held, jobs)
+
+
+def _finished(sock, job: _Job, value, rebuilding: dict, held: dict, jobs: list) -> None:
+    send(sock, (job.request, "ok", value))
+    if job.episode_id is None:
+        return
+    del rebuilding[job.episode_id]
+    for run in held.pop(job.episode_id, []):
+        if value is True:
+            jobs.append(run)  # rebuilt: its steps run now, in order
+        else:
+            run.steps.close()
+            send(sock, (run.request, "ok", REBUILD_TIME_BUDGET))
 
 
 def _attained(job: _Job) -> float:

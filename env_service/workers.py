@@ -25,6 +25,25 @@ forked; the request that ran it is answered as lost (its episode ends, tagged), 
 other episode that lived there is rebuilt on the new worker by replaying the calls it ran,
 and requests in flight are sent again. A request that was in flight through two such
 deaths is answered as lost too, so no request can kill workers forever.
+
+Liveness does not depend on calls in flight: a worker beats (the slot's heartbeat) between
+calls and while it waits for work, and one that misses its beats for `stall_s` while no
+call of its runs is replaced the same way (before, a worker stopped while idle, by
+SIGSTOP, a debugger or a frozen cgroup, was never replaced: the episodes placed on it
+hung, and new ones kept being placed there). New episodes and verifications go to workers
+whose beat is fresh. A watchdog that itself woke late (the whole service was stopped)
+judges no beat that round.
+
+Rebuilds run on the new worker as jobs among the others, one call at a time (worker.py),
+within the verification budget (`max_evaluation_seconds`: a rebuild replays the same
+calls a verification replays, so an episode that cannot be rebuilt in it could not be
+verified in it either); past it the episode ends as a failure tagged
+`rebuild_time_budget`. Chosen by measurement (scripts/bench_env_adversarial.py and
+tests/test_env_worker_liveness.py, 2026-11-26, this 2-core machine): replayed before any
+other work, an episode of 96 `sort` calls on a 900 KB file held another episode's
+trivial step on that worker for 4.6 s (the issue's 300 calls: 19.5 s); interleaved, that
+step waited for at most one call. A budget alone would still have held every other
+episode for the whole budget.
 """
 
 from __future__ import annotations
@@ -43,6 +62,7 @@ from dataclasses import dataclass, field
 from env_service import worker
 from env_service.execution import (
     EVALUATION_TIME_BUDGET,
+    REBUILD_TIME_BUDGET,
     STEP_TIME_BUDGET,
     RunResult,
     StepBudget,
@@ -169,18 +189,25 @@ class WorkerPool:
         max_evaluation_seconds: float,
         executed_calls: Callable[[str], list[ToolCall] | None],
         niceness: int,
+        stall_s: float,
     ):
         """`executed_calls(episode_id)`: the calls an episode has run (None if it is gone),
-        to rebuild it on a new worker."""
+        to rebuild it on a new worker; `stall_s`: how long a worker may miss its
+        heartbeats while no call of its runs before it is replaced."""
         self.size = size
         self.budget = budget
         self.max_evaluation_seconds = max_evaluation_seconds
         self.kill_after_s = budget.max_seconds
         self.executed_calls = executed_calls
         self.niceness = niceness
+        self.stall_s = stall_s
+        # A worker whose beat is older than this gets no new episode (three beats missed).
+        self.suspect_after_s = min(stall_s, 3 * worker.HEARTBEAT_S)
         self.workers: list[_Worker] = []
         self.placement: dict[str, _Worker] = {}
         self.tasks: dict[str, str] = {}
+        self.unrebuilt: set[str] = set()
+        """Episodes whose rebuild ran over its budget: their backends are gone."""
         self.replaced = 0
         self._requests = 0
         self._respawning: asyncio.Task | None = None
@@ -195,8 +222,9 @@ class WorkerPool:
 
     async def _spawn(self) -> _Worker:
         mine, theirs = socket.socketpair()
-        slot = _CONTEXT.RawArray("d", 2)
+        slot = _CONTEXT.RawArray("d", worker.SLOT_SIZE)
         slot[0] = worker.IDLE
+        slot[2] = time.monotonic()  # the fork and the start count as a beat
         others = [w.channel.sock.fileno() for w in self.workers if not w.dead] + [mine.fileno()]
         process = _CONTEXT.Process(
             target=worker.serve,
@@ -235,19 +263,30 @@ class WorkerPool:
     # --- requests --------------------------------------------------------------------------
 
     async def open(self, episode_id: str, task_id: str) -> None:
-        """Place a new episode on the least loaded worker and build its backends there
+        """Place a new episode on the least loaded live worker and build its backends there
         (no answer to wait for: its first step queues behind it)."""
         while self._respawning is not None:
             await asyncio.shield(self._respawning)
-        w = min((w for w in self.workers if not w.dead), key=lambda w: len(w.episodes))
+        w = min(self._candidates(), key=lambda w: len(w.episodes))
         self.placement[episode_id] = w
         self.tasks[episode_id] = task_id
         w.episodes.add(episode_id)
-        self._send(w, ("open", episode_id, task_id, []))
+        self._send(w, ("open", episode_id, task_id))
+
+    def _candidates(self) -> list[_Worker]:
+        """The workers to give new work: those whose beat is fresh (or that run a call),
+        else every one not known dead."""
+        alive = [w for w in self.workers if not w.dead]
+        now = time.monotonic()
+        fresh = [
+            w for w in alive if w.slot[0] != worker.IDLE or now - w.slot[2] <= self.suspect_after_s
+        ]
+        return fresh or alive
 
     def close(self, episode_id: str) -> None:
         w = self.placement.pop(episode_id, None)
         self.tasks.pop(episode_id, None)
+        self.unrebuilt.discard(episode_id)
         if w is not None:
             w.episodes.discard(episode_id)
             if not w.dead:
@@ -256,9 +295,13 @@ class WorkerPool:
     async def run(self, episode_id: str, calls: list[ToolCall]) -> RunResult:
         """Run a step's calls on the episode's worker; `lost` if the worker had to be
         killed while they ran."""
+        if episode_id in self.unrebuilt:
+            return RunResult([], REBUILD_TIME_BUDGET, lost=True)
         value = await self._request(episode_id, lambda request: ("run", request, episode_id, calls))
         if value is _LOST:
             return RunResult([], STEP_TIME_BUDGET, lost=True)
+        if value == REBUILD_TIME_BUDGET:
+            return RunResult([], REBUILD_TIME_BUDGET, lost=True)
         return value
 
     async def diagnose(self, task_id: str, model_turns: list[ModelTurn]) -> Diagnosis | str:
@@ -273,7 +316,7 @@ class WorkerPool:
         while self._respawning is not None:  # a worker is being replaced: wait for it
             await asyncio.shield(self._respawning)
         if episode_id is None:
-            w = min((w for w in self.workers if not w.dead), key=lambda w: len(w.pending))
+            w = min(self._candidates(), key=lambda w: len(w.pending))
         else:
             w = self.placement[episode_id]
         self._requests += 1
@@ -305,14 +348,29 @@ class WorkerPool:
     # --- the watchdog ----------------------------------------------------------------------
 
     async def _watch(self) -> None:
+        last = time.monotonic()
         while True:
             await asyncio.sleep(WATCH_EVERY_S)
             now = time.monotonic()
+            # Woken late: the service itself was stopped (or starved), and its workers with
+            # it; their beats are as old as the pause and prove nothing this round.
+            judge_beats = now - last < self.stall_s / 2
+            last = now
             for w in list(self.workers):
-                request = w.slot[0]
-                if w.dead or request == worker.IDLE or now - w.slot[1] <= self.kill_after_s:
+                if w.dead or self._respawning is not None:
                     continue
-                if w.slot[0] == request:  # the same call all along
+                request = w.slot[0]
+                if request == worker.IDLE:
+                    if judge_beats and now - w.slot[2] > self.stall_s and w.slot[0] == worker.IDLE:
+                        log.warning(
+                            "env_service: worker process %s gave no sign of life for %.1f s "
+                            "(stopped?); killing and replacing it",
+                            w.process.pid,
+                            now - w.slot[2],
+                        )
+                        self._replace(w, culprit=None)
+                elif now - w.slot[1] > self.kill_after_s and w.slot[0] == request:
+                    # The same call all along.
                     log.warning(
                         "env_service: a call ran over the step time budget of %s s; "
                         "killing its worker process %s and replacing it",
@@ -336,6 +394,8 @@ class WorkerPool:
             self.workers[self.workers.index(dead)] = fresh
             lost = {culprit} | {r for r, p in dead.pending.items() if p.attempts >= 2}
             culprit_episode = dead.pending[culprit].episode_id if culprit in dead.pending else None
+            if culprit_episode is not None and dead.pending[culprit].message[0] == "rebuild":
+                self.unrebuilt.add(culprit_episode)  # a replayed call did not return
             for episode_id in sorted(dead.episodes):
                 calls = self.executed_calls(episode_id)
                 if episode_id == culprit_episode or calls is None:
@@ -344,9 +404,15 @@ class WorkerPool:
                     continue
                 self.placement[episode_id] = fresh
                 fresh.episodes.add(episode_id)
-                self._send(fresh, ("open", episode_id, self.tasks[episode_id], calls))
+                task_id = self.tasks[episode_id]
+                if calls:
+                    self._rebuild(fresh, episode_id, task_id, calls)
+                else:
+                    self._send(fresh, ("open", episode_id, task_id))
             for request, pending in sorted(dead.pending.items()):
-                if request in lost:
+                if pending.message[0] == "rebuild":
+                    pending.future.set_result(("ok", None))  # superseded by the one above
+                elif request in lost:
                     pending.future.set_result(("ok", _LOST))
                 elif pending.episode_id is not None and pending.episode_id not in fresh.episodes:
                     pending.future.set_result(("ok", _LOST))  # its episode is gone
@@ -356,6 +422,31 @@ class WorkerPool:
                     self._send(fresh, pending.message)
         finally:
             self._respawning = None
+
+    def _rebuild(self, w: _Worker, episode_id: str, task_id: str, calls: list[ToolCall]) -> None:
+        """Replay an episode's calls on `w` (a job there among the others); an episode
+        whose replay runs over its budget is remembered as gone."""
+        self._requests += 1
+        request = self._requests
+        future = asyncio.get_running_loop().create_future()
+        message = ("rebuild", request, episode_id, task_id, calls)
+        w.pending[request] = _Pending(future, message, episode_id)
+        self._send(w, message)
+
+        def done(future: asyncio.Future) -> None:
+            status, value = future.result()
+            if status == "ok" and value == REBUILD_TIME_BUDGET and episode_id in self.tasks:
+                log.warning(
+                    "env_service: episode %r could not be rebuilt within %s s (%d calls); "
+                    "it ends as a failure tagged %s",
+                    episode_id,
+                    self.max_evaluation_seconds,
+                    len(calls),
+                    REBUILD_TIME_BUDGET,
+                )
+                self.unrebuilt.add(episode_id)
+
+        future.add_done_callback(done)
 
 
 _LOST = object()

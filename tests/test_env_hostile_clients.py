@@ -245,6 +245,58 @@ def test_slow_header_connections_are_closed_and_cannot_starve_clients(service_pr
             sock.close()
 
 
+def _request(sock: socket.socket, head: str) -> bytes:
+    """Send a bodiless request on a kept-alive socket; its whole reply."""
+    sock.sendall(head.encode() + b"\r\n")
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        reply += sock.recv(65536)
+    headers, _, body = reply.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in headers.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )  # fmt: skip
+    while len(body) < length:
+        body += sock.recv(65536)
+    return headers + b"\r\n\r\n" + body
+
+
+def test_a_body_that_stops_coming_is_closed_and_authenticated_connections_are_kept(
+    service_process,
+):
+    svc = service_process(
+        "--body-timeout", "2", "--max-unauthenticated-connections", "8",
+        env={"SEAL_ENV_TOKEN": TOKEN},
+    )  # fmt: skip
+    host, port = svc.url.removeprefix("http://").split(":")
+    get_stats = f"GET /v1/stats HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+    with contextlib.ExitStack() as stack:
+        kept = stack.enter_context(socket.create_connection((host, int(port)), timeout=10))
+        assert _request(kept, get_stats).startswith(b"HTTP/1.1 200")
+        flood = [
+            stack.enter_context(socket.create_connection((host, int(port)), timeout=10))
+            for _ in range(40)
+        ]
+        for sock in flood:
+            sock.sendall(SLOW_HEAD)
+        # The authenticated connection outlives a flood past the cap; the flood does not.
+        assert _request(kept, get_stats).startswith(b"HTTP/1.1 200")
+        time.sleep(0.5)
+        closed = sum(_closed_by_peer(sock) for sock in flood)
+        assert closed >= 40 - 8, f"only {closed} of 40 unauthenticated connections closed"
+        # A body announced but not sent is not waited for past the body timeout.
+        slow = stack.enter_context(socket.create_connection((host, int(port)), timeout=10))
+        slow.sendall(
+            b"POST /v1/episodes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {TOKEN}\r\nContent-Length: 100\r\n\r\n".encode()
+            + b'{"task_id": '
+        )
+        started = time.monotonic()
+        slow.settimeout(10)
+        assert _closed_by_peer(slow) or slow.recv(65536) == b""
+        assert time.monotonic() - started < 5
+
+
 # --- 9. ---------------------------------------------------------------------------------------
 
 

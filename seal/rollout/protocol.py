@@ -267,7 +267,9 @@ class Evaluation(BaseModel):
     aborted: str | None = None
     """Why the service ended the episode or its verification as a failure, or None:
     `step_time_budget` (a step's calls ran over the service's time budget; accuracy and
-    reward 0) or `evaluation_time_budget` (verification did; every turn `checker_error`)."""
+    reward 0), `rebuild_time_budget` (the service lost the process holding the episode's
+    tools and could not rebuild them in time; accuracy and reward 0) or
+    `evaluation_time_budget` (verification did; every turn `checker_error`)."""
     steps: int
     tool_calls: int
     invalid_calls: int

@@ -54,10 +54,10 @@ class ServiceConfig(BaseModel):
     its episodes rebuilt: stopped by SIGSTOP, a debugger or a frozen cgroup, it would
     otherwise hold every episode placed on it. Workers that miss 3 beats get no new
     episodes meanwhile. 2 s by measurement (scripts/bench_env_adversarial.py's
-    stopped-worker case, docs/benchmarks.md): the requests caught by a stop wait about
-    this long, few enough to leave the other clients' p99 as it was; shorter risks
-    replacing a worker that a loaded machine did not schedule for a moment (its
-    episodes are then rebuilt, not lost)."""
+    stopped_worker case, figures in the README's service section): the requests caught
+    by a stop wait about this long, few enough to leave the other clients' p99 within
+    2x of the quiet one; shorter risks replacing a worker that a loaded machine did not
+    schedule for a moment (its episodes are then rebuilt, not lost)."""
 
     # --- what one request may cost -----------------------------------------------------------
     max_body_bytes: int = Field(4 * MIB, ge=1024)

@@ -31,8 +31,13 @@ from seal.bfcl.calls import MAX_ARGUMENT_DEPTH, ArgumentsTooDeep, argument_size,
 MAX_BODY_DEPTH = 2 * MAX_ARGUMENT_DEPTH
 
 
-# A \uD800-\uDFFF escape, or the UTF-8-style bytes of one (Python's parser passes both).
-_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
+# A high-surrogate escape not followed by a low one, a low one not preceded by a high one,
+# or the UTF-8-style bytes of a surrogate (Python's parser passes all three). Pairs, as
+# json.dumps writes every emoji, do not match: they are one valid character.
+_HIGH, _LOW = rb"\\u[dD][89abAB][0-9a-fA-F]{2}", rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+_SURROGATE = re.compile(
+    _HIGH + rb"(?!" + _LOW + rb")|(?<!" + _HIGH + rb")" + _LOW + rb"|\xed[\xa0-\xbf]"
+)
 
 
 class _NotJson(ValueError):
@@ -63,8 +68,8 @@ def parse_body(body: bytes) -> object:
         argument_size(value, MAX_BODY_DEPTH)
     except ArgumentsTooDeep as e:
         raise json.JSONDecodeError(f"the body is {e}", doc, 0) from None
-    # A pair of escapes makes one valid character: only a lone one fails to encode. The
-    # search is a fast byte scan; the encoding check runs on the rare body it finds.
+    # The search is a fast byte scan; the exact check (an escaped backslash before "u"
+    # can look like an escape) runs on the rare body it matches.
     if (b"\\u" in body or b"\xed" in body) and _SURROGATE.search(body):
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")

@@ -89,8 +89,11 @@ class LocalTrainer:
         except Exception as error:
             if resume_from is None:
                 raise
+            # The loader's error seldom names the file: name those the policy comes from.
+            files = sorted(resume_from.glob("*.safetensors")) + [resume_from / "config.json"]
             raise StateFileError(
-                f"{resume_from}: cannot load the policy: {type(error).__name__}: {error}"
+                f"{resume_from}: cannot load the policy from {', '.join(map(str, files))}: "
+                f"{type(error).__name__}: {error}"
             ) from error
         self.reference = (
             frozen_copy(load_policy(cfg.model, self.tokenizer))

@@ -154,8 +154,10 @@ def check_run_dir(run_dir: Path, cfg: TrainerConfig, backend: str) -> list[str]:
                 "trainer.checkpoint.resume=true, or give this run another name"
             )
         return []
-    if unfinished is not None:
-        return []  # nothing to resume from: the run restarts from step 0
+    if unfinished is not None or (
+        not earlier_state(run_dir) and (run_dir / UNFINISHED_DIR).is_dir()
+    ):
+        return []  # nothing to resume from: the run restarts from step 0 (or has, just now)
     if not earlier_state(run_dir):
         raise FileNotFoundError(
             f"trainer.checkpoint.resume is set but {run_dir} holds no run to resume "

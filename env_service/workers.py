@@ -38,12 +38,12 @@ Rebuilds run on the new worker as jobs among the others, one call at a time (wor
 within the verification budget (`max_evaluation_seconds`: a rebuild replays the same
 calls a verification replays, so an episode that cannot be rebuilt in it could not be
 verified in it either); past it the episode ends as a failure tagged
-`rebuild_time_budget`. Chosen by measurement (scripts/bench_env_adversarial.py and
-tests/test_env_worker_liveness.py, 2026-11-26, this 2-core machine): replayed before any
-other work, an episode of 96 `sort` calls on a 900 KB file held another episode's
-trivial step on that worker for 4.6 s (the issue's 300 calls: 19.5 s); interleaved, that
-step waited for at most one call. A budget alone would still have held every other
-episode for the whole budget.
+`rebuild_time_budget`. Chosen by measurement (tests/test_env_worker_liveness.py's
+rebuild case, 2026-11-25, this 2-core machine): replayed before any other work, an
+episode with 4 s of `sort` calls on a 900 KB file to replay held another episode's
+trivial step on that worker for 4.6 s (the issue's 300 calls: 19.5 s); interleaved, the
+step took 0.08 s. A budget alone, with the replay still first, would hold every other
+episode on the worker for up to the whole budget (30 s by default).
 """
 
 from __future__ import annotations

@@ -49,9 +49,9 @@ class ServiceConfig(BaseModel):
     machine with few cores and the event loop's latency matters more than throughput."""
 
     worker_stall_seconds: float = Field(2.0, gt=0)
-    """A worker process that gives no sign of life (a heartbeat between calls and every
-    0.25 s while idle) for this long while no call of its runs is killed and replaced,
-    its episodes rebuilt: stopped by SIGSTOP, a debugger or a frozen cgroup, it would
+    """A worker process that gives no sign of life (its heartbeat thread beats every
+    0.25 s, calls or not) for this long is killed and replaced, its episodes rebuilt and
+    its requests sent again: stopped by SIGSTOP, a debugger or a frozen cgroup, it would
     otherwise hold every episode placed on it. Workers that miss 3 beats get no new
     episodes meanwhile. 2 s by measurement (scripts/bench_env_adversarial.py's
     stopped_worker case, figures in the README's service section): the requests caught

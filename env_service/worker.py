@@ -10,10 +10,14 @@ the jobs in turn, one call each, was not enough: under that flood, a well-behave
 client's median request took 50 ms instead of 6, every call of its steps and of its
 verification waiting for one `grep` of 10 ms.) Before each call it writes the job and the time into
 shared memory (`slot`), so the service can see a call that does not return and kill
-this process (its episodes are then rebuilt elsewhere by replaying their calls). Between
-calls, and every HEARTBEAT_S while it waits for work, it writes the time into the slot's
-heartbeat: a process that stops beating while no call of its runs (stopped by SIGSTOP,
-a debugger or a frozen cgroup) is found and replaced, though it has nothing in flight.
+this process (its episodes are then rebuilt elsewhere by replaying their calls). A thread
+of its own writes the time into the slot's heartbeat every HEARTBEAT_S, whatever the
+loop does (a call, a wait for work, a long message to read or write): a process that
+stops beating (stopped by SIGSTOP, a debugger or a frozen cgroup) is found and replaced,
+whether or not it has work in flight. (Beats written by the loop itself, between calls
+and while idle, stopped during any wait on the service's pipe: under the flood of
+scripts/bench_env_adversarial.py a healthy worker waiting to write a large reply was
+taken for a stopped one.)
 
 A rebuild (an episode of a replaced worker, replayed here) is a job like the others, so
 it runs one call at a time between the other episodes' calls, least-run first, instead
@@ -45,6 +49,7 @@ import pickle
 import select
 import signal
 import socket
+import threading
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -65,7 +70,7 @@ SLOT_SIZE = 3
 """slot: [the request whose call runs, or IDLE; when that call started; last heartbeat]
 (time.monotonic(), which is the same clock in every process)."""
 HEARTBEAT_S = 0.25
-"""A worker waiting for work beats this often."""
+"""A worker's heartbeat thread writes the time this often."""
 _HEADER = 8
 _PR_SET_PDEATHSIG = 1
 
@@ -136,6 +141,12 @@ def _detach(parent_pid: int, close_fds: list[int], niceness: int) -> None:
             os.close(fd)
 
 
+def _beat(slot) -> None:
+    while True:
+        slot[2] = time.monotonic()
+        time.sleep(HEARTBEAT_S)
+
+
 def serve(
     sock: socket.socket,
     slot,
@@ -147,19 +158,14 @@ def serve(
 ) -> None:
     """The worker's loop; returns when the service closes its end."""
     _detach(parent_pid, close_fds, niceness)
+    threading.Thread(target=_beat, args=(slot,), name="heartbeat", daemon=True).start()
     episodes: dict[str, Backends] = {}
     jobs: list[_Job] = []  # a few at a time: a scan for the least run is cheap
     rebuilding: dict[str, _Job] = {}
     held: dict[str, list[_Job]] = {}  # runs of an episode being rebuilt, in order
     while True:
-        slot[2] = time.monotonic()
-        # Take every waiting message (wait for one, beating, when there is nothing to do).
-        while True:
-            if not select.select([sock], [], [], 0 if jobs else HEARTBEAT_S)[0]:
-                if jobs:
-                    break
-                slot[2] = time.monotonic()
-                continue
+        # Take every waiting message (block for one when there is nothing to do).
+        while not jobs or select.select([sock], [], [], 0)[0]:
             message = receive(sock)
             if message is None:
                 return
@@ -219,7 +225,6 @@ def serve(
             send(sock, (job.request, "error", f"{type(e).__name__}: {e}"))
             continue
         finally:
-            slot[2] = time.monotonic()  # before IDLE: an idle slot never shows an old beat
             slot[0] = IDLE
             job.seconds += time.perf_counter() - started
         if job.limit_s is not None and job.seconds > job.limit_s:

@@ -1,9 +1,10 @@
 """No stopped or dead worker process holds episodes, and no rebuild stalls other episodes
 (issue #21, findings 2 and 3), in the findings' own terms.
 
-2. A worker stopped while idle (SIGSTOP, as a debugger or a frozen cgroup stops it) is
-   found by its missed heartbeats and replaced; its episodes are rebuilt and answered,
-   and new episodes are not placed on it. A worker killed while idle is replaced too.
+2. A worker stopped while idle (SIGSTOP) is found (the kernel shows it stopped) and
+   replaced; its episodes are rebuilt and answered, and new episodes are not placed on
+   it. A worker killed while idle is replaced too, and so is one whose heartbeat stops
+   without a signal (as in a frozen cgroup).
 3. A replaced worker's episodes are rebuilt off the path of the other episodes' steps: a
    trivial step of another episode on that worker is answered while a long rebuild runs,
    and a rebuild that runs past its budget (the verification budget: a rebuild replays
@@ -122,6 +123,57 @@ def test_an_idle_worker_stopped_or_killed_is_replaced_and_its_episodes_answered(
     finally:
         with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
             os.kill(victim.pid, signal.SIGKILL)
+
+
+FREEZE_FIRST_WORKER = """
+import os, threading, time
+from env_service import worker
+
+MARKER = {marker!r}
+frozen = threading.Event()
+real_receive = worker.receive
+
+def receive(sock):
+    if frozen.is_set():
+        time.sleep(3600)  # frozen: takes nothing, answers nothing
+    return real_receive(sock)
+
+def beat(slot):
+    try:
+        os.close(os.open(MARKER, os.O_CREAT | os.O_EXCL))  # the first worker only
+    except FileExistsError:
+        while True:
+            slot[2] = time.monotonic()
+            time.sleep(worker.HEARTBEAT_S)
+    slot[2] = time.monotonic()
+    MARKER_READY = MARKER + ".frozen"
+    while not os.path.exists(MARKER_READY):  # the test says when
+        slot[2] = time.monotonic()
+        time.sleep(worker.HEARTBEAT_S)
+    frozen.set()  # no beat from now on, as in a frozen cgroup (not a signal's stop)
+
+worker.receive = receive
+worker._beat = beat
+"""
+
+
+def test_a_worker_that_stops_beating_is_replaced(service_process, tmp_path):
+    """Frozen without a signal (a frozen cgroup, a process stuck in the kernel): no beat,
+    no answer, and no `T` state for the kernel to show."""
+    marker = str(tmp_path / "first_worker")
+    svc = service_process("--workers", "2", patch=FREEZE_FIRST_WORKER.format(marker=marker))
+    client = Native(svc.url, timeout_s=30)
+    episodes = [f"e{k}" for k in range(8)]
+    for episode_id in episodes:
+        client.create(episode_id)
+    assert len(step_all(client, episodes, timeout_s=20)) == 8
+    open(marker + ".frozen", "w").close()
+    time.sleep(0.5)  # its beat has stopped
+    started = time.monotonic()
+    answered = step_all(client, episodes, timeout_s=20)
+    assert sorted(answered) == sorted(episodes), f"unanswered: {set(episodes) - set(answered)}"
+    assert client.stats()["workers_replaced"] == 1
+    print(f"replaced and answered within {time.monotonic() - started:.1f} s")
 
 
 def test_a_busy_worker_is_not_mistaken_for_a_stopped_one(service_process):

@@ -48,16 +48,16 @@ class ServiceConfig(BaseModel):
     quiet one at both 0 and 10 (21 vs 15 ms). Raise it where untrusted clients share a
     machine with few cores and the event loop's latency matters more than throughput."""
 
-    worker_stall_seconds: float = Field(2.0, gt=0)
+    worker_stall_seconds: float = Field(10.0, gt=0)
     """A worker process that gives no sign of life (its heartbeat thread beats every
     0.25 s, calls or not) for this long is killed and replaced, its episodes rebuilt and
-    its requests sent again: stopped by SIGSTOP, a debugger or a frozen cgroup, it would
-    otherwise hold every episode placed on it. Workers that miss 3 beats get no new
-    episodes meanwhile. 2 s by measurement (scripts/bench_env_adversarial.py's
-    stopped_worker case, figures in the README's service section): the requests caught
-    by a stop wait about this long, few enough to leave the other clients' p99 within
-    2x of the quiet one; shorter risks replacing a worker that a loaded machine did not
-    schedule for a moment (its episodes are then rebuilt, not lost)."""
+    its requests sent again: frozen (a cgroup freezer, a debugger) it would otherwise
+    hold every episode placed on it. Workers that miss 3 beats get no new episodes
+    meanwhile; one the kernel shows stopped (SIGSTOP) is replaced within 0.2 s whatever
+    this is. 10 s, the step budget, by measurement (scripts/bench_env_adversarial.py,
+    2026-11-25, this 2-core machine at load 10-20): at 2 s, healthy workers under the
+    flood were taken for frozen 1-3 times in 100 s (their beat thread waited that long
+    for the CPU), each a needless replacement."""
 
     # --- what one request may cost -----------------------------------------------------------
     max_body_bytes: int = Field(4 * MIB, ge=1024)

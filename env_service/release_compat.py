@@ -170,12 +170,10 @@ class ReleaseDiagnosticEvolution(_TrainOnlyLayer):
             )
 
     def thresholds(self) -> dict:
-        return {
-            "prevalence_threshold": self.prevalence_threshold,
-            "reward_threshold": self.reward_threshold,
-            "min_tag_count": self.min_tag_count,
-            "category_tags": self.category_tags,
-        }
+        """The keys release_state.release_profile takes."""
+        return self.model_dump(
+            include={"prevalence_threshold", "reward_threshold", "min_tag_count", "category_tags"}
+        )
 
     def refuse_thresholds(self, name: str) -> None:
         """Without the release's state file the guidelines follow the service's profile

@@ -49,6 +49,7 @@ import pickle
 import select
 import signal
 import socket
+import stat
 import threading
 import time
 from collections.abc import Generator
@@ -121,7 +122,7 @@ def _replay(backends: Backends, calls: list) -> Generator[None, None, bool]:
     return True
 
 
-def _detach(parent_pid: int, close_fds: list[int], niceness: int) -> None:
+def _detach(parent_pid: int, close_fds: list[int], niceness: int, own_fd: int) -> None:
     # The service's signal handlers came with the fork: Ctrl-C is the service's to handle
     # (it stops its workers), SIGTERM ends a worker at once, and uvicorn's wake-up fd is
     # not ours to write to.
@@ -139,6 +140,26 @@ def _detach(parent_pid: int, close_fds: list[int], niceness: int) -> None:
     for fd in close_fds:  # other workers' pipes: their end-of-file must not wait for us
         with contextlib.suppress(OSError):
             os.close(fd)
+    _close_inherited_sockets(own_fd)
+
+
+def _close_inherited_sockets(own_fd: int) -> None:
+    """Close every socket the fork copied from the service but this worker's own pipe:
+    its listening socket and its client connections. A worker forked to replace another
+    while clients are connected held a copy of each of their connections, so a
+    connection the service then closed (an idle keep-alive, a refused one) stayed open
+    for the client, which sent its next request into it and waited for ever (measured:
+    scripts/bench_env_adversarial.py's 64 clients all stuck after a replacement)."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc (not Linux): the sockets stay; workers die with the service
+        return
+    for fd in fds:
+        if fd == own_fd:
+            continue
+        with contextlib.suppress(OSError):
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.close(fd)
 
 
 def _beat(slot) -> None:
@@ -157,7 +178,7 @@ def serve(
     niceness: int,
 ) -> None:
     """The worker's loop; returns when the service closes its end."""
-    _detach(parent_pid, close_fds, niceness)
+    _detach(parent_pid, close_fds, niceness, sock.fileno())
     threading.Thread(target=_beat, args=(slot,), name="heartbeat", daemon=True).start()
     episodes: dict[str, Backends] = {}
     jobs: list[_Job] = []  # a few at a time: a scan for the least run is cheap
@@ -222,7 +243,9 @@ def serve(
             continue
         except Exception as e:  # noqa: BLE001 - a bug: the service answers it, the worker goes on
             jobs.remove(job)
-            send(sock, (job.request, "error", f"{type(e).__name__}: {e}"))
+            if job.episode_id is not None:  # a rebuild: its episode is gone from here
+                episodes.pop(job.episode_id, None)
+            _finished(sock, job, f"{type(e).__name__}: {e}", rebuilding, held, jobs, "error")
             continue
         finally:
             slot[0] = IDLE
@@ -235,17 +258,22 @@ def serve(
             _finished(sock, job, job.over_budget, rebuilding, held, jobs)
 
 
-def _finished(sock, job: _Job, value, rebuilding: dict, held: dict, jobs: list) -> None:
-    send(sock, (job.request, "ok", value))
+def _finished(
+    sock, job: _Job, value, rebuilding: dict, held: dict, jobs: list, status: str = "ok"
+) -> None:
+    """Answer a finished job; a rebuild's end releases the steps that waited for it (to
+    run, or answered as its episode's were)."""
+    send(sock, (job.request, status, value))
     if job.episode_id is None:
         return
     del rebuilding[job.episode_id]
     for run in held.pop(job.episode_id, []):
-        if value is True:
+        if status == "ok" and value is True:
             jobs.append(run)  # rebuilt: its steps run now, in order
         else:
             run.steps.close()
-            send(sock, (run.request, "ok", REBUILD_TIME_BUDGET))
+            answer = REBUILD_TIME_BUDGET if status == "ok" else value
+            send(sock, (run.request, status, answer))
 
 
 def _attained(job: _Job) -> float:

@@ -221,7 +221,9 @@ class WorkerPool:
         """Episodes whose rebuild ran over its budget: their backends are gone."""
         self.replaced = 0
         self._requests = 0
-        self._respawning: asyncio.Task | None = None
+        self._respawning: set[asyncio.Task] = set()
+        """Replacements in progress (one at a time: `_respawn_lock`); requests wait for them."""
+        self._respawn_lock = asyncio.Lock()
         self._watchdog: asyncio.Task | None = None
 
     # --- life cycle ------------------------------------------------------------------------
@@ -276,8 +278,7 @@ class WorkerPool:
     async def open(self, episode_id: str, task_id: str) -> None:
         """Place a new episode on the least loaded live worker and build its backends there
         (no answer to wait for: its first step queues behind it)."""
-        while self._respawning is not None:
-            await asyncio.shield(self._respawning)
+        await self._replaced()
         w = min(self._candidates(), key=lambda w: len(w.episodes))
         self.placement[episode_id] = w
         self.tasks[episode_id] = task_id
@@ -322,12 +323,14 @@ class WorkerPool:
         return EVALUATION_TIME_BUDGET if value is _LOST else value
 
     async def _request(self, episode_id: str | None, make: Callable[[int], tuple]):
-        while self._respawning is not None:  # a worker is being replaced: wait for it
-            await asyncio.shield(self._respawning)
-        if episode_id is None:
-            w = min(self._candidates(), key=lambda w: len(w.pending))
-        else:
-            w = self.placement[episode_id]
+        while True:
+            await self._replaced()  # a worker is being replaced: wait for it
+            if episode_id is None:
+                w = min(self._candidates(), key=lambda w: len(w.pending))
+            else:
+                w = self.placement[episode_id]
+            if not w.dead:  # (a dead one's channel is closed: a request there would be lost)
+                break
         self._requests += 1
         message = make(self._requests)
         future = asyncio.get_running_loop().create_future()
@@ -337,6 +340,12 @@ class WorkerPool:
         if status == "error":
             raise WorkerError(value)
         return value
+
+    async def _replaced(self) -> None:
+        """Return once no worker is being replaced."""
+        while self._respawning:
+            # asyncio.wait never cancels what it waits for, also when the caller is.
+            await asyncio.wait(set(self._respawning))
 
     def _send(self, w: _Worker, message: tuple) -> None:
         w.channel.send(message)
@@ -362,7 +371,7 @@ class WorkerPool:
             await asyncio.sleep(WATCH_EVERY_S)
             now = time.monotonic()
             for w in list(self.workers):
-                if w.dead or self._respawning is not None:
+                if w.dead or self._respawning:
                     continue
                 beat, request = w.slot[2], w.slot[0]
                 w.stopped_ticks = w.stopped_ticks + 1 if _job_control_stopped(w) else 0
@@ -401,43 +410,52 @@ class WorkerPool:
             dead.process.kill()
         dead.channel.close()
         self.replaced += 1
-        self._respawning = asyncio.create_task(self._respawn(dead, culprit))
+        task = asyncio.create_task(self._respawn(dead, culprit))
+        self._respawning.add(task)
+        task.add_done_callback(self._respawned)
+
+    def _respawned(self, task: asyncio.Task) -> None:
+        self._respawning.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # A bug: log it loudly (its requests would otherwise wait for ever).
+            log.error("env_service: replacing a worker failed", exc_info=task.exception())
 
     async def _respawn(self, dead: _Worker, culprit: int | None) -> None:
-        try:
-            fresh = await self._spawn()
-            await asyncio.get_running_loop().run_in_executor(None, dead.process.join, 5)
-            self.workers[self.workers.index(dead)] = fresh
-            lost = {culprit} | {r for r, p in dead.pending.items() if p.attempts >= 2}
-            culprit_episode = dead.pending[culprit].episode_id if culprit in dead.pending else None
-            if culprit_episode is not None and dead.pending[culprit].message[0] == "rebuild":
-                self.unrebuilt.add(culprit_episode)  # a replayed call did not return
-            for episode_id in sorted(dead.episodes):
-                calls = self.executed_calls(episode_id)
-                if episode_id == culprit_episode or calls is None:
-                    self.placement.pop(episode_id, None)
-                    self.tasks.pop(episode_id, None)
-                    continue
-                self.placement[episode_id] = fresh
-                fresh.episodes.add(episode_id)
-                task_id = self.tasks[episode_id]
-                if calls:
-                    self._rebuild(fresh, episode_id, task_id, calls)
-                else:
-                    self._send(fresh, ("open", episode_id, task_id))
-            for request, pending in sorted(dead.pending.items()):
-                if pending.message[0] == "rebuild":
-                    pending.future.set_result(("ok", None))  # superseded by the one above
-                elif request in lost:
-                    pending.future.set_result(("ok", _LOST))
-                elif pending.episode_id is not None and pending.episode_id not in fresh.episodes:
-                    pending.future.set_result(("ok", _LOST))  # its episode is gone
-                else:
-                    pending.attempts += 1
-                    fresh.pending[request] = pending
-                    self._send(fresh, pending.message)
-        finally:
-            self._respawning = None
+        async with self._respawn_lock:  # two at once would each see the other's half-done pool
+            await self._respawn_one(dead, culprit)
+
+    async def _respawn_one(self, dead: _Worker, culprit: int | None) -> None:
+        fresh = await self._spawn()
+        await asyncio.get_running_loop().run_in_executor(None, dead.process.join, 5)
+        self.workers[self.workers.index(dead)] = fresh
+        lost = {culprit} | {r for r, p in dead.pending.items() if p.attempts >= 2}
+        culprit_episode = dead.pending[culprit].episode_id if culprit in dead.pending else None
+        if culprit_episode is not None and dead.pending[culprit].message[0] == "rebuild":
+            self.unrebuilt.add(culprit_episode)  # a replayed call did not return
+        for episode_id in sorted(dead.episodes):
+            calls = self.executed_calls(episode_id)
+            if episode_id == culprit_episode or calls is None:
+                self.placement.pop(episode_id, None)
+                self.tasks.pop(episode_id, None)
+                continue
+            self.placement[episode_id] = fresh
+            fresh.episodes.add(episode_id)
+            task_id = self.tasks[episode_id]
+            if calls:
+                self._rebuild(fresh, episode_id, task_id, calls)
+            else:
+                self._send(fresh, ("open", episode_id, task_id))
+        for request, pending in sorted(dead.pending.items()):
+            if pending.message[0] == "rebuild":
+                pending.future.set_result(("ok", None))  # superseded by the one above
+            elif request in lost:
+                pending.future.set_result(("ok", _LOST))
+            elif pending.episode_id is not None and pending.episode_id not in fresh.episodes:
+                pending.future.set_result(("ok", _LOST))  # its episode is gone
+            else:
+                pending.attempts += 1
+                fresh.pending[request] = pending
+                self._send(fresh, pending.message)
 
     def _rebuild(self, w: _Worker, episode_id: str, task_id: str, calls: list[ToolCall]) -> None:
         """Replay an episode's calls on `w` (a job there among the others); an episode

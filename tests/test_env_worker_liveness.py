@@ -22,6 +22,7 @@ import json
 import os
 import random
 import signal
+import socket
 import threading
 import time
 
@@ -161,7 +162,10 @@ def test_a_worker_that_stops_beating_is_replaced(service_process, tmp_path):
     """Frozen without a signal (a frozen cgroup, a process stuck in the kernel): no beat,
     no answer, and no `T` state for the kernel to show."""
     marker = str(tmp_path / "first_worker")
-    svc = service_process("--workers", "2", patch=FREEZE_FIRST_WORKER.format(marker=marker))
+    svc = service_process(
+        "--workers", "2", "--worker-stall-seconds", "2",
+        patch=FREEZE_FIRST_WORKER.format(marker=marker),
+    )  # fmt: skip
     client = Native(svc.url, timeout_s=30)
     episodes = [f"e{k}" for k in range(8)]
     for episode_id in episodes:
@@ -174,6 +178,28 @@ def test_a_worker_that_stops_beating_is_replaced(service_process, tmp_path):
     assert sorted(answered) == sorted(episodes), f"unanswered: {set(episodes) - set(answered)}"
     assert client.stats()["workers_replaced"] == 1
     print(f"replaced and answered within {time.monotonic() - started:.1f} s")
+
+
+def test_a_replacement_worker_holds_no_client_connection(service_process):
+    """A worker forked while clients are connected must not keep their connections: the
+    service's close of one (here: its keep-alive timeout) has to reach the client, or
+    the client's next request on it waits for ever."""
+    svc = service_process("--workers", "2")
+    host, port = svc.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as kept:
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = b""
+        while not reply.endswith(b"}"):  # the whole JSON reply, headers and body
+            reply += kept.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 200")
+        os.kill(workers_of(svc)[0].pid, signal.SIGKILL)  # replaced while `kept` is open
+        deadline = time.monotonic() + 30
+        while Native(svc.url).stats()["workers_replaced"] < 1:
+            assert time.monotonic() < deadline, "the worker was not replaced"
+            time.sleep(0.1)
+        # uvicorn closes a kept-alive connection idle for 5 s: the client must see it.
+        kept.settimeout(15)
+        assert kept.recv(1) == b"", "the connection stayed open after the service closed it"
 
 
 def test_a_busy_worker_is_not_mistaken_for_a_stopped_one(service_process):

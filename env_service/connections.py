@@ -90,7 +90,7 @@ def guarded_protocol(
                 self._timer = None
 
         def _close(self, why: str) -> None:
-            self._timer = None
+            self._disarm()  # (when evicted: its deadline is of no use any more)
             waiting.pop(self, None)
             if not self.transport.is_closing():
                 self.logger.debug("closing %s: %s", self.client, why)

@@ -46,6 +46,10 @@ _NUMERIC = {
     "--header-timeout": "header_timeout_s",
     "--body-timeout": "body_timeout_s",
     "--max-unauthenticated-connections": "max_unauthenticated_connections",
+    "--web-search-interval": "web_search_interval_s",
+    "--web-search-attempts": "web_search_attempts",
+    "--web-search-timeout": "web_search_timeout_s",
+    "--web-search-backoff": "web_search_backoff_s",
 }
 
 
@@ -84,6 +88,20 @@ def main(argv: list[str] | None = None) -> None:
         "the failure profile from when no trainer pushes one (default: none)",
     )
     p.add_argument(
+        "--memory-snapshot-dir",
+        type=Path,
+        default=None,
+        help="folder for the BFCL V4 memory tasks' snapshots, one per evaluation run "
+        "(default: none; memory tasks are refused)",
+    )
+    p.add_argument(
+        "--embedding-model",
+        type=Path,
+        default=None,
+        help="local folder of the sentence-transformers model all-MiniLM-L6-v2 for the "
+        "vector memory backend (default: bfcl-eval's: the Hugging Face hub or its cache)",
+    )
+    p.add_argument(
         "--token",
         default=None,
         help=f"bearer token every request but GET /healthz must carry (default: ${TOKEN_ENV}; "
@@ -102,6 +120,8 @@ def main(argv: list[str] | None = None) -> None:
         config = ServiceConfig(
             **{name: getattr(args, name) for name in _NUMERIC.values()},
             capability_state_path=args.capability_state,
+            memory_snapshot_dir=args.memory_snapshot_dir,
+            embedding_model_dir=args.embedding_model,
             token=token,
         )
         app = create_app(config)

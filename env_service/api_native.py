@@ -161,6 +161,8 @@ def _created(episode_id: str, ep) -> EpisodeCreated:
         system=ep.system,
         tools=ep.tools,
         messages=ep.first_messages,
+        interface=ep.interface,
+        system_from_task=ep.agentic is not None,
     )
 
 

@@ -123,6 +123,7 @@ from env_service.engine import (
 from env_service.json_body import SafeJsonRoute
 from env_service.statuses import wire_errors
 from seal.bfcl import prompt
+from seal.bfcl.agentic import is_agentic
 from seal.bfcl.tasks import UnknownTaskError, load_task
 
 ENV_TYPE = "bfcl"
@@ -191,6 +192,11 @@ async def create(body: WireRequest, request: Request):
             task = load_task(release_compat.resolve_task_id(asked))
         except UnknownTaskError as e:
             raise NotFoundError(str(e)) from None
+        if is_agentic(task.task_id):
+            raise NotFoundError(
+                f"{task.task_id}: the wire protocol serves the BFCL V3 multi-turn tasks; "
+                "BFCL V4 agentic tasks are on the native API (/v1)"
+            )
         create_params = release_compat.translate_params(
             body.params, task.category, engine.release_state
         )

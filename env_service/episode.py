@@ -20,6 +20,14 @@ answers every call that may not run; the calls that may run go to the backends
 advances the episode. `step` does all three here, with the episode's own backends. A
 step that overran its time budget ends the episode as a failure tagged `aborted`: its
 evaluation says so, with accuracy and reward 0.
+
+BFCL V4 agentic tasks (seal/bfcl/agentic.py) walk the same way, with three differences,
+each bfcl-eval's: the system prompt is the test case's own (for memory, with the memory
+the backend loaded: a worker's episode gets it from its worker, `set_memory_context`);
+the generation limit counts per turn (bfcl-eval forces a turn to quit after its step
+limit, not an episode); and the evaluation is `agentic_checker`'s verdict on the last
+message that made no tool call, not a replay (a prerequisite conversation is not scored:
+its memory is saved instead, by whoever holds its backends).
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from env_service.execution import (
     run_calls,
     run_now,
 )
-from seal.bfcl import prompt
+from seal.bfcl import agentic, prompt, web_search
 from seal.bfcl.backends import Backends, is_tool_error
 from seal.bfcl.calls import (
     ArgumentsTooDeep,
@@ -50,7 +58,7 @@ from seal.bfcl.calls import (
     check_call,
     parse_first_tool_calls,
 )
-from seal.bfcl.diagnosis import Diagnosis, diagnose
+from seal.bfcl.diagnosis import TOOL_ERROR, Diagnosis, diagnose, paper_label
 from seal.bfcl.tasks import BfclTask, load_task
 from seal.rollout.protocol import EpisodeSettings
 from seal.tocf import tags as T
@@ -185,6 +193,9 @@ class Episode:
         self.turn = 0
         self.model_turns: list[list[list[ToolCall]]] = [[] for _ in range(task.num_turns)]
         self.counters = Counters()
+        self.turn_signals: list[dict[str, int]] = [{} for _ in range(task.num_turns)]
+        """Per turn, the rejections (by kind) and tool errors answered in it: what the
+        paper's label of a failed episode is read from (diagnosis.paper_label)."""
         self.terminated = False
         self.truncated = False
         self.created_at = self.last_used = time.monotonic()
@@ -193,28 +204,66 @@ class Episode:
         self._evaluation: tuple[Diagnosis | None, str | None] | None = None
         self._held_back = frozenset(d["name"] for docs in task.held_out.values() for d in docs)
         self._available = {d["name"]: d for d in task.tools_until(0)}
-        self.system = prompt.system_sections(self._extra_sections(profile))
-        """The system prompt's sections: instructions, then the layers' sections."""
+        self.guidelines: list[tuple[str, str]] = (
+            evolution.guidelines_for(profile, self.layers.max_guidelines)
+            if self.layers.guidelines
+            else []
+        )
+        """(tag, text) of the guidelines this episode's system prompt carries."""
+        self.agentic = task if isinstance(task, agentic.AgenticTask) else None
+        """The BFCL V4 agentic task, or None (a multi-turn one)."""
+        self.answer: str | None = None
+        """The last message that made no tool call (an agentic question's answer)."""
+        self.turn_steps = 0
+        self._memory_saved_at: int | None = None
+        self.system: list[str] | None = None
+        """The system prompt's sections: instructions (an agentic task: its own system
+        message), then the layers' sections. None until a worker's memory episode knows
+        its memory (`set_memory_context`)."""
+        if self.agentic is None:
+            self.system = prompt.system_sections(self._extra_sections())
+        elif not self.agentic.is_memory:
+            self._agentic_system(None)
+        elif local:
+            self._agentic_system(self._backends.memory_context())
         self.tools = _first_tools(task, self.layers.schema_cues, self.layers.type_hints)
         """Docs of the tools available from turn 0, as the model sees them."""
         self.first_messages = self.turn_messages(0)
 
     # --- prompt ------------------------------------------------------------------------
 
+    def _agentic_system(self, memory_content: str | None) -> None:
+        head = self.agentic.system_prompt(memory_content)
+        self.system = ([head] if head else []) + self._extra_sections()
+
+    def set_memory_context(self, memory_content: str) -> None:
+        """The memory the episode's backend loaded, as its dump for the prompt."""
+        self._agentic_system(memory_content)
+
     def _doc(self, doc: dict) -> dict:
         if self.layers.schema_cues:
             return evolution.add_schema_cues(doc, type_hints=self.layers.type_hints)
         return doc
 
-    def _extra_sections(self, profile: dict | None) -> list[str]:
+    def _extra_sections(self) -> list[str]:
         sections = []
         if self.layers.schema_cues:
             sections.append(evolution.CONSTRAINT_NOTE)
-        if self.layers.guidelines:
-            section = evolution.guideline_section(profile, self.layers.max_guidelines)
-            if section:
-                sections.append(section)
+        if section := evolution.guideline_section(self.guidelines):
+            sections.append(section)
         return sections
+
+    @property
+    def interface(self) -> dict:
+        """The layers on and the guidelines shown (protocol.EpisodeInterface)."""
+        layers = self.layers
+        return {
+            "schema_cues": layers.schema_cues,
+            "type_hints": layers.schema_cues and layers.type_hints,
+            "recovery_feedback": layers.recovery_feedback,
+            "guidelines": layers.guidelines,
+            "shown": [{"tag": tag, "text": text} for tag, text in self.guidelines],
+        }
 
     def turn_messages(self, turn: int) -> list[dict]:
         """The user messages that open `turn` (observation messages, as data)."""
@@ -276,6 +325,7 @@ class Episode:
         if self.terminated:
             raise EpisodeFinishedError(f"episode of {self.task.task_id} has already ended")
         self.counters.steps += 1
+        self.turn_steps += 1
         caps = self.caps
         # A Qwen2.5 parse error is answered with the Qwen2.5 syntax; a client's with a
         # hint in no format's syntax (its error says what it expected).
@@ -290,6 +340,7 @@ class Episode:
                 max(0, len(calls) - caps.max_calls_per_step),
             )
         if not calls:
+            self.answer = content
             return StepPlan([], [], [], ends_turn=True)
         answers: list[dict | int] = []
         to_run: list[ToolCall] = []
@@ -339,7 +390,9 @@ class Episode:
         """Answer the calls that ran (`run`: their results) and advance the episode."""
         run = run or RunResult([])
         messages = self._next_turn() if plan.ends_turn else self._answer(plan, run)
-        if not self.terminated and self.counters.steps >= self.settings.limits.max_generations:
+        # bfcl-eval counts an agentic task's steps per turn (its force-quit).
+        steps = self.counters.steps if self.agentic is None else self.turn_steps
+        if not self.terminated and steps >= self.settings.limits.max_generations:
             self.terminated = self.truncated = True
         return StepOutcome(
             seq=self.counters.steps,
@@ -365,8 +418,13 @@ class Episode:
             executed.append(call)
             self.call_chars += plan.sizes[answer]
             self.counters.tool_calls += 1
+            if self.agentic is not None and web_search.is_unavailable(result):
+                # The search backend gave up: not the model's doing (seal/bfcl/web_search.py).
+                self.aborted = web_search.ABORTED
+                self.terminated = True
             if is_tool_error(result):
                 self.counters.tool_errors += 1
+                self._signal(TOOL_ERROR)
                 if self.layers.recovery_feedback:
                     result = evolution.with_hint(result, "tool_error")
             messages.append(self._tool(call.name, result))
@@ -404,15 +462,21 @@ class Episode:
 
     def _next_turn(self) -> list[dict]:
         self.turn += 1
+        self.turn_steps = 0
         if self.turn >= self.task.num_turns:
             self.terminated = True
             return []
         self._available.update({d["name"]: d for d in self.task.held_out.get(self.turn, [])})
         return self.turn_messages(self.turn)
 
+    def _signal(self, kind: str) -> None:
+        signals = self.turn_signals[self.turn]
+        signals[kind] = signals.get(kind, 0) + 1
+
     def _reject(self, kind: str, message: str, hint: str | None = None) -> str:
         self.counters.invalid_calls += 1
         self.counters.invalid_by_kind[kind] = self.counters.invalid_by_kind.get(kind, 0) + 1
+        self._signal(kind)
         if not self.layers.recovery_feedback:
             return message
         return evolution.with_hint(message, hint or kind)
@@ -440,9 +504,58 @@ class Episode:
     def report(self) -> dict:
         """The full evaluation, verified here: accuracy, progress, one tag per turn and the
         counters."""
+        if self.agentic is not None:
+            if self.needs_memory_save():
+                self.backends.save_memory()
+                self.memory_saved()
+            return self.agentic_report()
         if self._evaluation is not None:
             return self.report_for(*self._evaluation)
         return self.report_for(self.diagnosis())
+
+    def needs_memory_save(self) -> bool:
+        """A prerequisite conversation whose memory, as it stands, is not saved yet
+        (not one the service aborted: its backends' state is unknown)."""
+        prereq = self.agentic is not None and self.agentic.is_prereq
+        return prereq and not self.aborted and self._memory_saved_at != self.counters.steps
+
+    def memory_saved(self) -> None:
+        self._memory_saved_at = self.counters.steps
+
+    def agentic_report(self) -> dict:
+        """The evaluation of an agentic task: bfcl-eval's verdict on the final answer
+        (a prerequisite conversation: not scored)."""
+        task, c = self.agentic, self.counters
+        if task.is_prereq:
+            accuracy, tags, notes = 0, [], []
+        else:
+            answer = self.answer if self.terminated and not self.truncated else None
+            verdict = agentic.check_answer(task, answer)
+            accuracy, tags, notes = verdict.accuracy, [verdict.tag], [verdict.note]
+        if self.aborted:
+            accuracy = 0
+        return {
+            "accuracy": accuracy,
+            "reward": float(accuracy),
+            "progress": float(accuracy),
+            "failure_tags": tags,
+            "tag_notes": notes,
+            "paper_label": None,  # the paper's Table 5 labels are BFCL V3's
+            "num_turns": task.num_turns,
+            "turns_reached": min(self.turn + 1, task.num_turns),
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+            "aborted": self.aborted,
+            "steps": c.steps,
+            "tool_calls": c.tool_calls,
+            "invalid_calls": c.invalid_calls,
+            "invalid_by_kind": dict(c.invalid_by_kind),
+            "tool_errors": c.tool_errors,
+            "task_id": task.task_id,
+            "category": task.category,
+            "scored": not task.is_prereq,
+            "answer": self.answer,
+        }
 
     def report_for(self, diagnosis: Diagnosis | None, aborted: str | None = None) -> dict:
         """The full evaluation given a verification made elsewhere (a worker), or None with
@@ -463,12 +576,15 @@ class Episode:
         if aborted:
             accuracy = 0  # the service ended the episode: a failure whatever ran before
         reward = 0.0 if aborted else self.settings.reward.reward(accuracy, progress)
+        # An episode the service ended has no label: its failure is the service's cap.
+        label = None if aborted else paper_label(tags, self.task.ground_truth, self.turn_signals)
         return {
             "accuracy": accuracy,
             "reward": reward,
             "progress": progress,
             "failure_tags": tags,
             "tag_notes": notes,
+            "paper_label": label,
             "num_turns": self.task.num_turns,
             "turns_reached": min(self.turn + 1, self.task.num_turns),
             "terminated": self.terminated,

@@ -117,12 +117,17 @@ GUIDELINES = {
 }
 
 
-def guideline_section(profile: dict | None, max_guidelines: int) -> str | None:
-    """The guidelines for a failure profile (see seal.tocf.profile), or None if none apply."""
+def guidelines_for(profile: dict | None, max_guidelines: int) -> list[tuple[str, str]]:
+    """(tag, guideline) for the tags of a failure profile (seal.tocf.state) that have one,
+    in the profile's order, at most `max_guidelines`."""
     if not profile:
+        return []
+    tags = [e["tag"] for e in profile.get("tags", []) if e["tag"] in GUIDELINES]
+    return [(tag, GUIDELINES[tag]) for tag in tags[:max_guidelines]]
+
+
+def guideline_section(guidelines: list[tuple[str, str]]) -> str | None:
+    """The system-prompt section of `guidelines_for`'s guidelines, or None if there are none."""
+    if not guidelines:
         return None
-    lines = [GUIDELINES[e["tag"]] for e in profile.get("tags", []) if e["tag"] in GUIDELINES]
-    lines = lines[:max_guidelines]
-    if not lines:
-        return None
-    return "Guidelines from recent attempts:\n" + "\n".join(f"- {line}" for line in lines)
+    return "Guidelines from recent attempts:\n" + "\n".join(f"- {text}" for _, text in guidelines)

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from env_service import release_state
 from env_service.engine import EngineError, InvalidRequestError, NotFoundError
+from seal.bfcl.diagnosis import progress_counts
 from seal.bfcl.tasks import task_ids
 from seal.rollout.protocol import EpisodeSettings, EvolutionSettings
 from seal.tocf import tags as T
@@ -402,7 +403,8 @@ def evaluation(report: dict, ground_truth: list[list[str]]) -> dict:
       the service's time budget, not stopped early by the client);
     - per ground-truth turn, a turn with calls is scorable and passed when tagged `pass`;
       a turn without calls is an irrelevance turn, passed when the model called nothing;
-    - bfcl_progress = passed / scorable; bfcl_progress_with_irrelevance = (passed +
+    - bfcl_progress = passed / scorable, which is the report's `progress`
+      (seal.bfcl.diagnosis.progress_counts); bfcl_progress_with_irrelevance = (passed +
       passed irrelevance) / (scorable + irrelevance); both 0 when their denominator is.
     """
     tags = report["failure_tags"]
@@ -413,8 +415,7 @@ def evaluation(report: dict, ground_truth: list[list[str]]) -> dict:
         None if gt else float(tag == T.CORRECT_ABSTENTION)
         for tag, gt in zip(tags, ground_truth, strict=True)
     ]
-    passed = sum(v is True for v in per_turn_valid)
-    scorable = sum(v is not None for v in per_turn_valid)
+    passed, scorable = progress_counts(tags, ground_truth)
     passed_irrelevance = sum(s == 1.0 for s in irrelevance if s is not None)
     irrelevance_turns = sum(s is not None for s in irrelevance)
     both = scorable + irrelevance_turns

@@ -37,6 +37,9 @@ own pipe, never a client's:
                                                         "rebuild_time_budget"
     ("diagnose", request, task_id, model_turns)        (request, "ok", Diagnosis or
                                                         "evaluation_time_budget")
+    ("memory", request, episode_id, "context"|"save")  (request, "ok", the memory's prompt
+                                                        dump, or None once saved): BFCL V4
+                                                        memory tasks
 and (request, "error", text) for a request that failed (a bug: no such episode here).
 """
 
@@ -115,6 +118,25 @@ class _Job:
     """A rebuild's episode."""
 
 
+def _backends(task_id: str) -> Backends | str:
+    """The backends of a new episode, or why they could not load (e.g. an unreadable
+    memory snapshot): its requests are answered with this; raising would kill the
+    worker, and its replacement would open the episode again, and die again."""
+    try:
+        return Backends(load_task(task_id))
+    except Exception as e:  # noqa: BLE001 - answered, see above
+        return f"{task_id}: its backends could not load: {e}"
+
+
+def _memory_op(backends: Backends | str | None, episode_id: str, op: str) -> Generator:
+    """A memory request (BFCL V4 memory tasks) as a job of one step: the memory's prompt
+    dump (`context`) or its saving (`save`); an error is answered as the service's."""
+    if not isinstance(backends, Backends):
+        raise RuntimeError(_missing(episode_id, backends))
+    return backends.memory_context() if op == "context" else backends.save_memory()
+    yield  # a generator: run as a job, answered by its return value
+
+
 def _replay(backends: Backends, calls: list) -> Generator[None, None, bool]:
     for call in calls:
         backends.call(call)
@@ -180,7 +202,7 @@ def serve(
     """The worker's loop; returns when the service closes its end."""
     _detach(parent_pid, close_fds, niceness, sock.fileno())
     threading.Thread(target=_beat, args=(slot,), name="heartbeat", daemon=True).start()
-    episodes: dict[str, Backends] = {}
+    episodes: dict[str, Backends | str] = {}  # a str: why its backends could not load
     jobs: list[_Job] = []  # a few at a time: a scan for the least run is cheap
     rebuilding: dict[str, _Job] = {}
     held: dict[str, list[_Job]] = {}  # runs of an episode being rebuilt, in order
@@ -193,11 +215,13 @@ def serve(
             kind = message[0]
             if kind == "open":
                 _, episode_id, task_id = message
-                episodes[episode_id] = Backends(load_task(task_id))
+                episodes[episode_id] = _backends(task_id)
             elif kind == "rebuild":
                 _, request, episode_id, task_id, calls = message
-                backends = Backends(load_task(task_id))
-                episodes[episode_id] = backends
+                backends = episodes[episode_id] = _backends(task_id)
+                if not isinstance(backends, Backends):
+                    send(sock, (request, "ok", True))  # rebuilt as far as it can be
+                    continue
                 job = _Job(
                     request,
                     _replay(backends, calls),
@@ -219,10 +243,17 @@ def serve(
             elif kind == "run":
                 _, request, episode_id, calls = message
                 backends = episodes.get(episode_id)
-                if backends is None:
-                    send(sock, (request, "error", f"episode {episode_id!r} is not on this worker"))
+                if not isinstance(backends, Backends):
+                    send(sock, (request, "error", _missing(episode_id, backends)))
                     continue
                 job = _Job(request, run_calls(backends, calls, budget))
+                if episode_id in rebuilding:
+                    held.setdefault(episode_id, []).append(job)
+                else:
+                    jobs.append(job)
+            elif kind == "memory":  # quick: its job runs next (after a rebuild of its episode)
+                _, request, episode_id, op = message
+                job = _Job(request, _memory_op(episodes.get(episode_id), episode_id, op))
                 if episode_id in rebuilding:
                     held.setdefault(episode_id, []).append(job)
                 else:
@@ -274,6 +305,10 @@ def _finished(
             run.steps.close()
             answer = REBUILD_TIME_BUDGET if status == "ok" else value
             send(sock, (run.request, status, answer))
+
+
+def _missing(episode_id: str, entry: str | None) -> str:
+    return entry or f"episode {episode_id!r} is not on this worker"
 
 
 def _attained(job: _Job) -> float:

@@ -314,6 +314,14 @@ class WorkerPool:
             return RunResult([], REBUILD_TIME_BUDGET, lost=True)
         return value
 
+    async def memory(self, episode_id: str, op: str):
+        """Ask the episode's memory backend (BFCL V4 memory tasks) for its prompt dump
+        (`context`) or to save its memory (`save`); see seal/bfcl/backends.py."""
+        value = await self._request(episode_id, lambda request: ("memory", request, episode_id, op))
+        if value is _LOST:
+            raise WorkerError(f"the worker holding episode {episode_id!r} was lost")
+        return value
+
     async def diagnose(self, task_id: str, model_turns: list[ModelTurn]) -> Diagnosis | str:
         """Verify an episode's calls on the least busy worker: its Diagnosis, or
         EVALUATION_TIME_BUDGET when it ran too long (or its worker had to be killed)."""

@@ -143,6 +143,7 @@ class SyntheticEpisode:
             "system": [env.system],
             "tools": [],
             "messages": [{"role": "user", "content": "Find the budget figures in every report."}],
+            "interface": {},
         }
 
     async def __aenter__(self):
@@ -164,6 +165,7 @@ class SyntheticEpisode:
             "accuracy": 0,
             "progress": 0.0,
             "failure_tags": [],
+            "paper_label": None,
         }
 
 

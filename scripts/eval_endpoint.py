@@ -1,4 +1,4 @@
-"""Score an OpenAI-compatible chat endpoint on the BFCL multi-turn eval tasks (seal/eval/evaluator.py).
+"""Score an OpenAI-compatible chat endpoint on BFCL multi-turn or BFCL V4 agentic tasks (seal/eval/evaluator.py).
 
 Runs every task of the split as a validate-mode episode of the environment service (the
 unevolved benchmark, up to 20 generations, temperature 0, 4096 tokens per generation, a
@@ -21,6 +21,18 @@ with the leaderboard's:
     python scripts/eval_endpoint.py --base-url http://127.0.0.1:8000/v1 \\
         --model Team-ACE/ToolACE-2-8B --tokenizer Team-ACE/ToolACE-2-8B --leaderboard-format
 
+Out of distribution (the paper's Table 2, BFCL V4 agentic): --split agentic scores the
+web-search and memory questions (or --split memory, web_search, or one category such as
+memory_kv) through the same service, as bfcl-eval runs them (seal/bfcl/agentic.py: each
+memory scenario's conversations first, a turn forced to end after 21 generations) and
+prints the Table 2 layout with the paper's rows. With --start-env the service keeps its
+memory snapshots in OUT_DIR/memory_snapshots and gets a step time budget that holds a web
+search; web search reads the SerpAPI key from $SERPAPI_API_KEY (README: "Out of
+distribution" for tau2-bench and the dependencies, pip install -e '.[ood]'):
+
+    python scripts/eval_endpoint.py --base-url http://127.0.0.1:8000/v1 \\
+        --model Qwen/Qwen2.5-7B-Instruct --split agentic --start-env --out-dir outputs/ood/qwen7b
+
 Exit status: 0 when every task was scored, 1 when any failed (listed in
 OUT_DIR/errors_step_<step>.jsonl, not scored 0), the preflight failed, the server's context
 is smaller than --max-context-tokens, or the run could not start.
@@ -35,7 +47,14 @@ from collections import Counter
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from seal.bfcl.agentic import (
+    AGENTIC_CATEGORIES,
+    MEMORY_CATEGORIES,
+    WEB_SEARCH_CATEGORIES,
+    agentic_task_ids,
+)
 from seal.bfcl.tasks import category_of
+from seal.bfcl.web_search import FETCH_TIMEOUT_S, SearchLimits
 from seal.eval.chat_endpoint import EndpointSettings
 from seal.eval.evaluator import (
     Prompting,
@@ -44,6 +63,8 @@ from seal.eval.evaluator import (
     evaluate_endpoint,
     load_tokenizer,
 )
+from seal.eval.ood import Scores, bfcl_v4_scores, table2
+from seal.eval.paper import backbone_of
 from seal.eval.replay import split_task_ids
 from seal.eval.summary import render_markdown, summarize_step
 from seal.formats.bfcl_handlers import ranked_entry
@@ -54,6 +75,7 @@ from seal.rollout.env_client import TOKEN_ENV
 from seal.rollout.protocol import EpisodeLimits
 
 REPO = Path(__file__).resolve().parent.parent
+AGENTIC_SPLITS = ("agentic", "memory", "web_search", *AGENTIC_CATEGORIES)
 DEFAULT_SPLIT_FILE = REPO / "data" / "seal_split.json"
 
 
@@ -67,10 +89,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", required=True, help="model name sent in each request")
     parser.add_argument(
         "--split",
-        choices=("eval", "train", "all"),
+        choices=("eval", "train", "all", *AGENTIC_SPLITS),
         default="eval",
         help="tasks to score: the paper's 400 held-out (eval), its 400 training tasks, "
-        "or all 800 (default: %(default)s)",
+        "or all 800; out of distribution, BFCL V4's agentic questions: all 665 (agentic), "
+        "memory, web_search, or one category (default: %(default)s)",
     )
     parser.add_argument(
         "--split-file",
@@ -109,8 +132,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-generations",
         type=int,
-        default=20,
-        help="model replies per episode before it is cut off (default: %(default)s, the paper's)",
+        help="model replies per episode before it is cut off (default: 20, the paper's); "
+        "BFCL V4 agentic: per turn, as bfcl-eval counts (default: 21, its limit)",
     )
     parser.add_argument(
         "--max-tokens",
@@ -167,6 +190,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "log in OUT_DIR/env_service.log",
     )
     parser.add_argument(
+        "--embedding-model",
+        type=Path,
+        help="with --start-env: a local folder of all-MiniLM-L6-v2 for the vector memory "
+        "backend (default: bfcl-eval's: the Hugging Face hub or its cache)",
+    )
+    parser.add_argument(
+        "--web-search-interval",
+        type=float,
+        help="with --start-env: seconds between two SerpAPI searches (default: the "
+        "service's, 1.0); set it from your SerpAPI plan's hourly throughput",
+    )
+    parser.add_argument(
         "--allow-failures",
         action="store_true",
         help="write the step's record file even if tasks failed (they are missing from it, "
@@ -190,6 +225,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
+    if args.max_generations is None:
+        args.max_generations = 21 if args.split in AGENTIC_SPLITS else 20
+    if not args.start_env and (args.embedding_model or args.web_search_interval is not None):
+        parser.error("--embedding-model and --web-search-interval go with --start-env")
     positive = ("limit", "concurrency", "max_generations", "max_tokens", "attempts")
     positive += ("max_context_tokens", "max_observation_tokens")
     for flag in positive:
@@ -260,8 +299,55 @@ def render_episode_stats(counts: dict, tasks: int) -> str:
     )
 
 
+def agentic_categories(split: str) -> tuple[str, ...]:
+    """The BFCL V4 agentic categories a split names."""
+    if split == "agentic":
+        return AGENTIC_CATEGORIES
+    if split == "memory":
+        return MEMORY_CATEGORIES
+    if split == "web_search":
+        return WEB_SEARCH_CATEGORIES
+    return (split,)
+
+
+def service_args(args: argparse.Namespace, out_dir: Path) -> tuple[str, ...]:
+    """The flags of the evaluation's own service (--start-env) for its split."""
+    if args.split not in AGENTIC_SPLITS:
+        return ()
+    categories = agentic_categories(args.split)
+    flags = []
+    if any(c in MEMORY_CATEGORIES for c in categories):
+        flags += ["--memory-snapshot-dir", str(out_dir / "memory_snapshots")]
+    if args.embedding_model:
+        flags += ["--embedding-model", str(args.embedding_model)]
+    if any(c in WEB_SEARCH_CATEGORIES for c in categories):
+        interval = args.web_search_interval
+        limits = SearchLimits() if interval is None else SearchLimits(min_interval_s=interval)
+        # Room for a step of a few searches and page fetches (the service checks one).
+        seconds = 3 * (limits.worst_case_s() + FETCH_TIMEOUT_S)
+        flags += ["--max-step-seconds", f"{seconds:.0f}"]
+        if interval is not None:
+            flags += ["--web-search-interval", str(interval)]
+    return tuple(flags)
+
+
+def split_ids(args: argparse.Namespace) -> list[str]:
+    if args.split in AGENTIC_SPLITS:
+        return [t for c in agentic_categories(args.split) for t in agentic_task_ids(c)]
+    return split_task_ids(args.split, args.split_file)
+
+
+def summary_of(args: argparse.Namespace, records: list) -> str:
+    if args.split not in AGENTIC_SPLITS:
+        return render_markdown([summarize_step(args.step, records)])
+    scores = Scores()
+    scores.bfcl_v4, scores.notes = bfcl_v4_scores(records)
+    scores.notes.append("tau2-bench: its own command line (README), then seal-report --table2")
+    return table2({args.model: scores}, [backbone_of(args.model)])
+
+
 def evaluate(args: argparse.Namespace, out_dir: Path, settings: EndpointSettings, tokenizer) -> int:
-    task_ids = split_task_ids(args.split, args.split_file)
+    task_ids = split_ids(args)
     if args.limit:
         task_ids = first_per_category(task_ids, args.limit)
     outcome = asyncio.run(
@@ -282,7 +368,7 @@ def evaluate(args: argparse.Namespace, out_dir: Path, settings: EndpointSettings
     print(f"\n{len(task_ids)} tasks, {outcome.skipped} already done in {out_dir}")
     if outcome.records:
         records = list(outcome.records.values())
-        print(render_markdown([summarize_step(args.step, records)]))
+        print(summary_of(args, records))
         print(render_episode_stats(episode_stats(records), len(records)))
     if outcome.step_file:
         print(f"records: {outcome.step_file}")
@@ -308,7 +394,10 @@ def main(argv: list[str] | None = None) -> int:
             return evaluate(args, out_dir, settings, tokenizer)
         env = urlsplit(args.env_url)
         log = out_dir / "env_service.log"
-        with start_service(env.hostname, env.port or 0, log, new_token()) as service:
+        extra = service_args(args, out_dir)
+        with start_service(
+            env.hostname, env.port or 0, log, new_token(), extra_args=extra
+        ) as service:
             os.environ[TOKEN_ENV] = service.token  # the evaluator's client reads it there
             args.env_url = service.url
             return evaluate(args, out_dir, settings, tokenizer)

@@ -43,12 +43,12 @@ success 0.076 +- 0.014 at step 0 -> 0.195 (step 4) -> 0.242 (step 8) -> 0.258 +-
 at step 12, higher in 3/3 seeds; with lr 0 (no update) it stays flat. Two settings
 fail, for reasons named: at --lr 1e-3 the first update moved this fragile, just-memorised
 policy too far (ppo_kl 0.135) and success fell to 0, where all-zero rewards give zero
-advantages and nothing recovers it; with --guidelines (the paper's closed loop; at 1e-4,
+advantages and nothing recovers it; with --guidelines (an optional layer of the paper's interface; at 1e-4,
 and at 3e-4 before) success fell to 0 from step 2, the first step whose prompts carry
 the guideline section that the failure profile of step 1 switched on: the memorising tiny model breaks on the changed
 system prompt (its dominant tag went from 56% to 71% empty turns) before any update
-could matter. Hence lr 1e-4 and guidelines off by default. The guideline layer is
-exercised by the tests and the CPU default run; this check is about the optimisation.
+could matter. Hence lr 1e-4 and guidelines off by default (as in the paper's headline
+run). The guideline layer is exercised by the tests; this check is about the optimisation.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ port, for tests where the service may hang or must be signalled (it is killed af
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -123,6 +124,29 @@ def serving(app):
         sock.close()
 
 
+@contextlib.contextmanager
+def serving_aiohttp(app):
+    """Serve an aiohttp application (a fake model endpoint) on 127.0.0.1 (a free port), in
+    its own thread and event loop; yields the base URL."""
+    from aiohttp import web
+
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    loop.run_until_complete(web.SockSite(runner, sock).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.run_until_complete(runner.cleanup())
+        loop.close()
+
+
 @pytest.fixture
 def serve_app():
     """A factory: `serve_app(asgi_app)` -> its base URL, served until the test ends (the
@@ -221,29 +245,82 @@ def service_process():
 
 # --- runs started ahead of their tests --------------------------------------------------
 
-EARLY_RUNS = pytest.StashKey[dict]()
-"""Module name -> what its `start_early_run()` returned, for the modules of this session."""
+EARLY_RUNS = pytest.StashKey["EarlyRuns"]()
+
+
+class EarlyRuns:
+    """The early runs of this session, started one after another in a background thread
+    in the modules' collection order: each starts once the one before has ended (its
+    `wait()` returned), so two verl runs (8-10 GB each) never share the machine. A module
+    whose tests start more verl runs of their own after its early run (the HF smoke's
+    resume) must therefore come last among them: tests/test_verl_cpu_rollout_vllm.py runs
+    both of its launches in its early run and sorts before tests/test_verl_cpu_smoke.py."""
+
+    def __init__(self, starters: list[tuple[str, object]]):
+        self.starters = starters
+        self.started: dict[str, object] = {}
+        self.errors: dict[str, BaseException] = {}
+        self.ready = {name: threading.Event() for name, _ in starters}
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run_all, name="early-runs", daemon=True)
+        self.thread.start()
+
+    def _run_all(self) -> None:
+        for name, start in self.starters:
+            if self.stopping.is_set():
+                self.errors[name] = RuntimeError("the session ended before this run started")
+                self.ready[name].set()
+                continue
+            try:
+                self.started[name] = run = start()
+            except BaseException as error:  # noqa: BLE001 - re-raised in the module's fixture
+                self.errors[name] = error
+                self.ready[name].set()
+                continue
+            self.ready[name].set()
+            run.wait()
+
+    def get(self, name: str):
+        """The module's run once started (waiting for the runs before it), or None."""
+        if name not in self.ready:
+            return None
+        self.ready[name].wait()
+        if name in self.errors:
+            raise self.errors[name]
+        return self.started[name]
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for run in list(self.started.values()):
+            run.stop()
+        self.thread.join(timeout=120)
 
 
 def pytest_collection_finish(session):
-    """A test module with a `start_early_run()` (the verl CPU smoke: minutes of launcher
-    run) gets it started as soon as its tests are selected, so the run overlaps the tests
-    before that module instead of adding its whole length to the suite; its fixture
-    waits for it. Not started when its tests are deselected (`-m 'not slow'`)."""
-    runs = session.config.stash.setdefault(EARLY_RUNS, {})
+    """Modules with a `start_early_run()` (the verl CPU smokes: minutes of launcher run)
+    get it started as soon as their tests are selected, so the runs overlap the tests
+    before those modules instead of adding their whole length to the suite; each
+    module's fixture waits for its run. Not started when their tests are deselected
+    (`-m 'not slow'`). The object `start_early_run()` returns has `wait()` (until its
+    background work ends) and `stop()`."""
     if session.config.option.collectonly:
         return
+    starters: dict[str, object] = {}
     for item in session.items:
         start = getattr(item.module, "start_early_run", None)
-        if start is not None and item.module.__name__ not in runs:
-            runs[item.module.__name__] = start()
+        if start is not None:
+            starters.setdefault(item.module.__name__, start)
+    session.config.stash[EARLY_RUNS] = EarlyRuns(list(starters.items()))
 
 
 def early_run(config, module_name: str):
-    """The run `pytest_collection_finish` started for the module, or None."""
-    return config.stash.get(EARLY_RUNS, {}).get(module_name)
+    """The run `pytest_collection_finish` started for the module (waiting while the runs
+    before it finish), or None."""
+    runs = config.stash.get(EARLY_RUNS, None)
+    return None if runs is None else runs.get(module_name)
 
 
 def pytest_sessionfinish(session):
-    for run in session.config.stash.get(EARLY_RUNS, {}).values():
-        run.stop()
+    runs = session.config.stash.get(EARLY_RUNS, None)
+    if runs is not None:
+        runs.stop()

@@ -147,7 +147,9 @@ def test_spurious_read_only_call_costs_no_accuracy_like_the_official_checker():
     d = diagnose(task, trajectory)
     assert d.tags == [T.PASS, T.PASS, T.SPURIOUS_TOOL_CALL, T.PASS, T.PASS]
     assert d.accuracy == 1
-    assert d.progress == pytest.approx(4 / 5)
+    # The release's progress: the four turns with calls all pass; the empty one is not
+    # scorable, whatever the model did there.
+    assert d.progress == 1.0
     assert agrees_with_official(task, trajectory, d)
 
 
@@ -157,7 +159,7 @@ def test_spurious_call_that_changes_state_fails_later_turns():
     d = diagnose(task, trajectory)
     assert d.tags == [T.PASS, T.PASS, T.SPURIOUS_TOOL_CALL, T.STATE_MISMATCH, T.STATE_MISMATCH]
     assert d.accuracy == 0
-    assert d.progress == pytest.approx(2 / 5)
+    assert d.progress == pytest.approx(2 / 4)
     assert agrees_with_official(task, trajectory, d)
 
 
@@ -216,7 +218,8 @@ def test_early_stop_tags_the_remaining_turns():
     assert (d.accuracy, d.progress) == (0, 0.5)
     d = diagnose(load_task(MISS_FUNC), clean(MISS_FUNC)[:2])
     assert d.tags[2] == T.CORRECT_ABSTENTION
-    assert d.progress == pytest.approx(3 / 5)
+    # A correct abstention is neither passed nor scorable (the release's grader).
+    assert d.progress == pytest.approx(2 / 4)
 
 
 @pytest.mark.parametrize(
@@ -226,19 +229,20 @@ def test_early_stop_tags_the_remaining_turns():
         ("cd(nope='temp')", "ground truth raised: Error during execution:"),
     ],
 )
-def test_gt_error_is_not_scored(broken, note_part):
+def test_gt_error_fails_its_turn_as_in_the_release_grader(broken, note_part):
     task = load_task(BASE)
     bad_task = replace(task, ground_truth=[task.ground_truth[0], [broken], *task.ground_truth[2:]])
     d = diagnose(bad_task, clean(BASE))
     assert d.tags[:2] == [T.PASS, T.GT_ERROR]
     assert note_part in d.notes[1]
     assert d.accuracy == 0
-    scorable = [tag for tag in d.tags if tag != T.GT_ERROR]
-    assert d.progress == pytest.approx(scorable.count(T.PASS) / len(scorable))
+    # The release's grader counts a turn whose ground truth raised as scorable and failed:
+    # all four turns of this task have calls, so the denominator stays 4.
+    assert d.progress == pytest.approx(d.tags.count(T.PASS) / 4)
     assert load_task(BASE).ground_truth[1] != [broken]  # the shared task is untouched
 
 
-def test_checker_error_is_not_scored(monkeypatch):
+def test_checker_error_fails_its_turn_as_in_the_release_grader(monkeypatch):
     def broken_checker(model_instances, gt_instances):
         raise RuntimeError("checker exploded")
 
@@ -253,7 +257,7 @@ def test_checker_error_is_not_scored(monkeypatch):
     ]
     assert d.notes[0] == "RuntimeError: checker exploded"
     assert d.accuracy == 0
-    assert d.progress == 1.0  # only the abstention turn is scorable, and it is right
+    assert d.progress == 0.0  # four scorable turns, none passed; the abstention is not scored
 
 
 def test_instance_mismatch_comes_before_state_mismatch(monkeypatch):

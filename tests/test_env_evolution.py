@@ -201,10 +201,47 @@ def test_pushed_profile_becomes_guidelines(service):
 
 
 def test_profiles_without_known_failure_tags_add_nothing():
-    assert evolution.guideline_section(None, 3) is None
-    assert evolution.guideline_section({"tags": []}, 3) is None
-    assert evolution.guideline_section({"tags": [{"tag": T.PASS}, {"tag": "made_up"}]}, 3) is None
-    assert evolution.guideline_section(PROFILE, 0) is None
+    assert evolution.guidelines_for(None, 3) == []
+    assert evolution.guidelines_for({"tags": []}, 3) == []
+    assert evolution.guidelines_for({"tags": [{"tag": T.PASS}, {"tag": "made_up"}]}, 3) == []
+    assert evolution.guidelines_for(PROFILE, 0) == []
+    assert evolution.guideline_section([]) is None
+
+
+def test_the_create_reply_names_the_interface_it_shows(service):
+    """The interface state (the paper's Appendix C.4): layers on, guidelines shown and
+    their tags, as the episode's system prompt carries them."""
+    svc = service()
+    assert svc.http.put("/v1/profile", json=PROFILE).status_code == 200
+
+    def interface(mode, **layers):
+        body = {"task_id": "multi_turn_base_0", "settings": {"mode": mode, "evolution": layers}}
+        reply = svc.http.post("/v1/episodes", json=body)
+        assert reply.status_code == 201, reply.text
+        data = reply.json()
+        svc.http.delete(f"/v1/episodes/{data['episode_id']}")
+        return data["interface"], data["system"]
+
+    guided, system = interface("sample", schema_cues=True, guidelines=True, max_guidelines=3)
+    assert guided == {
+        "schema_cues": True,
+        "type_hints": False,
+        "recovery_feedback": False,
+        "guidelines": True,
+        "shown": [
+            {"tag": T.STATE_MISMATCH, "text": evolution.GUIDELINES[T.STATE_MISMATCH]},
+            {"tag": T.SPURIOUS_TOOL_CALL, "text": evolution.GUIDELINES[T.SPURIOUS_TOOL_CALL]},
+        ],
+    }
+    assert all(entry["text"] in system[-1] for entry in guided["shown"])
+    plain, _ = interface("validate", schema_cues=True, guidelines=True)
+    assert plain == {
+        "schema_cues": False,
+        "type_hints": False,
+        "recovery_feedback": False,
+        "guidelines": False,
+        "shown": [],
+    }
 
 
 def write_state(run_dir, dominant_tag, resume=False):

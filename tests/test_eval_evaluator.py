@@ -10,13 +10,13 @@ preflight's. It lists its model at /models and may require an API key.
 import asyncio
 import json
 import socket
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from aiohttp import web
+from conftest import serving_aiohttp
 from scripts_loader import load_script
 from transformers import AutoTokenizer
 
@@ -171,21 +171,8 @@ def fake_llm():
     app.router.add_post("/v1/chat/completions", server.handle)
     app.router.add_get("/v1/models", server.list_models)
     app.router.add_post("/v1/completions", server.handle_completion)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    loop.run_until_complete(web.SockSite(runner, sock).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield server, f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.run_until_complete(runner.cleanup())
-        loop.close()
+    with serving_aiohttp(app) as url:
+        yield server, f"{url}/v1"
 
 
 def evaluate(
@@ -256,6 +243,7 @@ def test_wrong_replies_score_zero_with_failure_tags(fake_llm, live_service, tmp_
     for record in outcome.records.values():
         assert record.score == 0
         assert "empty_turn_model_response" in record.failure_tags
+        assert record.paper_label == "missing_tool_call"  # the paper's Table 5 label
 
 
 def test_generation_limit_cuts_the_episode(fake_llm, live_service, tmp_path):

@@ -8,6 +8,10 @@ evaluator against a server it does not control: the preflight passes and refuses
 model name, every request fits the budget, replies cut at max_tokens are counted, an
 episode that fills the context is scored, and no task fails.
 
+A few BFCL V4 memory questions run there end to end too (their scenarios' conversations
+first, through a service with a snapshot folder), and their outputs are laid out as the
+paper's Table 2 (slow: the conversations' 48 turns take minutes on 2 cores).
+
 Skips, saying why, when the server cannot start (transformers[serving] not installed, the
 server exits or does not answer /health in time): CI on a machine without it still passes.
 """
@@ -25,10 +29,14 @@ import time
 from pathlib import Path
 
 import pytest
+from agentic_scripts import agentic_service, notetaker
 from transformers import AutoTokenizer
 
+from seal.bfcl.agentic import ANSWER_NOT_FOUND, NO_FINAL_ANSWER, PASS, missing_dependency
+from seal.bfcl.tasks import load_task
 from seal.eval.chat_endpoint import EndpointSettings, PreflightError
-from seal.eval.evaluator import episode_stats, evaluate_endpoint
+from seal.eval.evaluator import episode_stats, evaluate_endpoint, prerequisites_file
+from seal.eval.ood import write_table2
 from seal.formats.base import Conversation
 from seal.formats.registry import HERMES, get_format
 from seal.rollout.protocol import EpisodeLimits
@@ -171,3 +179,41 @@ def test_preflight_refuses_a_wrong_model_name_before_any_episode(
     assert time.monotonic() - start < 30
     assert "refused a 1-token request" in str(raised.value)
     assert engine.stats()["created"] == 0
+
+
+@pytest.mark.slow  # two scenarios' 48 conversation turns on the CPU: 2-3 minutes here
+def test_memory_questions_run_end_to_end_against_transformers_serve(transformers_server, tmp_path):
+    """A few BFCL V4 memory questions, their scenario's conversations first, through the
+    evaluator and a service with a snapshot folder; scored, and laid out as Table 2."""
+    base_url, model = transformers_server
+    categories = ["memory_rec_sum"]
+    if missing_dependency(load_task(notetaker("memory_kv"))) is None:
+        categories.append("memory_kv")
+    questions = [notetaker(c, j) for c in categories for j in range(2)]
+    limits = EpisodeLimits(max_generations=2, max_new_tokens=16)  # per turn for these
+    run = tmp_path / "run"
+    with agentic_service(tmp_path / "snapshots") as (env_url, engine):
+        outcome = evaluate(base_url, model, env_url, run, questions, limits)
+        assert engine.stats()["live_episodes"] == 0
+
+    assert not outcome.failures and sorted(outcome.records) == sorted(questions)
+    for record in outcome.records.values():
+        assert record.data_source in categories and record.turns >= 1
+        assert record.failure_tags in ([PASS], [ANSWER_NOT_FOUND], [NO_FINAL_ANSWER])
+        assert record.score == (record.failure_tags == [PASS])
+        assert record.extra["stop_reason"] in ("terminated", "max_generations", "context_limit")
+    played = [json.loads(line) for line in prerequisites_file(run, 0).open()]
+    chains = [list(load_task(notetaker(c)).chain) for c in categories]
+    assert sorted(p["task_id"] for p in played) == sorted(t for c in chains for t in c)
+    for chain in chains:  # each conversation in its chain's order, every turn played
+        mine = [p for p in played if p["task_id"] in chain]
+        assert [p["task_id"] for p in mine] == chain
+        assert all(p["turns_reached"] == load_task(p["task_id"]).num_turns for p in mine)
+
+    page = write_table2([run], run / "report").read_text()
+    row = next(line for line in page.splitlines() if line.startswith("| run |"))
+    assert row == "| run | – | – | – | – | – | – | – |"  # no web search, no vector memory
+    for category in categories:
+        passed = sum(r.score for r in outcome.records.values() if r.data_source == category)
+        assert f"{category} {passed}/2" in page
+    assert "Qwen2.5-7B-Instruct + SEAL" in page  # the paper's rows (the model is none of them)

@@ -45,7 +45,7 @@ def test_step_file_name_is_zero_padded_and_grows_past_six_digits():
         ({"data_source": "multi_turn_composite"}, "does not match task id"),
         (
             {"task_id": "multi_turn_composite_3", "data_source": "multi_turn_composite"},
-            "unknown BFCL multi-turn task id",
+            "unknown BFCL task id",
         ),
         ({"score": 2}, "score"),
         ({"step": -1}, "step"),

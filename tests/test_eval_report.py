@@ -10,6 +10,7 @@ import pytest
 
 from seal.eval import metrics_log as M
 from seal.eval import plots
+from seal.eval.interface_log import write_interface
 from seal.eval.records import ValidationRecord, read_val_dir, write_step
 from seal.eval.report import (
     EmptyRunError,
@@ -27,6 +28,8 @@ SPLIT = REPO / "data" / "seal_split.json"
 TASKS_PER_CATEGORY = 5
 # Accurate tasks per category (out of 5) at each validation step; step 20 is the best.
 PASSED = {0: (1, 0, 0, 0), 10: (2, 1, 1, 0), 20: (4, 3, 2, 3)}
+NO_LAYERS = {"schema_cues": 0, "type_hints": 0, "recovery_feedback": 0, "guidelines": 0}
+PROFILE_TAGS = [{"tag": "empty_turn_model_response", "share": 0.25, "count": 10, "mean_reward": 0}]
 FIGURES = ("pass_rate.png", "failure_tags.png", "training.png", "tag_weights.png", "capability.png")
 
 
@@ -52,6 +55,7 @@ def write_validation(run_dir):
                         input="prompt",
                         output="trajectory",
                         failure_tags=tags,
+                        paper_label=None if score else "state_mismatch",
                         turns=2,
                     )
                 )
@@ -74,6 +78,20 @@ def write_training(run_dir):
                     )
                 )
             state.update_weights()
+            # Guidelines from step 5 on, for a tag seen until step 10.
+            shown = [{"tag": "empty_turn_model_response", "text": "Call the tools.", "episodes": 2}]
+            write_interface(
+                run_dir,
+                {
+                    "step": step,
+                    "episodes": 2,
+                    "layers": {**NO_LAYERS, "schema_cues": 2, "guidelines": 2},
+                    "shown": shown if step >= 5 else [],
+                    "served_profile": None if step == 1 else {"tags": PROFILE_TAGS},
+                    "failure_profile": {"tags": PROFILE_TAGS},
+                },
+            )
+            failed = ["missing_tool_call"] if step <= 10 else []
             log.write(
                 step,
                 {
@@ -86,6 +104,7 @@ def write_training(run_dir):
                     M.LOSS_POLICY: -0.01,
                     M.LOSS_KL: 0.001,
                     M.TIME_ROLLOUT_S: 30.0,
+                    **(M.label_fractions(failed) if failed else {}),
                 },
             )
     write_epoch_summary(state, run_dir / "tocf")
@@ -119,6 +138,59 @@ def test_full_run_gives_every_figure_and_the_paper_table(run_dir):
     )
     assert "| 20   | 0.8000 (4/5)" in text  # the per-step summary table
     assert "epoch 0 window, up to step 21" in text
+    assert "none of the paper's backbones: all the paper's own runs are shown" in text
+
+
+def section(text: str, title: str) -> str:
+    return text.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_papers_label_distribution_per_step(run_dir):
+    labels = section(write_report(run_dir).read_text(), "Failure labels (the paper's Table 5)")
+    # Validation step 20: 8 of 20 tasks failed, all labelled state_mismatch.
+    assert "| 20 | 8/20 | 0.00 (0) | 0.00 (0) | 1.00 (8) | 0.00 (0) |" in labels
+    # Training: the failed rollouts' shares per step; step 11 on, none failed (no row).
+    assert "| 10 | – | – | – | – | 1.00 | – | – |" in labels
+    assert "| 11 |" not in labels
+
+
+def test_the_interface_per_step_and_the_recurrence_of_targeted_failures(run_dir):
+    text = write_report(run_dir).read_text()
+    interface = section(text, "Training-time interface per step (the paper's Appendix C.4)")
+    assert (
+        "| 1 | 2 | schema_cues, guidelines | – | not pushed | empty_turn_model_response 0.25 |"
+        in (interface)
+    )
+    assert "| 5 | 2 | schema_cues, guidelines | [empty_turn_model_response] Call the tools. |" in (
+        interface
+    )
+    recurrence = section(text, "Guidelines and the failures they target")
+    # The tag's share: 0.25 in steps 1-4; from step 5, 0.25 until step 10 and 0 after
+    # (6 x 0.25 / 17 steps).
+    assert (
+        "| [empty_turn_model_response] Call the tools. | 5 | 0.250 (4 steps) | 0.088 (17 steps) "
+        "| -0.162 |" in recurrence
+    )
+
+
+def test_a_run_of_a_paper_config_shows_its_backbones_rows(run_dir):
+    sys.path.insert(0, str(REPO))
+    from omegaconf import OmegaConf
+
+    import launcher
+
+    OmegaConf.save(
+        launcher.compose(REPO / "exp/SEAL_qwen2.5_3b.yaml", ["job=local"]), run_dir / "config.yaml"
+    )
+    text = section(write_report(run_dir).read_text(), "Best validation step against the paper")
+    assert "| **Qwen2.5-3B-Instruct + SEAL** (this run's row) | **14.00** |" in text
+    assert "| Qwen2.5-3B-Instruct + vanilla RL | 9.25 | 16.00 | 9.00 | 6.00 | 6.00 |" in text
+    assert "Qwen2.5-7B-Instruct" not in text
+    # Table 2's rows of the backbone.
+    assert (
+        "| Qwen2.5-3B-Instruct + SEAL | 8.63 | 2.00 | 15.26 | 11.76 | 8.77 | 16.00 | 10.52 |"
+        in text
+    )
 
 
 def test_tag_shares_per_step_sum_to_one(run_dir):

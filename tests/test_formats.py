@@ -23,6 +23,7 @@ import itertools
 
 import pytest
 from bfcl_eval.utils import load_dataset_entry
+from bfcl_inference import bfcl_inference_prompts
 from transformers import AutoTokenizer
 
 from env_service import api_native
@@ -30,8 +31,7 @@ from env_service.engine import EnvEngine, ServiceConfig
 from seal.bfcl import prompt
 from seal.bfcl.ground_truth import ground_truth_texts, ground_truth_trajectory
 from seal.bfcl.tasks import load_task, task_ids
-from seal.formats.bfcl_handlers import build_handler
-from seal.formats.handler_format import HandlerFormat, _completion, leaderboard
+from seal.formats.handler_format import HandlerFormat, leaderboard
 from seal.formats.registry import AUTO, FORMATS, HERMES, default_format, get_format, resolve
 from seal.rollout.env_client import call_body
 from seal.rollout.protocol import CreateEpisode, EpisodeSettings, EvolutionSettings, StepRequest
@@ -75,9 +75,6 @@ def gt_texts(task_id, fmt) -> list[str]:
     return ground_truth_texts(load_task(task_id), fmt.call_text)
 
 
-_RUNS = itertools.count()
-
-
 @functools.cache
 def bfcl_entries(category: str) -> dict[str, dict]:
     return {e["id"]: e for e in load_dataset_entry(category)}
@@ -85,26 +82,12 @@ def bfcl_entries(category: str) -> dict[str, dict]:
 
 def bfcl_prompts(fmt: HandlerFormat, task_id: str, texts: list[str], system: list[str]):
     """The prompts bfcl-eval's own multi-turn inference builds for this task when its
-    model answers with `texts` (a fresh handler; the test case gets `system` as its
-    system message when given, as BFCL adds a test case's own)."""
-    handler = build_handler(fmt.entry)
-    # bfcl-eval's executor keeps backend instances per (model name, task id) in its
-    # globals: a fresh namespace, or a second run of a task continues the first's state.
-    handler.model_name_underline_replaced += f"_{next(_RUNS)}"
+    model answers with `texts` (the test case gets `system` as its system message when
+    given, as BFCL adds a test case's own)."""
     entry = copy.deepcopy(bfcl_entries(load_task(task_id).category)[task_id])
     if system:
         entry["question"][0].insert(0, {"role": "system", "content": "\n\n".join(system)})
-    script, prompts = iter(texts), []
-
-    def query(inference_data):
-        prompts.append(
-            handler._format_prompt(inference_data["message"], inference_data["function"])
-        )
-        return _completion(next(script)), 0.0
-
-    handler._query_prompting = query
-    handler.inference_multi_turn_prompting(entry, include_input_log=False, exclude_state_log=True)
-    return prompts
+    return bfcl_inference_prompts(fmt, entry, texts)
 
 
 @pytest.fixture(scope="module")

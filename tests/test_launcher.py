@@ -67,7 +67,7 @@ def test_compose_merges_yaml_and_overrides():
     cfg = launcher.compose(REPO / "exp/SEAL.yaml", ["trainer.rollout.n=4"])
     assert cfg.trainer.model.path == "Qwen/Qwen2.5-7B-Instruct"
     assert cfg.trainer.rollout.n == 4
-    assert cfg.trainer.loss.loss_agg_mode == "seq-mean-token-mean"  # the paper's default
+    assert cfg.trainer.loss.loss_agg_mode == "token-mean"  # the release's default
 
 
 @pytest.mark.parametrize("conf", sorted((REPO / "exp").glob("*.yaml")), ids=lambda p: p.name)

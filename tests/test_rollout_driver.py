@@ -539,7 +539,7 @@ def test_concurrent_episodes_share_one_client(live_service, tokenizer):
 
 def fake_sample(task_id: str) -> EpisodeSample:
     return EpisodeSample(
-        task_id, "multi_turn_base", [1], [2], [1], None, 1.0, 1, 1.0, ["pass"], 1,
+        task_id, "multi_turn_base", [1], [2], [1], None, 1.0, 1, 1.0, ["pass"], None, {}, 1,
         "terminated", {}, "", "",
     )  # fmt: skip
 

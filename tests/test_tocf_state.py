@@ -110,6 +110,13 @@ def test_update_weights_accumulates_and_keeps_fixed_tags():
     assert state.update_weights()["state_mismatch"] == pytest.approx(0.75 * first + 0.25 * target)
 
 
+def test_infrastructure_tags_do_not_dilute_a_tags_share():
+    """As the release computes prevalence: over the turns that say something about the
+    policy, so a checker failure elsewhere in the window leaves the weights as they were."""
+    with_errors = observed(batch=[*BATCH, outcome(["checker_error", "gt_error"], 0.0, task="e")])
+    assert with_errors.update_weights() == observed().update_weights()
+
+
 def test_weights_start_at_base_and_ignore_infrastructure_tags():
     state = observed(batch=[outcome(["checker_error", "gt_error"], 0.0)])
     assert state.weights == BASE_TAG_WEIGHTS

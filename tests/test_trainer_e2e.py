@@ -13,6 +13,7 @@ from misbehaving import PlainText500, is_request, steps_of_task
 from omegaconf import OmegaConf
 
 from env_service.app import create_app
+from seal.eval.interface_log import read_interfaces
 from seal.eval.metrics_log import read_metrics
 from seal.eval.records import read_val_dir
 from seal.rollout.driver import TooManyFailedEpisodes
@@ -21,6 +22,8 @@ from seal.trainer import checkpoint as ckpt
 from seal.trainer.config import TrainerConfig
 from seal.trainer.data import task_ids_of
 from seal.trainer.local import LocalTrainer
+
+NO_LAYERS = {"schema_cues": 0, "type_hints": 0, "recovery_feedback": 0, "guidelines": 0}
 
 
 def tiny_config(**overrides) -> TrainerConfig:
@@ -72,6 +75,14 @@ def test_train_two_steps_then_resume(live_service, serve_app, tmp_path):
     assert "apatch/mean_scale" in rows[1] and "actor/pg_loss" in rows[1]
     assert engine.stats()["live_episodes"] == 0, "episodes leaked"
     assert engine.pushed_profile is not None, "the failure profile never reached the service"
+    # The interface state of each step beside its profiles (the paper's Appendix C.4):
+    # the paper's layers (schema cues only) on every episode, no guideline shown.
+    rows = read_interfaces(run_dir)
+    assert [(r["step"], r["episodes"]) for r in rows] == [(1, 4), (2, 4)]
+    assert all(r["layers"] == {**NO_LAYERS, "schema_cues": 4} and r["shown"] == [] for r in rows)
+    assert rows[0]["served_profile"] == {"step": 0, "epoch": 0, "num_turns": 0, "tags": []}
+    assert rows[1]["served_profile"] == rows[0]["failure_profile"]
+    assert rows[1]["failure_profile"] == capability.failure_profile()
 
     # A fresh run in the same directory is refused: resuming must be explicit.
     with pytest.raises(FileExistsError):
@@ -90,6 +101,7 @@ def test_train_two_steps_then_resume(live_service, serve_app, tmp_path):
     assert expected_profile["tags"], "the test needs a profile with guidelines to push"
     state = resumed.fit()
     assert recorder.seen and recorder.seen[0] == expected_profile
+    assert read_interfaces(run_dir)[-1]["served_profile"] == expected_profile
     assert state.step == 3
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
     assert sorted(read_val_dir(run_dir / "validation")) == [0, 2, 3]
@@ -114,6 +126,11 @@ def test_a_training_step_goes_on_when_the_service_fails_one_task(serve_app, tmp_
     assert metrics["train/failed_episodes"] == 2  # both samples of the task, each tried twice
     assert trainer.capability.run.num_trajectories == 2, "only the healthy task is observed"
     assert "actor/pg_loss" in metrics
+    # The failed episodes enter neither the profile nor the step's interface record.
+    [row] = read_interfaces(tmp_path / "run")
+    assert row["episodes"] == 2
+    assert row["failure_profile"]["num_turns"] == trainer.capability.window.num_turns
+    assert trainer.capability.run.by_task.keys() == {batch[0]}
 
     trainer.cfg.rollout.max_failed_share = 0.05
     with pytest.raises(TooManyFailedEpisodes) as info:

@@ -31,7 +31,15 @@ from seal.trainer.verl.section import SealSection  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 SEVEN_B = ["SEAL", "GRPO", "SEAL_no_env_adaptation", "SEAL_no_reweighting", "SEAL_no_closed_loop"]
 """The paper's Qwen2.5-7B-Instruct rows: the recipe, the baseline, the ablations."""
-PAPER_CONFIGS = [*SEVEN_B, "SEAL_qwen2.5_3b", "SEAL_toolace2_8b", "SEAL_qwen3_4b"]
+PAPER_CONFIGS = [
+    *SEVEN_B,
+    "SEAL_full_interface",
+    "SEAL_qwen2.5_3b",
+    "GRPO_qwen2.5_3b",
+    "SEAL_toolace2_8b",
+    "GRPO_toolace2_8b",
+    "SEAL_qwen3_4b",
+]
 LLAMA_SPECIAL = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 URL = "http://127.0.0.1:8082"
 
@@ -54,7 +62,7 @@ def test_paper_configs_validate_against_verl(name, tmp_path):
     assert rollout.agent.default_agent_loop == "seal_bfcl"
     # The paper's hyperparameters, through the mapping.
     assert actor.optim.lr == t.optim.lr == 1e-6
-    assert actor.loss_agg_mode == "seq-mean-token-mean"
+    assert actor.loss_agg_mode == "token-mean"  # the release's
     assert rollout.n == 8 and config.data.train_batch_size == 32
     assert actor.ppo_mini_batch_size == t.optim.mini_batch_size
     assert actor.use_kl_loss and actor.kl_loss_coef == 0.001
@@ -73,15 +81,14 @@ def test_paper_configs_validate_against_verl(name, tmp_path):
 def test_ablations_differ_where_the_paper_says(tmp_path):
     seal = {n: SealSection.from_config(verl_config(n, tmp_path)[1]).trainer for n in SEVEN_B}
     assert seal["SEAL"].apatch.enable and seal["SEAL"].evolution.schema_cues
-    assert seal["SEAL"].evolution.guidelines and seal["SEAL"].rollout.push_profile
+    assert not seal["SEAL"].evolution.guidelines and seal["SEAL"].rollout.push_profile
     assert not seal["GRPO"].apatch.enable and not seal["GRPO"].evolution.any
     assert not seal["SEAL_no_reweighting"].apatch.enable
     assert seal["SEAL_no_reweighting"].evolution.schema_cues
     assert not seal["SEAL_no_env_adaptation"].evolution.any
     assert seal["SEAL_no_env_adaptation"].apatch.enable
     assert seal["SEAL_no_closed_loop"].apatch.weight_source == "static"
-    assert not seal["SEAL_no_closed_loop"].rollout.push_profile
-    assert not seal["SEAL_no_closed_loop"].evolution.guidelines
+    assert seal["SEAL_no_closed_loop"].evolution.schema_cues
 
 
 def test_overrides_win_and_unknown_keys_fail(tmp_path):

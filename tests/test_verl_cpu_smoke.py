@@ -36,6 +36,7 @@ from torchdata.stateful_dataloader.sampler import RandomSampler  # noqa: E402
 
 from launcher import compose  # noqa: E402
 from seal.algos.advantage import GRPOConfig, grpo_advantages  # noqa: E402
+from seal.eval.interface_log import read_interfaces  # noqa: E402
 from seal.eval.records import read_val_dir  # noqa: E402
 from seal.rollout.env_client import is_healthy  # noqa: E402
 from seal.tocf.state import STATE_FILENAME, CapabilityState  # noqa: E402
@@ -62,6 +63,9 @@ class FirstRun:
                  f"output_dir={self.out}"],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
             )  # fmt: skip
+
+    def wait(self) -> None:
+        self.process.wait()
 
     def result(self, timeout: float = 1200) -> subprocess.CompletedProcess:
         returncode = self.process.wait(timeout=timeout)
@@ -179,12 +183,20 @@ def test_each_step_logs_the_seal_metrics_and_validation_records(smoke):
         assert any(k.startswith("apatch/") for k in keys), sorted(keys)
         assert any(k.startswith("tocf/") for k in keys), sorted(keys)
         assert rows[step]["seal/step_s"] > 0
+        # The paper's labels of the step's failed episodes (the random policy fails all).
+        labels = {k: v for k, v in rows[step].items() if k.startswith("train/paper_label/")}
+        assert sum(labels.values()) == pytest.approx(1.0), sorted(keys)
+    # The interface state of each step: one task x 2 samples, the paper's layers.
+    interfaces = read_interfaces(smoke.run_dir)
+    assert [(r["step"], r["episodes"]) for r in interfaces] == [(1, 2), (2, 2), (3, 2)]
+    assert all(r["layers"]["schema_cues"] == 2 and not r["shown"] for r in interfaces)
     eval_ids = [r["extra_info"]["task_id"] for r in pq.read_table(ROOT / "data/smoke_eval.parquet").to_pylist()]  # fmt: skip
     records = read_val_dir(smoke.run_dir / "validation")
     assert sorted(records) == [0, 2]  # before training, and at the checkpoint step
     for step, step_records in records.items():
         assert sorted(r.task_id for r in step_records) == sorted(eval_ids), step
         assert all(r.failure_tags for r in step_records)
+        assert all(r.score or r.paper_label for r in step_records)  # a label per failure
     assert "global_step_2" in smoke.after_first["checkpoints"]
 
 

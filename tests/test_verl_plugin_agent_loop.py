@@ -180,6 +180,7 @@ def test_ground_truth_episodes_through_agent_loop_worker(model_dir, live_service
                 "task_id": TASK,
                 "category": "multi_turn_base",
                 "failure_tags": ",".join([PASS] * turns),
+                "paper_label": "",
                 "turns": len(server.script),
                 "progress": 1.0,
             }
@@ -224,9 +225,8 @@ def test_settings():
         OmegaConf.create({"seal": {"trainer": {"evolution": {"recovery_feedback": True}}}})
     )
     sample = settings.trainer.episode_settings("sample")
-    assert sample.evolution == EvolutionSettings(
-        schema_cues=True, recovery_feedback=True, guidelines=True
-    )
+    # The paper's default layers (schema cues) with the one the section turns on.
+    assert sample.evolution == EvolutionSettings(schema_cues=True, recovery_feedback=True)
     validate = settings.trainer.episode_settings("validate")
     assert validate.mode == "validate" and not validate.evolution.any
     assert validate.limits == sample.limits == settings.trainer.limits

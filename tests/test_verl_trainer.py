@@ -23,6 +23,7 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
 from launcher import compose  # noqa: E402
 from seal.algos.advantage import GRPOConfig, grpo_advantages  # noqa: E402
+from seal.eval.interface_log import read_interfaces  # noqa: E402
 from seal.tocf.apatch import APatchConfig  # noqa: E402
 from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state  # noqa: E402
 from seal.tocf.tags import PASS  # noqa: E402
@@ -46,6 +47,14 @@ GROUPS = [
     ("multi_turn_long_context_5", "multi_turn_long_context", ["state_mismatch", "missing_call"]),
 ]
 N = 4
+INTERFACE = {
+    "schema_cues": True,
+    "type_hints": False,
+    "recovery_feedback": False,
+    "guidelines": True,
+    "shown": [{"tag": "state_mismatch", "text": "Check the state."}],
+}
+"""What each sample's episode was shown (the create reply's `interface`)."""
 
 
 def verl_config(tmp_path: Path, env_url: str):
@@ -94,6 +103,8 @@ def make_samples(seed: int = 0) -> list[dict]:
                             "task_id": task_id,
                             "category": category,
                             "failure_tags": tags,
+                            "paper_label": "" if accuracy else "response_mismatch",
+                            "interface": json.dumps(INTERFACE),
                             "accuracy": accuracy,
                         },
                     ),
@@ -173,10 +184,26 @@ def test_advantage_step_equals_core(local_tq, tmp_path, live_service):
     accuracy = [s["output"].extra_fields["accuracy"] for s in samples]
     assert metrics["train/accuracy"] == sum(accuracy) / 12
     assert metrics["train/accuracy/multi_turn_base"] == sum(accuracy[:N]) / N
+    # The paper's labels of the failed samples (all response_mismatch here), none padding's.
+    assert {k: v for k, v in metrics.items() if "/paper_label/" in k} == {
+        "train/paper_label/response_mismatch": 1.0
+    }
     # The capability state saw the 12 real samples only, exactly as the core's did.
     assert trainer.capability.to_dict() == capability.to_dict()
     assert CapabilityState.load(trainer.capability_path).to_dict() == capability.to_dict()
     assert engine.pushed_profile == capability.failure_profile()
+    # The step's interface record: the 12 real samples' interface, beside the profiles.
+    [row] = read_interfaces(trainer.run_dir)
+    assert row["step"] == 1 and row["episodes"] == 12
+    assert row["layers"] == {
+        "schema_cues": 12,
+        "type_hints": 0,
+        "recovery_feedback": 0,
+        "guidelines": 12,
+    }
+    assert row["shown"] == [{"tag": "state_mismatch", "text": "Check the state.", "episodes": 12}]
+    assert row["served_profile"] is None  # nothing pushed before this first step
+    assert row["failure_profile"] == capability.failure_profile()
     tq.kv_clear(keys=batch.keys, partition_id="train")
 
 
@@ -186,6 +213,7 @@ def test_validation_records_from_verl_dump():
         "task_id": ["multi_turn_base_3", "multi_turn_miss_param_9"],
         "category": ["multi_turn_base", "multi_turn_miss_param"],
         "failure_tags": ["pass,pass", "pass,wrong_args"],
+        "paper_label": ["", "argument_mismatch"],
         "turns": [3, 5],
         "progress": [1.0, 0.5],
         "reward": [1.0, 0.0],
@@ -195,6 +223,7 @@ def test_validation_records_from_verl_dump():
     assert [r.score for r in records] == [1, 0] and {r.step for r in records} == {7}
     assert records[1].failure_tags == ["pass", "wrong_args"]
     assert records[1].data_source == "multi_turn_miss_param" and records[1].turns == 5
+    assert [r.paper_label for r in records] == [None, "argument_mismatch"]
 
 
 def test_best_checkpoint_is_hard_linked(tmp_path):

@@ -21,8 +21,9 @@ from env_service import __main__ as service_main
 from env_service import evolution, release_compat
 from env_service.engine import ServiceConfig
 from seal.bfcl.calls import ToolCall
-from seal.bfcl.ground_truth import END_OF_TURN_TEXT, tool_call_text
+from seal.bfcl.ground_truth import END_OF_TURN_TEXT, ground_truth_trajectory, tool_call_text
 from seal.bfcl.tasks import load_task, task_ids
+from seal.rollout.env_client import call_body
 from seal.tocf import tags as T
 
 # exp/SEAL.yaml of the release: env_service.bfcl, which its env worker merges into the
@@ -487,6 +488,47 @@ def test_failed_episode_carries_the_release_progress(release, gt_texts, task_id)
     assert score == pytest.approx(min(0.5, passed / scorable)) and score > 0
     assert tags == expected_tags
     assert dense_grader_capped(result, cap=0.0)[0] == 0.0
+
+
+def native_play(svc, task_id: str, turns, settings: dict) -> dict:
+    """The native API (/v1) played with the calls of `turns` (ToolCall lists per step,
+    per turn); a step without calls ends its turn. Returns the evaluation."""
+    created = svc.http.post("/v1/episodes", json={"task_id": task_id, "settings": settings})
+    assert created.status_code == 201, created.text
+    episode = created.json()["episode_id"]
+    for seq, calls in enumerate((step for turn in turns for step in [*turn, []]), start=1):
+        body = {"content": "", "tool_calls": [call_body(c) for c in calls], "seq": seq}
+        reply = svc.http.post(f"/v1/episodes/{episode}/steps", json=body).json()
+        if reply["terminated"]:
+            return reply["evaluation"]
+    raise AssertionError("the episode did not end")
+
+
+def test_progress_and_partial_credit_are_the_release_graders_on_both_protocols(release, gt_texts):
+    """A correct abstention is neither a passed turn nor a scorable one (the release's
+    multi_turn_progress): with the ground truth on the first two turns of a task whose
+    third turn has no ground truth, and no call afterwards, progress is 2/4, not 3/5."""
+    svc, trainer = release()
+    task = load_task("multi_turn_miss_func_0")
+    assert [bool(gt) for gt in task.ground_truth] == [True, True, False, True, True]
+    script = turn_scripts(task.task_id, gt_texts, 2)
+    params = seal_params(partial_credit_cap=1.0)
+    _, _, _, result = trainer.run_episode(task.task_id, script, params, "pc")
+    assert result["failure_tags"] == [
+        T.PASS,
+        T.PASS,
+        T.CORRECT_ABSTENTION,
+        T.EMPTY_TURN_MODEL_RESPONSE,
+        T.EMPTY_TURN_MODEL_RESPONSE,
+    ]
+    assert result["progress"] == result["bfcl_progress"] == 0.5
+    # Our capped reward is the release grader's capped score of the same episode.
+    assert result["reward"] == dense_grader_capped(result, cap=1.0)[0] == 0.5
+
+    trajectory = ground_truth_trajectory(task)[:2] + [[]] * (task.num_turns - 2)
+    native = native_play(svc, task.task_id, trajectory, {"reward": {"partial_credit_cap": 1.0}})
+    assert native["failure_tags"] == result["failure_tags"]
+    assert (native["progress"], native["reward"]) == (0.5, 0.5)
 
 
 def test_a_tool_call_on_a_turn_without_ground_truth_fails_only_that_irrelevance_turn(

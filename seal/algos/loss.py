@@ -33,8 +33,9 @@ class PolicyLossConfig:
     """rho is clipped above at 1 + clip_ratio_high. Default 0.2."""
     clip_ratio_c: float = 10.0
     """Dual-clip bound: a negative-advantage token's loss never exceeds -A * c. Default 10."""
-    loss_agg_mode: str = "seq-mean-token-mean"
-    """How token losses become one number, one of `AGG_MODES`. Default "seq-mean-token-mean"."""
+    loss_agg_mode: str = "token-mean"
+    """How token losses become one number, one of `AGG_MODES`. Default "token-mean": the
+    release's recipe sets it (the paper does not name one; docs/paper_configs.md)."""
     use_kl_loss: bool = True
     """Add the KL to the reference policy to the loss; the trainers then build the frozen
     reference (`needs_reference`). Default True."""

@@ -7,6 +7,12 @@ instances, methods are looked up by name with `getattr` and called with the pars
 arguments as data; nothing is written to bfcl-eval's globals. Results are turned into
 strings exactly as bfcl-eval does, so the official response checker compares equal.
 
+The BFCL V4 agentic tasks use the same path with their own backends (seal/bfcl/agentic.py):
+the memory backends load and save their memory in the service's snapshot folder
+(seal/bfcl/memory.py: `memory_context` and `save_memory` are what the service asks of them
+besides calls), and web search goes through a paced, bounded transport
+(seal/bfcl/web_search.py).
+
 Two kinds of shared objects are cut off on every call. Arguments are deep-copied,
 because backends store argument lists in their state and mutate them later, and the
 same parsed call is replayed at verification. Mutable default arguments are replaced
@@ -22,14 +28,16 @@ import functools
 import importlib
 import inspect
 import json
+import os
 
 from bfcl_eval.constants.executable_backend_config import (
     CLASS_FILE_PATH_MAPPING,
     STATELESS_CLASSES,
 )
 
+from seal.bfcl import web_search
 from seal.bfcl.calls import ToolCall, json_failure
-from seal.bfcl.tasks import BfclTask, initial_config_copy
+from seal.bfcl.tasks import BfclTask
 
 ERROR_PREFIX = "Error during execution: "
 MULTI_TURN_CLASSES = (
@@ -46,7 +54,20 @@ MULTI_TURN_CLASSES = (
 
 @functools.cache
 def _backend_class(class_name: str) -> type:
-    return getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
+    if class_name == "MemoryAPI_vector":
+        # What bfcl-eval's own generation sets before this backend loads its encoder
+        # (sentence-transformers and faiss each bring an OpenMP runtime; more than one
+        # thread crashed there). Only this process: a worker, or a tool that embeds.
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, "1")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        from seal.bfcl.memory import import_vector_backend
+
+        return getattr(import_vector_backend(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
+    module = importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name])
+    if class_name == "WebSearchAPI":
+        web_search.bind_transport(module)
+    return getattr(module, class_name)
 
 
 # Arguments whose cost grows without bound: `power(10, 10**7)` held the event loop (and so
@@ -138,13 +159,14 @@ class Backends:
     """Fresh backend instances for one task, and a data-only way to call their methods."""
 
     def __init__(self, task: BfclTask):
+        self.task = task
         self.instances: dict[str, object] = {}
         self._owner: dict[str, str] = {}
         for class_name in task.involved_classes:
             instance = _backend_class(class_name)()
             if class_name not in STATELESS_CLASSES:
                 instance._load_scenario(
-                    initial_config_copy(task, class_name), long_context=task.long_context
+                    task.backend_config(class_name), long_context=task.long_context
                 )
             if task.long_context:
                 # Long-context scenarios insert bfcl-eval's module-level extension objects
@@ -157,6 +179,26 @@ class Backends:
             # Later classes win on a shared method name, as in bfcl-eval's executor.
             for name in _public_methods(type(instance)):
                 self._owner[name] = class_name
+
+    def _memory(self):
+        if not getattr(self.task, "is_memory", False):
+            raise ValueError(f"{self.task.task_id} has no memory backend")
+        return self.instances[self.task.memory_class]
+
+    def memory_context(self) -> str:
+        """The memory backend's dump of its memory for the system prompt (what bfcl-eval
+        shows the model at the start of a memory episode)."""
+        return self._memory()._dump_core_memory_to_context()
+
+    def save_memory(self) -> None:
+        """Save a prerequisite conversation's memory (bfcl-eval's flush at the end of its
+        conversation) and discard the checkpoints it makes stale (seal.bfcl.memory)."""
+        from seal.bfcl.memory import snapshots
+
+        if not self.task.is_prereq:
+            raise ValueError(f"{self.task.task_id} is not a prerequisite conversation")
+        self._memory()._flush_memory_to_local_file()
+        snapshots().discard_after(self.task)
 
     def has_method(self, name: str) -> bool:
         return name in self._owner

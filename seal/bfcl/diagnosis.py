@@ -27,6 +27,9 @@ are held as a digest of their text: equal results keep equal digests, and verify
 episode of 1,000 `cat` calls holds kilobytes, not every result at once (+570 MB before).
 `diagnose_steps` yields between calls, so a scheduler can interleave a long
 verification with other work (env_service/worker.py) and stop one that runs too long.
+
+`paper_label` gives a failed episode one of the paper's trajectory labels (its Table 5),
+from the turn tags and what the episode answered in each turn (docs/diagnosis_labels.md).
 """
 
 from __future__ import annotations
@@ -72,7 +75,8 @@ class Diagnosis:
     accuracy: int
     """1 when the official checker would pass the episode, else 0."""
     progress: float
-    """Turns tagged pass or correct_abstention over the turns that could be scored."""
+    """The release's per-turn progress (`progress_counts`): turns tagged pass over the
+    turns with a non-empty ground truth."""
     notes: list[str]
     """Per turn, a short human-readable reason for the tag ('' for pass)."""
 
@@ -141,10 +145,85 @@ def _tag_turn(gt_ns, model_ns, gt_strings, gt_results, model_calls, model_result
     return T.PASS, ""
 
 
+def progress_counts(tags: list[str], ground_truth: list[list[str]]) -> tuple[int, int]:
+    """(passed, scorable) turns as the release's grader counts them
+    (its multi_turn_progress.compute_per_turn_progress): a turn is scorable when its
+    ground truth is non-empty, and passed when it is also tagged `pass`. A turn with an
+    empty ground truth is neither (a correct abstention earns nothing); a scorable turn
+    whose check raised (`gt_error`, `checker_error`) counts as failed, as there."""
+    scorable = [tag for tag, gt in zip(tags, ground_truth, strict=True) if gt]
+    return sum(tag == T.PASS for tag in scorable), len(scorable)
+
+
 def _summarise(task: BfclTask, tags: list[str], notes: list[str]) -> Diagnosis:
-    needs_call = [tag for tag, gt in zip(tags, task.ground_truth, strict=True) if gt]
-    accuracy = int(all(tag == T.PASS for tag in needs_call))
-    scorable = [tag for tag in tags if tag not in (T.GT_ERROR, T.CHECKER_ERROR)]
-    solved = sum(tag in (T.PASS, T.CORRECT_ABSTENTION) for tag in scorable)
-    progress = solved / len(scorable) if scorable else 0.0
+    passed, scorable = progress_counts(tags, task.ground_truth)
+    accuracy = int(passed == scorable)
+    progress = passed / scorable if scorable else 0.0
     return Diagnosis(tags=tags, accuracy=accuracy, progress=progress, notes=notes)
+
+
+# --- the paper's trajectory label (Table 5) --------------------------------------------------
+
+INVALID_CALL_KINDS = frozenset({"parse", "unknown_tool", "unavailable_tool"})
+"""Rejections (env_service/episode.py's `invalid_by_kind`) that make a call invalid: it
+could not be read, or names a tool that does not exist or is not available yet."""
+ARGUMENT_KINDS = frozenset({"missing_argument", "unexpected_argument"})
+"""Rejections of a call to a valid tool for its arguments: a required one missing, or a
+name the tool's signature does not have."""
+TOOL_ERROR = "tool_error"
+"""A call that ran and failed in its backend (raised, or answered {"error": ...})."""
+
+_STATE_TAGS = frozenset({T.STATE_MISMATCH, T.INSTANCE_MISMATCH})
+_NOT_THE_MODELS = frozenset({T.GT_ERROR, T.CHECKER_ERROR})
+
+
+def deciding_turn(tags: list[str], ground_truth: list[list[str]]) -> int | None:
+    """The first turn with a non-empty ground truth that is not `pass`: where the official
+    checker stops and fails the episode. None when every such turn passed."""
+    for turn, (tag, gt) in enumerate(zip(tags, ground_truth, strict=True)):
+        if gt and tag != T.PASS:
+            return turn
+    return None
+
+
+def paper_label(
+    tags: list[str], ground_truth: list[list[str]], turn_signals: list[dict[str, int]]
+) -> str | None:
+    """One of the paper's labels (tags.PAPER_LABELS) for a failed episode, None for a
+    passed one or one whose failure says nothing about the model.
+
+    The label is the failing turn's (`deciding_turn`: the official checker fails the
+    episode there, and later turns did not cause it), from that turn's tag and
+    `turn_signals[turn]` (counts of the call rejections and tool errors the episode
+    answered in that turn, keyed by rejection kind and TOOL_ERROR). The first rule that
+    holds, in the paper's priority order:
+
+        invalid_tool_call   an unparseable call, or an unknown or unavailable tool
+        argument_mismatch   a call to a valid tool with a missing or unexpected argument
+        state_mismatch      the turn's tag is state_mismatch or instance_mismatch
+        recovery_failure    a call failed in its backend (the error came back) and the turn
+                            still failed: the model did not recover
+        missing_tool_call   the turn's tag is empty_turn_model_response (no call that ran:
+                            skipped, answered early, or the episode ended before the turn)
+        response_mismatch   the turn's tag is response_mismatch
+
+    None: no failing turn (every turn with calls passed), or the failing turn's check
+    raised (gt_error, checker_error).
+    """
+    turn = deciding_turn(tags, ground_truth)
+    if turn is None or tags[turn] in _NOT_THE_MODELS:
+        return None
+    tag, signals = tags[turn], turn_signals[turn]
+    if any(signals.get(kind) for kind in INVALID_CALL_KINDS):
+        return T.INVALID_TOOL_CALL
+    if any(signals.get(kind) for kind in ARGUMENT_KINDS):
+        return T.ARGUMENT_MISMATCH
+    if tag in _STATE_TAGS:
+        return T.STATE_MISMATCH_LABEL
+    if signals.get(TOOL_ERROR):
+        return T.RECOVERY_FAILURE
+    if tag == T.EMPTY_TURN_MODEL_RESPONSE:
+        return T.MISSING_TOOL_CALL
+    if tag == T.RESPONSE_MISMATCH:
+        return T.RESPONSE_MISMATCH_LABEL
+    raise ValueError(f"turn {turn} fails the episode with tag {tag!r}, which no label maps")

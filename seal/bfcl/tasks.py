@@ -1,4 +1,5 @@
-"""BFCL multi-turn tasks by id: the only module that reads bfcl-eval's data files.
+"""BFCL tasks by id: the only modules that read bfcl-eval's data files are this one and
+seal/bfcl/agentic.py (the BFCL V4 agentic tasks, which `load_task` also serves).
 
 A task is everything an episode needs: the user question of each turn, the backends'
 initial configuration, the involved backend classes, the tool docs visible from the
@@ -41,6 +42,10 @@ class BfclTask:
     def long_context(self) -> bool:
         return self.category == "multi_turn_long_context"
 
+    def backend_config(self, class_name: str) -> dict:
+        """The initial configuration of one backend, a private copy (backends mutate it)."""
+        return initial_config_copy(self, class_name)
+
     def tools_until(self, turn: int) -> list[dict]:
         """Tool docs the model may use at `turn` (initial ones plus those revealed so far)."""
         revealed = [doc for t, docs in sorted(self.held_out.items()) if t <= turn for doc in docs]
@@ -48,18 +53,21 @@ class BfclTask:
 
 
 class UnknownTaskError(KeyError):
-    """A task id that is not one of BFCL's multi-turn tasks."""
+    """A task id that is not one of BFCL's multi-turn or agentic tasks."""
 
     def __str__(self) -> str:
-        return f"unknown BFCL multi-turn task id: {self.args[0]!r}"
+        return f"unknown BFCL task id: {self.args[0]!r}"
 
 
 def category_of(task_id: str) -> str:
-    """`multi_turn_base_12` -> `multi_turn_base`; raises on an id outside the four categories."""
+    """`multi_turn_base_12` -> `multi_turn_base`, `memory_kv_3-student-3` -> `memory_kv`;
+    raises on an id outside the four multi-turn and the BFCL V4 agentic categories."""
     category = task_id.rsplit("_", 1)[0]
-    if category not in CATEGORIES:
-        raise UnknownTaskError(task_id)
-    return category
+    if category in CATEGORIES:
+        return category
+    from seal.bfcl.agentic import agentic_category
+
+    return agentic_category(task_id)
 
 
 @functools.cache
@@ -86,15 +94,21 @@ def _category_tasks(category: str) -> dict[str, BfclTask]:
 
 
 def load_task(task_id: str) -> BfclTask:
-    """The task with this id; raises UnknownTaskError if there is none."""
-    tasks = _category_tasks(category_of(task_id))
+    """The task with this id (an AgenticTask for BFCL V4 memory and web search); raises
+    UnknownTaskError if there is none."""
+    category = category_of(task_id)
+    if category not in CATEGORIES:
+        from seal.bfcl.agentic import load_agentic_task
+
+        return load_agentic_task(task_id)
+    tasks = _category_tasks(category)
     if task_id not in tasks:
         raise UnknownTaskError(task_id)
     return tasks[task_id]
 
 
 def task_ids(category: str | None = None) -> list[str]:
-    """All task ids of one category (or of all four), in BFCL's order."""
+    """All task ids of one multi-turn category (or of all four), in BFCL's order."""
     categories = CATEGORIES if category is None else (category,)
     return [tid for c in categories for tid in _category_tasks(c)]
 

@@ -43,10 +43,22 @@ Files, in OUT_DIR (a run directory: ``seal-report OUT_DIR`` applies):
     validation/step_<step>.jsonl  all records of the step, written once no task failed
                                   (or with allow_failures); the partial file is then removed
     errors_step_<step>.jsonl      {"task_id", "step", "error"} per task that failed this time
+    prerequisites_step_<step>.jsonl  BFCL V4 memory conversations played, one line each
+                                  (their evaluation and transcript; not scored)
 
 Resuming: records already in either record file for the step are kept and their tasks
 skipped, so running the same command again only retries what failed or never ran. Records
 made with another model or other limits are refused rather than mixed into one step.
+
+BFCL V4 agentic tasks (seal/bfcl/agentic.py) run the same way, with bfcl-eval's order for
+memory: the prerequisite conversations of every scenario with a question to run are
+played first, in order (a scenario's chain again in full whenever one of its questions
+runs), and its questions only once the chain has finished; a conversation that fails
+fails the questions that wait for it, unscored. Their records carry the category
+(`memory_kv`, `web_search_base`, ...), bfcl-eval's verdict as the one failure tag and the
+answer the checker read (`extra.answer`); an episode the service aborted (a search that
+gave up) is a failed task, not a wrong answer. The generation limit counts per turn, as
+bfcl-eval counts it.
 """
 
 from __future__ import annotations
@@ -64,6 +76,7 @@ from typing import get_args
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
+from seal.bfcl.agentic import is_agentic, prerequisite_plan
 from seal.eval.chat_endpoint import (
     ChatEndpoint,
     Completion,
@@ -96,6 +109,11 @@ def partial_file(out_dir: Path, step: int) -> Path:
 
 def errors_file(out_dir: Path, step: int) -> Path:
     return out_dir / f"errors_{step_file_name(step)}"
+
+
+def prerequisites_file(out_dir: Path, step: int) -> Path:
+    """The BFCL V4 memory conversations played for the step (one line each, appended)."""
+    return out_dir / f"prerequisites_{step_file_name(step)}"
 
 
 class ContextBudgetError(RuntimeError):
@@ -204,9 +222,10 @@ async def run_episode(
         conversation = fmt.start(episode.created)
         first = list(conversation.messages)
         used = context = prompt_tokens(conversation)
-        # The service ends the episode at limits.max_generations (marked truncated), so
-        # the loop's own bound is only a guard.
-        for _ in range(limits.max_generations):
+        # The service ends the episode at limits.max_generations (marked truncated; an
+        # agentic task's count is per turn), so the loop's own bound is only a guard.
+        turns = episode.created["num_turns"] if is_agentic(task_id) else 1
+        for _ in range(limits.max_generations * turns):
             budget = generation_budget(limits, used)
             if budget < 1:  # no room for a reply (or, after the first, for the observation)
                 stop = "context_limit"
@@ -242,6 +261,13 @@ async def run_episode(
                 f"{limits.max_generations}"
             )
         evaluation = await episode.finish()
+    if is_agentic(task_id) and evaluation["aborted"]:
+        # A search that gave up, or a backend over the step's time budget: the service's
+        # trouble, not the model's answer (seal/bfcl/web_search.py).
+        raise EnvServiceError(
+            f"{episode.what}: the service aborted the episode ({evaluation['aborted']}); "
+            "not scored: run the evaluation again to retry it"
+        )
     counters = {
         "stop_reason": stop,
         "length_cut": cut,
@@ -301,6 +327,7 @@ def load_done(out_dir: Path, step: int, expected: dict) -> dict[str, ValidationR
 REPORT_EXTRA = (
     "truncated", "tool_calls", "invalid_calls", "tool_errors", "num_turns", "turns_reached",
     "stop_reason", "length_cut", "clipped_observations", "context_tokens", "seconds",
+    "answer",
 )  # fmt: skip
 """Counters of an episode worth keeping beside the score."""
 
@@ -357,12 +384,18 @@ async def run_tasks(
     concurrency: int,
     show_progress: bool,
     prompting: Prompting,
+    after: dict[str, str] | None = None,
 ) -> list[TaskFailure]:
     """Check the service and the endpoint, then run every task's episode, `concurrency`
-    at a time; hand each evaluation report to `on_report` as it arrives and return the
-    tasks that failed. A `ContextBudgetError` stops every episode and is raised."""
+    at a time, a task named in `after` only once the task it names has succeeded (else
+    it fails without running); hand each evaluation report to `on_report` as it arrives
+    and return the tasks that failed. A `ContextBudgetError` stops every episode and is
+    raised."""
     failures: list[TaskFailure] = []
     gate = asyncio.Semaphore(concurrency)
+    after = after or {}
+    # Per task: None once it succeeded, else why it did not.
+    outcome = {task_id: asyncio.get_running_loop().create_future() for task_id in task_ids}
     tokens = TextTokens(tokenizer)
     async with (
         EnvClient(env_url, max_connections=concurrency) as env,
@@ -376,14 +409,24 @@ async def run_tasks(
         ) as bar:
 
             async def one(task_id: str) -> None:
-                async with gate:
-                    try:
+                error = "cancelled"
+                try:
+                    before = after.get(task_id)
+                    failed = await outcome[before] if before in outcome else None
+                    if failed is not None:
+                        raise EnvServiceError(f"task {task_id}: not run: {before} failed")
+                    async with gate:
                         report = await run_episode(env, chat, tokens, task_id, limits, prompting)
                         on_report(report)
-                    except (EndpointError, EnvServiceError) as error:
-                        failures.append(TaskFailure(task_id, str(error)))
-                        bar.set_postfix(failed=len(failures))
-                    bar.update()
+                    error = None
+                except (EndpointError, EnvServiceError) as e:
+                    error = str(e)
+                    failures.append(TaskFailure(task_id, error))
+                    bar.set_postfix(failed=len(failures))
+                finally:
+                    outcome[task_id].set_result(error)
+                    if error != "cancelled":
+                        bar.update()
 
             episodes = [asyncio.ensure_future(one(task_id)) for task_id in task_ids]
             try:
@@ -420,10 +463,18 @@ async def evaluate_endpoint(
     extra = run_settings(settings, limits, tokenizer_label(tokenizer), prompting)
     records = load_done(out_dir, step, extra)
     todo = [task_id for task_id in task_ids if task_id not in records]
+    # BFCL V4 memory questions: their scenarios' conversations first, every time one of
+    # the scenario's questions is to run (they fill the memory the questions ask about).
+    prerequisites, after = prerequisite_plan(todo)
     failures: list[TaskFailure] = []
     if todo:
 
         def keep(report: dict) -> None:
+            if not report.get("scored", True):  # a memory conversation: kept, not scored
+                line = {"step": step, **{k: v for k, v in report.items() if k != "input"}}
+                with prerequisites_file(out_dir, step).open("a", encoding="utf-8") as log:
+                    log.write(json.dumps(line, ensure_ascii=False) + "\n")
+                return
             record = record_from_report(report, step)
             extras = {key: report[key] for key in REPORT_EXTRA if key in report}
             record = record.model_copy(update={"extra": {**extras, **extra}})
@@ -434,7 +485,7 @@ async def evaluate_endpoint(
 
         failures = await run_tasks(
             settings,
-            todo,
+            prerequisites + todo,
             keep,
             env_url=env_url,
             tokenizer=tokenizer,
@@ -442,6 +493,7 @@ async def evaluate_endpoint(
             concurrency=concurrency,
             show_progress=show_progress,
             prompting=prompting,
+            after=after,
         )
 
     write_errors(out_dir, step, failures)

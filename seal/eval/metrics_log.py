@@ -44,6 +44,12 @@ ACCURACY_PREFIX = "train/accuracy/"
 """+ category: share of the step's rollouts of that category the official checker passed."""
 TAG_FRAC_PREFIX = "train/tag_frac/"
 """+ tag: share of the step's diagnosed turns carrying the tag (they sum to 1; `tag_fractions`)."""
+PAPER_LABEL_PREFIX = "train/paper_label/"
+"""+ label: share of the step's failed rollouts carrying that label of the paper's Table 5
+(seal.tocf.tags.PAPER_LABELS; they sum to 1 with `UNLABELLED`); absent when none failed."""
+UNLABELLED = "unlabelled"
+"""The label-share name of failed episodes without a label (the service ended them, or the
+failing turn's check raised: seal.bfcl.diagnosis.paper_label)."""
 TAG_WEIGHT_PREFIX = "tocf/weight/"
 """+ tag: the live dynamic tag weight after the step's update (`CapabilityState.metrics`)."""
 APATCH_MEAN_SCALE = "apatch/mean_scale"
@@ -68,6 +74,19 @@ def accuracy_key(category: str) -> str:
 
 def tag_frac_key(tag: str) -> str:
     return TAG_FRAC_PREFIX + tag
+
+
+def paper_label_key(label: str | None, prefix: str = PAPER_LABEL_PREFIX) -> str:
+    return prefix + (label or UNLABELLED)
+
+
+def label_fractions(
+    labels: Iterable[str | None], prefix: str = PAPER_LABEL_PREFIX
+) -> dict[str, float]:
+    """`<prefix><label>` shares of the failed episodes' labels (None: `UNLABELLED`)."""
+    counts = Counter(label or UNLABELLED for label in labels)
+    total = sum(counts.values())
+    return {prefix + label: count / total for label, count in sorted(counts.items())}
 
 
 def tag_weight_key(tag: str) -> str:

@@ -373,3 +373,49 @@ def plot_capability(
     fig.colorbar(image, ax=bottom, pad=0.02)
     fig.suptitle(f"Capability state per category and failure tag ({source})")
     return _save(fig, path)
+
+
+def plot_comparison(
+    columns: Sequence[str],
+    rates_pct: Mapping[str, Sequence[float]],
+    paper_pct: Mapping[str, tuple[str, Sequence[float]]],
+    differences: Mapping[str, Sequence[tuple[float, float, float]]],
+    baseline: str,
+    path: Path,
+) -> Path:
+    """Left: each run's pass rate (%) per column as grouped bars, with a black bar over a
+    run's bar at the paper's number for the row it reproduces (`paper_pct`: run -> (row,
+    values)). Right: each other run's difference to the baseline (points) with its 95%
+    interval, in the run's colour. `columns`: the categories' short names and "average"."""
+    fig, (left, right) = plt.subplots(
+        1, 2, figsize=(14, 4.8), layout="constrained", gridspec_kw={"width_ratios": [3, 2]}
+    )
+    x = np.arange(len(columns))
+    width = 0.8 / max(1, len(rates_pct))
+    colors = {label: f"C{k}" for k, label in enumerate(rates_pct)}
+    for k, (label, values) in enumerate(rates_pct.items()):
+        offset = (k - (len(rates_pct) - 1) / 2) * width
+        left.bar(x + offset, values, width=width, label=label, color=colors[label])
+        if label in paper_pct:
+            row, paper = paper_pct[label]
+            left.hlines(paper, x + offset - width / 2, x + offset + width / 2, color="black",
+                        linewidth=2.5, label=f"paper: {row}")  # fmt: skip
+    left.set_xticks(x, columns)
+    left.set_ylabel("pass rate (%)")
+    left.set_title("Pass rate per category (black: the paper's number of the run's row)")
+    _legend_outside(left)
+    spread = 0.6 / max(1, len(differences))
+    for k, (label, values) in enumerate(differences.items()):
+        offset = (k - (len(differences) - 1) / 2) * spread
+        diff = np.array([v[0] for v in values])
+        low = np.array([v[1] for v in values])
+        high = np.array([v[2] for v in values])
+        right.errorbar(x + offset, diff, yerr=[diff - low, high - diff], fmt="o", capsize=4,
+                       label=label, color=colors.get(label))  # fmt: skip
+    right.axhline(0, color="grey", linewidth=1)
+    right.set_xticks(x, columns, rotation=20)
+    right.set_ylabel("difference to the baseline (points)")
+    right.set_title(f"Against {baseline}: 95% paired bootstrap intervals")
+    if differences:
+        right.legend(loc="best", frameon=False)
+    return _save(fig, path)

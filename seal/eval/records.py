@@ -43,6 +43,11 @@ class ValidationRecord(BaseModel):
     input: str = Field(description="The prompt text the model saw first.")
     output: str = Field(description="The trajectory text: model turns, tool results, user turns.")
     failure_tags: list[str] = Field(description="Diagnosis, one tag per ground-truth turn.")
+    paper_label: str | None = Field(
+        default=None,
+        description="A failed episode's label in the paper's Table 5 (seal.tocf.tags."
+        "PAPER_LABELS); None when passed, or when the failure says nothing about the model.",
+    )
     turns: int = Field(ge=0, description="Number of model generations in the episode.")
     progress: float | None = Field(
         default=None, ge=0.0, le=1.0, description="Passed turns / scorable turns, if computed."

@@ -59,6 +59,7 @@ def record_from_report(report: dict, step: int) -> ValidationRecord:
         input=json.dumps(report["input"], ensure_ascii=False),
         output=json.dumps(report["output"], ensure_ascii=False),
         failure_tags=report["failure_tags"],
+        paper_label=report["paper_label"],
         turns=report["steps"],
         progress=report["progress"],
     )

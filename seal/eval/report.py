@@ -9,10 +9,26 @@ Reads what the run left (each part optional, but not all of them):
     RUN_DIR/metrics.jsonl             per-step training metrics (seal.eval.metrics_log)
     RUN_DIR/tocf/epoch_*.json         capability-state epoch summaries (seal.tocf.summary)
     RUN_DIR/capability_state.json     the capability state, used when no epoch summary exists
+    RUN_DIR/interface/step_*.json     the interface state per training step (seal.eval.interface_log)
+    RUN_DIR/config.yaml               the run's config: which of the paper's rows it reproduces
 
 and writes ``RUN_DIR/report/report.md`` with the PNGs it references by relative path, so the
 folder can be moved or attached as it is. A missing part is skipped with a note on the page;
-a run with none of them is an error (exit status 1).
+a run with none of them is an error (exit status 1). Beside the pass rates it shows the
+paper's rows of the run's backbone (Tables 1-3), the distribution of the paper's failure
+labels (Table 5), the interface state per step and, when guidelines were shown, whether
+the failures they target recurred less (seal.eval.paper_views).
+
+    seal-report --compare RUN [RUN ...] [--baseline RUN] [--out-dir DIR]
+
+compares runs instead (seal.eval.compare): per category at each run's best (or given,
+RUN@STEP) step, the paper's rows beside them, and the differences to the baseline with a
+95% paired bootstrap interval and an exact McNemar p-value.
+
+    seal-report --table2 RUN [RUN ...] [--out-dir DIR]
+
+writes the paper's Table 2 (out of distribution) for evaluated checkpoints instead
+(seal.eval.ood): BFCL V4 agentic from each RUN's records, tau2-bench from RUN/tau2/.
 """
 
 from __future__ import annotations
@@ -27,10 +43,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from seal.eval import compare as C
 from seal.eval import metrics_log as M
+from seal.eval import paper_views as V
 from seal.eval import plots
-from seal.eval.paper import PAPER_RESULTS
+from seal.eval.interface_log import read_interfaces
+from seal.eval.ood import table2, write_table2
+from seal.eval.paper import (
+    PaperResult,
+    backbone_of,
+    controlled_results,
+    ood_results,
+)
 from seal.eval.records import ValidationRecord, read_val_dir
+from seal.eval.run_source import paper_row, run_model
 from seal.eval.summary import (
     StepSummary,
     best_step,
@@ -39,6 +65,7 @@ from seal.eval.summary import (
     split_mismatch,
     summarize,
 )
+from seal.eval.tables import markdown_table
 from seal.tocf.state import STATE_FILENAME, CapabilityState
 from seal.tocf.tags import CATEGORIES
 
@@ -65,6 +92,7 @@ class RunData:
     validation: dict[int, list[ValidationRecord]]
     metrics: list[dict]
     capability: Capability | None
+    interfaces: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -108,11 +136,12 @@ def load_run(run_dir: Path, val_dir: Path) -> RunData:
     capability = load_capability(run_dir)
     if capability is None:
         notes.append("no capability state (`tocf/epoch_*.json`, `capability_state.json`): skipped")
+    interfaces = read_interfaces(run_dir)
     if not (validation or metrics or capability):
         raise EmptyRunError(
             f"{run_dir} has no validation records, metrics or capability state to report on"
         )
-    return RunData(validation, metrics, capability, notes)
+    return RunData(validation, metrics, capability, interfaces, notes)
 
 
 # --- the numbers behind each figure --------------------------------------------------------
@@ -176,34 +205,58 @@ def _pct(value) -> str:
     return "–" if value is None else f"{float(value) * 100:.2f}"
 
 
-def paper_table(best: StepSummary, label: str) -> str:
-    """The paper's results table with this run's best step as the last row."""
-    lines = [
-        "| model | avg | base | miss_func | miss_param | long_ctx |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for result in PAPER_RESULTS:
-        model = result.backbone
-        if result.method != "untrained":
-            model += f" + {result.method}"
-        cells = [result.category_pct.get(c) for c in CATEGORIES]
-        cells = ["–" if pct is None else f"{pct:.2f}" for pct in cells]
-        lines.append(f"| {model} | {result.average_pct:.2f} | " + " | ".join(cells) + " |")
+def paper_rows_table(rows: list[PaperResult], matched: PaperResult | None) -> list[list]:
+    """Table rows (model, avg, four categories) of the paper's results; `matched` in bold."""
+    out = []
+    for result in rows:
+        cells = [result.label, f"{result.average_pct:.2f}"]
+        cells += [f"{result.category_pct[c]:.2f}" for c in CATEGORIES]
+        if result == matched:
+            cells = [f"**{cell}**" for cell in cells]
+            cells[0] += " (this run's row)"
+        out.append(cells)
+    return out
+
+
+def paper_table(best: StepSummary, label: str, model: str | None, matched) -> str:
+    """The paper's rows of this run's backbone (all its controlled runs when the backbone
+    is not one of the paper's), with this run's best step as the last row."""
+    backbone = backbone_of(model) if model else None
+    rows = paper_rows_table(controlled_results(backbone), matched)
     ours = [_pct(best.by_category[c].rate) for c in CATEGORIES]
-    lines.append(
-        f"| **{label}, step {best.step}** | **{_pct(best.average)}** | "
-        + " | ".join(f"**{cell}**" for cell in ours)
-        + " |"
-    )
+    rows.append([f"**{label}, step {best.step}**", f"**{_pct(best.average)}**"])
+    rows[-1] += [f"**{cell}**" for cell in ours]
+    header = ["model", "avg", "base", "miss_func", "miss_param", "long_ctx"]
     counts = ", ".join(
         f"{plots.short_category(c)} {best.by_category[c].passed}/{best.by_category[c].total}"
         for c in CATEGORIES
     )
-    return (
-        "\n".join(lines)
-        + f"\n\nAccuracy in percent, as in the paper (400 held-out tasks, 100 per category). "
-        f"This run's step {best.step}: {counts}. The best step has the highest average "
-        "of the four categories (the earliest on a tie).\n"
+    if matched is not None:
+        which = f"This run reproduces the paper's row {matched.label} (bold)."
+    elif backbone is not None:
+        which = f"This run's method is none of the paper's rows for {backbone}."
+    else:
+        which = (
+            f"This run's model ({model or 'unknown'}) is none of the paper's backbones: "
+            "all the paper's own runs are shown."
+        )
+    text = (
+        markdown_table(header, rows)
+        + f"\nAccuracy in percent, as in the paper's Tables 1 and 3 (400 held-out tasks, 100 "
+        f"per category). {which} This run's step {best.step}: {counts}. The best step has the "
+        "highest average of the four categories (the earliest on a tie); `seal-report "
+        "--compare` sets runs side by side with confidence intervals.\n"
+    )
+    if backbone is not None and ood_results(backbone):
+        text += "\n" + ood_table(backbone)
+    return text
+
+
+def ood_table(backbone: str) -> str:
+    """Table 2's rows of a backbone (a training run's report evaluates no out-of-distribution
+    task: `seal-report --table2` does, for evaluated checkpoints)."""
+    return "Out of distribution, the paper's Table 2 (`seal-report --table2` evaluates it):\n\n" + (
+        table2({}, [backbone])
     )
 
 
@@ -215,7 +268,9 @@ def _rate_pct(rate) -> float:
     return math.nan if rate is None else float(rate) * 100
 
 
-def validation_sections(run: RunData, label: str, split: Path, out_dir: Path) -> list[str]:
+def validation_sections(
+    run_dir: Path, run: RunData, label: str, split: Path, out_dir: Path
+) -> list[str]:
     """The paper table and the pass-rate figure with the per-step table."""
     summaries = summarize(run.validation)
     best = best_step(summaries)
@@ -232,8 +287,11 @@ def validation_sections(run: RunData, label: str, split: Path, out_dir: Path) ->
         run.notes.append("no validation step covers all four categories: no paper table")
     else:
         best_summary = next(summary for summary in summaries if summary.step == best)
+        model, _ = run_model(run_dir, run.validation[best])
+        matched = paper_row(run_dir, run.validation[best])
         sections.append(
-            "## Best validation step against the paper\n\n" + paper_table(best_summary, label)
+            "## Best validation step against the paper\n\n"
+            + paper_table(best_summary, label, model, matched)
         )
     steps = [summary.step for summary in summaries]
     rates = {c: [_rate_pct(s.by_category[c].rate) for s in summaries] for c in CATEGORIES}
@@ -280,6 +338,54 @@ def training_sections(run: RunData, out_dir: Path) -> list[str]:
     return sections
 
 
+def label_sections(run: RunData) -> list[str]:
+    """The distribution of the paper's trajectory labels (Table 5) over the failed
+    episodes, per validation step and per training step."""
+    parts = []
+    if run.validation:
+        parts.append("Validation (failed tasks, each label's share of them and count):\n\n")
+        parts.append(V.validation_label_table(run.validation))
+    training = V.training_label_table(run.metrics)
+    if training:
+        parts.append("\nTraining rollouts (each label's share of the step's failed episodes):\n\n")
+        parts.append(training)
+    if not parts:
+        return []
+    intro = (
+        "Each failed episode gets one of the paper's labels, from its failing turn, by the "
+        "paper's priority (docs/diagnosis_labels.md): invalid_tool_call > argument_mismatch > "
+        "state_mismatch > recovery_failure > missing_tool_call > response_mismatch; "
+        "`unlabelled`: the service ended the episode, or the failing turn's check raised. "
+        "A-Patch and the figures above use the turn tags.\n\n"
+    )
+    return ["## Failure labels (the paper's Table 5)\n\n" + intro + "".join(parts)]
+
+
+def interface_sections(run: RunData) -> list[str]:
+    """The interface state of each training step and, when guidelines were shown, the
+    recurrence of the failures they target."""
+    if not run.interfaces:
+        if run.metrics:
+            run.notes.append("no `interface/step_*.json`: interface state per step skipped")
+        return []
+    sections = [
+        "## Training-time interface per step (the paper's Appendix C.4)\n\n"
+        "What each step's training episodes were shown (validation never gets a layer), the "
+        "failure profile the service held when they were created, and the step's own profile "
+        "(which chooses the next step's guidelines).\n\n" + V.interface_table(run.interfaces)
+    ]
+    recurrence = V.guideline_recurrence(run.interfaces, run.metrics)
+    if recurrence:
+        sections.append(
+            "## Guidelines and the failures they target\n\n"
+            "Each guideline with the first step its episodes showed it, and its tag's mean share "
+            "of the diagnosed training turns over the steps before that step and from it on "
+            "(did the failure it targets recur less?). A share moves for many reasons; read it "
+            "beside the pass rates.\n\n" + V.recurrence_table(recurrence)
+        )
+    return sections
+
+
 def capability_sections(capability: Capability, out_dir: Path) -> list[str]:
     table = capability.category_tag
     categories = [c for c in CATEGORIES if c in table] + sorted(set(table) - set(CATEGORIES))
@@ -310,8 +416,10 @@ def write_report(
 
     sections = []
     if run.validation:
-        sections += validation_sections(run, label, split, out_dir)
+        sections += validation_sections(run_dir, run, label, split, out_dir)
     sections += tag_sections(run, out_dir)
+    sections += label_sections(run)
+    sections += interface_sections(run)
     if run.metrics:
         sections += training_sections(run, out_dir)
     if run.capability is not None:
@@ -334,7 +442,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "run_dir",
         type=Path,
+        nargs="?",
         help="the run directory (validation/, metrics.jsonl, tocf/, capability_state.json)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="RUN",
+        help="compare runs instead: training run directories, endpoint evaluations "
+        "(scripts/eval_endpoint.py --out-dir) or directories of step_*.jsonl; RUN@STEP "
+        "picks a step (default: each run's best)",
+    )
+    parser.add_argument(
+        "--table2",
+        nargs="+",
+        metavar="RUN",
+        help="the paper's Table 2 (out of distribution) instead: BFCL V4 agentic from each "
+        "RUN's records (scripts/eval_endpoint.py --split agentic; RUN@STEP picks a step), "
+        "tau2-bench from the results files in RUN/tau2/; the paper's rows beside them",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="RUN",
+        help="with --compare: the run the others are compared with (default: the first)",
+    )
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        default=C.RESAMPLES,
+        help="with --compare: bootstrap resamples (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="with --compare: bootstrap seed (default: 0)"
     )
     parser.add_argument(
         "--val-dir",
@@ -343,7 +482,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(e.g. outputs/replay_demo/validation/drop_call)",
     )
     parser.add_argument(
-        "--out-dir", type=Path, help="where the page and PNGs go (default: RUN_DIR/report)"
+        "--out-dir",
+        type=Path,
+        help="where the page and PNGs go (default: RUN_DIR/report; with --compare: "
+        "BASELINE/report/compare; with --table2: the first RUN's report/)",
     )
     parser.add_argument(
         "--label", help="name of the run in titles and the paper table (default: RUN_DIR's name)"
@@ -355,13 +497,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="split file whose 'eval' ids each validation step is checked against; "
         "differences are noted on the page (default: %(default)s)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if sum(x is not None for x in (args.run_dir, args.compare, args.table2)) != 1:
+        parser.error("give a run directory, --compare RUN [RUN ...] or --table2 RUN [RUN ...]")
+    if args.baseline and not args.compare:
+        parser.error("--baseline goes with --compare")
+    return args
+
+
+def compare_main(args: argparse.Namespace) -> Path:
+    comparison = C.compare_runs(args.compare, args.baseline, args.resamples, args.seed)
+    out_dir = args.out_dir or comparison.baseline.path / REPORT_DIRNAME / "compare"
+    return C.write_comparison(comparison, out_dir, args.resamples, args.seed)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        page = write_report(args.run_dir, args.out_dir, args.val_dir, args.label, args.split)
+        if args.compare:
+            page = compare_main(args)
+        elif args.table2:
+            first = Path(str(args.table2[0]).partition("@")[0])
+            page = write_table2(args.table2, args.out_dir or first / REPORT_DIRNAME)
+            print(page.read_text())
+        else:
+            page = write_report(args.run_dir, args.out_dir, args.val_dir, args.label, args.split)
     except (OSError, ValueError, EmptyRunError) as error:  # malformed files are ValueErrors
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from seal.eval.metrics_log import label_fractions
 from seal.eval.records import ValidationRecord
 from seal.tocf.tags import CATEGORIES
 
@@ -82,6 +83,9 @@ def validation_metrics(step: int, records: Sequence[ValidationRecord]) -> dict[s
     metrics = {f"val/{c}": rate for c, rate in rates.items()}
     metrics["val/average"] = sum(rates.values()) / len(rates)
     metrics["val/overall"] = float(summary.overall.rate)
+    failed = [record.paper_label for record in records if not record.score]
+    if failed:
+        metrics |= label_fractions(failed, "val/paper_label/")
     return metrics
 
 

@@ -17,7 +17,8 @@ Two uses:
   adding a test case's system message), and a call the text attempts but the decoder
   cannot read answered as a malformed call;
 - `leaderboard(registry_name)` (scripts/eval_endpoint.py --leaderboard-format): the
-  model's own handler from bfcl-eval's model map, no system message of ours, and BFCL's
+  model's own handler from bfcl-eval's model map, no system message of ours (a BFCL V4
+  agentic task's own system message is kept, as bfcl-eval keeps it), and BFCL's
   rule for text it cannot decode (the turn ends), so a base model's score is
   comparable with the leaderboard's.
 """
@@ -60,7 +61,9 @@ class HandlerFormat(ToolFormat):
 
     def start(self, created: dict) -> Conversation:
         first = self._user_messages(created["messages"])
-        if not self.leaderboard:
+        # The leaderboard's prompt has no system message of ours, but keeps a task's own
+        # (BFCL V4 agentic: bfcl-eval puts it first in the question).
+        if created["system"] and (not self.leaderboard or created.get("system_from_task")):
             first.insert(0, {"role": "system", "content": "\n\n".join(created["system"])})
         entry = {"id": created["task_id"], "function": list(created["tools"]), "question": [first]}
         data = self.handler._pre_query_processing_prompting(entry)

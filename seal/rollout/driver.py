@@ -81,6 +81,12 @@ class EpisodeSample:
     progress: float
     failure_tags: list[str]
     """One diagnosis tag per ground-truth turn."""
+    paper_label: str | None
+    """The failed episode's label in the paper's Table 5 (None when passed; see
+    seal.rollout.protocol.Evaluation)."""
+    interface: dict
+    """The training-time interface the episode was given (the create reply's
+    `interface`: layers on, guidelines shown; seal.rollout.protocol.EpisodeInterface)."""
     num_generations: int
     stop_reason: StopReason
     report: dict
@@ -178,11 +184,12 @@ async def run_episode(
             play.start(tool_format.start(episode.created))
             await play.play(episode, generator)
             evaluation = await episode.finish()
+            interface = episode.created["interface"]
     except Exception as e:  # the episode was released on the way out (env_client.Episode)
         raise EpisodeError(
             f"{what} after {play.num_generations} generations: {type(e).__name__}: {e}"
         ) from e
-    return play.sample(task_id, evaluation)
+    return play.sample(task_id, evaluation, interface)
 
 
 class _Episode:
@@ -273,7 +280,7 @@ class _Episode:
                 f"{len(generation.logprobs)} log-probabilities for {len(ids)} generated ids"
             )
 
-    def sample(self, task_id: str, report: dict) -> EpisodeSample:
+    def sample(self, task_id: str, report: dict, interface: dict) -> EpisodeSample:
         prompt, response = self.ids[: self.prompt_length], self.ids[self.prompt_length :]
         return EpisodeSample(
             task_id=task_id,
@@ -286,6 +293,8 @@ class _Episode:
             accuracy=report["accuracy"],
             progress=report["progress"],
             failure_tags=report["failure_tags"],
+            paper_label=report["paper_label"],
+            interface=interface,
             num_generations=self.num_generations,
             stop_reason=self.stop_reason,
             report=report,

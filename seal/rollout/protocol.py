@@ -68,7 +68,8 @@ class EpisodeLimits:
     max_generations: int = 20
     """Assistant messages per episode (at most MAX_GENERATIONS, 1024). The service ends
     the episode (truncated) at this many steps and the driver stops generating, so the
-    two agree."""
+    two agree. BFCL V4 agentic tasks count them per turn, as bfcl-eval does (its
+    force-quit; seal/bfcl/agentic.py)."""
     max_context_tokens: int = 16384
     """Tokens of prompt + response the model may see (its context). A generation is cut
     to the room left; an observation that does not fit ends the episode
@@ -121,7 +122,8 @@ class RewardSettings:
 
     partial_credit_cap: float = 0.0
     """0 (the paper): reward = accuracy, 0 or 1. Above 0: a failed episode earns
-    min(cap, partial_credit_weight * progress), progress = passed / scorable turns."""
+    min(cap, partial_credit_weight * progress), progress = passed / scorable turns (the
+    turns with a non-empty ground truth, as the release's grader counts them)."""
     partial_credit_weight: float = 1.0
     """Weight of progress under the cap."""
 
@@ -207,6 +209,27 @@ class CreateEpisode(BaseModel):
     settings: EpisodeSettings = Field(default_factory=EpisodeSettings)
 
 
+class GuidelineShown(BaseModel):
+    """One diagnostic guideline an episode's system prompt carries."""
+
+    tag: str
+    """The failure tag it addresses (seal.tocf.tags.FAILURE_TAGS)."""
+    text: str
+
+
+class EpisodeInterface(BaseModel):
+    """The training-time interface an episode was given (the paper's interface state,
+    logged per round: its Appendix C.4): the layers on, and the guidelines shown."""
+
+    schema_cues: bool = False
+    type_hints: bool = False
+    recovery_feedback: bool = False
+    guidelines: bool = False
+    """The guideline layer is on (it shows guidelines only when the profile asks)."""
+    shown: list[GuidelineShown] = Field(default_factory=list)
+    """The guidelines in the system prompt, in order."""
+
+
 class EpisodeCreated(BaseModel):
     episode_id: str
     task_id: str
@@ -221,6 +244,12 @@ class EpisodeCreated(BaseModel):
     they are on."""
     messages: list[ObservationMessage]
     """The first turn's user messages."""
+    interface: EpisodeInterface = Field(default_factory=EpisodeInterface)
+    """The layers and guidelines this episode shows (all off in validation)."""
+    system_from_task: bool = False
+    """The sections are the task's own system message (BFCL V4 agentic tasks: the answer
+    format, and for memory the memory so far), which every format shows, bfcl-eval's
+    leaderboard prompt included; otherwise they are the service's instructions."""
 
 
 MAX_CALLS_IN_A_STEP = 8192
@@ -255,10 +284,15 @@ class Evaluation(BaseModel):
     """1 when bfcl-eval's official checker passes the whole episode, else 0."""
     reward: float
     progress: float
-    """Turns tagged pass or correct_abstention over the scorable turns."""
+    """Turns tagged pass over the turns with a non-empty ground truth, as the release's
+    grader counts them (seal.bfcl.diagnosis.progress_counts); 0 when there are none."""
     failure_tags: list[str]
     """One diagnosis tag per ground-truth turn (seal.tocf.tags)."""
     tag_notes: list[str]
+    paper_label: str | None = None
+    """A failed episode's label in the paper's Table 5 (seal.tocf.tags.PAPER_LABELS, by
+    seal.bfcl.diagnosis.paper_label); None for a passed episode, one the service ended
+    (`aborted`), or one whose failing turn's check raised."""
     num_turns: int
     turns_reached: int
     terminated: bool
@@ -277,6 +311,12 @@ class Evaluation(BaseModel):
     tool_errors: int
     task_id: str
     category: str
+    scored: bool = True
+    """False for a BFCL V4 memory task's prerequisite conversation (it fills the memory;
+    bfcl-eval scores only the questions asked after it). Its accuracy is then 0."""
+    answer: str | None = None
+    """BFCL V4 agentic tasks: the last message that made no tool call, which bfcl-eval's
+    agentic checker reads as the model's answer (None: there was none)."""
 
 
 class StepResult(BaseModel):

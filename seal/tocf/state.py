@@ -18,8 +18,9 @@ target above its base weight; the live weight moves a fraction `beta` toward it:
                    min_weight, max_weight)
     weight = (1 - beta) * weight + beta * target
 
-`share` is the tag's fraction of the window's diagnosed turns and `mean_reward` the mean
-reward of the trajectories those turns belong to.
+`share` is the tag's fraction of the window's diagnosed turns (those tagged
+`checker_error`/`gt_error` left out, as in the release: they say nothing about the policy)
+and `mean_reward` the mean reward of the trajectories those turns belong to.
 
 The failure profile (the contract between trainer and service, a plain JSON dict):
 
@@ -266,7 +267,8 @@ class CapabilityState:
     def update_weights(self) -> dict[str, float]:
         """Move every non-fixed tag weight one EMA step toward its target from the window."""
         cfg = self.config
-        num_turns = self.window.num_turns
+        by_tag = self.window.by_tag
+        num_turns = sum(t.count for tag, t in by_tag.items() if tag not in EXCLUDED_TAGS)
         for tag, base in cfg.base_weights.items():
             if tag in cfg.fixed_tags or tag in EXCLUDED_TAGS:
                 continue

@@ -54,6 +54,25 @@ BASE_TAG_WEIGHTS = {
 }
 UNKNOWN_TAG_WEIGHT = 1.0
 
+# The paper's trajectory labels (its Table 5), highest priority first. A failed episode
+# gets one (seal.bfcl.diagnosis.paper_label, docs/diagnosis_labels.md) for the reports;
+# A-Patch and the capability state use the turn tags above (the paper's Table 6).
+INVALID_TOOL_CALL = "invalid_tool_call"  # unparseable call, or an unknown/unavailable tool
+ARGUMENT_MISMATCH = "argument_mismatch"  # a valid tool with a missing or unexpected argument
+STATE_MISMATCH_LABEL = STATE_MISMATCH  # the calls ran but the backend state is not the expected
+RECOVERY_FAILURE = "recovery_failure"  # a tool error came back and the turn still failed
+MISSING_TOOL_CALL = "missing_tool_call"  # no call where one was needed (or the episode ended)
+RESPONSE_MISMATCH_LABEL = RESPONSE_MISMATCH  # the calls were acceptable, results still missing
+
+PAPER_LABELS = (
+    INVALID_TOOL_CALL,
+    ARGUMENT_MISMATCH,
+    STATE_MISMATCH_LABEL,
+    RECOVERY_FAILURE,
+    MISSING_TOOL_CALL,
+    RESPONSE_MISMATCH_LABEL,
+)
+
 CATEGORIES = (
     "multi_turn_base",
     "multi_turn_miss_func",

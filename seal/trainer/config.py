@@ -46,6 +46,10 @@ class TinyModelSettings:
     """Key/value heads (grouped-query attention; num_attention_heads must divide by it)."""
     intermediate_size: int = 128
     """Width of each MLP."""
+    vocab_size: int = 151936
+    """Output ids: Qwen2.5's padded 151,936 (every tokenizer id is valid), or the
+    tokenizer's own 151,665, as exp/verl_cpu_vllm_smoke.yaml has it (verl's vLLM rollout
+    masks the ids past the tokenizer, its actor does not)."""
     seed: int = 0
     """Seed of the random initial weights."""
 
@@ -113,7 +117,8 @@ class RolloutSettings:
     """Generations the Hugging Face generator batches together (local trainer only)."""
     push_profile: bool = True
     """Push the capability state's failure profile to the service after every step, so
-    the guideline layer follows the policy (the closed loop)."""
+    the guideline layer (when on) follows the policy. The paper's "closed-loop update" is
+    the dynamic tag weights (`apatch.weight_source`), which do not depend on this."""
     max_failed_share: float = 0.05
     """Episodes of a step (or a validation) that may fail after one retry each: they are
     left out and counted (`train/failed_episodes`, `val/failed_episodes`). More than this
@@ -122,8 +127,11 @@ class RolloutSettings:
 
 
 def paper_evolution() -> EvolutionSettings:
-    """The paper's training layers: schema cues and diagnostic guidelines."""
-    return EvolutionSettings(schema_cues=True, guidelines=True)
+    """The training layers of the paper's headline run (its Appendix D, "Active
+    configuration", and the release's SEAL.yaml): the schema cues alone. Recovery
+    feedback and guidelines are the paper's optional components, off here
+    (exp/SEAL_full_interface.yaml turns them on)."""
+    return EvolutionSettings(schema_cues=True)
 
 
 @dataclass
@@ -190,7 +198,8 @@ class TrainerConfig:
     """Episode limits of training and validation episodes (the service applies
     `max_generations` too)."""
     evolution: EvolutionSettings = field(default_factory=paper_evolution)
-    """Observation layers of training episodes; validation never gets them."""
+    """Observation layers of training episodes; validation never gets them. Default: the
+    paper's active interface, schema cues only (`paper_evolution`)."""
     reward: RewardSettings = field(default_factory=RewardSettings)
     advantage: GRPOConfig = field(default_factory=GRPOConfig)
     apatch: APatchConfig = field(default_factory=APatchConfig)

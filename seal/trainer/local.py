@@ -47,7 +47,7 @@ from seal.trainer.config import TrainerConfig
 from seal.trainer.data import epoch_order, task_ids_of
 from seal.trainer.metrics import MetricsLogger
 from seal.trainer.model import frozen_copy, load_policy, load_tokenizer
-from seal.trainer.reweight import observe_and_reweight, outcome_metrics
+from seal.trainer.reweight import observe_and_reweight, outcome_metrics, record_interface
 from seal.trainer.run_dir import check_run_dir, record_data_order, set_aside_unfinished_attempt
 from seal.trainer.update import batch_logprobs, policy_update, response_mask_matrix
 
@@ -112,6 +112,8 @@ class LocalTrainer:
             with_logprobs=False,
         )
         self.state = ckpt.TrainerState()
+        self.served_profile: dict | None = None
+        """The failure profile last pushed to the service (None: never pushed)."""
         self.failed_episodes = 0
         """Episodes of the last rollout that failed twice and were left out."""
         if resume_from is not None:
@@ -141,7 +143,9 @@ class LocalTrainer:
 
     def push_profile(self) -> None:
         """Send the capability state's failure profile to the service (the closed loop)."""
-        push_profile(self.env_url, self.capability.failure_profile(), self.token, self.client)
+        profile = self.capability.failure_profile()
+        push_profile(self.env_url, profile, self.token, self.client)
+        self.served_profile = profile
 
     # --- the step ----------------------------------------------------------------------
 
@@ -160,6 +164,7 @@ class LocalTrainer:
         advantages, seal_metrics = observe_and_reweight(
             self.capability, samples, advantages, mask, cfg.apatch, step=step, epoch=epoch
         )
+        record_interface(self.run_dir, step, samples, self.served_profile, self.capability)
         # 4. The actor update: clipped loss with KL to the frozen reference.
         update_metrics = self._update(samples, advantages, width=mask.shape[1])
         # 5. Close the loop: the service's guidelines follow the current failure profile.
@@ -351,6 +356,7 @@ def _record(s: EpisodeSample, step: int) -> ValidationRecord:
         input=s.input_text,
         output=s.output_text,
         failure_tags=s.failure_tags,
+        paper_label=s.paper_label,
         turns=s.num_generations,
         progress=s.progress,
     )

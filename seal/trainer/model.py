@@ -30,7 +30,7 @@ def build_tiny_qwen2(cfg: ModelSettings, tokenizer) -> Qwen2ForCausalLM:
     """A randomly initialised Qwen2 whose vocabulary matches the Qwen2.5 tokenizer."""
     tiny = cfg.tiny
     config = Qwen2Config(
-        vocab_size=151936,  # Qwen2.5's padded vocabulary: every tokenizer id is valid
+        vocab_size=tiny.vocab_size,
         hidden_size=tiny.hidden_size,
         num_hidden_layers=tiny.num_hidden_layers,
         num_attention_heads=tiny.num_attention_heads,

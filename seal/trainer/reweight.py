@@ -9,11 +9,14 @@ A-Patch scales each sample's advantages by the weights of its tags. Both backend
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+from seal.eval.interface_log import interface_row, write_interface
+from seal.eval.metrics_log import label_fractions
 from seal.tocf.apatch import APatchConfig, apply_apatch, tag_weights
 from seal.tocf.state import CapabilityState, TrajectoryOutcome
 
@@ -27,6 +30,11 @@ class SampleOutcome:
     reward: float
     accuracy: int
     failure_tags: Sequence[str]
+    paper_label: str | None = None
+    """The failed sample's label in the paper's Table 5 (reports only; A-Patch reads the
+    turn tags)."""
+    interface: Mapping | None = None
+    """The training-time interface its episode was given (EpisodeInterface as a dict)."""
 
 
 def observe_and_reweight(
@@ -53,8 +61,23 @@ def observe_and_reweight(
     return advantages, {**capability.metrics(), **apatch_metrics}
 
 
+def record_interface(
+    run_dir: Path,
+    step: int,
+    samples: Sequence[SampleOutcome],
+    served_profile: dict | None,
+    capability: CapabilityState,
+) -> None:
+    """The step's interface state beside its failure profiles (seal/eval/interface_log.py):
+    what the samples' episodes were shown, the profile that chose it, the step's own."""
+    interfaces = [s.interface for s in samples]
+    row = interface_row(step, interfaces, served_profile, capability.failure_profile())
+    write_interface(run_dir, row)
+
+
 def outcome_metrics(samples: Sequence[SampleOutcome], prefix: str = "train") -> dict[str, float]:
-    """Reward, accuracy overall and per category, and tag fractions of a batch."""
+    """Reward, accuracy overall and per category, tag fractions of a batch, and the paper's
+    label distribution over its failed samples (`<prefix>/paper_label/<label>`)."""
     metrics = {
         f"{prefix}/reward_mean": sum(s.reward for s in samples) / len(samples),
         f"{prefix}/accuracy": sum(s.accuracy for s in samples) / len(samples),
@@ -65,4 +88,7 @@ def outcome_metrics(samples: Sequence[SampleOutcome], prefix: str = "train") -> 
     tags = [t for s in samples for t in s.failure_tags]
     for tag in sorted(set(tags)):
         metrics[f"{prefix}/tag_frac/{tag}"] = tags.count(tag) / len(tags)
+    failed = [s.paper_label for s in samples if not s.accuracy]
+    if failed:
+        metrics |= label_fractions(failed, f"{prefix}/paper_label/")
     return metrics

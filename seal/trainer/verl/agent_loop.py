@@ -21,6 +21,7 @@ prompt_length rather than truncating it (a cut prompt is not what the model saw)
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import weakref
@@ -171,6 +172,11 @@ def to_output(
             "task_id": sample.task_id,
             "category": sample.category,
             "failure_tags": list(sample.failure_tags),
+            # The paper's label of a failed episode ("" when none: a string field).
+            "paper_label": sample.paper_label or "",
+            # The interface the episode was shown, for the step's interface record (JSON
+            # text: one string field rather than a nested structure in TransferQueue).
+            "interface": json.dumps(sample.interface),
             "accuracy": int(sample.accuracy),
             "progress": float(sample.progress),
             "num_generations": sample.num_generations,
@@ -188,6 +194,7 @@ def to_output(
                 "task_id": sample.task_id,
                 "category": sample.category,
                 "failure_tags": TAG_SEPARATOR.join(sample.failure_tags),
+                "paper_label": sample.paper_label or "",
                 "turns": sample.num_generations,
                 "progress": float(sample.progress),
             },

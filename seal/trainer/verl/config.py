@@ -50,7 +50,8 @@ from seal.trainer.model import TINY
 from seal.trainer.verl.agent_loop import AGENT_NAME
 from seal.trainer.verl.cpu import PLATFORM_NAME
 from seal.trainer.verl.cpu.rollout import ROLLOUT_NAME
-from seal.trainer.verl.cpu.trainer import TRAINER_MODE_CPU
+from seal.trainer.verl.cpu.trainer import TRAINER_MODE_CPU, TRAINER_MODE_CPU_VLLM
+from seal.trainer.verl.cpu.vllm_config import vllm_cpu_keys
 from seal.trainer.verl.cpu.weight_sync import BACKEND as WEIGHT_SYNC_BACKEND
 from seal.trainer.verl.section import SealSection
 from seal.trainer.verl.trainer import TRAINER_MODE
@@ -109,7 +110,7 @@ def cpu_backend_keys(run_cfg) -> dict:
             "accelerator. Set trainer.loss.use_kl_loss=false for CPU runs."
         )
     a, r = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
-    return {
+    keys = {
         "trainer.device": "cpu",
         "trainer.v1.trainer_mode": TRAINER_MODE_CPU,
         f"{r}.name": ROLLOUT_NAME,
@@ -143,6 +144,11 @@ def cpu_backend_keys(run_cfg) -> dict:
         # trainer is synchronous), so each may use every core: half the step time on 2.
         "+ray_kwargs.ray_init.runtime_env.env_vars.OMP_NUM_THREADS": str(os.cpu_count() or 1),
     }
+    if v.cpu_rollout == "vllm":  # verl's hybrid vLLM rollout on vLLM's CPU build
+        keys |= vllm_cpu_keys(TRAINER_MODE_CPU_VLLM)
+    elif v.cpu_rollout != "hf":
+        raise ValueError(f"verl.cpu_rollout must be hf or vllm, not {v.cpu_rollout!r}")
+    return keys
 
 
 def mapped_keys(run_cfg, run_dir: Path) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import ray
 from omegaconf import OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
@@ -20,6 +21,7 @@ from seal.eval.records import read_val_dir
 from seal.eval.summary import render_markdown, summarize
 from seal.trainer.model import TINY, save_tiny_qwen2
 from seal.trainer.verl.config import compose_verl_config, tiny_model_dir
+from seal.trainer.verl.cpu.shm import remove_new_segments, segments
 from seal.trainer.verl.plugin import check_registrations
 
 
@@ -32,7 +34,16 @@ def run_verl_training(cfg, env_url: str, run_dir: Path, split_file: Path) -> Non
     check_registrations()  # verl swallows plugin import errors; fail here instead
     if cfg.trainer.logging.wandb == "offline":
         os.environ.setdefault("WANDB_MODE", "offline")  # inherited by the Ray workers
-    run_ppo(config, task_runner_class=TaskRunnerV1)
+    shm_before = segments()
+    try:
+        run_ppo(config, task_runner_class=TaskRunnerV1)
+    finally:
+        if cfg.verl.device == "cpu" and cfg.verl.cpu_rollout == "vllm":
+            # vLLM's shared memory outlives the processes Ray ends (cpu/shm.py): end
+            # them now, then remove what this run created, on success and on error.
+            ray.shutdown()
+            removed = remove_new_segments(shm_before, wait_s=30)
+            print(f"[verl] removed {len(removed)} shared-memory segments of vLLM: {removed}")
     val_dir = run_dir / "validation"
     print(f"\nvalidation pass rates per category ({val_dir}):\n")
     print(render_markdown(summarize(read_val_dir(val_dir))))

@@ -58,7 +58,12 @@ def missing_cpu_backend() -> list[str]:
     from seal.trainer.verl.cpu import PLATFORM_NAME
     from seal.trainer.verl.cpu.platform import PlatformSealCPU
     from seal.trainer.verl.cpu.rollout import ROLLOUT_NAME, HFCPUReplica
-    from seal.trainer.verl.cpu.trainer import TRAINER_MODE_CPU, SealPPOTrainerCPU
+    from seal.trainer.verl.cpu.trainer import (
+        TRAINER_MODE_CPU,
+        TRAINER_MODE_CPU_VLLM,
+        SealPPOTrainerCPU,
+        SealPPOTrainerCPUvLLM,
+    )
     from seal.trainer.verl.cpu.weight_sync import BACKEND, GlooCheckpointEngine
 
     found = {
@@ -70,6 +75,9 @@ def missing_cpu_backend() -> list[str]:
             _lookup(CheckpointEngineRegistry.get, BACKEND), GlooCheckpointEngine,
         ),
         f"trainer {TRAINER_MODE_CPU!r}": (_lookup(get_trainer_cls, TRAINER_MODE_CPU), SealPPOTrainerCPU),
+        f"trainer {TRAINER_MODE_CPU_VLLM!r}": (
+            _lookup(get_trainer_cls, TRAINER_MODE_CPU_VLLM), SealPPOTrainerCPUvLLM,
+        ),
     }  # fmt: skip
     return [f"{what} (registered: {got})" for what, (got, want) in found.items() if got is not want]
 

@@ -44,7 +44,12 @@ from seal.eval.summary import validation_metrics
 from seal.rollout.env_client import is_healthy, push_profile
 from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state
 from seal.tocf.summary import write_epoch_summary
-from seal.trainer.reweight import SampleOutcome, observe_and_reweight, outcome_metrics
+from seal.trainer.reweight import (
+    SampleOutcome,
+    observe_and_reweight,
+    outcome_metrics,
+    record_interface,
+)
 from seal.trainer.verl.agent_loop import TAG_SEPARATOR
 from seal.trainer.verl.section import SealSection
 
@@ -85,6 +90,8 @@ class SealPPOTrainer(PPOTrainerSync):
             "value": None,
         }
         self._resumed_from_step = 0
+        self.served_profile: dict | None = None
+        """The failure profile last pushed to the service (None: never pushed)."""
         self._val_metrics: dict[str, float] = {}
         self.metrics_log: MetricsWriter | None = None  # opened by _load_checkpoint
 
@@ -132,6 +139,9 @@ class SealPPOTrainer(PPOTrainerSync):
                 self.run_dir / "advantages", self.global_steps, data["uid"], samples, real,
                 grpo=advantages, patched=patched, mask=mask,
             )  # fmt: skip
+        record_interface(
+            self.run_dir, self.global_steps, samples, self.served_profile, self.capability
+        )
         advantages[real] = patched
         output = TensorDict(
             {"advantages": response_to_nested(advantages, nested_mask)}, batch_size=len(batch)
@@ -147,7 +157,9 @@ class SealPPOTrainer(PPOTrainerSync):
     def _push_profile(self) -> None:
         """The failure profile to the service, for the guidelines of the next training
         episodes; the token comes from $SEAL_ENV_TOKEN, set by the launcher."""
-        push_profile(self.seal.env_url, self.capability.failure_profile(), None, self.seal.client)
+        profile = self.capability.failure_profile()
+        push_profile(self.seal.env_url, profile, None, self.seal.client)
+        self.served_profile = profile
 
     def on_step_begin(self):
         super().on_step_begin()
@@ -272,6 +284,8 @@ def sample_outcome(extra_fields: dict, reward: float) -> SampleOutcome:
         reward=reward,
         accuracy=int(extra_fields["accuracy"]),
         failure_tags=list(extra_fields["failure_tags"]),
+        paper_label=extra_fields["paper_label"] or None,
+        interface=json.loads(extra_fields["interface"]),
     )
 
 
@@ -290,6 +304,7 @@ def validation_records(step, inputs, outputs, scores, infos) -> list[ValidationR
                 input=inputs[i],
                 output=outputs[i],
                 failure_tags=tags.split(TAG_SEPARATOR) if tags else [],
+                paper_label=infos["paper_label"][i] or None,
                 turns=int(infos["turns"][i]),
                 progress=float(infos["progress"][i]),
             )

@@ -1,0 +1,47 @@
+"""Where a run's validation records are, and which of the paper's rows the run reproduces.
+
+Reads a training run's directory (``validation/``, ``config.yaml`` as the launcher saves
+it) or an endpoint evaluation's output directory (``scripts/eval_endpoint.py --out-dir``:
+``validation/`` whose records name the model in ``extra["model"]``), or a bare directory
+of ``step_*.jsonl`` files. Used by ``seal-report`` for one run and for ``--compare``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from seal.eval.paper import PaperResult, matching_result
+from seal.eval.records import STEP_FILE_GLOB, ValidationRecord
+
+CONFIG_FILENAME = "config.yaml"
+TRAINING_JOBS = ("local", "verl")
+"""The launcher's jobs that train (others, e.g. `replay`, score scripted policies)."""
+
+
+def validation_dir(run: Path) -> Path:
+    """RUN/validation, or RUN itself when it holds the step files; else an error."""
+    if (run / "validation").is_dir():
+        return run / "validation"
+    if any(run.glob(STEP_FILE_GLOB)):
+        return run
+    raise FileNotFoundError(f"{run}: no validation records (validation/step_*.jsonl)")
+
+
+def run_model(run: Path, records: list[ValidationRecord]) -> tuple[str | None, dict | None]:
+    """(model, trainer section) of a training run's saved config; for an endpoint
+    evaluation (no config) the model its records name and None (an untrained model)."""
+    config = run / CONFIG_FILENAME
+    if config.exists():
+        cfg = OmegaConf.to_container(OmegaConf.load(config))
+        if isinstance(cfg, dict) and cfg.get("job") in TRAINING_JOBS:
+            return cfg["trainer"]["model"]["path"], cfg["trainer"]
+    models = {record.extra.get("model") for record in records} - {None}
+    return (models.pop() if len(models) == 1 else None), None
+
+
+def paper_row(run: Path, records: list[ValidationRecord]) -> PaperResult | None:
+    """The paper's row this run reproduces, or None (another model or method)."""
+    model, trainer = run_model(run, records)
+    return None if model is None else matching_result(model, trainer)

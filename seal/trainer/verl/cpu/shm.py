@@ -1,0 +1,59 @@
+"""Shared-memory segments a vLLM CPU run leaves in /dev/shm, and their removal.
+
+vLLM's engine talks to its worker through message queues in shared memory (Python
+SharedMemory, `psm_*`, 160-250 MB each) and verl's hybrid weight sync without CUDA IPC
+sends its buckets through one (`verl_weights_*`). Their owners unlink them only when
+they shut down cleanly; Ray ends the vLLM server and its engine processes with signals
+when the run ends (or fails), so every run would leave ~400 MB behind. The launcher's
+CPU vLLM job removes what its run created (launch.py), and the smoke test does the same
+after a launch it had to kill.
+
+No verl or vLLM imports: the test reads this from the main test venv.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+import psutil
+
+SHM = Path("/dev/shm")
+PREFIXES = ("psm_", "verl_weights_")
+
+
+def segments() -> set[str]:
+    return set(os.listdir(SHM)) if SHM.is_dir() else set()
+
+
+def mapped_segments() -> set[str]:
+    """Names of /dev/shm files some live process maps."""
+    mapped = set()
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            mapped.update(
+                Path(m.path).name
+                for m in proc.memory_maps(grouped=True)
+                if m.path.startswith(str(SHM))
+            )
+    return mapped
+
+
+def remove_new_segments(before: set[str], wait_s: float = 0.0) -> list[str]:
+    """Unlink the segments of PREFIXES created since `before` that no live process maps
+    (waiting up to `wait_s` for their processes to end; another job's live segments are
+    left alone); their names."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        new = sorted(n for n in segments() - before if n.startswith(PREFIXES))
+        mapped = mapped_segments() if new else set()
+        if not (set(new) & mapped) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    removed = [n for n in new if n not in mapped]
+    for name in removed:
+        with contextlib.suppress(FileNotFoundError):
+            (SHM / name).unlink()
+    return removed

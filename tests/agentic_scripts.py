@@ -1,0 +1,108 @@
+"""Scripted policies and a service for the BFCL V4 agentic tests.
+
+A memory scenario is played as bfcl-eval plays it: its prerequisite conversations in
+order, then questions. The scripted policy writes down every user message of a
+conversation (KV: one archival entry per turn, keyed `note_<conversation>_<turn>`, and
+one core-memory entry in the first; recursive summary: each message appended), answers
+"Noted." to end the turn, and answers a question after one memory read, with whatever
+answer the test gives it. Calls are written in the Qwen2.5 format and parsed by it, as
+a model's would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from conftest import serving
+
+from env_service.app import create_app
+from env_service.config import ServiceConfig
+from seal.bfcl.agentic import AgenticTask, agentic_task_ids
+from seal.bfcl.calls import ToolCall
+from seal.bfcl.tasks import load_task
+from seal.formats.registry import HERMES, get_format
+from seal.rollout.env_client import EnvClient
+from seal.rollout.protocol import EpisodeSettings
+from seal.rollout.scripted import run_scripted_episode
+
+FORMAT = get_format(HERMES)
+VALIDATE = EpisodeSettings(mode="validate")
+CORE_KEY, CORE_VALUE = "user_profile", "the user of this notetaker scenario"
+
+
+def call(name: str, **arguments) -> str:
+    return FORMAT.call_text([ToolCall(name, arguments)])
+
+
+def answer_text(answer: str) -> str:
+    """A final answer in the format bfcl-eval's system message asks for."""
+    return "{'answer': '" + answer + "', 'context': 'what my memory holds'}"
+
+
+def note_key(position: int, turn: int) -> str:
+    return f"note_{position}_{turn}"
+
+
+def prereq_turns(task: AgenticTask) -> list[list[str]]:
+    """One conversation: per turn, write the user's message down, then end the turn."""
+    turns = []
+    for turn, messages in enumerate(task.questions):
+        text = messages[0]["content"]
+        if task.backend == "rec_sum":
+            write = call("memory_append", text=text + "\n")
+        elif task.backend == "vector":
+            write = call("archival_memory_add", text=text[:2000])
+        else:
+            write = call(
+                "archival_memory_add", key=note_key(task.position, turn), value=text[:2000]
+            )
+        turns.append([write, "Noted."])
+    if task.position == 0 and task.backend == "kv":
+        turns[0].insert(0, call("core_memory_add", key=CORE_KEY, value=CORE_VALUE))
+    return turns
+
+
+def memory_read(task: AgenticTask) -> str:
+    """One read of what the first conversation stored."""
+    if task.backend == "rec_sum":
+        return call("memory_retrieve")
+    if task.backend == "vector":
+        first = load_task(task.chain[0]).questions[0][0]["content"]
+        return call("archival_memory_retrieve", query=first[:200], top_k=1)
+    return call("archival_memory_retrieve", key=note_key(0, 0))
+
+
+def notetaker(category: str, j: int = 0) -> str:
+    """The j-th question of the notetaker scenario (the shortest chain: 5 conversations)."""
+    return [t for t in agentic_task_ids(category) if "-notetaker-" in t][j]
+
+
+async def play(
+    url: str, task_id: str, turns: list[list[str]], settings: EpisodeSettings = VALIDATE
+) -> dict:
+    async with EnvClient(url) as env:
+        return await run_scripted_episode(env, task_id, turns, settings)
+
+
+def play_chain(url: str, question_id: str) -> list[dict]:
+    """Every prerequisite conversation of the question's scenario, in order."""
+    question = load_task(question_id)
+    return [
+        asyncio.run(play(url, prereq_id, prereq_turns(load_task(prereq_id))))
+        for prereq_id in question.chain
+    ]
+
+
+def ask(url: str, question_id: str, answer: str) -> dict:
+    question = load_task(question_id)
+    return asyncio.run(play(url, question_id, [[memory_read(question), answer_text(answer)]]))
+
+
+@contextlib.contextmanager
+def agentic_service(snapshot_dir: Path | None, workers: int = 1, **config):
+    """The service with a memory snapshot folder, served on a free local port."""
+    app = create_app(ServiceConfig(memory_snapshot_dir=snapshot_dir, workers=workers, **config))
+    with serving(app) as url:
+        yield url, app.state.engine

@@ -1,0 +1,224 @@
+"""`seal-report --compare`: runs side by side with paired bootstrap intervals and exact
+McNemar p-values, on constructed runs whose per-task outcomes are known; the numbers are
+checked against computations made independently here (scipy's exact binomial test and
+bootstrap, and a plain loop for the stratified average)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+from scipy import stats
+
+from seal.eval import compare as C
+from seal.eval import report
+from seal.eval.records import ValidationRecord, write_step
+from seal.eval.summary import load_split_ids
+from seal.tocf.tags import CATEGORIES
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+import launcher  # noqa: E402
+
+EVAL_IDS = load_split_ids(REPO / "data/seal_split.json", "eval")
+BY_CATEGORY = {c: [t for t in EVAL_IDS if t.startswith(c + "_")] for c in CATEGORIES}
+RESAMPLES = 2000
+
+
+def record(task_id: str, step: int, score: int, **extra) -> ValidationRecord:
+    category = task_id.rsplit("_", 1)[0]
+    fields = {"input": "", "output": "", "failure_tags": ["pass"], "turns": 1}
+    return ValidationRecord(
+        task_id=task_id, data_source=category, score=score, reward=score, step=step, extra=extra,
+        **fields,
+    )  # fmt: skip
+
+
+def write_run(folder: Path, passed: dict[str, set[int]], step: int = 10, **extra) -> Path:
+    """A run whose step `step` passes, per category, the tasks at the given positions
+    (in the split's order) and fails the others."""
+    records = [
+        record(task_id, step, int(k in passed.get(category, set())), **extra)
+        for category, ids in BY_CATEGORY.items()
+        for k, task_id in enumerate(ids)
+    ]
+    write_step(folder / "validation", step, records)
+    return folder
+
+
+# Per category: the baseline passes the first `base` tasks; the run passes the first
+# `base - lost` and the `gained` tasks after the baseline's, so the counts are known.
+DESIGN = {  # category: (baseline passes, run gains, run loses)
+    "multi_turn_base": (22, 40, 4),
+    "multi_turn_miss_func": (14, 25, 3),
+    "multi_turn_miss_param": (10, 26, 2),
+    "multi_turn_long_context": (10, 5, 6),
+}
+
+
+def baseline_and_run(tmp_path):
+    base = {c: set(range(b)) for c, (b, _, _) in DESIGN.items()}
+    run = {c: set(range(lost, b + gained)) for c, (b, gained, lost) in DESIGN.items()}
+    return write_run(tmp_path / "vanilla", base), write_run(tmp_path / "seal", run)
+
+
+def differences(baseline: Path, run: Path, seed: int = 3):
+    comparison = C.compare_runs([str(baseline), str(run)], None, RESAMPLES, seed)
+    return {d.category: d for d in comparison.differences["seal"]}
+
+
+def test_a_run_compared_with_itself_differs_by_zero_with_p_one(tmp_path):
+    baseline, _ = baseline_and_run(tmp_path)
+    comparison = C.compare_runs([str(baseline)], None, RESAMPLES, 0)
+    found = comparison.differences["vanilla"]
+    assert [d.category for d in found] == [*CATEGORIES, C.AVERAGE]
+    for d in found:
+        assert (d.difference_pct, d.low_pct, d.high_pct) == (0.0, 0.0, 0.0)
+        assert (d.gained, d.lost, d.p_value) == (0, 0, 1.0)
+    assert found[-1].tasks == 400 and found[0].tasks == 100
+
+
+def test_differences_and_discordant_counts_are_the_constructed_ones(tmp_path):
+    found = differences(*baseline_and_run(tmp_path))
+    for category, (_, gained, lost) in DESIGN.items():
+        d = found[category]
+        assert (d.tasks, d.gained, d.lost) == (100, gained, lost)
+        assert d.difference_pct == pytest.approx(gained - lost)
+    net = [gained - lost for _, gained, lost in DESIGN.values()]
+    average = found[C.AVERAGE]
+    assert average.difference_pct == pytest.approx(sum(net) / 4)
+    assert average.run_pct == pytest.approx(sum(b + g - lost for b, g, lost in DESIGN.values()) / 4)
+    gained = sum(g for _, g, _ in DESIGN.values())
+    assert (average.gained, average.lost) == (gained, sum(lost for *_, lost in DESIGN.values()))
+
+
+def test_p_values_equal_scipys_exact_binomial_test(tmp_path):
+    found = differences(*baseline_and_run(tmp_path))
+    for d in found.values():
+        expected = stats.binomtest(d.gained, d.gained + d.lost, 0.5).pvalue
+        assert d.p_value == pytest.approx(expected, rel=1e-12, abs=1e-300)
+    assert found["multi_turn_long_context"].p_value == pytest.approx(1.0)  # 5 against 6
+    assert found["multi_turn_base"].p_value < 1e-6
+    for gained, lost in [(0, 0), (0, 1), (1, 0), (3, 3), (7, 2), (0, 30), (210, 180), (400, 0)]:
+        expected = 1.0 if gained + lost == 0 else stats.binomtest(gained, gained + lost).pvalue
+        assert C.mcnemar_exact(gained, lost) == pytest.approx(expected, rel=1e-12, abs=1e-300)
+
+
+def test_category_intervals_equal_scipys_percentile_bootstrap(tmp_path):
+    baseline, run = baseline_and_run(tmp_path)
+    seed = 3
+    found = differences(baseline, run, seed)
+    comparison = C.compare_runs([str(baseline), str(run)], None, RESAMPLES, seed)
+    pairs = C.paired(comparison.runs[1], comparison.runs[0])
+    for k, category in enumerate(CATEGORIES):
+        ours, theirs = pairs[category]
+        result = stats.bootstrap(
+            (ours - theirs,),
+            np.mean,
+            n_resamples=RESAMPLES,
+            method="percentile",
+            confidence_level=0.95,
+            rng=np.random.default_rng([seed, k]),
+        )
+        low, high = result.confidence_interval
+        assert found[category].low_pct == pytest.approx(low * 100, abs=1e-9)
+        assert found[category].high_pct == pytest.approx(high * 100, abs=1e-9)
+        assert found[category].low_pct < found[category].difference_pct < found[category].high_pct
+
+
+def test_the_average_interval_is_the_stratified_bootstrap(tmp_path):
+    """Recomputed with a plain loop: each resample draws every category's tasks anew (the
+    generators of the module's docstring) and averages the four category differences."""
+    baseline, run = baseline_and_run(tmp_path)
+    seed = 5
+    average = differences(baseline, run, seed)[C.AVERAGE]
+    draws = {}
+    for k, category in enumerate(CATEGORIES):
+        # The tasks in task-id order (the module pairs them so), each with its position in
+        # the split, which decided its outcomes above.
+        positions = [BY_CATEGORY[category].index(t) for t in sorted(BY_CATEGORY[category])]
+        b, gained, lost = DESIGN[category]
+        diffs = [int(lost <= p < b + gained) - int(p < b) for p in positions]
+        picks = np.random.default_rng([seed, k]).integers(0, 100, (RESAMPLES, 100))
+        draws[category] = [sum(diffs[i] for i in row) / 100 for row in picks.tolist()]
+    means = sorted(sum(draws[c][r] for c in CATEGORIES) / 4 for r in range(RESAMPLES))
+
+    # numpy's default percentile: linear between the order statistics around q (n - 1)
+    def percentile(q):
+        position = q / 100 * (RESAMPLES - 1)
+        low = int(position)
+        return means[low] + (means[low + 1] - means[low]) * (position - low)
+
+    assert average.low_pct == pytest.approx(percentile(2.5) * 100, abs=1e-9)
+    assert average.high_pct == pytest.approx(percentile(97.5) * 100, abs=1e-9)
+
+
+def save_training_config(run: Path, conf: str) -> None:
+    cfg = launcher.compose(REPO / f"exp/{conf}.yaml", ["job=local"])
+    OmegaConf.save(cfg, run / "config.yaml")
+
+
+def test_command_line_compares_training_runs_and_an_endpoint_evaluation(tmp_path, capsys):
+    baseline, run = baseline_and_run(tmp_path)
+    save_training_config(baseline, "GRPO")
+    save_training_config(run, "SEAL")
+    write_run(run, {"multi_turn_base": set(range(5))}, step=20)  # a worse later step
+    untrained = write_run(
+        tmp_path / "qwen7b", {c: set(range(10)) for c in CATEGORIES}, step=0,
+        model="Qwen/Qwen2.5-7B-Instruct",
+    )  # fmt: skip
+    out = tmp_path / "cmp"
+    argv = [
+        "--compare",
+        str(run),
+        str(untrained),
+        "--baseline",
+        str(baseline),
+        "--out-dir",
+        str(out),
+    ]
+    assert report.main([*argv, "--resamples", "500"]) == 0
+    assert "compare.md" in capsys.readouterr().out
+    page = (out / "compare.md").read_text()
+    assert (out / "compare.png").stat().st_size > 10_000
+    assert "vanilla (baseline)" in page and "| seal | 10 (best) | 400 |" in page
+    # The paper's rows of the runs' backbone, the reproduced ones marked.
+    assert "paper: Qwen2.5-7B-Instruct + SEAL (reproduced above) | – | – | 40.25 |" in page
+    assert "paper: Qwen2.5-7B-Instruct + vanilla RL (reproduced above)" in page
+    assert "paper: Qwen2.5-7B-Instruct (reproduced above)" in page
+    assert "paper: Qwen2.5-7B-Instruct + SEAL w/o closed-loop update |" in page
+    numbers = json.loads((out / "compare.json").read_text())
+    assert [r["label"] for r in numbers["runs"]] == ["vanilla", "seal", "qwen7b"]
+    assert numbers["differences"]["vanilla"][-1]["p_value"] == 1.0
+    # A given step instead of the best.
+    assert report.main(["--compare", f"{run}@20", "--baseline", str(baseline),
+                        "--out-dir", str(tmp_path / "cmp20"), "--resamples", "200"]) == 0  # fmt: skip
+    page = (tmp_path / "cmp20" / "compare.md").read_text()
+    assert "| seal | 20 (given) | 400 |" in page
+
+
+def test_unpaired_tasks_are_left_out_and_named(tmp_path):
+    baseline, _ = baseline_and_run(tmp_path)
+    partial = tmp_path / "partial" / "validation"
+    records = [record(t, 0, 1) for ids in BY_CATEGORY.values() for t in ids[:50]]
+    write_step(partial, 0, records)
+    comparison = C.compare_runs([str(baseline), str(partial.parent)])
+    found = {d.category: d for d in comparison.differences["partial"]}
+    assert found["multi_turn_base"].tasks == 50 and found[C.AVERAGE].tasks == 200
+    assert (
+        "differ in 200 tasks (0 only in the run, 200 only in the baseline)" in comparison.notes[0]
+    )
+
+
+def test_bad_arguments_are_clear(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        report.parse_args(["--baseline", "x"])
+    baseline, _ = baseline_and_run(tmp_path)
+    assert report.main(["--compare", f"{baseline}@7"]) == 1
+    assert "no validation step 7" in capsys.readouterr().err
+    assert report.main(["--compare", str(tmp_path / "nowhere")]) == 1
+    assert "no validation records" in capsys.readouterr().err

@@ -32,7 +32,7 @@ requests in flight sent again; and a thread in each worker beats (the slot's hea
 every 0.25 s whatever the worker does, so one whose beats stop for `stall_s` (a frozen
 cgroup, a debugger, a process stuck in the kernel) is replaced too. Measured
 (scripts/bench_env_adversarial.py's stopped_worker case, a worker stopped every 10 s,
-2026-11-25, medians of 3 rounds on this loaded 2-core machine): with the heartbeat
+2026-11-25, medians of 2 and 3 rounds on this loaded 2-core machine): with the heartbeat
 alone (2 s) the well-behaved clients' p99 was 3.7x the quiet one (every request caught
 by a stop waited the 2 s); with the kernel's state read each round, 0.99x (before, a worker
 stopped while idle, by SIGSTOP, a debugger or a frozen cgroup, was never replaced: the

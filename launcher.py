@@ -108,11 +108,18 @@ def compose(conf: Path, overrides: list[str]):
 
 
 def check_training_run_dir(cfg, run_dir: Path) -> None:
-    """Refuse a training run that does not fit its directory; print allowed changes."""
-    from seal.trainer.run_dir import check_run_dir  # the trainer stack, for training jobs only
+    """Refuse a training run that does not fit its directory; print allowed changes; set
+    aside the files of a resumed run that never reached its first checkpoint."""
+    # The trainer stack, for training jobs only.
+    from seal.trainer.run_dir import check_run_dir, set_aside_unfinished_attempt
 
     for change in check_run_dir(run_dir, cfg.trainer, backend=cfg.job):
         print(f"[launcher] resuming with a changed data order (allowed): {change}")
+    # The first write, after every refusal: a resumed run that never reached its first
+    # checkpoint restarts from step 0 in a cleared directory (its files are kept).
+    moved = set_aside_unfinished_attempt(run_dir, cfg.trainer, backend=cfg.job)
+    if moved:
+        print(f"[launcher] {moved}")
 
 
 def save_run_files(cfg, run_dir: Path) -> None:

@@ -9,8 +9,10 @@ who reaches the port could steer training.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import os
+import resource
 import sys
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from pydantic import ValidationError
 
 from env_service.app import create_app
 from env_service.config import TOKEN_ENV, ServiceConfig
+from env_service.connections import guarded_protocol
 from env_service.engine import ServiceStartError
 
 LOOPBACK_NAMES = {"localhost"}
@@ -29,6 +32,7 @@ _NUMERIC = {
     "--episode-ttl": "episode_ttl_s",
     "--workers": "workers",
     "--worker-niceness": "worker_niceness",
+    "--worker-stall-seconds": "worker_stall_seconds",
     "--max-body-bytes": "max_body_bytes",
     "--max-message-chars": "max_message_chars",
     "--max-calls-per-step": "max_calls_per_step",
@@ -39,6 +43,9 @@ _NUMERIC = {
     "--max-calls-per-episode": "max_calls_per_episode",
     "--max-episode-call-chars": "max_episode_call_chars",
     "--max-profile-bytes": "max_profile_bytes",
+    "--header-timeout": "header_timeout_s",
+    "--body-timeout": "body_timeout_s",
+    "--max-unauthenticated-connections": "max_unauthenticated_connections",
     "--web-search-interval": "web_search_interval_s",
     "--web-search-attempts": "web_search_attempts",
     "--web-search-timeout": "web_search_timeout_s",
@@ -77,8 +84,8 @@ def main(argv: list[str] | None = None) -> None:
         "--capability-state",
         type=Path,
         default=None,
-        help="capability-state JSON to read the failure profile from when no "
-        "trainer pushes one (default: none)",
+        help="capability-state JSON (this project's or the original release's) to read "
+        "the failure profile from when no trainer pushes one (default: none)",
     )
     p.add_argument(
         "--memory-snapshot-dir",
@@ -127,7 +134,22 @@ def main(argv: list[str] | None = None) -> None:
         f"token {'required' if token else 'not set (loopback only)'}",
         file=sys.stderr,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    raise_open_files_limit()
+    protocol = guarded_protocol(
+        config.header_timeout_s, config.body_timeout_s, config.max_unauthenticated_connections
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, http=protocol)
+
+
+def raise_open_files_limit() -> None:
+    """Raise this process's open-files limit to what the system allows it: every client
+    connection holds one (a trainer's many episodes, several nodes), and the default of
+    1,024 is a limit of the login shell, not of the service."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 if __name__ == "__main__":

@@ -202,8 +202,12 @@ async def create_episode(body: CreateEpisode, request: Request):
 
 async def create_reply(engine: EnvEngine, body: CreateEpisode) -> Response:
     """The route's work and reply (also served by env_service/hot_routes.py)."""
-    created = await engine.acreate(body.task_id, body.settings, body.episode_id)
-    return json_reply(_created(*created), 201)
+    episode_id, episode = await engine.acreate(body.task_id, body.settings, body.episode_id)
+    try:
+        return json_reply(_created(episode_id, episode), 201)
+    except Exception:
+        engine.discard(episode_id, episode)
+        raise
 
 
 @router.post(

@@ -32,12 +32,14 @@ Every POST body is `{env_type, task_id, instance_id, messages, params}` and ever
     observation_lite      {enable, apply_to_validation, categories, add_required_hint,
                           add_type_hint, add_enum_hint, hide_optional, instruction}: schema
                           cues, train-only unless apply_to_validation
-    diagnostic_evolution  {enable, apply_to_validation, categories, state_path,
-                          prevalence_threshold, reward_threshold, min_tag_count, max_lines,
-                          category_tags, guidelines}: guidelines from the release's
-                          capability-state file at state_path (the release's selection:
-                          release_compat.release_state_profile); without state_path, from
-                          this service's profile (PUT /v1/profile or --capability-state)
+    diagnostic_evolution  {enable, apply_to_validation, categories, prevalence_threshold,
+                          reward_threshold, min_tag_count, max_lines, category_tags,
+                          guidelines}: guidelines from the service's failure profile (PUT
+                          /v1/profile, or the operator's --capability-state file); when
+                          that file is the original release's capability state, with the
+                          release's selection and these thresholds (release_state.py).
+                          `state_path` is refused (422 naming --capability-state): no
+                          request names a file the service reads
     tool_feedback_evolution {enable, apply_to_validation, categories}: recovery feedback
     is_open_query, strict_tool_parser, enforce_available_tools, tool_prompt_mode,
     tool_result_mode, tool_call_parser, terminate_on_parse_error, ...: accepted at the
@@ -75,6 +77,8 @@ Where this service differs from the release on purpose (the release is wrong the
 - `/get_env_profile` serves the paper's split (data/seal_split.json, the same ids as the
   release's parquet files); the release serves data/bfcl_400_split.json, which shares only
   206 of 400 train ids with them, and has no `val` split, which its trainer asks for.
+- diagnostic_evolution.state_path is refused: the release read whatever file a request
+  named (its operator gives the file with --capability-state here).
 - diagnostic_evolution with a state file: a tag's mean reward is computed from the file
   (the release reads a `reward_mean` its file never holds, so no tag ever counts as
   solved), and zero thresholds or max_lines mean zero (the release replaces them with its
@@ -109,7 +113,13 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
 from env_service import release_compat
-from env_service.engine import EngineError, EnvEngine, InvalidRequestError, NotFoundError
+from env_service.engine import (
+    EngineError,
+    EnvEngine,
+    InvalidRequestError,
+    NotFoundError,
+    check_id,
+)
 from env_service.json_body import SafeJsonRoute
 from env_service.statuses import wire_errors
 from seal.bfcl import prompt
@@ -172,9 +182,12 @@ def _check_env_type(body: WireRequest) -> None:
 
 @router.post("/create", responses=wire_errors(400, 404, 409, 413, 422, 503))
 async def create(body: WireRequest, request: Request):
+    engine = _engine(request)
     try:
         _check_env_type(body)
-        asked = _require(body.task_id, "task_id")
+        asked = check_id(_require(body.task_id, "task_id"), "task_id")
+        if body.instance_id:
+            check_id(body.instance_id, "instance_id")
         try:
             task = load_task(release_compat.resolve_task_id(asked))
         except UnknownTaskError as e:
@@ -184,12 +197,22 @@ async def create(body: WireRequest, request: Request):
                 f"{task.task_id}: the wire protocol serves the BFCL V3 multi-turn tasks; "
                 "BFCL V4 agentic tasks are on the native API (/v1)"
             )
-        create_params = release_compat.translate_params(body.params, task.category)
-        instance_id, ep = await _engine(request).acreate(
+        create_params = release_compat.translate_params(
+            body.params, task.category, engine.release_state
+        )
+        instance_id, ep = await engine.acreate(
             task.task_id, create_params.settings, body.instance_id, create_params.profile
         )
     except EngineError as e:
         return wire_error(e)
+    try:
+        return _created(instance_id, ep, asked, task, create_params)
+    except Exception:
+        engine.discard(instance_id, ep)  # no client learnt of it: nothing is left live
+        raise
+
+
+def _created(instance_id, ep, asked, task, create_params) -> Response:
     info = {
         "instance_id": instance_id,
         "task_id": asked,
@@ -286,6 +309,7 @@ async def get_env_profile(body: WireRequest):
         return wire_error(e)
 
 
+@router.head("/healthz", include_in_schema=False)  # load balancers and curl -I ask HEAD
 @router.get("/healthz", summary="Liveness and counts; the one route open without the token")
 async def healthz(request: Request):
     return {"status": "healthy", **_engine(request).stats()}

@@ -48,6 +48,17 @@ class ServiceConfig(BaseModel):
     quiet one at both 0 and 10 (21 vs 15 ms). Raise it where untrusted clients share a
     machine with few cores and the event loop's latency matters more than throughput."""
 
+    worker_stall_seconds: float = Field(10.0, gt=0)
+    """A worker process that gives no sign of life (its heartbeat thread beats every
+    0.25 s, calls or not) for this long is killed and replaced, its episodes rebuilt and
+    its requests sent again: frozen (a cgroup freezer, a debugger) it would otherwise
+    hold every episode placed on it. Workers that miss 3 beats get no new episodes
+    meanwhile; one the kernel shows stopped (SIGSTOP) is replaced within 0.2 s whatever
+    this is. 10 s, the step budget, by measurement (scripts/bench_env_adversarial.py,
+    2026-11-25, this 2-core machine at load 10-20): at 2 s, healthy workers under the
+    flood were taken for frozen 1-3 times in 100 s (their beat thread waited that long
+    for the CPU), each a needless replacement."""
+
     # --- what one request may cost -----------------------------------------------------------
     max_body_bytes: int = Field(4 * MIB, ge=1024)
     """Largest HTTP request body, refused with 413 from its Content-Length or, without
@@ -76,6 +87,20 @@ class ServiceConfig(BaseModel):
     past it the evaluation is `aborted: evaluation_time_budget`, every turn tagged
     `checker_error` (an infrastructure tag: no weight, no guideline)."""
 
+    # --- connections (env_service/connections.py) ----------------------------------------------
+    header_timeout_s: float = Field(10.0, gt=0, le=30)
+    """A request's headers must arrive within this many seconds of its first byte (of the
+    connection's start, for its first request), or the connection is closed: before, a
+    connection that sent part of its headers was held forever."""
+    body_timeout_s: float = Field(30.0, gt=0)
+    """A request's body must arrive within this many seconds of its headers (a 4 MiB
+    body at 2 Mbit/s takes 17 s), or the connection is closed."""
+    max_unauthenticated_connections: int = Field(128, ge=1)
+    """Connections that have not yet sent a request with the token (without a token: not
+    yet a complete request) beyond this count close the one that has waited longest,
+    so no flood of them can use up the service's open files (which the service raises
+    to the system's limit at start)."""
+
     # --- what one episode may keep -------------------------------------------------------------
     max_calls_per_episode: int = Field(1024, ge=1)
     """Tool calls one episode may run in all (kind `episode_limit` after that). Bounds what
@@ -88,10 +113,13 @@ class ServiceConfig(BaseModel):
 
     # --- sources and access --------------------------------------------------------------------
     capability_state_path: Path | None = None
-    """A persisted capability state (seal.tocf) to read the failure profile from when no
-    trainer has pushed one; re-read whenever the file changes. Unreadable at start: the
-    service refuses to start. Unreadable later: the last good profile is kept and a
-    warning names the file (GET /v1/profile shows it)."""
+    """A persisted capability state to read the failure profile from when no trainer has
+    pushed one: this project's (seal.tocf) or the original release's (its wire clients'
+    diagnostic_evolution thresholds then select from it, env_service/release_state.py).
+    Re-read whenever the file changes. Unreadable at start: the service refuses to start.
+    Unreadable later: the last good profile is kept and a warning names the file (GET
+    /v1/profile shows it). The only file the service reads besides its own code and
+    data: no request can name one."""
     max_profile_bytes: int = Field(65_536, ge=1024)
     """Largest `PUT /v1/profile` body (413 beyond; a profile lists at most 64 tags)."""
     token: str | None = Field(None, min_length=1)

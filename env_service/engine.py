@@ -32,24 +32,29 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
 
+from env_service import release_state
 from env_service.config import ServiceConfig
 from env_service.episode import Episode, EpisodeCaps, StepOutcome
 from env_service.execution import (
     EVALUATION_TIME_BUDGET,
+    REBUILD_TIME_BUDGET,
     STEP_TIME_BUDGET,
     RunResult,
     run_calls,
     run_now,
 )
 from env_service.workers import WorkerPool
+from seal.atomic_file import StateFileError, read_json
 from seal.bfcl import memory, web_search
 from seal.bfcl.agentic import AgenticTask, missing_dependency
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.diagnosis import Diagnosis
 from seal.bfcl.tasks import UnknownTaskError, load_task
 from seal.rollout.protocol import EpisodeSettings
-from seal.tocf.state import load_failure_profile
+from seal.tocf.state import CapabilityState
 
 __all__ = ["EnvEngine", "ServiceConfig"]  # ServiceConfig is imported from here too
 
@@ -89,6 +94,61 @@ class ServiceStartError(ValueError):
     """The service cannot start with its configuration (the message says what to fix)."""
 
 
+MAX_ID_CHARS = 256
+"""The longest episode, instance or task id a client may send (BFCL's are under 40
+characters, a UUID is 36). Before, a 3.9 MB id cost 8.6 MB across the service and its
+workers, kept for the episode's life."""
+
+
+def check_id(value: str, what: str) -> str:
+    """`value` if it can be an id; else InvalidRequestError (422) saying why, without
+    echoing a long value back. Ids are logged, compared and sent back in replies and
+    paths, so they are short, printable text without '/' (the native API's paths)."""
+    if not value:
+        raise InvalidRequestError(f"{what} is empty")
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidRequestError(
+            f"{what} is {len(value)} characters; ids have at most {MAX_ID_CHARS} characters"
+        )
+    if not value.isprintable():
+        bad = next(ch for ch in value if not ch.isprintable())
+        raise InvalidRequestError(
+            f"{what} {value!r} holds U+{ord(bad):04X}, a control character or another code "
+            "point that is not printable text"
+        )
+    if "/" in value:
+        raise InvalidRequestError(f"{what} {value!r} holds '/', which no id may hold")
+    return value
+
+
+@dataclass(frozen=True)
+class StateFile:
+    """What the operator's --capability-state file gives: a failure profile, and the
+    release's raw state when the file is the original release's."""
+
+    profile: dict
+    release: dict | None = None
+
+
+def read_state_file(path: Path) -> StateFile:
+    """This project's capability state (seal.tocf) or the original release's
+    (env_service/release_state.py); raises OSError or ValueError (StateFileError) with
+    the reason."""
+    data = read_json(path, "capability state")
+    if release_state.is_release_state(data):
+        release_state.check_release_state(data)
+        return StateFile(release_state.release_profile(data, None), data)
+    if not isinstance(data, dict):
+        raise StateFileError(f"{path}: a JSON {type(data).__name__}, not a capability state")
+    try:
+        return StateFile(CapabilityState.from_dict(data).failure_profile())
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise StateFileError(
+            f"{path}: neither this project's capability state nor the original release's "
+            f"({type(e).__name__}: {e})"
+        ) from None
+
+
 class EnvEngine:
     def __init__(self, config: ServiceConfig | None = None):
         self.config = config or ServiceConfig()
@@ -98,7 +158,7 @@ class EnvEngine:
         # id -> (time ended, answer); oldest first, bounded like the live episodes.
         self.finished: OrderedDict[str, tuple[float, StepOutcome]] = OrderedDict()
         self.pushed_profile: dict | None = None
-        self._file_profile: tuple[float, dict | None] | None = None  # (mtime, last good)
+        self._file: tuple[float, StateFile] | None = None  # (mtime, last good)
         self._file_warned: float | None = None  # mtime of the bad file last warned about
         self.profile_warning: str | None = None
         self.totals = {"created": 0, "released": 0, "expired": 0, "rejected_busy": 0}
@@ -110,8 +170,8 @@ class EnvEngine:
         path = self.config.capability_state_path
         if path is not None and path.exists():
             try:
-                self._file_profile = (path.stat().st_mtime, load_failure_profile(path))
-            except (OSError, ValueError, KeyError, TypeError) as e:
+                self._file = (path.stat().st_mtime, read_state_file(path))
+            except (OSError, ValueError) as e:
                 raise ServiceStartError(
                     f"--capability-state {path}: cannot read a failure profile from it "
                     f"({type(e).__name__}: {e}); fix or remove the file"
@@ -132,6 +192,7 @@ class EnvEngine:
                     self.config.max_evaluation_seconds,
                     self._executed_calls,
                     self.config.worker_niceness,
+                    self.config.worker_stall_seconds,
                 )
                 await pool.start()
                 self.pool = pool
@@ -219,7 +280,7 @@ class EnvEngine:
         if episode.local:
             return run_now(run_calls(episode.backends, calls, self.caps.budget))
         result = await self.pool.run(episode_id, calls)
-        if result.stopped == STEP_TIME_BUDGET:
+        if result.stopped in (STEP_TIME_BUDGET, REBUILD_TIME_BUDGET):
             self.pool.close(episode_id)  # the episode has ended: its backends are of no use
         return result
 
@@ -271,6 +332,10 @@ class EnvEngine:
     # --- shared --------------------------------------------------------------------------
 
     def _create(self, task_id, settings, episode_id, profile, local):
+        # Checked before anything else, so nothing is made from an id no reply can carry.
+        check_id(task_id, "task_id")
+        if episode_id:  # an empty one asks for a generated id, as None does
+            check_id(episode_id, "episode_id")
         self.expire_idle()
         episode_id = episode_id or uuid.uuid4().hex
         existing = self.episodes.get(episode_id)
@@ -393,6 +458,16 @@ class EnvEngine:
     def release(self, episode_id: str) -> None:
         if self.episodes.pop(episode_id, None) is None:
             raise NotFoundError(f"no live episode {episode_id!r}")
+        self._released(episode_id)
+
+    def discard(self, episode_id: str, episode: Episode) -> None:
+        """Release `episode` if it is still live under `episode_id`: a create whose reply
+        could not be sent leaves nothing behind (its client never learnt of it)."""
+        if self.episodes.get(episode_id) is episode:
+            del self.episodes[episode_id]
+            self._released(episode_id)
+
+    def _released(self, episode_id: str) -> None:
         if self.pool is not None:
             self.pool.close(episode_id)
         self.totals["released"] += 1
@@ -425,31 +500,44 @@ class EnvEngine:
         """
         if self.pushed_profile is not None:
             return self.pushed_profile
+        state = self._state_file()
+        return None if state is None else state.profile
+
+    def release_state(self) -> dict | None:
+        """The original release's capability state, when that is where the profile comes
+        from (the operator's --capability-state file in the release's format, and no
+        pushed profile): the wire protocol's guideline thresholds select from it."""
+        if self.pushed_profile is not None:
+            return None
+        state = self._state_file()
+        return None if state is None else state.release
+
+    def _state_file(self) -> StateFile | None:
         path = self.config.capability_state_path
         if path is None or not path.exists():
             return None
         mtime = path.stat().st_mtime
-        if self._file_profile is not None and self._file_profile[0] == mtime:
-            return self._file_profile[1]
+        if self._file is not None and self._file[0] == mtime:
+            return self._file[1]
         if self._file_warned == mtime:
-            return self._file_profile[1] if self._file_profile else None
+            return self._file[1] if self._file else None
         try:
-            self._file_profile = (mtime, load_failure_profile(path))
+            self._file = (mtime, read_state_file(path))
             self.profile_warning = None
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError) as e:
             self._file_warned = mtime
-            kept = "the last good profile" if self._file_profile else "no profile"
+            kept = "the last good profile" if self._file else "no profile"
             self.profile_warning = (
                 f"--capability-state {path}: cannot read a failure profile from it "
                 f"({type(e).__name__}: {e}); using {kept} until the file changes"
             )
             log.warning("env_service: %s", self.profile_warning)
-        return self._file_profile[1] if self._file_profile else None
+        return self._file[1] if self._file else None
 
     def profile_source(self) -> str | None:
         if self.pushed_profile is not None:
             return "pushed"
-        return "file" if self._file_profile is not None else None
+        return "file" if self._file is not None else None
 
     def stats(self) -> dict:
         workers = self.pool.stats() if self.pool else {"workers": 0, "workers_replaced": 0}

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from env_service import evolution
 from env_service.config import ServiceConfig
 from env_service.execution import (
+    REBUILD_TIME_BUDGET,
     REPLY_LIMIT,
     STEP_TIME_BUDGET,
     RunResult,
@@ -429,8 +430,8 @@ class Episode:
             messages.append(self._tool(call.name, result))
         if executed:
             self.model_turns[self.turn].append(executed)
-        if run.stopped == STEP_TIME_BUDGET:
-            self.aborted = STEP_TIME_BUDGET
+        if run.stopped in (STEP_TIME_BUDGET, REBUILD_TIME_BUDGET):
+            self.aborted = run.stopped
             self.terminated = True
         return messages
 
@@ -439,6 +440,13 @@ class Episode:
             limit = self.caps.budget.max_reply_chars
             why = f"the reply to this message reached the service's limit of {limit} characters"
             return self._reject(REPLY_LIMIT, f"Error: not run: {why}")
+        if run.stopped == REBUILD_TIME_BUDGET:
+            budget = self.caps.max_evaluation_seconds
+            return (
+                "Error: not run: the process holding this episode's tools was replaced and "
+                f"their state could not be rebuilt within the service's time budget of {budget} s, "
+                "so the episode has ended"
+            )
         budget = self.caps.budget.max_seconds
         if run.lost:
             return (

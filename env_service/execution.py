@@ -26,6 +26,9 @@ STEP_TIME_BUDGET = "step_time_budget"
 """`aborted` of an episode whose step ran over its time budget."""
 EVALUATION_TIME_BUDGET = "evaluation_time_budget"
 """`aborted` of an evaluation whose verification ran over its time budget."""
+REBUILD_TIME_BUDGET = "rebuild_time_budget"
+"""`aborted` of an episode whose worker process was replaced and whose calls, replayed on
+the new one, ran over the time budget of a verification (the same replay)."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,8 @@ class RunResult:
     results: list[str]
     """The results of the calls that ran: the first len(results) of the step's calls."""
     stopped: str | None = None
-    """Why the rest did not run: REPLY_LIMIT, STEP_TIME_BUDGET, or None (all ran)."""
+    """Why the rest did not run: REPLY_LIMIT, STEP_TIME_BUDGET, REBUILD_TIME_BUDGET (the
+    episode's backends are gone), or None (all ran)."""
     seconds: float = 0.0
     """Time the calls ran."""
     lost: bool = False

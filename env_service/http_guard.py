@@ -22,6 +22,8 @@ import hmac
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from env_service.connections import AUTHENTICATED
+
 OPEN_PATHS = {("GET", "/healthz"), ("HEAD", "/healthz")}
 PROFILE_PATH = "/v1/profile"
 BODILESS_METHODS = {"GET", "HEAD", "OPTIONS"}
@@ -56,6 +58,12 @@ class Guard:
             message = "a valid bearer token is required (Authorization: Bearer <token>)"
             challenge = {b"www-authenticate": b"Bearer"}
             return await self._error(path, send, 401, message, challenge)
+        if guarded or self.token is None:
+            # The connection has proved itself: it leaves the capped count of connections
+            # that have not (env_service/connections.py).
+            authenticated = scope.get("extensions", {}).get(AUTHENTICATED)
+            if authenticated is not None:
+                authenticated()
         if method in BODILESS_METHODS:
             return await self.app(scope, receive, send)
         limit = self.max_profile_bytes if path == PROFILE_PATH else self.max_body_bytes

@@ -7,11 +7,21 @@ each of them is a `JSONDecodeError` saying what is wrong, which FastAPI answers 
 wire protocol in its envelope: app.py). A body nested deeper than `MAX_BODY_DEPTH` is
 refused the same way before any model sees it: the native API's bodies are 3 levels
 deep plus a call's arguments, which may not pass seal.bfcl.calls.MAX_ARGUMENT_DEPTH.
+
+Two things Python's parser takes that are not JSON (RFC 8259) are refused the same way,
+in every field of both protocols at once:
+- NaN, Infinity and numbers that overflow a float (1e400): a field that took one made
+  a 500 (the 422's own detail could not be encoded), or a value no reply can carry;
+- a lone UTF-16 surrogate (`"\ud800"`, or its bytes): a string that cannot be encoded
+  as UTF-8, so an episode created with one in its id could never be answered (a 500,
+  and the episode stayed live until it expired).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 
 from fastapi import Request
 from fastapi.routing import APIRoute
@@ -21,11 +31,35 @@ from seal.bfcl.calls import MAX_ARGUMENT_DEPTH, ArgumentsTooDeep, argument_size,
 MAX_BODY_DEPTH = 2 * MAX_ARGUMENT_DEPTH
 
 
+# A high-surrogate escape not followed by a low one, a low one not preceded by a high one,
+# or the UTF-8-style bytes of a surrogate (Python's parser passes all three). Pairs, as
+# json.dumps writes every emoji, do not match: they are one valid character.
+_HIGH, _LOW = rb"\\u[dD][89abAB][0-9a-fA-F]{2}", rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+_SURROGATE = re.compile(
+    _HIGH + rb"(?!" + _LOW + rb")|(?<!" + _HIGH + rb")" + _LOW + rb"|\xed[\xa0-\xbf]"
+)
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> float:
+    raise _NotJson(f"{name} is not a number JSON allows: numbers must be finite")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotJson(f"{text[:40]} is out of range: numbers must be finite")
+    return value
+
+
 def parse_body(body: bytes) -> object:
     """The JSON value of a request body; raises json.JSONDecodeError with the reason."""
     doc = body.decode("utf-8", "replace")
     try:
-        value = json.loads(body)
+        value = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
     except json.JSONDecodeError:
         raise
     except (ValueError, RecursionError) as e:
@@ -34,6 +68,14 @@ def parse_body(body: bytes) -> object:
         argument_size(value, MAX_BODY_DEPTH)
     except ArgumentsTooDeep as e:
         raise json.JSONDecodeError(f"the body is {e}", doc, 0) from None
+    # The search is a fast byte scan; the exact check (an escaped backslash before "u"
+    # can look like an escape) runs on the rare body it matches.
+    if (b"\\u" in body or b"\xed" in body) and _SURROGATE.search(body):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            message = "a string holds a lone UTF-16 surrogate, which is not text"
+            raise json.JSONDecodeError(message, doc, 0) from None
     return value
 
 

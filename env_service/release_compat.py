@@ -5,8 +5,9 @@ the translation, so the engine and the native API stay free of it:
 
 - `translate_params`: the `/create` params of the release (its `env_service.bfcl` config
   block plus `rollout_mode` and `is_open_query`) and this service's own flat keys, into
-  `EpisodeSettings` and, for `diagnostic_evolution.state_path`, a failure profile read
-  from the release's capability-state file;
+  `EpisodeSettings` and, for `diagnostic_evolution` with the release's capability-state
+  file given to the service by its operator (`--capability-state`), the failure profile
+  the release's selection makes from it (env_service/release_state.py);
 - `resolve_task_id`: the release's numeric task ids (row numbers of its data file);
 - `evaluation`: the report plus the fields the release's `bfcl-dense-env` grader and env
   manager read (`completed`, `bfcl_progress*`, `bfcl_progress_info`);
@@ -22,14 +23,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from env_service import release_state
 from env_service.engine import EngineError, InvalidRequestError, NotFoundError
-from env_service.evolution import GUIDELINES
 from seal.bfcl.diagnosis import progress_counts
 from seal.bfcl.tasks import task_ids
 from seal.rollout.protocol import EpisodeSettings, EvolutionSettings
@@ -140,15 +142,26 @@ class ReleaseDiagnosticEvolution(_TrainOnlyLayer):
     """`diagnostic_evolution`: guidelines for prevalent, unsolved failure tags."""
 
     state_path: str | None = None
-    prevalence_threshold: float = Field(0.10, ge=0.0, le=1.0)
-    reward_threshold: float = 0.6
-    min_tag_count: int = Field(8, ge=0)
+    """Refused: see `check`."""
+    prevalence_threshold: float = Field(release_state.DEFAULT_PREVALENCE, ge=0.0, le=1.0)
+    reward_threshold: float = release_state.DEFAULT_REWARD
+    min_tag_count: int = Field(release_state.DEFAULT_MIN_COUNT, ge=0)
     max_lines: int = Field(3, ge=0)
     category_tags: bool = False
     guidelines: dict[str, str | None] | None = None
 
     def check(self, name: str) -> None:
         super().check(name)
+        # Refused whatever its value or the layer's switch, and before anything is opened:
+        # the service reads only files its operator names at start. A path from a request
+        # let any client stall the service (a FIFO), fill its memory (/dev/zero) or probe
+        # which files exist. Refused rather than ignored with a warning because the
+        # release's own clients never send it by default (its exp/SEAL.yaml has no
+        # diagnostic_evolution block, and its env worker passes that config block as it
+        # is): only a user who configured it sends it, and a 422 naming the option to use
+        # tells them, where an ignored key would silently drop their guidelines.
+        if self.state_path:
+            raise InvalidRequestError(STATE_PATH_REFUSED.format(name=name))
         if not self.enable:
             return
         if self.guidelines:
@@ -156,18 +169,32 @@ class ReleaseDiagnosticEvolution(_TrainOnlyLayer):
                 f"{name}.guidelines cannot be honoured: the guideline texts are fixed "
                 "(evolution.GUIDELINES)"
             )
-        if self.state_path is None:
-            # The selection then comes from the service's own profile (pushed by the
-            # trainer or read with --capability-state), already thresholded there.
-            defaults = ReleaseDiagnosticEvolution()
-            for key in ("prevalence_threshold", "reward_threshold", "min_tag_count"):
-                if getattr(self, key) != getattr(defaults, key):
-                    raise InvalidRequestError(
-                        f"{name}.{key} applies to a state_path only; without one the "
-                        "guidelines follow the service's failure profile"
-                    )
-            if self.category_tags:
-                raise InvalidRequestError(f"{name}.category_tags applies to a state_path only")
+
+    def thresholds(self) -> dict:
+        """The keys release_state.release_profile takes."""
+        return self.model_dump(
+            include={"prevalence_threshold", "reward_threshold", "min_tag_count", "category_tags"}
+        )
+
+    def refuse_thresholds(self, name: str) -> None:
+        """Without the release's state file the guidelines follow the service's profile
+        (pushed by the trainer, or this project's --capability-state file), which is
+        thresholded where it is made: the release's thresholds would be dropped."""
+        defaults = ReleaseDiagnosticEvolution().thresholds()
+        for key, value in self.thresholds().items():
+            if value != defaults[key]:
+                raise InvalidRequestError(
+                    f"{name}.{key} applies to the original release's capability-state file "
+                    "only, which the service reads when started with --capability-state "
+                    "PATH; without one the guidelines follow the service's failure profile"
+                )
+
+
+STATE_PATH_REFUSED = (
+    "{name}.state_path is not accepted: the service reads only the files its operator "
+    "names when starting it; start it with --capability-state PATH (this service's or the "
+    "original release's capability-state file) for guidelines from it"
+)
 
 
 class ReleaseToolFeedback(_TrainOnlyLayer):
@@ -208,8 +235,12 @@ def _invalid(error: ValidationError) -> InvalidRequestError:
     return InvalidRequestError(f"invalid params: {error.errors(include_url=False)}")
 
 
-def translate_params(params: dict, category: str) -> CreateParams:
-    """Episode settings for a task of `category` from wire `/create` params."""
+def translate_params(
+    params: dict, category: str, release_state_of: Callable[[], dict | None] = lambda: None
+) -> CreateParams:
+    """Episode settings for a task of `category` from wire `/create` params;
+    `release_state_of()` is the release's capability state the operator gave the service,
+    if any (EnvEngine.release_state), which `diagnostic_evolution` selects guidelines from."""
     flat_evo, reward, top, ignored = {}, {}, {}, []
     layers: dict[str, _TrainOnlyLayer] = {}
     for key, value in params.items():
@@ -273,11 +304,13 @@ def translate_params(params: dict, category: str) -> CreateParams:
         evo["guidelines"] = diag.applies(validating, category)
         # The release has five guidelines; a larger max_lines shows them all, as there.
         evo["max_guidelines"] = min(diag.max_lines, len(T.FAILURE_TAGS))
-        if evo["guidelines"] and diag.state_path is not None:
-            profile, found = release_state_profile(diag, category)
+        release = release_state_of() if diag.enable else None
+        if diag.enable and release is None:
+            diag.refuse_thresholds("diagnostic_evolution")
+        if evo["guidelines"] and release is not None:
+            profile = release_state.release_profile(release, category, **diag.thresholds())
             notes["diagnostic_evolution"] = {
-                "state_path": diag.state_path,
-                "state_found": found,
+                "source": "--capability-state (the original release's capability state)",
                 "guideline_tags": [e["tag"] for e in profile["tags"]][: evo["max_guidelines"]],
             }
     evolution = _EVOLUTION.validate_python(evo)
@@ -299,84 +332,6 @@ def _refuse_twice(params: dict, layers: dict) -> None:
         both = [k for k in flat_keys[block] if k in params]
         if both:
             raise InvalidRequestError(f"{block} and {both} set the same layer; give one")
-
-
-# --- diagnostic_evolution.state_path: the release's capability state ---------------------
-
-# Tags the release never turns into guidelines.
-_NO_GUIDELINE = {T.CHECKER_ERROR, T.GT_ERROR, T.PASS, T.CORRECT_ABSTENTION, "unknown"}
-
-
-@functools.lru_cache(maxsize=8)
-def _read_state(path: str, mtime: float) -> dict:
-    # Keyed by mtime: the release's trainer rewrites the file during the run.
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise InvalidRequestError(f"diagnostic_evolution.state_path {path!r}: {e}") from None
-    if not isinstance(data, dict) or not {"window_tags", "total_tags"} & data.keys():
-        raise InvalidRequestError(
-            f"diagnostic_evolution.state_path {path!r} is not a capability state of the "
-            "original release (no window_tags or total_tags); this service's own state "
-            "is read with --capability-state"
-        )
-    return data
-
-
-def release_state_profile(cfg: ReleaseDiagnosticEvolution, category: str) -> tuple[dict, bool]:
-    """The failure profile the release's guideline selection makes from its state file,
-    and whether the file exists. A file that does not exist yet (the trainer writes it
-    after its first steps) gives no guidelines, as in the release."""
-    path = Path(cfg.state_path)
-    try:
-        mtime = path.stat().st_mtime
-    except FileNotFoundError:
-        return {"tags": []}, False
-    except OSError as e:
-        raise InvalidRequestError(f"diagnostic_evolution.state_path {str(path)!r}: {e}") from None
-    data = _read_state(str(path), mtime)
-    source = data.get("window_tags") or data.get("total_tags") or {}
-    if cfg.category_tags:
-        by_category = data.get("window_category_tags") or data.get("total_category_tags") or {}
-        mine = {
-            key.split("::", 1)[1]: stats
-            for key, stats in by_category.items()
-            if "::" in key and key.split("::", 1)[0] == category
-        }
-        source = mine or source
-    counts = {tag: _stat(stats, "count", cfg) for tag, stats in source.items()}
-    total = sum(n for tag, n in counts.items() if tag not in _NO_GUIDELINE)
-    entries = []
-    for tag, stats in source.items():
-        count = counts[tag]
-        if tag in _NO_GUIDELINE or tag not in GUIDELINES or count < cfg.min_tag_count or not total:
-            continue
-        share = count / total
-        mean = _mean_reward(stats, count, cfg)
-        if share < cfg.prevalence_threshold or mean >= cfg.reward_threshold:
-            continue
-        entries.append({"tag": tag, "share": share, "count": count, "mean_reward": mean})
-    # The release orders by pressure: prevalence times how unsolved the tag is.
-    entries.sort(key=lambda e: (-e["share"] * (1.0 - e["mean_reward"]), e["tag"]))
-    return {"tags": entries}, True
-
-
-def _stat(stats: Any, key: str, cfg: ReleaseDiagnosticEvolution) -> float:
-    value = stats.get(key) if isinstance(stats, dict) else None
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise InvalidRequestError(
-            f"diagnostic_evolution.state_path {cfg.state_path!r}: a tag entry has no numeric "
-            f"{key!r}: {stats!r}"
-        )
-    return value
-
-
-def _mean_reward(stats: dict, count: float, cfg: ReleaseDiagnosticEvolution) -> float:
-    # The release persists reward_sum but reads reward_mean, which its file never holds, so
-    # there every tag counts as unsolved (mean 0). The mean is computed here instead.
-    if "reward_sum" in stats:
-        return _stat(stats, "reward_sum", cfg) / count if count else 0.0
-    return _stat(stats, "reward_mean", cfg)
 
 
 # --- task ids and splits -----------------------------------------------------------------

@@ -10,14 +10,31 @@ the jobs in turn, one call each, was not enough: under that flood, a well-behave
 client's median request took 50 ms instead of 6, every call of its steps and of its
 verification waiting for one `grep` of 10 ms.) Before each call it writes the job and the time into
 shared memory (`slot`), so the service can see a call that does not return and kill
-this process (its episodes are then rebuilt elsewhere by replaying their calls).
+this process (its episodes are then rebuilt elsewhere by replaying their calls). A thread
+of its own writes the time into the slot's heartbeat every HEARTBEAT_S, whatever the
+loop does (a call, a wait for work, a long message to read or write): a process that
+stops beating (stopped by SIGSTOP, a debugger or a frozen cgroup) is found and replaced,
+whether or not it has work in flight. (Beats written by the loop itself, between calls
+and while idle, stopped during any wait on the service's pipe: under the flood of
+scripts/bench_env_adversarial.py a healthy worker waiting to write a large reply was
+taken for a stopped one.)
+
+A rebuild (an episode of a replaced worker, replayed here) is a job like the others, so
+it runs one call at a time between the other episodes' calls, least-run first, instead
+of holding them all up (before: one episode of 300 `sort` calls made another episode's
+trivial step wait 19.5 s); that episode's own steps wait for it. A rebuild that runs
+past its budget is stopped and the episode dropped here (the service ends it, tagged).
 
 Messages are pickled tuples, each framed by its length (8 bytes); this is the service's
 own pipe, never a client's:
 
-    ("open", episode_id, task_id, calls_to_replay)     no answer
+    ("open", episode_id, task_id)                      no answer
+    ("rebuild", request, episode_id, task_id, calls)   (request, "ok", True), or
+                                                        "rebuild_time_budget" (dropped),
+                                                        or None (closed meanwhile)
     ("close", episode_id)                              no answer
-    ("run", request, episode_id, calls)                (request, "ok", RunResult)
+    ("run", request, episode_id, calls)                (request, "ok", RunResult), or
+                                                        "rebuild_time_budget"
     ("diagnose", request, task_id, model_turns)        (request, "ok", Diagnosis or
                                                         "evaluation_time_budget")
     ("memory", request, episode_id, "context"|"save")  (request, "ok", the memory's prompt
@@ -35,17 +52,29 @@ import pickle
 import select
 import signal
 import socket
+import stat
+import threading
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
 
-from env_service.execution import EVALUATION_TIME_BUDGET, StepBudget, run_calls
+from env_service.execution import (
+    EVALUATION_TIME_BUDGET,
+    REBUILD_TIME_BUDGET,
+    StepBudget,
+    run_calls,
+)
 from seal.bfcl.backends import Backends
 from seal.bfcl.diagnosis import diagnose_steps
 from seal.bfcl.tasks import load_task
 
 IDLE = -1.0
 """slot[0] while no call runs."""
+SLOT_SIZE = 3
+"""slot: [the request whose call runs, or IDLE; when that call started; last heartbeat]
+(time.monotonic(), which is the same clock in every process)."""
+HEARTBEAT_S = 0.25
+"""A worker's heartbeat thread writes the time this often."""
 _HEADER = 8
 _PR_SET_PDEATHSIG = 1
 
@@ -79,13 +108,43 @@ def receive(sock: socket.socket) -> object | None:
 class _Job:
     request: int
     steps: Generator
-    limit_s: float | None
-    """A verification's time budget (a step's own is kept by run_calls)."""
+    limit_s: float | None = None
+    """A verification's or a rebuild's time budget (a step's own is kept by run_calls)."""
+    over_budget: str | None = None
+    """What answers the job when it runs past `limit_s`."""
     seconds: float = 0.0
     """Time it has run so far: the job that has run least goes next."""
+    episode_id: str | None = None
+    """A rebuild's episode."""
 
 
-def _detach(parent_pid: int, close_fds: list[int], niceness: int) -> None:
+def _backends(task_id: str) -> Backends | str:
+    """The backends of a new episode, or why they could not load (e.g. an unreadable
+    memory snapshot): its requests are answered with this; raising would kill the
+    worker, and its replacement would open the episode again, and die again."""
+    try:
+        return Backends(load_task(task_id))
+    except Exception as e:  # noqa: BLE001 - answered, see above
+        return f"{task_id}: its backends could not load: {e}"
+
+
+def _memory_op(backends: Backends | str | None, episode_id: str, op: str) -> Generator:
+    """A memory request (BFCL V4 memory tasks) as a job of one step: the memory's prompt
+    dump (`context`) or its saving (`save`); an error is answered as the service's."""
+    if not isinstance(backends, Backends):
+        raise RuntimeError(_missing(episode_id, backends))
+    return backends.memory_context() if op == "context" else backends.save_memory()
+    yield  # a generator: run as a job, answered by its return value
+
+
+def _replay(backends: Backends, calls: list) -> Generator[None, None, bool]:
+    for call in calls:
+        backends.call(call)
+        yield
+    return True
+
+
+def _detach(parent_pid: int, close_fds: list[int], niceness: int, own_fd: int) -> None:
     # The service's signal handlers came with the fork: Ctrl-C is the service's to handle
     # (it stops its workers), SIGTERM ends a worker at once, and uvicorn's wake-up fd is
     # not ours to write to.
@@ -103,6 +162,32 @@ def _detach(parent_pid: int, close_fds: list[int], niceness: int) -> None:
     for fd in close_fds:  # other workers' pipes: their end-of-file must not wait for us
         with contextlib.suppress(OSError):
             os.close(fd)
+    _close_inherited_sockets(own_fd)
+
+
+def _close_inherited_sockets(own_fd: int) -> None:
+    """Close every socket the fork copied from the service but this worker's own pipe:
+    its listening socket and its client connections. A worker forked to replace another
+    while clients are connected held a copy of each of their connections, so a
+    connection the service then closed (an idle keep-alive, a refused one) stayed open
+    for the client, which sent its next request into it and waited for ever (measured:
+    scripts/bench_env_adversarial.py's 64 clients all stuck after a replacement)."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc (not Linux): the sockets stay; workers die with the service
+        return
+    for fd in fds:
+        if fd == own_fd:
+            continue
+        with contextlib.suppress(OSError):
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.close(fd)
+
+
+def _beat(slot) -> None:
+    while True:
+        slot[2] = time.monotonic()
+        time.sleep(HEARTBEAT_S)
 
 
 def serve(
@@ -115,9 +200,12 @@ def serve(
     niceness: int,
 ) -> None:
     """The worker's loop; returns when the service closes its end."""
-    _detach(parent_pid, close_fds, niceness)
+    _detach(parent_pid, close_fds, niceness, sock.fileno())
+    threading.Thread(target=_beat, args=(slot,), name="heartbeat", daemon=True).start()
     episodes: dict[str, Backends | str] = {}  # a str: why its backends could not load
     jobs: list[_Job] = []  # a few at a time: a scan for the least run is cheap
+    rebuilding: dict[str, _Job] = {}
+    held: dict[str, list[_Job]] = {}  # runs of an episode being rebuilt, in order
     while True:
         # Take every waiting message (block for one when there is nothing to do).
         while not jobs or select.select([sock], [], [], 0)[0]:
@@ -126,41 +214,54 @@ def serve(
                 return
             kind = message[0]
             if kind == "open":
-                _, episode_id, task_id, replay = message
-                try:
-                    backends = Backends(load_task(task_id))
-                except Exception as e:  # noqa: BLE001 - e.g. an unreadable memory snapshot
-                    # Its requests are answered with this; raising would kill the worker,
-                    # and its replacement would open the episode again, and die again.
-                    episodes[episode_id] = f"{task_id}: its backends could not load: {e}"
+                _, episode_id, task_id = message
+                episodes[episode_id] = _backends(task_id)
+            elif kind == "rebuild":
+                _, request, episode_id, task_id, calls = message
+                backends = episodes[episode_id] = _backends(task_id)
+                if not isinstance(backends, Backends):
+                    send(sock, (request, "ok", True))  # rebuilt as far as it can be
                     continue
-                for call in replay:  # rebuild an episode whose worker was replaced
-                    backends.call(call)
-                episodes[episode_id] = backends
+                job = _Job(
+                    request,
+                    _replay(backends, calls),
+                    max_evaluation_seconds,
+                    REBUILD_TIME_BUDGET,
+                    episode_id=episode_id,
+                )
+                rebuilding[episode_id] = job
+                jobs.append(job)
             elif kind == "close":
-                episodes.pop(message[1], None)
+                episode_id = message[1]
+                episodes.pop(episode_id, None)
+                job = rebuilding.pop(episode_id, None)
+                if job is not None:
+                    jobs.remove(job)
+                    send(sock, (job.request, "ok", None))
+                for run in held.pop(episode_id, []):
+                    send(sock, (run.request, "error", f"episode {episode_id!r} was closed"))
             elif kind == "run":
                 _, request, episode_id, calls = message
                 backends = episodes.get(episode_id)
                 if not isinstance(backends, Backends):
                     send(sock, (request, "error", _missing(episode_id, backends)))
+                    continue
+                job = _Job(request, run_calls(backends, calls, budget))
+                if episode_id in rebuilding:
+                    held.setdefault(episode_id, []).append(job)
                 else:
-                    jobs.append(_Job(request, run_calls(backends, calls, budget), None))
-            elif kind == "memory":  # quick: answered now, between calls
+                    jobs.append(job)
+            elif kind == "memory":  # quick: its job runs next (after a rebuild of its episode)
                 _, request, episode_id, op = message
-                backends = episodes.get(episode_id)
-                try:
-                    if not isinstance(backends, Backends):
-                        raise RuntimeError(_missing(episode_id, backends))
-                    value = backends.memory_context() if op == "context" else backends.save_memory()
-                except Exception as e:  # noqa: BLE001 - answered as the service's error
-                    send(sock, (request, "error", f"{type(e).__name__}: {e}"))
+                job = _Job(request, _memory_op(episodes.get(episode_id), episode_id, op))
+                if episode_id in rebuilding:
+                    held.setdefault(episode_id, []).append(job)
                 else:
-                    send(sock, (request, "ok", value))
+                    jobs.append(job)
             elif kind == "diagnose":
                 _, request, task_id, model_turns = message
                 steps = diagnose_steps(load_task(task_id), model_turns)
-                jobs.append(_Job(request, steps, max_evaluation_seconds))
+                jobs.append(_Job(request, steps, max_evaluation_seconds, EVALUATION_TIME_BUDGET))
         job = min(jobs, key=_attained)
         slot[1] = time.monotonic()
         slot[0] = float(job.request)
@@ -169,11 +270,13 @@ def serve(
             next(job.steps)
         except StopIteration as done:
             jobs.remove(job)
-            send(sock, (job.request, "ok", done.value))
+            _finished(sock, job, done.value, rebuilding, held, jobs)
             continue
         except Exception as e:  # noqa: BLE001 - a bug: the service answers it, the worker goes on
             jobs.remove(job)
-            send(sock, (job.request, "error", f"{type(e).__name__}: {e}"))
+            if job.episode_id is not None:  # a rebuild: its episode is gone from here
+                episodes.pop(job.episode_id, None)
+            _finished(sock, job, f"{type(e).__name__}: {e}", rebuilding, held, jobs, "error")
             continue
         finally:
             slot[0] = IDLE
@@ -181,7 +284,27 @@ def serve(
         if job.limit_s is not None and job.seconds > job.limit_s:
             jobs.remove(job)
             job.steps.close()
-            send(sock, (job.request, "ok", EVALUATION_TIME_BUDGET))
+            if job.episode_id is not None:
+                episodes.pop(job.episode_id, None)
+            _finished(sock, job, job.over_budget, rebuilding, held, jobs)
+
+
+def _finished(
+    sock, job: _Job, value, rebuilding: dict, held: dict, jobs: list, status: str = "ok"
+) -> None:
+    """Answer a finished job; a rebuild's end releases the steps that waited for it (to
+    run, or answered as its episode's were)."""
+    send(sock, (job.request, status, value))
+    if job.episode_id is None:
+        return
+    del rebuilding[job.episode_id]
+    for run in held.pop(job.episode_id, []):
+        if status == "ok" and value is True:
+            jobs.append(run)  # rebuilt: its steps run now, in order
+        else:
+            run.steps.close()
+            answer = REBUILD_TIME_BUDGET if status == "ok" else value
+            send(sock, (run.request, status, answer))
 
 
 def _missing(episode_id: str, entry: str | None) -> str:

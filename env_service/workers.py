@@ -25,6 +25,34 @@ forked; the request that ran it is answered as lost (its episode ends, tagged), 
 other episode that lived there is rebuilt on the new worker by replaying the calls it ran,
 and requests in flight are sent again. A request that was in flight through two such
 deaths is answered as lost too, so no request can kill workers forever.
+
+Liveness does not depend on calls in flight. A worker the kernel shows stopped by a
+signal (SIGSTOP) for two rounds of the watchdog (0.2 s) is replaced the same way, its
+requests in flight sent again; and a thread in each worker beats (the slot's heartbeat)
+every 0.25 s whatever the worker does, so one whose beats stop for `stall_s` (a frozen
+cgroup, a debugger, a process stuck in the kernel) is replaced too. Measured
+(scripts/bench_env_adversarial.py's stopped_worker case, a worker stopped every 10 s,
+2026-11-25, medians of 2 and 3 rounds on this loaded 2-core machine): with the heartbeat
+alone (2 s) the well-behaved clients' p99 was 3.7x the quiet one (every request caught
+by a stop waited the 2 s); with the kernel's state read each round, 0.99x (before, a worker
+stopped while idle, by SIGSTOP, a debugger or a frozen cgroup, was never replaced: the
+episodes placed on it hung, and new ones kept being placed there; one stopped in a call
+was taken for a call that never returns, its episode ended, after the whole step
+budget). New episodes and verifications go to workers whose beat is fresh. A beat counts
+as missed only if it was already old at the watchdog's previous round: when the whole
+service was stopped and continued (its process group, Ctrl-Z), its workers' beats are
+as old as the pause, and they were not stopped alone.
+
+Rebuilds run on the new worker as jobs among the others, one call at a time (worker.py),
+within the verification budget (`max_evaluation_seconds`: a rebuild replays the same
+calls a verification replays, so an episode that cannot be rebuilt in it could not be
+verified in it either); past it the episode ends as a failure tagged
+`rebuild_time_budget`. Chosen by measurement (tests/test_env_worker_liveness.py's
+rebuild case, 2026-11-25, this 2-core machine): replayed before any other work, an
+episode with 4 s of `sort` calls on a 900 KB file to replay held another episode's
+trivial step on that worker for 4.6 s (the issue's 300 calls: 19.5 s); interleaved, the
+step took 0.08 s. A budget alone, with the replay still first, would hold every other
+episode on the worker for up to the whole budget (30 s by default).
 """
 
 from __future__ import annotations
@@ -43,6 +71,7 @@ from dataclasses import dataclass, field
 from env_service import worker
 from env_service.execution import (
     EVALUATION_TIME_BUDGET,
+    REBUILD_TIME_BUDGET,
     STEP_TIME_BUDGET,
     RunResult,
     StepBudget,
@@ -159,6 +188,8 @@ class _Worker:
     pending: dict[int, _Pending] = field(default_factory=dict)
     episodes: set[str] = field(default_factory=set)
     dead: bool = False
+    stopped_ticks: int = 0
+    """Watchdog rounds in a row that found it stopped by a signal."""
 
 
 class WorkerPool:
@@ -169,21 +200,30 @@ class WorkerPool:
         max_evaluation_seconds: float,
         executed_calls: Callable[[str], list[ToolCall] | None],
         niceness: int,
+        stall_s: float,
     ):
         """`executed_calls(episode_id)`: the calls an episode has run (None if it is gone),
-        to rebuild it on a new worker."""
+        to rebuild it on a new worker; `stall_s`: how long a worker may miss its
+        heartbeats while no call of its runs before it is replaced."""
         self.size = size
         self.budget = budget
         self.max_evaluation_seconds = max_evaluation_seconds
         self.kill_after_s = budget.max_seconds
         self.executed_calls = executed_calls
         self.niceness = niceness
+        self.stall_s = stall_s
+        # A worker whose beat is older than this gets no new episode (three beats missed).
+        self.suspect_after_s = min(stall_s, 3 * worker.HEARTBEAT_S)
         self.workers: list[_Worker] = []
         self.placement: dict[str, _Worker] = {}
         self.tasks: dict[str, str] = {}
+        self.unrebuilt: set[str] = set()
+        """Episodes whose rebuild ran over its budget: their backends are gone."""
         self.replaced = 0
         self._requests = 0
-        self._respawning: asyncio.Task | None = None
+        self._respawning: set[asyncio.Task] = set()
+        """Replacements in progress (one at a time: `_respawn_lock`); requests wait for them."""
+        self._respawn_lock = asyncio.Lock()
         self._watchdog: asyncio.Task | None = None
 
     # --- life cycle ------------------------------------------------------------------------
@@ -195,8 +235,9 @@ class WorkerPool:
 
     async def _spawn(self) -> _Worker:
         mine, theirs = socket.socketpair()
-        slot = _CONTEXT.RawArray("d", 2)
+        slot = _CONTEXT.RawArray("d", worker.SLOT_SIZE)
         slot[0] = worker.IDLE
+        slot[2] = time.monotonic()  # the fork and the start count as a beat
         others = [w.channel.sock.fileno() for w in self.workers if not w.dead] + [mine.fileno()]
         process = _CONTEXT.Process(
             target=worker.serve,
@@ -235,19 +276,27 @@ class WorkerPool:
     # --- requests --------------------------------------------------------------------------
 
     async def open(self, episode_id: str, task_id: str) -> None:
-        """Place a new episode on the least loaded worker and build its backends there
+        """Place a new episode on the least loaded live worker and build its backends there
         (no answer to wait for: its first step queues behind it)."""
-        while self._respawning is not None:
-            await asyncio.shield(self._respawning)
-        w = min((w for w in self.workers if not w.dead), key=lambda w: len(w.episodes))
+        await self._replaced()
+        w = min(self._candidates(), key=lambda w: len(w.episodes))
         self.placement[episode_id] = w
         self.tasks[episode_id] = task_id
         w.episodes.add(episode_id)
-        self._send(w, ("open", episode_id, task_id, []))
+        self._send(w, ("open", episode_id, task_id))
+
+    def _candidates(self) -> list[_Worker]:
+        """The workers to give new work: those whose beat is fresh, else every one not
+        known dead."""
+        alive = [w for w in self.workers if not w.dead]
+        now = time.monotonic()
+        fresh = [w for w in alive if now - w.slot[2] <= self.suspect_after_s]
+        return fresh or alive
 
     def close(self, episode_id: str) -> None:
         w = self.placement.pop(episode_id, None)
         self.tasks.pop(episode_id, None)
+        self.unrebuilt.discard(episode_id)
         if w is not None:
             w.episodes.discard(episode_id)
             if not w.dead:
@@ -256,9 +305,13 @@ class WorkerPool:
     async def run(self, episode_id: str, calls: list[ToolCall]) -> RunResult:
         """Run a step's calls on the episode's worker; `lost` if the worker had to be
         killed while they ran."""
+        if episode_id in self.unrebuilt:
+            return RunResult([], REBUILD_TIME_BUDGET, lost=True)
         value = await self._request(episode_id, lambda request: ("run", request, episode_id, calls))
         if value is _LOST:
             return RunResult([], STEP_TIME_BUDGET, lost=True)
+        if value == REBUILD_TIME_BUDGET:
+            return RunResult([], REBUILD_TIME_BUDGET, lost=True)
         return value
 
     async def memory(self, episode_id: str, op: str):
@@ -278,12 +331,14 @@ class WorkerPool:
         return EVALUATION_TIME_BUDGET if value is _LOST else value
 
     async def _request(self, episode_id: str | None, make: Callable[[int], tuple]):
-        while self._respawning is not None:  # a worker is being replaced: wait for it
-            await asyncio.shield(self._respawning)
-        if episode_id is None:
-            w = min((w for w in self.workers if not w.dead), key=lambda w: len(w.pending))
-        else:
-            w = self.placement[episode_id]
+        while True:
+            await self._replaced()  # a worker is being replaced: wait for it
+            if episode_id is None:
+                w = min(self._candidates(), key=lambda w: len(w.pending))
+            else:
+                w = self.placement[episode_id]
+            if not w.dead:  # (a dead one's channel is closed: a request there would be lost)
+                break
         self._requests += 1
         message = make(self._requests)
         future = asyncio.get_running_loop().create_future()
@@ -293,6 +348,12 @@ class WorkerPool:
         if status == "error":
             raise WorkerError(value)
         return value
+
+    async def _replaced(self) -> None:
+        """Return once no worker is being replaced."""
+        while self._respawning:
+            # asyncio.wait never cancels what it waits for, also when the caller is.
+            await asyncio.wait(set(self._respawning))
 
     def _send(self, w: _Worker, message: tuple) -> None:
         w.channel.send(message)
@@ -313,14 +374,35 @@ class WorkerPool:
     # --- the watchdog ----------------------------------------------------------------------
 
     async def _watch(self) -> None:
+        last = time.monotonic()
         while True:
             await asyncio.sleep(WATCH_EVERY_S)
             now = time.monotonic()
             for w in list(self.workers):
-                request = w.slot[0]
-                if w.dead or request == worker.IDLE or now - w.slot[1] <= self.kill_after_s:
+                if w.dead or self._respawning:
                     continue
-                if w.slot[0] == request:  # the same call all along
+                beat, request = w.slot[2], w.slot[0]
+                w.stopped_ticks = w.stopped_ticks + 1 if _job_control_stopped(w) else 0
+                if w.stopped_ticks >= 2:
+                    log.warning(
+                        "env_service: worker process %s is stopped (SIGSTOP); killing and "
+                        "replacing it",
+                        w.process.pid,
+                    )
+                    self._replace(w, culprit=None)
+                elif now - beat > self.stall_s and last - beat > self.stall_s / 2:
+                    log.warning(
+                        "env_service: worker process %s gave no sign of life for %.1f s "
+                        "(stopped?); killing and replacing it",
+                        w.process.pid,
+                        now - beat,
+                    )
+                    self._replace(w, culprit=None)
+                elif (
+                    request != worker.IDLE
+                    and now - w.slot[1] > self.kill_after_s
+                    and w.slot[0] == request  # the same call all along
+                ):
                     log.warning(
                         "env_service: a call ran over the step time budget of %s s; "
                         "killing its worker process %s and replacing it",
@@ -328,6 +410,7 @@ class WorkerPool:
                         w.process.pid,
                     )
                     self._replace(w, culprit=int(request))
+            last = now
 
     def _replace(self, dead: _Worker, culprit: int | None) -> None:
         dead.dead = True
@@ -335,36 +418,90 @@ class WorkerPool:
             dead.process.kill()
         dead.channel.close()
         self.replaced += 1
-        self._respawning = asyncio.create_task(self._respawn(dead, culprit))
+        task = asyncio.create_task(self._respawn(dead, culprit))
+        self._respawning.add(task)
+        task.add_done_callback(self._respawned)
+
+    def _respawned(self, task: asyncio.Task) -> None:
+        self._respawning.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # A bug: log it loudly (its requests would otherwise wait for ever).
+            log.error("env_service: replacing a worker failed", exc_info=task.exception())
 
     async def _respawn(self, dead: _Worker, culprit: int | None) -> None:
-        try:
-            fresh = await self._spawn()
-            await asyncio.get_running_loop().run_in_executor(None, dead.process.join, 5)
-            self.workers[self.workers.index(dead)] = fresh
-            lost = {culprit} | {r for r, p in dead.pending.items() if p.attempts >= 2}
-            culprit_episode = dead.pending[culprit].episode_id if culprit in dead.pending else None
-            for episode_id in sorted(dead.episodes):
-                calls = self.executed_calls(episode_id)
-                if episode_id == culprit_episode or calls is None:
-                    self.placement.pop(episode_id, None)
-                    self.tasks.pop(episode_id, None)
-                    continue
-                self.placement[episode_id] = fresh
-                fresh.episodes.add(episode_id)
-                self._send(fresh, ("open", episode_id, self.tasks[episode_id], calls))
-            for request, pending in sorted(dead.pending.items()):
-                if request in lost:
-                    pending.future.set_result(("ok", _LOST))
-                elif pending.episode_id is not None and pending.episode_id not in fresh.episodes:
-                    pending.future.set_result(("ok", _LOST))  # its episode is gone
-                else:
-                    pending.attempts += 1
-                    fresh.pending[request] = pending
-                    self._send(fresh, pending.message)
-        finally:
-            self._respawning = None
+        async with self._respawn_lock:  # two at once would each see the other's half-done pool
+            await self._respawn_one(dead, culprit)
+
+    async def _respawn_one(self, dead: _Worker, culprit: int | None) -> None:
+        fresh = await self._spawn()
+        await asyncio.get_running_loop().run_in_executor(None, dead.process.join, 5)
+        self.workers[self.workers.index(dead)] = fresh
+        lost = {culprit} | {r for r, p in dead.pending.items() if p.attempts >= 2}
+        culprit_episode = dead.pending[culprit].episode_id if culprit in dead.pending else None
+        if culprit_episode is not None and dead.pending[culprit].message[0] == "rebuild":
+            self.unrebuilt.add(culprit_episode)  # a replayed call did not return
+        for episode_id in sorted(dead.episodes):
+            calls = self.executed_calls(episode_id)
+            if episode_id == culprit_episode or calls is None:
+                self.placement.pop(episode_id, None)
+                self.tasks.pop(episode_id, None)
+                continue
+            self.placement[episode_id] = fresh
+            fresh.episodes.add(episode_id)
+            task_id = self.tasks[episode_id]
+            if calls:
+                self._rebuild(fresh, episode_id, task_id, calls)
+            else:
+                self._send(fresh, ("open", episode_id, task_id))
+        for request, pending in sorted(dead.pending.items()):
+            if pending.message[0] == "rebuild":
+                pending.future.set_result(("ok", None))  # superseded by the one above
+            elif request in lost:
+                pending.future.set_result(("ok", _LOST))
+            elif pending.episode_id is not None and pending.episode_id not in fresh.episodes:
+                pending.future.set_result(("ok", _LOST))  # its episode is gone
+            else:
+                pending.attempts += 1
+                fresh.pending[request] = pending
+                self._send(fresh, pending.message)
+
+    def _rebuild(self, w: _Worker, episode_id: str, task_id: str, calls: list[ToolCall]) -> None:
+        """Replay an episode's calls on `w` (a job there among the others); an episode
+        whose replay runs over its budget is remembered as gone."""
+        self._requests += 1
+        request = self._requests
+        future = asyncio.get_running_loop().create_future()
+        message = ("rebuild", request, episode_id, task_id, calls)
+        w.pending[request] = _Pending(future, message, episode_id)
+        self._send(w, message)
+
+        def done(future: asyncio.Future) -> None:
+            status, value = future.result()
+            if status == "ok" and value == REBUILD_TIME_BUDGET and episode_id in self.tasks:
+                log.warning(
+                    "env_service: episode %r could not be rebuilt within %s s (%d calls); "
+                    "it ends as a failure tagged %s",
+                    episode_id,
+                    self.max_evaluation_seconds,
+                    len(calls),
+                    REBUILD_TIME_BUDGET,
+                )
+                self.unrebuilt.add(episode_id)
+
+        future.add_done_callback(done)
 
 
 _LOST = object()
 """The answer to a request whose worker was killed while it ran."""
+
+
+def _job_control_stopped(w: _Worker) -> bool:
+    """Whether the kernel shows the worker stopped by a signal (SIGSTOP, SIGTSTP: state
+    `T` in /proc; a debugger's stop, `t`, is left to the heartbeat). Read directly: a
+    few microseconds a worker each round, where the heartbeat needs `stall_s` to tell.
+    False where there is no /proc."""
+    try:
+        with open(f"/proc/{w.process.pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split(None, 1)[0] == b"T"
+    except (OSError, IndexError):
+        return False

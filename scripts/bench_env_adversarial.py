@@ -1,37 +1,52 @@
-"""Does one hostile client slow everyone else down? Well-behaved clients' latency and the
-service's memory, quiet and under attack.
+"""Does one hostile client, or an operator's fault, slow everyone else down? Well-behaved
+clients' latency and the service's memory, quiet and under each attack.
 
     python scripts/bench_env_adversarial.py [--clients 64] [--rounds 5] [--phase-s 20]
+                                            [--cases flood,slow_headers,stopped_worker]
 
 Starts `python -m env_service` (its defaults) in its own process. 64 well-behaved
 clients play ground-truth episodes on the native API as a trainer does, pacing each
 request with a random 0.5x-1.5x `--pause-ms` (generation time), and record every
-request's latency. Phases alternate, `--rounds` times: quiet (only them), then
-adversarial (them, and one more client, in its own process, sending the worst legal
-requests of issue #12's finding 2 back to back, in turn):
+request's latency. Each round has, per case, a quiet phase (only them) and then a phase
+with the case (them, and the case):
 
-- a 262 KB message of 2,945 `grep` calls on an 80k-line file (its episode allows 1024
-  steps, so the message is repeated until the episode's call budget is spent);
-- the evaluation of that episode (a replay of every call it ran);
-- a 15 KB message of 210 `cat` calls on a 190 KB file (before: a 40 MB reply);
-- a body announced as 300 MB (before: read and parsed whole, ~1 GB);
-- 2,570 `send_message` calls (before: ~34 of these hung the service for good).
+- flood: one more client, in its own process, sends the worst legal requests of issue
+  #12's finding 2 back to back, in turn: a 262 KB message of 2,945 `grep` calls on an
+  80k-line file (repeated until the episode's call budget is spent) and the evaluation
+  of that episode; a 15 KB message of 210 `cat` calls on a 190 KB file (before: a 40 MB
+  reply); a body announced as 300 MB (before: read and parsed whole, ~1 GB); 2,570
+  `send_message` calls (before: ~34 of these hung the service for good);
+- slow_headers: a client, in its own process, holds `--slow-connections` (1,200: more
+  than the usual open-files limit of 1,024) connections that send part of their headers
+  and one more byte a second, never completing them, and reopens each one the service
+  closes (issue #21, finding 5: before, they were held forever and made every other
+  client fail with "connection reset");
+- stopped_worker: one of the service's worker processes is stopped (SIGSTOP, as a
+  debugger or a frozen cgroup stops it) every `--stop-every-s` seconds (issue #21,
+  finding 2: before, it was never replaced and every episode placed on it hung).
 
-Prints per phase the well-behaved clients' p50/p99 request latency and request count,
-the adversary's requests, and the service's peak RSS (its own process, and with its
+Each case's phase follows a quiet phase of its own, and is compared with it: the load
+of a shared machine drifts between minutes. Prints per phase the well-behaved clients'
+p50/p99 request latency and request count, the attacker's count (requests, connections
+opened, or workers stopped), and the service's peak RSS (its own process, and with its
 worker processes: their RSS summed, which counts pages they share with it twice); then
-the medians over the rounds and whether the adversarial p99 stays within 2x of the quiet
-one. Client, adversary and service share this machine's cores.
+the medians over the rounds and, per case, the median over the rounds of its p99 over
+the quiet p99 before it, and whether that stays within 2x. Client, attackers and
+service share this machine's cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import multiprocessing
+import os
 import random
+import resource
+import signal
 import socket
 import statistics
 import subprocess
@@ -40,6 +55,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
 from seal.bfcl.tasks import load_task, task_ids
@@ -168,6 +184,57 @@ def _adversary_main(url: str, stop, counter) -> None:
     Adversary(url).run(stop, counter)
 
 
+SLOW_HEAD = b"POST /v1/episodes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+
+def _slow_headers_main(url: str, stop, counter, connections: int) -> None:
+    """Hold `connections` connections that never finish their headers: one more header
+    byte each per second, and a new connection for each one the service closes."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # this client's own fds
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, connections + 256), hard))
+    host, port = url.removeprefix("http://").split(":")
+    held: list[socket.socket] = []
+    opened = 0
+    while not stop.is_set():
+        while len(held) < connections:
+            try:
+                sock = socket.create_connection((host, int(port)), timeout=2)
+                sock.sendall(SLOW_HEAD)
+            except OSError:
+                break  # the service refuses for now: try again next second
+            sock.setblocking(False)
+            held.append(sock)
+            opened += 1
+        counter.value = opened
+        if stop.wait(1.0):
+            break
+        alive = []
+        for sock in held:
+            try:
+                sock.send(b"X")
+                alive.append(sock)
+            except BlockingIOError:
+                alive.append(sock)
+            except OSError:  # closed by the service: replaced above
+                sock.close()
+        held = alive
+    for sock in held:
+        sock.close()
+
+
+async def _stop_workers(service_pid: int, every_s: float, stopped: list[int]) -> None:
+    """SIGSTOP one of the service's worker processes every `every_s` seconds (the service
+    must find and replace it); the pids go to `stopped`."""
+    while True:
+        workers = psutil.Process(service_pid).children()
+        live = [w for w in workers if w.pid not in stopped and w.status() != "stopped"]
+        if live:
+            victim = live[0]
+            os.kill(victim.pid, signal.SIGSTOP)
+            stopped.append(victim.pid)
+        await asyncio.sleep(every_s)
+
+
 # --- the well-behaved clients ---------------------------------------------------------------
 
 
@@ -194,6 +261,9 @@ async def play(url: str, ids: list[str], scripts: dict, clients: int, pause_s: f
     return client, [asyncio.create_task(loop()) for _ in range(clients)]
 
 
+CASES = ("flood", "slow_headers", "stopped_worker")
+
+
 async def measure(url: str, args, ids, scripts, proc: subprocess.Popen) -> list[dict]:
     sampler = PeakRss(proc.pid)
     sampler.start()
@@ -209,18 +279,34 @@ async def measure(url: str, args, ids, scripts, proc: subprocess.Popen) -> list[
     try:
         await asyncio.sleep(3)  # warm up: every client in an episode
         for round_ in range(1, args.rounds + 1):
-            for phase in ("quiet", "adversarial"):
+            # Each case right after a quiet phase of its own: the machine's other load
+            # drifts (this 2-core machine is shared), so each attacked p99 is compared with
+            # the quiet one next to it.
+            for phase in [phase for case in args.cases for phase in ("quiet", case)]:
                 stop, counter = ctx.Event(), ctx.Value("i", 0)
-                adversary = None
-                if phase == "adversarial":
-                    adversary = ctx.Process(target=_adversary_main, args=(url, stop, counter))
-                    adversary.start()
+                attacker, stopper, stopped = None, None, []
+                if phase == "flood":
+                    attacker = ctx.Process(target=_adversary_main, args=(url, stop, counter))
+                elif phase == "slow_headers":
+                    attacker = ctx.Process(
+                        target=_slow_headers_main,
+                        args=(url, stop, counter, args.slow_connections),
+                    )
+                if attacker is not None:
+                    attacker.start()
                     await asyncio.sleep(2)  # it has started attacking
                 client.latencies, client.errors = [], []
                 client.recording = True
                 sampler.reset()
+                if phase == "stopped_worker":
+                    stopper = asyncio.create_task(
+                        _stop_workers(proc.pid, args.stop_every_s, stopped)
+                    )
                 await asyncio.sleep(args.phase_s)
                 client.recording = False
+                if stopper is not None:
+                    stopper.cancel()
+                    counter.value = len(stopped)
                 lat = sorted(client.latencies)
                 q = statistics.quantiles(lat, n=100)
                 row = {
@@ -232,20 +318,26 @@ async def measure(url: str, args, ids, scripts, proc: subprocess.Popen) -> list[
                     "max ms": lat[-1] * 1e3,
                     "peak RSS MB": sampler.peak / 2**20,
                     "+workers RSS MB": sampler.peak_tree / 2**20,
-                    "adversary requests": counter.value,
+                    "attacker count": counter.value,
                     "client errors": len(client.errors),
                 }
                 for error in client.errors[:3]:
                     print(f"  client error: {error}")
-                if adversary is not None:
+                if attacker is not None:
                     stop.set()
-                    adversary.join(timeout=120)
-                    if adversary.is_alive():
-                        adversary.kill()
-                    row["adversary requests"] = counter.value
+                    # Off the event loop: the well-behaved clients' requests go on meanwhile.
+                    await asyncio.get_running_loop().run_in_executor(None, attacker.join, 120)
+                    if attacker.is_alive():
+                        attacker.kill()
+                    row["attacker count"] = counter.value
+                for pid in stopped:  # replaced by the service by now; never left stopped
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                if phase == "stopped_worker":
+                    row["workers replaced"] = httpx.get(f"{url}/healthz").json()["workers_replaced"]
                 rows.append(row)
                 print(
-                    f"round {round_} {phase:<11}: "
+                    f"round {round_} {phase:<14}: "
                     + ", ".join(
                         f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
                         for k, v in row.items()
@@ -268,10 +360,28 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--clients", type=int, default=64, help="well-behaved clients (default 64)")
-    p.add_argument("--rounds", type=int, default=5, help="quiet/adversarial rounds (default 5)")
+    p.add_argument("--rounds", type=int, default=5, help="rounds of all phases (default 5)")
     p.add_argument("--phase-s", type=float, default=20.0, help="seconds per phase (default 20)")
     p.add_argument(
         "--pause-ms", type=float, default=150.0, help="mean pause before a request (default 150)"
+    )
+    p.add_argument(
+        "--cases",
+        type=lambda text: tuple(text.split(",")),
+        default=CASES,
+        help=f"attacks, one phase each per round (default {','.join(CASES)})",
+    )
+    p.add_argument(
+        "--slow-connections",
+        type=int,
+        default=1200,
+        help="connections the slow-headers client holds (default 1200)",
+    )
+    p.add_argument(
+        "--stop-every-s",
+        type=float,
+        default=10.0,
+        help="stopped_worker: stop a worker this often (default 10)",
     )
     p.add_argument("--port", type=int, default=8094, help="the service's port (default 8094)")
     p.add_argument(
@@ -281,6 +391,9 @@ def main(argv: list[str] | None = None) -> None:
         help="the workers' CPU priority below the event loop's (default: the service's)",
     )
     args = p.parse_args(argv)
+    unknown = set(args.cases) - set(CASES)
+    if unknown:
+        p.error(f"unknown cases {sorted(unknown)}; choose from {','.join(CASES)}")
 
     ids = task_ids()
     scripts = {tid: assistant_messages(ground_truth_trajectory(load_task(tid))) for tid in ids}
@@ -293,23 +406,28 @@ def main(argv: list[str] | None = None) -> None:
         proc.terminate()
         proc.wait(timeout=30)
 
+    phases = ("quiet", *args.cases)
     print(f"\nmedians over {args.rounds} rounds of {args.phase_s:.0f} s, {args.clients} clients:")
     keys = ["requests", "p50 ms", "p99 ms", "max ms", "peak RSS MB", "+workers RSS MB"]
-    keys += ["adversary requests", "client errors"]
-    print(f"  {'':<20} {'quiet':>10} {'adversarial':>12}")
-    medians = {}
+    keys += ["attacker count", "client errors"]
+    print(f"  {'':<20}" + "".join(f" {phase:>15}" for phase in phases))
     for key in keys:
-        medians[key] = [
-            statistics.median(r[key] for r in rows if r["phase"] == phase)
-            for phase in ("quiet", "adversarial")
-        ]
-        print(f"  {key:<20} {medians[key][0]:>10.1f} {medians[key][1]:>12.1f}")
-    quiet, attacked = medians["p99 ms"]
-    print(
-        f"\nadversarial p99 / quiet p99 = {attacked / quiet:.2f} "
-        f"({'within' if attacked <= 2 * quiet else 'NOT within'} 2x); "
-        f"service {'healthy' if alive else 'NOT healthy'} after the attacks"
-    )
+        medians = [statistics.median(r[key] for r in rows if r["phase"] == p) for p in phases]
+        print(f"  {key:<20}" + "".join(f" {m:>15.1f}" for m in medians))
+    print()
+    for case in args.cases:
+        # Pairs: each attacked phase and the quiet phase just before it.
+        pairs = [(rows[i - 1], row) for i, row in enumerate(rows) if row["phase"] == case]
+        ratios = [row["p99 ms"] / quiet["p99 ms"] for quiet, row in pairs]
+        quiet_p99 = statistics.median(quiet["p99 ms"] for quiet, _ in pairs)
+        attacked_p99 = statistics.median(row["p99 ms"] for _, row in pairs)
+        ratio = statistics.median(ratios)
+        print(
+            f"{case}: p99 {attacked_p99:.1f} ms, quiet before it {quiet_p99:.1f} ms; median of "
+            f"the rounds' ratios {ratio:.2f}x ({'within' if ratio <= 2 else 'NOT within'} 2x; "
+            f"each round: {', '.join(f'{r:.2f}' for r in ratios)})"
+        )
+    print(f"service {'healthy' if alive else 'NOT healthy'} after the attacks")
 
 
 if __name__ == "__main__":

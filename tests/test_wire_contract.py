@@ -11,6 +11,7 @@ capped partial-credit score. Each group below covers one point of issue #13.
 from __future__ import annotations
 
 import json
+import os
 import threading
 
 import httpx
@@ -248,7 +249,7 @@ NOT_SUPPORTED = "is not supported"
         (
             {"diagnostic_evolution": {"enable": True, "min_tag_count": 2}},
             "min_tag_count",
-            "applies to a state_path only",
+            "applies to the original release's capability-state file only",
         ),
         (
             {"tool_feedback_evolution": {"enable": True, "max_tool_names": 4}},
@@ -325,17 +326,20 @@ STATE_TAGS = {
 }
 
 
-def test_diagnostic_evolution_reads_the_release_state_file(release, tmp_path):
-    svc, trainer = release()
+def test_diagnostic_evolution_reads_the_release_state_file_its_operator_names(release, tmp_path):
+    """The release's capability-state file, given to the service with --capability-state
+    (a request may not name a file: tests/test_env_hostile_clients.py), is selected from
+    by the release's rule with each request's thresholds."""
     path = tmp_path / "capability_state.json"
     path.write_text(json.dumps(release_state(STATE_TAGS)))
-    diag = {"enable": True, "state_path": str(path)}
+    svc, trainer = release(capability_state_path=path)
+    diag = {"enable": True}
     data = trainer.create_instance("multi_turn_base_0", "d", seal_params(diagnostic_evolution=diag))
     expected = expected_release_selection(STATE_TAGS)
     assert expected[:2] == [T.SPURIOUS_TOOL_CALL, T.STATE_MISMATCH]  # pressure, not share
     assert guidelines_in(data["state"][0]["content"]) == expected
     assert data["info"]["diagnostic_evolution"]["guideline_tags"] == expected
-    assert data["info"]["diagnostic_evolution"]["state_found"] is True
+    assert "--capability-state" in data["info"]["diagnostic_evolution"]["source"]
 
     one = trainer.create_instance(
         "multi_turn_base_0", "d1", seal_params(diagnostic_evolution={**diag, "max_lines": 1})
@@ -362,32 +366,37 @@ def test_diagnostic_evolution_reads_the_release_state_file(release, tmp_path):
 
     # The file follows the trainer's rewrites.
     path.write_text(json.dumps(release_state({T.INSTANCE_MISMATCH: (50, 0.0)})))
+    later = path.stat().st_mtime + 5
+    os.utime(path, (later, later))
     data = trainer.create_instance(
         "multi_turn_base_0", "d3", seal_params(diagnostic_evolution=diag)
     )
     assert guidelines_in(data["state"][0]["content"]) == [T.INSTANCE_MISMATCH]
 
-
-def test_diagnostic_evolution_without_a_state_file_yet_or_with_a_bad_one(release, tmp_path):
-    svc, trainer = release()
-    missing = {"enable": True, "state_path": str(tmp_path / "not_written_yet.json")}
+    # A profile the trainer pushes wins over the file, as for this service's own format.
+    profile = {"tags": [{"tag": T.RESPONSE_MISMATCH, "share": 0.4, "count": 50}]}
+    assert svc.http.put("/v1/profile", json=profile).status_code == 200
     data = trainer.create_instance(
-        "multi_turn_base_0", "m", seal_params(diagnostic_evolution=missing)
+        "multi_turn_base_0", "d4", seal_params(diagnostic_evolution=diag)
+    )
+    assert guidelines_in(data["state"][0]["content"]) == [T.RESPONSE_MISMATCH]
+
+
+def test_a_release_state_file_not_written_yet_or_bad(release, service, tmp_path):
+    missing = tmp_path / "not_written_yet.json"
+    svc, trainer = release(capability_state_path=missing)
+    data = trainer.create_instance(
+        "multi_turn_base_0", "m", seal_params(diagnostic_evolution={"enable": True})
     )
     assert guidelines_in(data["state"][0]["content"]) == []
-    assert data["info"]["diagnostic_evolution"]["state_found"] is False
 
-    ours = tmp_path / "ours.json"
-    ours.write_text(json.dumps({"version": 1, "run": {}, "window": {}}))
+    bad_entry = tmp_path / "bad_entry.json"
+    bad_entry.write_text(json.dumps({"window_tags": {T.STATE_MISMATCH: {"count": "many"}}}))
     garbage = tmp_path / "garbage.json"
     garbage.write_text("{not json")
-    for bad in (ours, garbage):
-        diag = {"enable": True, "state_path": str(bad)}
-        with pytest.raises(ReleaseHTTPError, match="^422") as refused:
-            trainer.create_instance(
-                "multi_turn_base_0", "b", seal_params(diagnostic_evolution=diag)
-            )
-        assert "state_path" in str(refused.value)
+    for bad in (bad_entry, garbage):
+        with pytest.raises(ValueError, match=str(bad)):
+            service(capability_state_path=bad)
 
 
 def test_diagnostic_evolution_without_state_path_uses_the_service_profile(release):

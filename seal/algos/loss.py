@@ -37,9 +37,11 @@ class PolicyLossConfig:
     """How token losses become one number, one of `AGG_MODES`. Default "token-mean": the
     release's recipe sets it (the paper does not name one; docs/paper_configs.md)."""
     use_kl_loss: bool = True
-    """Add the KL to the reference policy to the loss. Default True."""
+    """Add the KL to the reference policy to the loss; the trainers then build the frozen
+    reference (`needs_reference`). Default True."""
     kl_loss_coef: float = 0.001
-    """Weight of the KL term. Default 0.001."""
+    """Weight of the KL term. Default 0.001. At 0 the KL is still computed and logged,
+    as verl does; use_kl_loss=false drops the reference."""
     kl_loss_type: str = "low_var_kl"
     """KL estimator, one of `KL_TYPES`. Default "low_var_kl" (Schulman's k3)."""
     entropy_coeff: float = 0.0
@@ -54,6 +56,16 @@ class PolicyLossConfig:
             raise ValueError(f"kl_loss_type must be one of {KL_TYPES}, not {self.kl_loss_type!r}")
         if self.clip_ratio_c <= 1.0:
             raise ValueError(f"clip_ratio_c must exceed 1, got {self.clip_ratio_c}")
+
+
+def needs_reference(config: PolicyLossConfig) -> bool:
+    """Whether the loss needs the reference policy's log-probs: whenever the KL loss is
+    on, whatever its coefficient. verl 0.9.1 decides the same (`need_reference_policy`:
+    use_kl_loss or use_kl_in_reward, which this project never sets), and with
+    kl_loss_coef 0 computes the KL, logs it and adds nothing. The one rule for the
+    trainers (which build the reference) and `actor_loss` (which requires its log-probs);
+    to train without a reference, set use_kl_loss=false."""
+    return config.use_kl_loss
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -183,7 +195,7 @@ def actor_loss(
         entropy_term = aggregate_loss(entropy, response_mask, mode, **counts)
         loss = loss - config.entropy_coeff * entropy_term
         metrics["actor/entropy"] = entropy_term.item()
-    if config.use_kl_loss:
+    if needs_reference(config):
         if ref_log_prob is None:
             raise ValueError("use_kl_loss is on but no ref_log_prob was given")
         kl_term = aggregate_loss(

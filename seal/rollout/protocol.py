@@ -40,11 +40,23 @@ _STRICT = ConfigDict(extra="forbid")
 ROLLOUT_MODES = ("sample", "validate")
 
 
-def _require_positive(obj: object) -> None:
+MAX_GENERATIONS = 1024
+"""The most assistant messages an episode may be given (`EpisodeLimits.max_generations`).
+BFCL's episodes have at most 8 user turns and the paper allows 20 generations; an
+episode's record (and what a rebuild of it replays) grows with its steps, so a client
+may not ask for an unbounded number."""
+MAX_COUNT = 2**31 - 1
+"""Upper bound of the other limits (token counts no model's context reaches)."""
+
+
+def _require_in_range(obj: object, highest: dict[str, int]) -> None:
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value < 1:
-            raise ValueError(f"{type(obj).__name__}.{f.name} must be at least 1, got {value}")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            top = highest.get(f.name, MAX_COUNT)
+            if not 1 <= value <= top:
+                got = repr(value) if abs(value) < 1e15 else f"{value:.3g}"
+                raise ValueError(f"{type(obj).__name__}.{f.name} must be in [1, {top}], got {got}")
 
 
 @dataclass
@@ -54,9 +66,10 @@ class EpisodeLimits:
     __pydantic_config__ = _STRICT
 
     max_generations: int = 20
-    """Assistant messages per episode. The service ends the episode (truncated) at this
-    many steps and the driver stops generating, so the two agree. BFCL V4 agentic tasks
-    count them per turn, as bfcl-eval does (its force-quit; seal/bfcl/agentic.py)."""
+    """Assistant messages per episode (at most MAX_GENERATIONS, 1024). The service ends
+    the episode (truncated) at this many steps and the driver stops generating, so the
+    two agree. BFCL V4 agentic tasks count them per turn, as bfcl-eval does (its
+    force-quit; seal/bfcl/agentic.py)."""
     max_context_tokens: int = 16384
     """Tokens of prompt + response the model may see (its context). A generation is cut
     to the room left; an observation that does not fit ends the episode
@@ -68,7 +81,7 @@ class EpisodeLimits:
     clip marker included (the paper's tool-response clip)."""
 
     def __post_init__(self):
-        _require_positive(self)
+        _require_in_range(self, {"max_generations": MAX_GENERATIONS})
 
 
 @dataclass
@@ -257,6 +270,7 @@ class StepRequest(BaseModel):
     seq: int | None = Field(
         None,
         ge=1,
+        le=MAX_GENERATIONS,
         description="1 for the episode's first step, 2 for the next, ... A step whose seq "
         "repeats the last one is answered with the first answer and not run again (a "
         "retried request); any other gap is a 409. Omitted: no such check.",
@@ -287,7 +301,9 @@ class Evaluation(BaseModel):
     aborted: str | None = None
     """Why the service ended the episode or its verification as a failure, or None:
     `step_time_budget` (a step's calls ran over the service's time budget; accuracy and
-    reward 0) or `evaluation_time_budget` (verification did; every turn `checker_error`)."""
+    reward 0), `rebuild_time_budget` (the service lost the process holding the episode's
+    tools and could not rebuild them in time; accuracy and reward 0) or
+    `evaluation_time_budget` (verification did; every turn `checker_error`)."""
     steps: int
     tool_calls: int
     invalid_calls: int

@@ -5,15 +5,17 @@ A checkpoint directory `checkpoints/step_000010/` holds the policy (Hugging Face
 `trainer_state.json` (step, epoch, best metric so far, RNG states). The data order is a
 function of the seed, the epoch and the step, so restoring the step restores it.
 `latest` names the newest complete checkpoint; it is written last, atomically, so a
-crash while saving leaves the previous checkpoint as the latest. A checkpoint file that
-cannot be read is a `StateFileError` naming it.
+crash while saving leaves the previous checkpoint as the latest, and a failed write
+(a full disk) says so (`CheckpointWriteError`). A checkpoint file that cannot be read is
+a `StateFileError` naming it.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -38,22 +40,57 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
     return run_dir / "checkpoints" / f"step_{step:06d}"
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, a failing one); the message names
+    it and the complete checkpoint a resume would start from."""
+
+
 def save_checkpoint(
     run_dir: Path, state: TrainerState, policy, optimizer, capability_state
 ) -> Path:
+    """Write the checkpoint of `state.step`: into `step_N.tmp`, flushed to disk, renamed to
+    `step_N`, then `latest` is pointed at it. Killed anywhere (kill -9, power), `latest`
+    still names the previous complete checkpoint; failing (ENOSPC), the partial copy is
+    removed to give its space back and CheckpointWriteError says what to do."""
     path = checkpoint_dir(run_dir, state.step)
     tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    policy.save_pretrained(tmp, safe_serialization=True)
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
-    capability_state.save(tmp / "capability_state.json")
-    write_json_atomic(tmp / "trainer_state.json", asdict(state))
-    shutil.rmtree(path, ignore_errors=True)
-    tmp.rename(path)
-    write_json_atomic(run_dir / "checkpoints" / LATEST, {"step": state.step, "path": path.name})
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        policy.save_pretrained(tmp, safe_serialization=True)
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
+        capability_state.save(tmp / "capability_state.json")
+        write_json_atomic(tmp / "trainer_state.json", asdict(state))
+        _sync_tree(tmp)  # on disk before `latest` can name it
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+        write_json_atomic(run_dir / "checkpoints" / LATEST, {"step": state.step, "path": path.name})
+    except (OSError, RuntimeError) as error:  # torch reports a failed write as RuntimeError
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            previous = latest_checkpoint(run_dir)
+        except StateFileError:
+            previous = None
+        kept = f"the latest complete one is still {previous}" if previous else "there is none yet"
+        raise CheckpointWriteError(
+            f"cannot write the checkpoint of step {state.step} to {path} "
+            f"({type(error).__name__}: {error}); {kept}. Free space (or fix the disk) and "
+            "resume with trainer.checkpoint.resume=true"
+        ) from error
     return path
+
+
+def _sync_tree(directory: Path) -> None:
+    for file in directory.rglob("*"):
+        if file.is_file():
+            with open(file, "rb") as handle:
+                os.fsync(handle.fileno())
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -61,7 +98,11 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     if not pointer.exists():
         return None
     data = read_json(pointer, "pointer to the latest checkpoint")
-    if not isinstance(data, dict) or not isinstance(data.get("path"), str):
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("path"), str)
+        or not isinstance(data.get("step"), int)
+    ):
         raise StateFileError(
             f"{pointer}: expected {{'step': N, 'path': 'step_...'}}, got {data!r:.200}"
         )
@@ -72,12 +113,25 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def load_trainer_state(path: Path) -> TrainerState:
+    """The trainer state of the checkpoint at `path`; every field must be there (a file
+    edited down to `{}` would otherwise resume a trained checkpoint at step 0)."""
     file = path / "trainer_state.json"
     data = read_json(file, "trainer state")
-    try:
-        return TrainerState(**data)
-    except TypeError as error:
-        raise StateFileError(f"{file}: not a trainer state ({error})") from None
+    expected = {f.name for f in fields(TrainerState)}
+    if not isinstance(data, dict) or set(data) != expected:
+        found = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise StateFileError(
+            f"{file}: not a trainer state (expected {sorted(expected)}, got {found})"
+        )
+    if not isinstance(data["step"], int) or isinstance(data["step"], bool) or data["step"] < 0:
+        raise StateFileError(f"{file}: not a trainer state (step {data['step']!r})")
+    return TrainerState(**data)
+
+
+def latest_step(run_dir: Path) -> int | None:
+    """The step `latest` names (None without a pointer); `latest_checkpoint` checks it."""
+    pointer = run_dir / "checkpoints" / LATEST
+    return read_json(pointer, LATEST)["step"] if latest_checkpoint(run_dir) else None
 
 
 def load_torch_file(file: Path, what: str):

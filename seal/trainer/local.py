@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from seal.algos.advantage import grpo_advantages
+from seal.algos.loss import needs_reference
 from seal.atomic_file import StateFileError
 from seal.eval.metrics_log import FAILED_EPISODES, VAL_FAILED_EPISODES
 from seal.eval.records import ValidationRecord, read_val_dir, write_step
@@ -47,7 +48,7 @@ from seal.trainer.data import epoch_order, task_ids_of
 from seal.trainer.metrics import MetricsLogger
 from seal.trainer.model import frozen_copy, load_policy, load_tokenizer
 from seal.trainer.reweight import observe_and_reweight, outcome_metrics, record_interface
-from seal.trainer.run_dir import check_run_dir, record_data_order
+from seal.trainer.run_dir import check_run_dir, record_data_order, set_aside_unfinished_attempt
 from seal.trainer.update import batch_logprobs, policy_update, response_mask_matrix
 
 
@@ -76,6 +77,9 @@ class LocalTrainer:
     def _open(self, cfg: TrainerConfig, run_dir: Path) -> None:
         for change in check_run_dir(run_dir, cfg, backend="local"):
             print(f"[trainer] resuming with a changed data order (allowed): {change}")
+        moved = set_aside_unfinished_attempt(run_dir, cfg, backend="local")
+        if moved:  # (the launcher has done it already for its runs)
+            print(f"[trainer] {moved}")
         self.tokenizer = load_tokenizer(cfg.model)
         self.tool_format = cfg.model.resolved_tool_format()
         end_of_turn = turn_tokenizer(self.tokenizer, self.tool_format).end_of_turn_id
@@ -85,12 +89,16 @@ class LocalTrainer:
         except Exception as error:
             if resume_from is None:
                 raise
+            # The loader's error seldom names the file: name those the policy comes from.
+            files = sorted(resume_from.glob("*.safetensors")) + [resume_from / "config.json"]
             raise StateFileError(
-                f"{resume_from}: cannot load the policy: {type(error).__name__}: {error}"
+                f"{resume_from}: cannot load the policy from {', '.join(map(str, files))}: "
+                f"{type(error).__name__}: {error}"
             ) from error
-        use_reference = cfg.loss.use_kl_loss and cfg.loss.kl_loss_coef > 0
         self.reference = (
-            frozen_copy(load_policy(cfg.model, self.tokenizer)) if use_reference else None
+            frozen_copy(load_policy(cfg.model, self.tokenizer))
+            if needs_reference(cfg.loss)
+            else None
         )
         self.optimizer = torch.optim.AdamW(
             self.policy.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay

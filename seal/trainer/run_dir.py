@@ -6,6 +6,18 @@ writes anything into the directory (config.yaml included), so a refused start le
 earlier run as it was; the local trainer calls it again for callers that use it without
 the launcher. Every refusal says what was found and how to proceed.
 
+A run killed before its first checkpoint (after step 0's validation wrote
+`metrics.jsonl`, say) has nothing to resume from and nothing worth keeping in place: a
+resume restarts it from step 0, and `set_aside_unfinished_attempt` first moves its files
+into `unfinished_attempts/<time>/` (kept, not deleted), saying what it found. Before,
+such a directory could neither start (it holds an earlier run) nor resume (no
+checkpoint). A directory with checkpoints but no readable `latest` pointer is refused,
+never restarted.
+
+A resume also checks `metrics.jsonl`: readable line by line, and holding a row for every
+step up to the checkpoint's (a file cut short or edited would otherwise be continued
+with its rows missing).
+
 The data order is the sequence of task batches the steps see: a function of the training
 tasks (the data file and `max_train_tasks`), `train_batch_size` and the shuffle `seed`
 (seal/trainer/data.py). A fresh run records it in `data_order.json`; resuming with other
@@ -17,10 +29,12 @@ is rewritten and the change printed).
 from __future__ import annotations
 
 import hashlib
+import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 from seal.atomic_file import StateFileError, read_json, write_json_atomic
-from seal.eval.metrics_log import METRICS_FILENAME
+from seal.eval.metrics_log import METRICS_FILENAME, MetricsFormatError, read_metrics
 from seal.tocf.state import STATE_FILENAME, CapabilityState
 from seal.trainer import checkpoint as ckpt
 from seal.trainer.config import TrainerConfig
@@ -57,6 +71,13 @@ def record_data_order(run_dir: Path, cfg: TrainerConfig) -> None:
     write_json_atomic(run_dir / DATA_ORDER_FILENAME, data_order(cfg))
 
 
+UNFINISHED_DIR = "unfinished_attempts"
+"""Where a resume moves the files of a run that never reached its first checkpoint."""
+_KEPT_IN_PLACE = {".lock", UNFINISHED_DIR}
+# Complete checkpoint directories: the local trainer's and verl's.
+_CHECKPOINT_DIR = {"local": re.compile(r"step_\d+"), "verl": re.compile(r"global_step_\d+")}
+
+
 def earlier_state(run_dir: Path) -> list[str]:
     """The files of an earlier training run in `run_dir`."""
     found = []
@@ -65,10 +86,48 @@ def earlier_state(run_dir: Path) -> list[str]:
     metrics = run_dir / METRICS_FILENAME
     if metrics.exists() and metrics.stat().st_size:
         found.append(METRICS_FILENAME)
+    validation = run_dir / "validation"
+    if validation.is_dir() and any(validation.iterdir()):
+        found.append("validation/")
     checkpoints = run_dir / "checkpoints"
     if checkpoints.is_dir() and any(checkpoints.iterdir()):
         found.append("checkpoints/")
     return found
+
+
+def unfinished_attempt(run_dir: Path, backend: str) -> list[str] | None:
+    """What an earlier run that never reached its first checkpoint left in `run_dir`
+    (`earlier_state`), or None when there is no earlier run or it has a checkpoint (a
+    complete checkpoint directory, or the local trainer's `latest` pointer)."""
+    found = earlier_state(Path(run_dir))
+    checkpoints = Path(run_dir) / "checkpoints"
+    if not found or (checkpoints / ckpt.LATEST).exists():
+        return None
+    if checkpoints.is_dir() and any(
+        _CHECKPOINT_DIR[backend].fullmatch(p.name) for p in checkpoints.iterdir() if p.is_dir()
+    ):
+        return None
+    return found
+
+
+def set_aside_unfinished_attempt(run_dir: Path, cfg: TrainerConfig, backend: str) -> str | None:
+    """For a resume of a run that never reached its first checkpoint: move its files into
+    `unfinished_attempts/<UTC time>/`, so the run restarts from step 0 in a clean
+    directory; returns what was done, to print. None when there is nothing to move."""
+    run_dir = Path(run_dir)
+    found = unfinished_attempt(run_dir, backend) if cfg.checkpoint.resume else None
+    if found is None:
+        return None
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    destination = run_dir / UNFINISHED_DIR / stamp
+    destination.mkdir(parents=True)
+    for path in sorted(run_dir.iterdir()):
+        if path.name not in _KEPT_IN_PLACE:
+            path.rename(destination / path.name)
+    return (
+        f"{run_dir} held a run that never reached its first checkpoint ({', '.join(found)}): "
+        f"restarting it from step 0; its files are kept in {destination}"
+    )
 
 
 def check_run_dir(run_dir: Path, cfg: TrainerConfig, backend: str) -> list[str]:
@@ -79,7 +138,15 @@ def check_run_dir(run_dir: Path, cfg: TrainerConfig, backend: str) -> list[str]:
     reads its own checkpoints; the capability state and the data order are checked).
     """
     run_dir = Path(run_dir)
+    unfinished = unfinished_attempt(run_dir, backend)
     if not cfg.checkpoint.resume:
+        if unfinished:
+            raise FileExistsError(
+                f"{run_dir} holds a run that never reached its first checkpoint "
+                f"({', '.join(unfinished)}): restart it from step 0 with "
+                f"trainer.checkpoint.resume=true (its files are kept in {UNFINISHED_DIR}/), "
+                "or give this run another name"
+            )
         found = earlier_state(run_dir)
         if found:
             raise FileExistsError(
@@ -87,15 +154,34 @@ def check_run_dir(run_dir: Path, cfg: TrainerConfig, backend: str) -> list[str]:
                 "trainer.checkpoint.resume=true, or give this run another name"
             )
         return []
+    if unfinished is not None or (
+        not earlier_state(run_dir) and (run_dir / UNFINISHED_DIR).is_dir()
+    ):
+        return []  # nothing to resume from: the run restarts from step 0 (or has, just now)
+    if not earlier_state(run_dir):
+        raise FileNotFoundError(
+            f"trainer.checkpoint.resume is set but {run_dir} holds no run to resume "
+            "(no checkpoint, capability state or metrics): check the run's name and "
+            "output_dir, or start it without resume"
+        )
     if backend == "local":
         latest = ckpt.latest_checkpoint(run_dir)
         if latest is None:
-            raise FileNotFoundError(
-                f"trainer.checkpoint.resume is set but {run_dir} has no checkpoint "
-                f"({run_dir / 'checkpoints' / ckpt.LATEST} is missing)"
+            raise StateFileError(
+                f"{run_dir / 'checkpoints' / ckpt.LATEST} is missing, but {run_dir / 'checkpoints'} "
+                'holds checkpoints: restore the pointer ({"step": N, "path": "step_..."}) '
+                "to the checkpoint to resume from"
             )
-        ckpt.load_trainer_state(latest)
+        state = ckpt.load_trainer_state(latest)
+        pointed = ckpt.latest_step(run_dir)
+        if pointed != state.step:
+            raise StateFileError(
+                f"{run_dir / 'checkpoints' / ckpt.LATEST} names step {pointed}, but the "
+                f"checkpoint it points to ({latest}) holds step {state.step}: one of them is "
+                "damaged; restore the pointer or the checkpoint"
+            )
         CapabilityState.load(latest / STATE_FILENAME)
+        check_metrics(run_dir, state.step)
     else:
         state = run_dir / STATE_FILENAME
         if not state.exists():
@@ -103,7 +189,36 @@ def check_run_dir(run_dir: Path, cfg: TrainerConfig, backend: str) -> list[str]:
                 f"trainer.checkpoint.resume is set but there is no capability state at {state}"
             )
         CapabilityState.load(state)
+        check_metrics(run_dir, None)
     return check_data_order(run_dir, cfg)
+
+
+def check_metrics(run_dir: Path, resume_step: int | None) -> None:
+    """`metrics.jsonl` can be continued from `resume_step`: every line readable (a last
+    line a crash cut short excepted) and a row for each of steps 1..resume_step."""
+    path = run_dir / METRICS_FILENAME
+    if not path.exists():
+        if resume_step:
+            raise StateFileError(
+                f"{path} is missing: the run's rows of steps 1-{resume_step} are gone; restore "
+                "the file, or write an empty one to resume without them"
+            )
+        return
+    try:
+        rows = read_metrics(path)
+    except MetricsFormatError as error:
+        raise StateFileError(f"{error}; repair or restore the file to resume") from None
+    if not resume_step or path.stat().st_size == 0:
+        return  # an empty file is an explicit fresh log (see the message above)
+    logged = {row["step"] for row in rows}
+    missing = sorted(set(range(1, resume_step + 1)) - logged)
+    if missing:
+        shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+        raise StateFileError(
+            f"{path} has no rows for steps {shown} of the {resume_step} the checkpoint holds "
+            "(cut short or edited): restore the file, or write an empty one to resume "
+            "without the earlier rows"
+        )
 
 
 def check_data_order(run_dir: Path, cfg: TrainerConfig) -> list[str]:
@@ -123,8 +238,9 @@ def check_data_order(run_dir: Path, cfg: TrainerConfig) -> list[str]:
         ]
     if changes and not cfg.checkpoint.allow_data_order_change:
         raise DataOrderChanged(
-            "resuming with another data order than the interrupted run's would give the "
-            f"remaining steps other batches: {'; '.join(changes)}. Restore those settings, "
-            f"or set {OVERRIDE_KEY}=true to resume anyway"
+            "resuming with another data order than the interrupted run's (recorded in "
+            f"{path}) would give the remaining steps other batches: {'; '.join(changes)}. "
+            f"Restore those settings (or the record), or set {OVERRIDE_KEY}=true to resume "
+            "anyway"
         )
     return changes

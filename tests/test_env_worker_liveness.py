@@ -1,0 +1,261 @@
+"""No stopped or dead worker process holds episodes, and no rebuild stalls other episodes
+(issue #21, findings 2 and 3), in the findings' own terms.
+
+2. A worker stopped while idle (SIGSTOP) is found (the kernel shows it stopped) and
+   replaced; its episodes are rebuilt and answered, and new episodes are not placed on
+   it. A worker killed while idle is replaced too, and so is one whose heartbeat stops
+   without a signal (as in a frozen cgroup).
+3. A replaced worker's episodes are rebuilt off the path of the other episodes' steps: a
+   trivial step of another episode on that worker is answered while a long rebuild runs,
+   and a rebuild that runs past its budget (the verification budget: a rebuild replays
+   what a verification replays) ends its episode as a failure tagged
+   `rebuild_time_budget`.
+
+Each test runs the service in its own process (`service_process`) and signals its
+workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import threading
+import time
+
+import httpx
+import psutil
+import pytest
+
+FS_TASK = "multi_turn_base_1"  # GorillaFileSystem, starting in /alex
+
+
+class Native:
+    """The native API over a real socket, one step at a time per episode."""
+
+    def __init__(self, url: str, timeout_s: float = 60.0):
+        self.http = httpx.Client(base_url=url, timeout=timeout_s)
+        self.seq: dict[str, int] = {}
+
+    def create(self, episode_id: str, max_generations: int = 20) -> None:
+        settings = {"mode": "validate", "limits": {"max_generations": max_generations}}
+        body = {"task_id": FS_TASK, "episode_id": episode_id, "settings": settings}
+        reply = self.http.post("/v1/episodes", json=body)
+        assert reply.status_code == 201, reply.text
+        self.seq[episode_id] = 0
+
+    def step(self, episode_id: str, calls: list[tuple[str, dict]]) -> dict:
+        self.seq[episode_id] += 1
+        body = {
+            "content": "calls",
+            "tool_calls": [{"name": n, "arguments": a} for n, a in calls],
+            "seq": self.seq[episode_id],
+        }
+        reply = self.http.post(f"/v1/episodes/{episode_id}/steps", json=body)
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    def stats(self) -> dict:
+        return self.http.get("/v1/stats").json()
+
+
+def workers_of(svc) -> list[psutil.Process]:
+    children = psutil.Process(svc.proc.pid).children()
+    assert children, "the service has no worker processes"
+    return children
+
+
+def step_all(client: Native, episode_ids: list[str], timeout_s: float) -> dict[str, dict]:
+    """One `pwd` step of every episode at once; the answers that came within `timeout_s`."""
+    answers: dict[str, dict] = {}
+    errors: dict[str, str] = {}
+
+    def one(episode_id: str) -> None:
+        try:
+            answers[episode_id] = client.step(episode_id, [("pwd", {})])
+        except (httpx.HTTPError, AssertionError) as error:
+            errors[episode_id] = f"{type(error).__name__}: {error}"
+
+    threads = [threading.Thread(target=one, args=(e,), daemon=True) for e in episode_ids]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout_s
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    for episode_id, error in sorted(errors.items()):
+        print(f"{episode_id}: {error}")
+    return dict(answers)
+
+
+# --- 2. a stopped or dead idle worker ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL], ids=["stopped", "killed"])
+def test_an_idle_worker_stopped_or_killed_is_replaced_and_its_episodes_answered(
+    service_process, sig
+):
+    svc = service_process("--workers", "2")
+    client = Native(svc.url, timeout_s=30)
+    first = [f"e{k}" for k in range(16)]
+    for episode_id in first:
+        client.create(episode_id)
+    answered = step_all(client, first, timeout_s=20)
+    assert len(answered) == 16
+    victim = workers_of(svc)[0]
+    os.kill(victim.pid, sig)
+    try:
+        # Every episode is answered, those that lived on the stopped worker included.
+        answered = step_all(client, first, timeout_s=20)
+        assert sorted(answered) == sorted(first), f"unanswered: {set(first) - set(answered)}"
+        assert all(a["messages"][0]["content"] == '{"current_working_directory": "/alex"}'
+                   for a in answered.values())  # fmt: skip
+        # New episodes are placed on live workers only.
+        more = [f"n{k}" for k in range(8)]
+        for episode_id in more:
+            client.create(episode_id)
+        answered = step_all(client, more, timeout_s=20)
+        assert sorted(answered) == sorted(more), f"unanswered: {set(more) - set(answered)}"
+        assert client.stats()["workers_replaced"] == 1
+        assert victim.pid not in [w.pid for w in workers_of(svc)]
+        assert len(workers_of(svc)) == 2
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+            os.kill(victim.pid, signal.SIGKILL)
+
+
+FREEZE_FIRST_WORKER = """
+import os, threading, time
+from env_service import worker
+
+MARKER = {marker!r}
+frozen = threading.Event()
+real_receive = worker.receive
+
+def receive(sock):
+    if frozen.is_set():
+        time.sleep(3600)  # frozen: takes nothing, answers nothing
+    return real_receive(sock)
+
+def beat(slot):
+    try:
+        os.close(os.open(MARKER, os.O_CREAT | os.O_EXCL))  # the first worker only
+    except FileExistsError:
+        while True:
+            slot[2] = time.monotonic()
+            time.sleep(worker.HEARTBEAT_S)
+    slot[2] = time.monotonic()
+    MARKER_READY = MARKER + ".frozen"
+    while not os.path.exists(MARKER_READY):  # the test says when
+        slot[2] = time.monotonic()
+        time.sleep(worker.HEARTBEAT_S)
+    frozen.set()  # no beat from now on, as in a frozen cgroup (not a signal's stop)
+
+worker.receive = receive
+worker._beat = beat
+"""
+
+
+def test_a_worker_that_stops_beating_is_replaced(service_process, tmp_path):
+    """Frozen without a signal (a frozen cgroup, a process stuck in the kernel): no beat,
+    no answer, and no `T` state for the kernel to show."""
+    marker = str(tmp_path / "first_worker")
+    svc = service_process(
+        "--workers", "2", "--worker-stall-seconds", "2",
+        patch=FREEZE_FIRST_WORKER.format(marker=marker),
+    )  # fmt: skip
+    client = Native(svc.url, timeout_s=30)
+    episodes = [f"e{k}" for k in range(8)]
+    for episode_id in episodes:
+        client.create(episode_id)
+    assert len(step_all(client, episodes, timeout_s=20)) == 8
+    open(marker + ".frozen", "w").close()
+    time.sleep(0.5)  # its beat has stopped
+    started = time.monotonic()
+    answered = step_all(client, episodes, timeout_s=20)
+    assert sorted(answered) == sorted(episodes), f"unanswered: {set(episodes) - set(answered)}"
+    assert client.stats()["workers_replaced"] == 1
+    print(f"replaced and answered within {time.monotonic() - started:.1f} s")
+
+
+def test_a_replacement_worker_holds_no_client_connection(service_process):
+    """A worker forked while clients are connected must not keep their connections: the
+    service's close of one (here: its keep-alive timeout) has to reach the client, or
+    the client's next request on it waits for ever."""
+    svc = service_process("--workers", "2")
+    host, port = svc.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as kept:
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = b""
+        while not reply.endswith(b"}"):  # the whole JSON reply, headers and body
+            reply += kept.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 200")
+        os.kill(workers_of(svc)[0].pid, signal.SIGKILL)  # replaced while `kept` is open
+        deadline = time.monotonic() + 30
+        while Native(svc.url).stats()["workers_replaced"] < 1:
+            assert time.monotonic() < deadline, "the worker was not replaced"
+            time.sleep(0.1)
+        # uvicorn closes a kept-alive connection idle for 5 s: the client must see it.
+        kept.settimeout(15)
+        assert kept.recv(1) == b"", "the connection stayed open after the service closed it"
+
+
+def test_a_busy_worker_is_not_mistaken_for_a_stopped_one(service_process):
+    """Heartbeats come between calls: a worker running long calls back to back (each
+    within the step budget) is busy, not stopped."""
+    svc = service_process("--workers", "1", "--max-step-seconds", "20")
+    client = Native(svc.url)
+    client.create("busy", max_generations=64)
+    big = "\n".join(str(k) for k in range(100_000))
+    client.step("busy", [("touch", {"file_name": "big.txt"})])
+    client.step("busy", [("echo", {"content": big, "file_name": "big.txt"})])
+    started = time.monotonic()
+    while time.monotonic() - started < 5:  # 5 s of back-to-back sorts
+        client.step("busy", [("sort", {"file_name": "big.txt"})] * 16)
+    assert client.stats()["workers_replaced"] == 0
+
+
+# --- 3. rebuilds off the path of other episodes ------------------------------------------------
+
+SORTS_PER_STEP = 16  # each sort's result is clipped to 65,536 characters; 16 fit a reply
+
+
+def _lines(n: int) -> str:
+    rng = random.Random(0)
+    return "\n".join(f"{rng.random():.6f}" for _ in range(n))
+
+
+def test_a_rebuild_neither_stalls_other_episodes_nor_runs_past_its_budget(service_process):
+    svc = service_process("--workers", "1", "--max-evaluation-seconds", "1")
+    client = Native(svc.url)
+    client.create("heavy", max_generations=64)
+    client.step("heavy", [("touch", {"file_name": "big.txt"})])
+    client.step("heavy", [("echo", {"content": _lines(100_000), "file_name": "big.txt"})])
+    heavy_calls = 0
+    replay_started = time.monotonic()
+    while time.monotonic() - replay_started < 4:  # > 4 s of calls to replay (> the 1 s budget)
+        client.step("heavy", [("sort", {"file_name": "big.txt"})] * SORTS_PER_STEP)
+        heavy_calls += SORTS_PER_STEP
+    client.create("light")
+    client.step("light", [("mkdir", {"dir_name": "kept"})])
+
+    os.kill(workers_of(svc)[0].pid, signal.SIGKILL)
+    time.sleep(0.5)  # the replacement has started rebuilding "heavy"
+    started = time.perf_counter()
+    listing = client.step("light", [("ls", {})])
+    waited = time.perf_counter() - started
+    # The light episode was rebuilt exactly, and was not held up by the heavy one's rebuild.
+    assert json.loads(listing["messages"][0]["content"]) == {
+        "current_directory_content": ["workspace", "kept"]
+    }
+    assert waited < 1.0, f"a trivial step waited {waited:.1f} s behind a rebuild"
+
+    # The heavy episode's rebuild ran past the budget: it ended, tagged, not silently reset.
+    answer = client.step("heavy", [("pwd", {})])
+    assert answer["terminated"] is True
+    evaluation = answer["evaluation"]
+    assert evaluation["aborted"] == "rebuild_time_budget" and evaluation["accuracy"] == 0
+    assert "rebuilt" in answer["messages"][0]["content"]
+    print(f"heavy episode: {heavy_calls} calls; light step during its rebuild: {waited:.3f} s")

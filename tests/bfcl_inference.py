@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 
+from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
+
 from seal.formats.bfcl_handlers import build_handler
 from seal.formats.handler_format import HandlerFormat, _completion
 
@@ -28,5 +30,14 @@ def bfcl_inference_prompts(fmt: HandlerFormat, entry: dict, texts: list[str]) ->
         return _completion(next(script)), 0.0
 
     handler._query_prompting = query
-    handler.inference_multi_turn_prompting(entry, include_input_log=False, exclude_state_log=True)
+    try:
+        handler.inference_multi_turn_prompting(
+            entry, include_input_log=False, exclude_state_log=True
+        )
+    finally:
+        # Those instances are this run's alone; left there, the official checker's tests
+        # (tests/bfcl_official.py, bfcl_globals_left) would see them.
+        prefix = handler.model_name_underline_replaced
+        for key in [k for k in vars(multi_turn_utils) if k.startswith(prefix)]:
+            delattr(multi_turn_utils, key)
     return prompts

@@ -37,7 +37,7 @@ LENGTHS = [(40, 25), (180, 60), (22, 11), (96, 140), (300, 30), (15, 7), (64, 64
 """(prompt, response) tokens of each sample: short and long ones mixed, as in BFCL."""
 
 
-def batch(vocab: int, mode: str, budget: int) -> TensorDict:
+def batch(vocab: int, mode: str, budget: int, fused: bool) -> TensorDict:
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
@@ -74,7 +74,7 @@ def batch(vocab: int, mode: str, budget: int) -> TensorDict:
         max_token_len_per_gpu=budget,
         micro_batch_size_per_gpu=1,
         use_remove_padding=False,
-        use_fused_kernels=False,
+        use_fused_kernels=fused,  # as verl's worker: the model config's
         temperature=1.0,
         calculate_entropy=True,
         global_batch_size=SAMPLES,
@@ -125,7 +125,8 @@ def main() -> None:
     with engine.train_mode():
         engine.optimizer_zero_grad()
         output = engine.forward_backward_batch(
-            batch(vocab, mode, budget), partial(ppo_loss, config=actor)
+            batch(vocab, mode, budget, actor.model_config.use_fused_kernels),
+            partial(ppo_loss, config=actor),
         )
         grads = {  # read inside train_mode: leaving it may offload or free them
             name: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).clone()

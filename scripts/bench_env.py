@@ -2,11 +2,11 @@
 
     python scripts/bench_env.py [--concurrency 256] [--runs 3] [--pause-ms 150] [--split all]
 
-Starts `python -m env_service` in its own process and replays the ground truth of every
-task through the client's episode lifecycle on the native API (create, one step per turn
-with all its calls, one closing step per turn; the last step's answer carries the
-evaluation and releases the episode) with `--concurrency` live episodes at once, in two
-modes:
+Starts `python -m env_service` in its own process, as the launcher does (with a token:
+seal.bench), and replays the ground truth of every task through the client's episode
+lifecycle on the native API (create, one step per turn with all its calls, one closing
+step per turn; the last step's answer carries the evaluation and releases the episode)
+with `--concurrency` live episodes at once, in two modes:
 
 - saturated: each episode sends its next request as soon as the last one is answered,
   which measures the most episodes/s the service gives. Request latency here is mostly
@@ -24,114 +24,36 @@ Prints per run: episodes/s, requests/s, p50/p99 request latency (client round tr
 the server's peak RSS and CPU (its own process, and with its worker processes: their
 RSS summed, which counts the pages they share with it twice), the client's CPU; then the
 accuracy per category and the medians over the runs. Targets on 2 cores: >= 150
-episodes/s, p99 < 50 ms, < 2 GB.
+episodes/s, p99 < 50 ms, < 2 GB; measured figures are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gc
-import json
 import random
 import statistics
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
-import psutil
-
-from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
-from seal.bfcl.tasks import load_task, task_ids
-from seal.eval.replay import record_from_report
+from seal.bench import PeakRss, TimedClient, bench_service, ground_truth_scripts
+from seal.eval.replay import record_from_report, split_task_ids
 from seal.eval.summary import render_markdown, summarize_step
-from seal.rollout.env_client import EnvClient, is_healthy
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-class TimedClient(EnvClient):
-    """EnvClient that records the latency of every request, by path."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.latencies: list[tuple[str, float]] = []
-
-    async def call(self, method, path, *args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return await super().call(method, path, *args, **kwargs)
-        finally:
-            self.latencies.append((request_kind(method, path), time.perf_counter() - t0))
-
-
-def request_kind(method: str, path: str) -> str:
-    if path.endswith("/steps"):
-        return "step"
-    return {"POST": "create", "DELETE": "release"}.get(method, path)
-
-
-class PeakRss(threading.Thread):
-    """Samples a process's resident memory every 20 ms and keeps the peak, of the process
-    alone and with its children (the service's worker processes). The children are
-    listed once a second: listing them walks every process on the machine, and doing it
-    every 20 ms took a fifth of the benchmark's own CPU, away from its clients."""
-
-    def __init__(self, pid: int):
-        super().__init__(daemon=True)
-        self.process, self.peak, self.peak_tree, self.running = psutil.Process(pid), 0, 0, True
-
-    def reset(self) -> None:
-        self.peak = self.peak_tree = 0
-
-    def run(self):
-        children, listed = [], 0.0
-        while self.running:
-            if time.monotonic() - listed > 1.0:
-                children, listed = self.process.children(recursive=True), time.monotonic()
-            own = self.process.memory_info().rss
-            tree = own
-            for child in children:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    tree += child.memory_info().rss
-            self.peak = max(self.peak, own)
-            self.peak_tree = max(self.peak_tree, tree)
-            time.sleep(0.02)
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU of the process and its live children."""
-        total = sum(self.process.cpu_times()[:2])
-        for child in self.process.children(recursive=True):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                total += sum(child.cpu_times()[:2])
-        return total
-
-
-def start_service(port: int, *flags: str) -> subprocess.Popen:
-    """`python -m env_service --port PORT FLAGS...`, once it answers /healthz."""
-    cmd = [sys.executable, "-m", "env_service", "--port", str(port), *flags]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if is_healthy(f"http://127.0.0.1:{port}", timeout_s=1):
-            return proc
-        time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("error: the environment service did not become healthy within 60 s")
-
-
 async def replay_all(
-    port: int, ids: list[str], scripts: dict, concurrency: int, pause_s: float
+    service, ids: list[str], scripts: dict, concurrency: int, pause_s: float
 ) -> tuple[list, list, float]:
     gate = asyncio.Semaphore(concurrency)
     rng = random.Random(0)
     pause = (lambda: pause_s * rng.uniform(0.5, 1.5)) if pause_s else None
-    async with TimedClient(f"http://127.0.0.1:{port}", max_connections=concurrency) as client:
+    client = TimedClient(service.url, max_connections=concurrency, token=service.token)
+    async with client:
 
         async def one(task_id: str) -> dict:
             async with gate:
@@ -174,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         help="paced mode: mean wait before each assistant message (default 150)",
     )
     p.add_argument(
-        "--port", type=int, default=8093, help="port for the benchmarked service (default 8093)"
+        "--port", type=int, default=0, help="port for the benchmarked service (default: a free one)"
     )
     p.add_argument(
         "--workers",
@@ -191,25 +113,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = p.parse_args(argv)
 
-    if args.split == "all":
-        ids = task_ids()
-    else:
-        ids = json.loads((REPO_ROOT / "data/seal_split.json").read_text())[args.split]
-    scripts = {tid: assistant_messages(ground_truth_trajectory(load_task(tid))) for tid in ids}
+    ids = split_task_ids(args.split, REPO_ROOT / "data/seal_split.json")
+    scripts = ground_truth_scripts(ids)
 
     flags = ["--max-live-episodes", "2048"]
     if args.workers is not None:
         flags += ["--workers", str(args.workers)]
     if args.worker_niceness is not None:
         flags += ["--worker-niceness", str(args.worker_niceness)]
-    proc = start_service(args.port, *flags)
     results = {}
-    try:
+    with bench_service(args.port, *flags) as service:
         for mode, pause_ms in (("saturated", 0.0), ("paced", args.pause_ms)):
-            results[mode], reports = measure(proc, args, ids, scripts, mode, pause_ms / 1e3)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+            results[mode], reports = measure(service, args, ids, scripts, mode, pause_ms / 1e3)
 
     summary = summarize_step(0, [record_from_report(r, step=0) for r in reports])
     print("\naccuracy of the ground truth through the service (last run):")
@@ -224,14 +139,16 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {key:<20} {statistics.median(r[key] for r in rows):8.1f}")
 
 
-def measure(proc, args, ids, scripts, mode: str, pause_s: float) -> tuple[list[dict], list[dict]]:
+def measure(
+    service, args, ids, scripts, mode: str, pause_s: float
+) -> tuple[list[dict], list[dict]]:
     rows = []
     for run in range(1, args.runs + 1):
-        sampler = PeakRss(proc.pid)
+        sampler = PeakRss(service.pid)
         sampler.start()
         server_cpu0, client_cpu0 = sampler.cpu_seconds(), time.process_time()
         reports, latencies, elapsed = asyncio.run(
-            replay_all(args.port, ids, scripts, args.concurrency, pause_s)
+            replay_all(service, ids, scripts, args.concurrency, pause_s)
         )
         sampler.running = False
         sampler.join()

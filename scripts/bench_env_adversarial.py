@@ -4,10 +4,10 @@ clients' latency and the service's memory, quiet and under each attack.
     python scripts/bench_env_adversarial.py [--clients 64] [--rounds 5] [--phase-s 20]
                                             [--cases flood,slow_headers,stopped_worker]
 
-Starts `python -m env_service` (its defaults) in its own process. 64 well-behaved
-clients play ground-truth episodes on the native API as a trainer does, pacing each
-request with a random 0.5x-1.5x `--pause-ms` (generation time), and record every
-request's latency. Each round has, per case, a quiet phase (only them) and then a phase
+Starts `python -m env_service` in its own process (its defaults, and a token, as the
+launcher does: seal.bench). 64 well-behaved clients play ground-truth episodes on the
+native API as a trainer does, pacing each request with a random 0.5x-1.5x `--pause-ms`
+(generation time), and record every request's latency. Each round has, per case, a quiet phase (only them) and then a phase
 with the case (them, and the case):
 
 - flood: one more client, in its own process, sends the worst legal requests of issue
@@ -49,42 +49,18 @@ import resource
 import signal
 import socket
 import statistics
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import httpx
 import psutil
 
-from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
-from seal.bfcl.tasks import load_task, task_ids
-from seal.rollout.env_client import EnvClient, is_healthy
+from seal.bench import PeakRss, TimedClient, bench_service, ground_truth_scripts
+from seal.bfcl.tasks import task_ids
+from seal.launch.service import RunningService
+from seal.rollout.env_client import auth_headers, is_healthy
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_env import PeakRss, start_service  # noqa: E402 - the same as bench_env's
-
 MESSAGE_CHARS = 262_144  # the service's default max_message_chars
-
-
-class TimedClient(EnvClient):
-    """EnvClient that records the latency of every request while `recording`."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.latencies: list[float] = []
-        self.recording = False
-        self.errors: list[str] = []
-
-    async def call(self, method, path, *args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return await super().call(method, path, *args, **kwargs)
-        finally:
-            if self.recording:
-                self.latencies.append(time.perf_counter() - t0)
 
 
 # --- the adversary (its own process) --------------------------------------------------------
@@ -101,11 +77,12 @@ def _most(name: str, arguments: dict) -> str:
 
 class Adversary:
     """Worst legal requests of finding 2 (and 1), one after another, over the wire
-    protocol (a client of the original release needs nothing but a socket)."""
+    protocol (a client of the original release needs nothing but a socket), with the
+    service's token: what a client allowed to use the service can do."""
 
-    def __init__(self, url: str):
-        self.url = url
-        self.http = httpx.Client(base_url=url, timeout=120)
+    def __init__(self, url: str, token: str):
+        self.url, self.token = url, token
+        self.http = httpx.Client(base_url=url, timeout=120, headers=auth_headers(token))
         self.n = 0
         self.requests = 0
 
@@ -150,7 +127,7 @@ class Adversary:
         host, port = self.url.removeprefix("http://").split(":")
         head = (
             "POST /step HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {300 * 2**20}\r\n\r\n"
+            f"Authorization: Bearer {self.token}\r\nContent-Length: {300 * 2**20}\r\n\r\n"
         )
         self.requests += 1
         with socket.create_connection((host, int(port)), timeout=30) as sock:
@@ -180,8 +157,8 @@ class Adversary:
             counter.value = self.requests
 
 
-def _adversary_main(url: str, stop, counter) -> None:
-    Adversary(url).run(stop, counter)
+def _adversary_main(url: str, token: str, stop, counter) -> None:
+    Adversary(url, token).run(stop, counter)
 
 
 SLOW_HEAD = b"POST /v1/episodes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -238,10 +215,15 @@ async def _stop_workers(service_pid: int, every_s: float, stopped: list[int]) ->
 # --- the well-behaved clients ---------------------------------------------------------------
 
 
-async def play(url: str, ids: list[str], scripts: dict, clients: int, pause_s: float, stop):
-    """`clients` loops of paced ground-truth episodes until `stop()`; returns the client."""
+async def play(
+    service: RunningService, ids: list[str], scripts: dict, clients: int, pause_s: float, stop
+):
+    """`clients` loops of paced ground-truth episodes until `stop()`; returns the client,
+    the loops and the list their failures are appended to."""
     rng = random.Random(0)
-    client = TimedClient(url, max_connections=clients)
+    client = TimedClient(service.url, max_connections=clients, token=service.token)
+    client.recording = False
+    errors: list[str] = []
     next_task = iter(range(10**9))
 
     async def loop():
@@ -256,22 +238,23 @@ async def play(url: str, ids: list[str], scripts: dict, clients: int, pause_s: f
                     lambda: pause_s * rng.uniform(0.5, 1.5),
                 )
             except Exception as e:  # noqa: BLE001 - counted and printed: the bench goes on
-                client.errors.append(f"{task_id}: {type(e).__name__}: {e}")
+                errors.append(f"{task_id}: {type(e).__name__}: {e}")
 
-    return client, [asyncio.create_task(loop()) for _ in range(clients)]
+    return client, [asyncio.create_task(loop()) for _ in range(clients)], errors
 
 
 CASES = ("flood", "slow_headers", "stopped_worker")
 
 
-async def measure(url: str, args, ids, scripts, proc: subprocess.Popen) -> list[dict]:
-    sampler = PeakRss(proc.pid)
+async def measure(service: RunningService, args, ids, scripts) -> list[dict]:
+    url = service.url
+    sampler = PeakRss(service.pid)
     sampler.start()
     ctx = multiprocessing.get_context("spawn")
     rows = []
     state = {"stopping": False}
-    client, loops = await play(
-        url, ids, scripts, args.clients, args.pause_ms / 1e3, lambda: state["stopping"]
+    client, loops, errors = await play(
+        service, ids, scripts, args.clients, args.pause_ms / 1e3, lambda: state["stopping"]
     )
     gc.collect()
     gc.freeze()
@@ -286,7 +269,9 @@ async def measure(url: str, args, ids, scripts, proc: subprocess.Popen) -> list[
                 stop, counter = ctx.Event(), ctx.Value("i", 0)
                 attacker, stopper, stopped = None, None, []
                 if phase == "flood":
-                    attacker = ctx.Process(target=_adversary_main, args=(url, stop, counter))
+                    attacker = ctx.Process(
+                        target=_adversary_main, args=(url, service.token, stop, counter)
+                    )
                 elif phase == "slow_headers":
                     attacker = ctx.Process(
                         target=_slow_headers_main,
@@ -295,19 +280,20 @@ async def measure(url: str, args, ids, scripts, proc: subprocess.Popen) -> list[
                 if attacker is not None:
                     attacker.start()
                     await asyncio.sleep(2)  # it has started attacking
-                client.latencies, client.errors = [], []
+                client.latencies = []
+                errors.clear()
                 client.recording = True
                 sampler.reset()
                 if phase == "stopped_worker":
                     stopper = asyncio.create_task(
-                        _stop_workers(proc.pid, args.stop_every_s, stopped)
+                        _stop_workers(service.pid, args.stop_every_s, stopped)
                     )
                 await asyncio.sleep(args.phase_s)
                 client.recording = False
                 if stopper is not None:
                     stopper.cancel()
                     counter.value = len(stopped)
-                lat = sorted(client.latencies)
+                lat = sorted(seconds for _, seconds in client.latencies)
                 q = statistics.quantiles(lat, n=100)
                 row = {
                     "round": round_,
@@ -319,9 +305,9 @@ async def measure(url: str, args, ids, scripts, proc: subprocess.Popen) -> list[
                     "peak RSS MB": sampler.peak / 2**20,
                     "+workers RSS MB": sampler.peak_tree / 2**20,
                     "attacker count": counter.value,
-                    "client errors": len(client.errors),
+                    "client errors": len(errors),
                 }
-                for error in client.errors[:3]:
+                for error in errors[:3]:
                     print(f"  client error: {error}")
                 if attacker is not None:
                     stop.set()
@@ -383,7 +369,7 @@ def main(argv: list[str] | None = None) -> None:
         default=10.0,
         help="stopped_worker: stop a worker this often (default 10)",
     )
-    p.add_argument("--port", type=int, default=8094, help="the service's port (default 8094)")
+    p.add_argument("--port", type=int, default=0, help="the service's port (default: a free one)")
     p.add_argument(
         "--worker-niceness",
         type=int,
@@ -396,15 +382,11 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"unknown cases {sorted(unknown)}; choose from {','.join(CASES)}")
 
     ids = task_ids()
-    scripts = {tid: assistant_messages(ground_truth_trajectory(load_task(tid))) for tid in ids}
+    scripts = ground_truth_scripts(ids)
     flags = [] if args.worker_niceness is None else ["--worker-niceness", str(args.worker_niceness)]
-    proc = start_service(args.port, *flags)
-    try:
-        rows = asyncio.run(measure(f"http://127.0.0.1:{args.port}", args, ids, scripts, proc))
-        alive = proc.poll() is None and is_healthy(f"http://127.0.0.1:{args.port}", timeout_s=5)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with bench_service(args.port, *flags) as service:
+        rows = asyncio.run(measure(service, args, ids, scripts))
+        alive = is_healthy(service.url, timeout_s=5)
 
     phases = ("quiet", *args.cases)
     print(f"\nmedians over {args.rounds} rounds of {args.phase_s:.0f} s, {args.clients} clients:")

@@ -4,8 +4,8 @@
 
 Two measurements:
 
-1. Throughput over HTTP. Starts `python -m env_service` in its own process (as
-   scripts/bench_env.py does) and plays the ground truth of every task of the split,
+1. Throughput over HTTP. Starts `python -m env_service` in its own process (seal.bench,
+   as scripts/bench_env.py does) and plays the ground truth of every task of the split,
    `--n` times each, twice per run: with the plain scripted runner
    (seal.rollout.scripted: the service alone) and through `run_episode` with a
    scripted generator (the driver: chat template, incremental tokenization, masks,
@@ -27,16 +27,14 @@ import argparse
 import asyncio
 import json
 import random
-import socket
 import statistics
 import time
 from pathlib import Path
 
-from bench_env import start_service  # scripts/ is on sys.path when run as a script
 from transformers import AutoTokenizer
 
-from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
-from seal.bfcl.tasks import load_task
+from seal.bench import bench_service, ground_truth_scripts
+from seal.eval.replay import split_task_ids
 from seal.formats.registry import HERMES, get_format
 from seal.rollout.driver import run_episode
 from seal.rollout.env_client import EnvClient, StepReply
@@ -55,10 +53,11 @@ TOOL_CALL = '<tool_call>\n{"name": "grep", "arguments": {"file_name": "report.tx
 # --- 1. throughput over HTTP ---------------------------------------------------------
 
 
-async def play_all(url: str, tokenizer, scripts: dict, args, driver: bool) -> dict:
+async def play_all(service, tokenizer, scripts: dict, args, driver: bool) -> dict:
     gate = asyncio.Semaphore(args.concurrency)
     episodes = [tid for tid in scripts for _ in range(args.n)]
-    async with EnvClient(url, max_connections=args.concurrency) as env:
+    env = EnvClient(service.url, max_connections=args.concurrency, token=service.token)
+    async with env:
 
         async def one(task_id: str) -> int:
             async with gate:
@@ -87,30 +86,16 @@ async def play_all(url: str, tokenizer, scripts: dict, args, driver: bool) -> di
     return row
 
 
-def free_port() -> int:
-    # A fixed port could reach another service already listening there (start_service
-    # only checks that something healthy answers).
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def bench_http(args, tokenizer) -> None:
-    ids = json.loads((REPO_ROOT / "data/seal_split.json").read_text())[args.split]
-    scripts = {tid: assistant_messages(ground_truth_trajectory(load_task(tid))) for tid in ids}
-    port = args.port or free_port()
-    proc = start_service(port)
-    url = f"http://127.0.0.1:{port}"
+    ids = split_task_ids(args.split, REPO_ROOT / "data/seal_split.json")
+    scripts = ground_truth_scripts(ids)
     rows = {"service alone (scripted runner)": [], "driver (run_episode)": []}
-    try:
+    with bench_service(args.port) as service:
         for run in range(1, args.runs + 1):
             for name, driver in zip(rows, (False, True), strict=True):
-                row = asyncio.run(play_all(url, tokenizer, scripts, args, driver))
+                row = asyncio.run(play_all(service, tokenizer, scripts, args, driver))
                 rows[name].append(row)
                 print(f"run {run} {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
     print(
         f"\nHTTP: median of {args.runs} runs, {len(ids)} {args.split} tasks x {args.n}, "
         f"{args.concurrency} live at once"

@@ -15,11 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 MIB = 2**20
 
-TOKEN_ENV = "SEAL_ENV_TOKEN"
-"""Environment variable the service reads its token from when `--token` is not given
-(the same name the client reads, seal/rollout/env_client.py). Prefer it to `--token`,
-which other users of the machine can read in the process list."""
-
 
 class ServiceConfig(BaseModel):
     """Service-wide limits, sources and access. A misspelt key is an error."""

@@ -41,13 +41,9 @@ from dataclasses import dataclass
 
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.http import HttpClient, HttpError, Reply, RetryPolicy, request_once
-from seal.rollout.protocol import EpisodeSettings
+from seal.rollout.protocol import TOKEN_ENV, EpisodeSettings
 
 log = logging.getLogger(__name__)
-
-TOKEN_ENV = "SEAL_ENV_TOKEN"
-"""Environment variable holding the service's bearer token: the service reads it, and so
-does every client made without an explicit token (the launcher sets it for its run)."""
 
 
 @dataclass

@@ -12,6 +12,7 @@ One definition of each idea, used on both sides of the native API (`/v1`):
 - The request and reply bodies (`CreateEpisode`, `EpisodeCreated`, `StepRequest`,
   `StepResult`, `Evaluation`): the service validates and shapes them, the client parses
   them, so a field means the same on both ends.
+- `TOKEN_ENV`: the environment variable both ends read the bearer token from.
 
 The bodies carry no model's text format: the service sends tool docs, system-prompt
 sections and observations as data (`ObservationMessage`) and takes assistant turns as
@@ -38,6 +39,12 @@ _STRICT = ConfigDict(extra="forbid")
 """pydantic reads this off a stdlib dataclass: unknown keys in a request are a 422."""
 
 ROLLOUT_MODES = ("sample", "validate")
+
+TOKEN_ENV = "SEAL_ENV_TOKEN"
+"""Environment variable holding the service's bearer token: the service reads it when
+`--token` is not given (prefer it to `--token`, which other users of the machine can read
+in the process list), and so does every client made without an explicit token (the
+launcher sets it for its run)."""
 
 
 MAX_GENERATIONS = 1024

@@ -1,9 +1,10 @@
 """`python -m env_service --host 127.0.0.1 --port 8082`: run the BFCL environment service.
 
-Every setting of env_service/config.py has a flag (`--help` lists them with their
-defaults). A bind to anything but a loopback interface needs a token (`--token`, or
-$SEAL_ENV_TOKEN, which other users cannot read in the process list): without one, anyone
-who reaches the port could steer training.
+Every setting of env_service/config.py has a flag, made from its name and docstring
+(`--help` lists them with their defaults; NO_FLAG names the one left out, and why). A
+bind to anything but a loopback interface needs a token (`--token`, or $SEAL_ENV_TOKEN,
+which other users cannot read in the process list): without one, anyone who reaches the
+port could steer training.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import ipaddress
 import os
 import resource
 import sys
-from pathlib import Path
+import typing
 
 import uvicorn
 from pydantic import ValidationError
@@ -27,31 +28,52 @@ from seal.rollout.protocol import TOKEN_ENV
 
 LOOPBACK_NAMES = {"localhost"}
 
-# flag -> ServiceConfig field, for the settings that are plain numbers.
-_NUMERIC = {
-    "--max-live-episodes": "max_live_episodes",
-    "--episode-ttl": "episode_ttl_s",
-    "--workers": "workers",
-    "--worker-niceness": "worker_niceness",
-    "--worker-stall-seconds": "worker_stall_seconds",
-    "--max-body-bytes": "max_body_bytes",
-    "--max-message-chars": "max_message_chars",
-    "--max-calls-per-step": "max_calls_per_step",
-    "--max-result-chars": "max_result_chars",
-    "--max-step-reply-chars": "max_step_reply_chars",
-    "--max-step-seconds": "max_step_seconds",
-    "--max-evaluation-seconds": "max_evaluation_seconds",
-    "--max-calls-per-episode": "max_calls_per_episode",
-    "--max-episode-call-chars": "max_episode_call_chars",
-    "--max-profile-bytes": "max_profile_bytes",
-    "--header-timeout": "header_timeout_s",
-    "--body-timeout": "body_timeout_s",
-    "--max-unauthenticated-connections": "max_unauthenticated_connections",
-    "--web-search-interval": "web_search_interval_s",
-    "--web-search-attempts": "web_search_attempts",
-    "--web-search-timeout": "web_search_timeout_s",
-    "--web-search-backoff": "web_search_backoff_s",
+FLAG_NAMES = {
+    "capability_state_path": "--capability-state",
+    "embedding_model_dir": "--embedding-model",
 }
+"""Flags named otherwise than their settings (README and users' commands use these)."""
+NO_FLAG = {
+    "web_fetch_private_urls": "it lets a model read the service's own network; tests set "
+    "it on the ServiceConfig they pass to create_app"
+}
+"""Settings left off the command line, and why."""
+
+
+def flag_of(name: str) -> str:
+    """`--max-step-seconds` for `max_step_seconds`; a unit suffix `_s` is dropped
+    (`episode_ttl_s`: `--episode-ttl`)."""
+    return FLAG_NAMES.get(name) or "--" + name.removesuffix("_s").replace("_", "-")
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """A flag for every ServiceConfig setting but NO_FLAG's, its help the setting's
+    docstring. A flag not given is left out of the parsed arguments (SUPPRESS), so the
+    config class's own default applies."""
+    # By hand over argparse: pydantic-settings' command line would be one more dependency,
+    # reads an environment variable for every field (BaseSettings), and names each flag
+    # after its field, so keeping --episode-ttl and --capability-state would take aliases
+    # that rename the config's keywords for every caller.
+    for name, field in ServiceConfig.model_fields.items():
+        if name in NO_FLAG:
+            continue
+        kinds = [t for t in typing.get_args(field.annotation) if t is not type(None)]
+        kind = kinds[0] if kinds else field.annotation  # `Path | None` -> Path
+        default = "none" if field.default is None else field.default
+        if name == "token":
+            default = f"${TOKEN_ENV}"
+        text = " ".join(field.description.split()).replace("%", "%%")
+        parser.add_argument(
+            flag_of(name),
+            dest=name,
+            default=argparse.SUPPRESS,
+            help=f"{text} (default: {default})",
+            **(
+                {"action": argparse.BooleanOptionalAction}
+                if kind is bool
+                else {"type": kind, "metavar": kind.__name__.upper()}
+            ),
+        )
 
 
 def is_loopback(host: str) -> bool:
@@ -63,75 +85,31 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: it may resolve to any interface
 
 
-def _first_line(text: str | None) -> str:
-    return (text or "").strip().split("\n")[0]
-
-
 def main(argv: list[str] | None = None) -> None:
-    fields = ServiceConfig.model_fields
     p = argparse.ArgumentParser(prog="python -m env_service", description=__doc__)
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8082, help="port to listen on (default 8082)")
-    for flag, name in _NUMERIC.items():
-        field = fields[name]
-        p.add_argument(
-            flag,
-            dest=name,
-            type=field.annotation if field.annotation in (int, float) else float,
-            default=field.default,
-            help=f"{_first_line(field.description)} (default %(default)s)",
-        )
-    p.add_argument(
-        "--capability-state",
-        type=Path,
-        default=None,
-        help="capability-state JSON (this project's or the original release's) to read "
-        "the failure profile from when no trainer pushes one (default: none)",
-    )
-    p.add_argument(
-        "--memory-snapshot-dir",
-        type=Path,
-        default=None,
-        help="folder for the BFCL V4 memory tasks' snapshots, one per evaluation run "
-        "(default: none; memory tasks are refused)",
-    )
-    p.add_argument(
-        "--embedding-model",
-        type=Path,
-        default=None,
-        help="local folder of the sentence-transformers model all-MiniLM-L6-v2 for the "
-        "vector memory backend (default: bfcl-eval's: the Hugging Face hub or its cache)",
-    )
-    p.add_argument(
-        "--token",
-        default=None,
-        help=f"bearer token every request but GET /healthz must carry (default: ${TOKEN_ENV}; "
-        "required for a non-loopback --host)",
-    )
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    add_config_flags(p)
     args = p.parse_args(argv)
-    token = args.token or os.environ.get(TOKEN_ENV) or None
-    if token is None and not is_loopback(args.host):
+    settings = vars(args)
+    host, port, log_level = settings.pop("host"), settings.pop("port"), settings.pop("log_level")
+    token = settings.pop("token", None) or os.environ.get(TOKEN_ENV) or None
+    if token is None and not is_loopback(host):
         p.error(
-            f"--host {args.host} is not a loopback interface: anyone who reaches the port "
+            f"--host {host} is not a loopback interface: anyone who reaches the port "
             f"could steer training. Give a token with --token or ${TOKEN_ENV} (clients send "
             f"it as 'Authorization: Bearer <token>'), or bind 127.0.0.1"
         )
     try:
-        config = ServiceConfig(
-            **{name: getattr(args, name) for name in _NUMERIC.values()},
-            capability_state_path=args.capability_state,
-            memory_snapshot_dir=args.memory_snapshot_dir,
-            embedding_model_dir=args.embedding_model,
-            token=token,
-        )
+        config = ServiceConfig(**settings, token=token)
         app = create_app(config)
     except ValidationError as e:
         p.error(f"invalid setting: {e}")
     except ServiceStartError as e:
         p.error(str(e))
     print(
-        f"env_service: {args.host}:{args.port}, {config.workers} worker process(es), "
+        f"env_service: {host}:{port}, {config.workers} worker process(es), "
         f"token {'required' if token else 'not set (loopback only)'}",
         file=sys.stderr,
     )
@@ -139,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     protocol = guarded_protocol(
         config.header_timeout_s, config.body_timeout_s, config.max_unauthenticated_connections
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, http=protocol)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, http=protocol)
 
 
 def raise_open_files_limit() -> None:

@@ -1,6 +1,7 @@
 """The service's settings: capacity, the cost any one client may impose, sources, access.
 
-`python -m env_service --help` lists a flag for each (env_service/__main__.py); tests
+`python -m env_service --help` lists a flag for each, made from the field's name and
+docstring (env_service/__main__.py); tests
 and embedders pass a `ServiceConfig` to `create_app`. Every limit is enforced for every
 client and answered explicitly (a status, a tool-call error or a tagged failure), never
 by a silent cut. BFCL's own episodes stay far inside all of them: its ground truth has
@@ -19,7 +20,9 @@ MIB = 2**20
 class ServiceConfig(BaseModel):
     """Service-wide limits, sources and access. A misspelt key is an error."""
 
-    model_config = ConfigDict(extra="forbid")
+    # The docstrings under the fields are their descriptions (pydantic reads them), and the
+    # help of their flags (env_service/__main__.py).
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     # --- capacity --------------------------------------------------------------------------
     max_live_episodes: int = Field(1024, ge=1)

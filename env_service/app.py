@@ -51,9 +51,9 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         task_ids()
         preload_backends()
         # The loaded tasks are millions of long-lived objects; left to the cyclic GC, a
-        # full collection over them paused the event loop for ~200 ms. Frozen objects
-        # are never scanned (measured: worst GC pause 198 ms -> 7 ms), and stay shared
-        # with the worker processes forked next (their pages are never written).
+        # full collection over them paused the event loop for a fifth of a second. Frozen
+        # objects are never scanned (docs/benchmarks.md), and stay shared with the
+        # worker processes forked next (their pages are never written).
         gc.collect()
         gc.freeze()
         await engine.start_workers()

@@ -39,12 +39,11 @@ class ServiceConfig(BaseModel):
     stops the whole service."""
     worker_niceness: int = Field(0, ge=0, le=19)
     """How far below the event loop's CPU priority the worker processes run (Unix nice
-    increment). 0 by measurement on 2 shared cores (2026-11-25, medians): scripts/
-    bench_env.py saturated p99 202 ms at 0 against 810 ms at 10 (niced workers starve
-    when client and service fill the cores), 230 against 210 episodes/s; under
-    scripts/bench_env_adversarial.py's flood the well-behaved clients' p99 is 1.8x the
-    quiet one at both 0 and 10 (21 vs 15 ms). Raise it where untrusted clients share a
-    machine with few cores and the event loop's latency matters more than throughput."""
+    increment). 0 by measurement on 2 shared cores (docs/benchmarks.md): niced workers
+    starve when client and service fill the cores, which costs throughput and tail
+    latency, and under a flood of costly requests the other clients fare no better with
+    them niced. Raise it where untrusted clients share a machine with few cores and the
+    event loop's latency matters more than throughput."""
 
     worker_stall_seconds: float = Field(10.0, gt=0)
     """A worker process that gives no sign of life (its heartbeat thread beats every
@@ -52,10 +51,9 @@ class ServiceConfig(BaseModel):
     its requests sent again: frozen (a cgroup freezer, a debugger) it would otherwise
     hold every episode placed on it. Workers that miss 3 beats get no new episodes
     meanwhile; one the kernel shows stopped (SIGSTOP) is replaced within 0.2 s whatever
-    this is. 10 s, the step budget, by measurement (scripts/bench_env_adversarial.py,
-    2026-11-25, this 2-core machine at load 10-20): at 2 s, healthy workers under the
-    flood were taken for frozen 1-3 times in 100 s (their beat thread waited that long
-    for the CPU), each a needless replacement."""
+    this is. 10 s, the step budget: on a loaded machine a healthy worker's beat thread can
+    wait seconds for the CPU, and at 2 s healthy workers under a flood were taken for
+    frozen, each a needless replacement (docs/benchmarks.md)."""
 
     # --- what one request may cost -----------------------------------------------------------
     max_body_bytes: int = Field(4 * MIB, ge=1024)

@@ -2,9 +2,8 @@
 
 `POST /v1/episodes` and `POST /v1/episodes/{id}/steps` are nearly all of the service's
 traffic. Through FastAPI's router, dependency solving and response wrappers, a step cost
-the event loop about three times what the step's own work does (py-spy under
-scripts/bench_env.py: the endpoint functions 21% of the service process, the stack
-around them 46%). This ASGI middleware sits inside http_guard.Guard (token and body
+the event loop several times what the step's own work does (a profile under
+scripts/bench_env.py: docs/benchmarks.md). This ASGI middleware sits inside http_guard.Guard (token and body
 limit already checked, the body read) and runs the same handlers the FastAPI routes run
 (api_native.create_reply / step_reply) on a body parsed the same way (json_body) and
 validated by the same models; the reply and every error are byte for byte what the routes

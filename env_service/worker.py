@@ -5,10 +5,10 @@ The service's process forks a few of these (env_service/workers.py); each holds 
 or a verification (seal.bfcl.diagnosis.diagnose_steps), one call at a time, always of
 the pending job that has run the least so far (least attained service): a step of a few
 cheap calls, or a short episode's verification, goes ahead of a message of 2,945 `grep`
-calls and waits for at most the one call running when it arrives, not 5 s. (Taking
-the jobs in turn, one call each, was not enough: under that flood, a well-behaved
-client's median request took 50 ms instead of 6, every call of its steps and of its
-verification waiting for one `grep` of 10 ms.) Before each call it writes the job and the time into
+calls and waits for at most the one call running when it arrives, not seconds. (Taking
+the jobs in turn, one call each, was not enough: under that flood every call of a
+well-behaved client's steps and of its verification waited for one `grep`, which
+multiplied its median request's time: docs/benchmarks.md.) Before each call it writes the job and the time into
 shared memory (`slot`), so the service can see a call that does not return and kill
 this process (its episodes are then rebuilt elsewhere by replaying their calls). A thread
 of its own writes the time into the slot's heartbeat every HEARTBEAT_S, whatever the

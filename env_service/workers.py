@@ -1,21 +1,17 @@
 """Worker processes that run tool calls and verification off the event loop, and replace
 one whose call does not return.
 
-Why processes, measured on this 2-core machine (scripts/bench_env_adversarial.py has the
-service-level figures):
+Why processes (the measurements are in docs/benchmarks.md):
 
 - A thread pool cannot stop a call that does not return (MessageAPI's id loop), and its
-  threads share the GIL with the event loop: while one thread ran a CPU-bound step, a
-  trivial request's latency went from p50 3.2 / p99 4-9 ms to p50 9-10 / p99 20-24 ms
-  (5 ms switch interval; 1 ms: p99 10-56 ms). In a separate process the same load left
-  it at p50 3.3-5.3 / p99 5-13 ms, and the process can be killed.
-- The price is a round trip per step: 130 us more than running its calls in-process (a
-  2-call step: 30 us in-process, 160 us through a pipe); creates cost none (the
-  episode's backends are built by the worker while the reply is on its way), and the
-  work moves off the event loop's core. With the hot routes (env_service/hot_routes.py)
-  and the workers at the event loop's priority, the service beats the version before
-  the workers (bench_env.py, 2026-11-25, alternated with commit 4d9b3d4, medians of 3:
-  230 vs 177 episodes/s saturated, paced p99 26 vs 83 ms).
+  threads share the GIL with the event loop: while one thread runs a CPU-bound step,
+  every other client's trivial request waits for the interpreter. In a separate process
+  the same load leaves the event loop's latency as it was, and the process can be killed.
+- The price is a round trip per step through a pipe, a fraction of a millisecond;
+  creates cost none (the episode's backends are built by the worker while the reply is
+  on its way), and the work moves off the event loop's core. With the hot routes
+  (env_service/hot_routes.py) and the workers at the event loop's priority, the service
+  is faster than the version before the workers, saturated and paced.
 
 So each episode's backends live in one worker (the least loaded at its create); steps and
 verifications are requests to it, which it interleaves one call at a time
@@ -30,15 +26,13 @@ Liveness does not depend on calls in flight. A worker the kernel shows stopped b
 signal (SIGSTOP) for two rounds of the watchdog (0.2 s) is replaced the same way, its
 requests in flight sent again; and a thread in each worker beats (the slot's heartbeat)
 every 0.25 s whatever the worker does, so one whose beats stop for `stall_s` (a frozen
-cgroup, a debugger, a process stuck in the kernel) is replaced too. Measured
-(scripts/bench_env_adversarial.py's stopped_worker case, a worker stopped every 10 s,
-2026-11-25, medians of 2 and 3 rounds on this loaded 2-core machine): with the heartbeat
-alone (2 s) the well-behaved clients' p99 was 3.7x the quiet one (every request caught
-by a stop waited the 2 s); with the kernel's state read each round, 0.99x (before, a worker
-stopped while idle, by SIGSTOP, a debugger or a frozen cgroup, was never replaced: the
-episodes placed on it hung, and new ones kept being placed there; one stopped in a call
-was taken for a call that never returns, its episode ended, after the whole step
-budget). New episodes and verifications go to workers whose beat is fresh. A beat counts
+cgroup, a debugger, a process stuck in the kernel) is replaced too. The kernel's state
+is read because the heartbeat alone makes every request caught by a stop wait the whole
+stall timeout (scripts/bench_env_adversarial.py's stopped_worker case; before either, a
+worker stopped while idle, by SIGSTOP, a debugger or a frozen cgroup, was never
+replaced: the episodes placed on it hung, and new ones kept being placed there; one
+stopped in a call was taken for a call that never returns, its episode ended, after the
+whole step budget). New episodes and verifications go to workers whose beat is fresh. A beat counts
 as missed only if it was already old at the watchdog's previous round: when the whole
 service was stopped and continued (its process group, Ctrl-Z), its workers' beats are
 as old as the pause, and they were not stopped alone.
@@ -47,12 +41,12 @@ Rebuilds run on the new worker as jobs among the others, one call at a time (wor
 within the verification budget (`max_evaluation_seconds`: a rebuild replays the same
 calls a verification replays, so an episode that cannot be rebuilt in it could not be
 verified in it either); past it the episode ends as a failure tagged
-`rebuild_time_budget`. Chosen by measurement (tests/test_env_worker_liveness.py's
-rebuild case, 2026-11-25, this 2-core machine): replayed before any other work, an
-episode with 4 s of `sort` calls on a 900 KB file to replay held another episode's
-trivial step on that worker for 4.6 s (the issue's 300 calls: 19.5 s); interleaved, the
-step took 0.08 s. A budget alone, with the replay still first, would hold every other
-episode on the worker for up to the whole budget (30 s by default).
+`rebuild_time_budget`. Interleaved, because a replay run before any other work holds
+every other episode's step on that worker for as long as the replay takes (seconds for
+an episode of costly calls; tests/test_env_worker_liveness.py's rebuild case), while
+interleaved the step waits for one call. A budget alone, with the replay still first,
+would hold every other episode on the worker for up to the whole budget (30 s by
+default).
 """
 
 from __future__ import annotations
@@ -102,7 +96,7 @@ class _Pending:
 class _Channel:
     """Length-framed pickles over a non-blocking socket, driven by the event loop's
     reader/writer callbacks. (asyncio streams under uvloop, which uvicorn runs, cost a
-    step 0.65 ms median and 47 ms p99 against 0.4 ms and 5 ms here.)"""
+    step several times more, in its median and its tail: docs/benchmarks.md.)"""
 
     def __init__(self, sock: socket.socket, on_message: Callable, on_eof: Callable):
         self.sock = sock
@@ -117,8 +111,8 @@ class _Channel:
 
     def send(self, message: tuple) -> None:
         """Queue `message`; everything queued in one turn of the event loop goes out in
-        one write (each write wakes the worker: under load, one per turn, not per
-        message; measured: the sends were 11% of the service's time)."""
+        one write (each write wakes the worker: under load, one per turn, not one per
+        message, whose sends were a large share of the service's time)."""
         if self.closed:
             return
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)

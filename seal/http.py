@@ -19,9 +19,9 @@ oldest), and every retry is logged. Only requests that are safe to repeat may be
 makes its creates and steps idempotent for that (seal.rollout.protocol).
 
 Built on aiohttp rather than httpx: with 256 concurrent episodes httpx's async pool
-spent about 2 ms of CPU per request and its throughput fell as connections grew
-(scripts/bench_env.py: 15 episodes/s at 256 connections), so the client alone would
-have taken a core from the trainer; aiohttp's connector holds up at that concurrency.
+spent milliseconds of CPU per request and its throughput fell as connections grew
+(scripts/bench_env.py; docs/benchmarks.md), so the client alone would have taken a core
+from the trainer; aiohttp's connector holds up at that concurrency.
 `request_once` offers the same for synchronous callers (launcher, trainer steps).
 """
 

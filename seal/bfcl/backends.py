@@ -172,8 +172,9 @@ class Backends:
                 # Long-context scenarios insert bfcl-eval's module-level extension objects
                 # by reference (TravelAPI's CREDIT_CARD_EXTENSION cards: a booking in one
                 # episode charged every later episode's card, 5000 -> 3900). One deep copy
-                # of the loaded state (+0.4 ms a create) makes all of it this episode's own;
-                # tests/test_env_isolation.py checks no object is shared, for every task.
+                # of the loaded state (under a millisecond a create) makes all of it this
+                # episode's own; tests/test_env_isolation.py checks no object is shared,
+                # for every task.
                 vars(instance).update(copy.deepcopy(vars(instance)))
             self.instances[class_name] = instance
             # Later classes win on a shared method name, as in bfcl-eval's executor.

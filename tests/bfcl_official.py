@@ -1,6 +1,6 @@
 """Test oracle: bfcl-eval's official multi-turn checker, isolated per call.
 
-Used by tests and `scripts/check_agreement.py` to show that the service's diagnosis
+Used by tests and `tests/check_agreement.py` to show that the service's diagnosis
 agrees with BFCL; never by the service itself, because the official executor `eval`s
 call strings. Inputs here are ground-truth strings (or corruptions of them), never model
 text. Each check runs under a fresh model name, and the backend instances bfcl-eval

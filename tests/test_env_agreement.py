@@ -1,5 +1,5 @@
 """The diagnosis agrees with bfcl-eval's official checker (a sample; all 800 tasks are
-covered by scripts/check_agreement.py), and neither leaves state behind."""
+covered by tests/check_agreement.py), and neither leaves state behind."""
 
 import importlib
 import random

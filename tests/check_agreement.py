@@ -1,6 +1,6 @@
 """Show that the service's verification agrees with BFCL's official checker on all tasks.
 
-    python scripts/check_agreement.py [--category multi_turn_base] [--seed 0]
+    python tests/check_agreement.py [--category multi_turn_base] [--seed 0]
 
 For every task: the ground truth, and three corruptions of it on a randomly chosen
 turn that has calls (drop one call, skip the turn, duplicate one call). Each trajectory
@@ -9,6 +9,10 @@ and by bfcl-eval's `multi_turn_checker` (fed the same calls as strings). Prints 
 agreement per category and corruption and every disagreement; exits 1 on any.
 Ground-truth trajectories the official checker itself fails are reported separately
 as unsolvable by construction.
+
+It lives with the tests because the official checker is a test oracle
+(tests/bfcl_official.py), never part of the product; run as a file, this folder is on
+its import path. tests/test_env_agreement.py checks a sample of the same on every test run.
 """
 
 from __future__ import annotations
@@ -17,17 +21,13 @@ import argparse
 import random
 import sys
 from collections import Counter
-from pathlib import Path
 
+from bfcl_official import bfcl_globals_left, official_accuracy
 from tqdm import tqdm
 
 from seal.bfcl import ground_truth as gt
 from seal.bfcl.diagnosis import diagnose
 from seal.bfcl.tasks import CATEGORIES, load_task, task_ids
-
-# The official checker is a test oracle: it lives with the tests, never in the product.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from bfcl_official import bfcl_globals_left, official_accuracy  # noqa: E402
 
 CORRUPTIONS = ("ground_truth", "drop_call", "skip_turn", "duplicate_call")
 

@@ -1,10 +1,9 @@
 """The service's settings: capacity, the cost any one client may impose, sources, access.
 
 `python -m env_service --help` lists a flag for each, made from the field's name and
-docstring (env_service/__main__.py); tests
-and embedders pass a `ServiceConfig` to `create_app`. Every limit is enforced for every
-client and answered explicitly (a status, a tool-call error or a tagged failure), never
-by a silent cut. BFCL's own episodes stay far inside all of them: its ground truth has
+docstring (env_service/__main__.py); tests and embedders pass a `ServiceConfig` to
+`create_app`. Every limit is enforced for every client and answered explicitly (a
+status, a tool-call error or a tagged failure), never by a silent cut. BFCL's own episodes stay far inside all of them: its ground truth has
 at most 34 calls in a turn and 35 in an episode, results of at most 31.7k characters.
 """
 

@@ -8,11 +8,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import needs_service_auth
+from conftest import gt_texts, needs_service_auth
 
 from env_service.app import create_app
-from seal.bfcl.ground_truth import ground_truth_texts
-from seal.bfcl.tasks import load_task
 from seal.formats.registry import HERMES, get_format
 from seal.launch.service import new_token
 from seal.rollout.env_client import (
@@ -44,7 +42,7 @@ class RecordingHeaders:
 
 async def one_episode_of_each_request(env: EnvClient) -> None:
     """create, step, (early) evaluation and release, profile: every request kind."""
-    first = ground_truth_texts(load_task(TASK), FMT.call_text)[0]
+    first = gt_texts(TASK, FMT)[0]
     async with env.episode(TASK, EpisodeSettings()) as episode:
         await episode.step(first, FMT.parse(first))
         await episode.finish()

@@ -21,16 +21,13 @@ import logging
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
+from conftest import gt_texts
 from misbehaving import LateReply, PlainText500, steps_of_task
-from transformers import AutoTokenizer
 
 from env_service.app import create_app
 from env_service.engine import ServiceConfig
-from seal.bfcl.ground_truth import ground_truth_texts
-from seal.bfcl.tasks import load_task
 from seal.formats.registry import HERMES, get_format
 from seal.http import HttpError
 from seal.rollout.driver import play_batch, run_episode
@@ -38,15 +35,8 @@ from seal.rollout.env_client import EnvClient, EnvClientSettings, EnvServiceErro
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import ScriptedGenerator, run_scripted_episode
 
-REPO = Path(__file__).resolve().parent.parent
-TOKENIZER_DIR = REPO / "seal/assets/qwen2.5-tokenizer"
 TASK = "multi_turn_base_0"
 FMT = get_format(HERMES)
-
-
-def gt_texts(task_id: str) -> list[str]:
-    """The ground-truth policy's assistant texts, all turns in order."""
-    return ground_truth_texts(load_task(task_id), FMT.call_text)
 
 
 def quick(**overrides) -> EnvClientSettings:
@@ -107,10 +97,9 @@ def test_a_reply_that_is_not_json_is_an_error_with_its_status(serve_app):
     assert isinstance(info.value, HttpError)
 
 
-def test_one_episode_hit_by_a_500_does_not_fail_the_batch(serve_app):
+def test_one_episode_hit_by_a_500_does_not_fail_the_batch(serve_app, tokenizer):
     """One task's steps always 500 (as the issue's 4,300-digit integer did): its episode
     is retried once, then left out and reported; the other episodes are trained on."""
-    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
     app = create_app()
     poisoned = "multi_turn_base_3"
     broken = PlainText500(app, steps_of_task(app, poisoned))

@@ -1,7 +1,7 @@
-"""The client's side of the service's bearer token (issue 12, finding 6): with a token,
-given or from $SEAL_ENV_TOKEN, every request carries `Authorization: Bearer <token>`;
-without one, none does; against a service started with a token, a client without it
-fails with a 401 that says how to fix it."""
+"""The client's side of the service's bearer token: with a token, given or from
+$SEAL_ENV_TOKEN, every request carries `Authorization: Bearer <token>`; without one, none
+does; against a service started with a token, a client without it fails with a 401 that
+says how to fix it."""
 
 from __future__ import annotations
 

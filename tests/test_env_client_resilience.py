@@ -1,14 +1,14 @@
-"""The trainers' client against a service that misbehaves, in the terms of issue 12:
+"""The trainers' client against a service that misbehaves:
 
 - an error that is not JSON (a plain-text 500) is reported with its status, endpoint,
-  task, episode and time spent, and one such episode does not fail the batch (finding 3);
+  task, episode and time spent, and one such episode does not fail the batch;
 - a step, create or release whose reply is late is retried and takes effect once: one
   logical step is applied once, no user turn is skipped, a retried create or release does
-  not turn into 409/404 (finding 4);
+  not turn into 409/404;
 - a stopped (SIGSTOP) service process: the client warns while it waits and gives up in a
-  bounded time with a message naming the endpoint, the episode and the time (finding 4);
+  bounded time with a message naming the endpoint, the episode and the time;
 - a service at its live-episode cap (503) is waited for, with backoff and its Retry-After,
-  for a bounded time, and the error names the cause (finding 6).
+  for a bounded time, and the error names the cause.
 
 The service is the real one, wrapped in small ASGI middlewares that lose, delay or break
 its replies; the SIGSTOP test runs it as its own process.
@@ -45,7 +45,7 @@ def quick(**overrides) -> EnvClientSettings:
     return EnvClientSettings(**(base | overrides))
 
 
-# --- finding 3: errors that are not JSON ---------------------------------------------
+# --- errors that are not JSON ---------------------------------------------------------
 
 
 def test_a_plain_text_500_names_status_endpoint_episode_and_time(serve_app):
@@ -98,7 +98,7 @@ def test_a_reply_that_is_not_json_is_an_error_with_its_status(serve_app):
 
 
 def test_one_episode_hit_by_a_500_does_not_fail_the_batch(serve_app, tokenizer):
-    """One task's steps always 500 (as the issue's 4,300-digit integer did): its episode
+    """One task's steps always 500 (as a 4,300-digit integer in a call once did): its episode
     is retried once, then left out and reported; the other episodes are trained on."""
     app = create_app()
     poisoned = "multi_turn_base_3"
@@ -127,7 +127,7 @@ def test_one_episode_hit_by_a_500_does_not_fail_the_batch(serve_app, tokenizer):
     assert app.state.engine.stats()["live_episodes"] == 0
 
 
-# --- finding 4: retried requests take effect once ---------------------------------------
+# --- retried requests take effect once ---------------------------------------------------
 
 
 def test_a_step_whose_reply_is_late_is_retried_and_applied_once(serve_app):
@@ -183,7 +183,7 @@ def test_a_create_or_release_whose_reply_is_late_does_not_fail(serve_app, method
     assert stats["created"] == 1 and stats["live_episodes"] == 0
 
 
-# --- finding 4: a stopped service -------------------------------------------------------
+# --- a stopped service -------------------------------------------------------------------
 
 
 def test_a_stopped_service_is_visible_while_it_stalls_and_fails_in_bounded_time(
@@ -220,7 +220,7 @@ def test_a_stopped_service_is_visible_while_it_stalls_and_fails_in_bounded_time(
     assert f"task {TASK}" in first.getMessage() and url in first.getMessage()
 
 
-# --- finding 6: a busy service ----------------------------------------------------------
+# --- a busy service ----------------------------------------------------------------------
 
 
 def test_a_busy_service_is_waited_for_then_fails_naming_the_cause(serve_app):

@@ -393,7 +393,7 @@ def test_command_line_needs_a_tokenizer_for_other_models(tmp_path, capsys):
     )
 
 
-# --- the context budget (issue 13, item 6) ------------------------------------------------
+# --- the context budget ------------------------------------------------------------------
 
 
 def first_exchange(server: FakeChatServer, base_url, env_url, out_dir, task_id):
@@ -567,7 +567,7 @@ def test_a_served_context_below_the_budget_is_refused_before_any_episode(
     assert len(outcome.records) == len(TASKS)
 
 
-# --- the preflight (item 7) ---------------------------------------------------------------
+# --- the preflight -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -629,7 +629,7 @@ def test_preflight_passes_a_server_that_answers_for_a_model_it_does_not_list(
     assert (warned in caplog.text) == (listing == "others")
 
 
-# --- finish_reason (item 8) ---------------------------------------------------------------
+# --- finish_reason -----------------------------------------------------------------------
 
 
 def test_a_reply_cut_at_max_tokens_is_stepped_counted_and_recorded(

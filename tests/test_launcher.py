@@ -1,7 +1,7 @@
 """The launcher in-process: config composition and its errors, the run's service (its
 own, stopped on exit; an adopted one only with the run's token), the token kept out of
-config.yaml and argv, and the refusals that come before anything is written (issue 12,
-finding 7): an earlier run's state, a changed data order, a damaged state file.
+config.yaml and argv, and the refusals that come before anything is written: an earlier
+run's state, a changed data order, a damaged state file.
 Runs as processes (locks, kill -9) are in test_launcher_runs.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Runs as processes (issue 12, finding 7): two runs of one name (the second is refused,
+"""Runs as processes: two runs of one name (the second is refused,
 naming the first's pid, before it writes anything), two runs of different names (each
 its own service; stopping one leaves the other's), and the launcher killed with SIGTERM
 or kill -9 (its service stops too, so no later run finds it).

@@ -1,4 +1,4 @@
-"""A run killed and resumed ends as the uninterrupted run of the same seed (issue 12).
+"""A run killed and resumed ends as the uninterrupted run of the same seed.
 
 Two launcher runs of the local trainer on the tiny random Qwen2 (nothing downloaded),
 3 steps of 2 tasks x 2 samples, a checkpoint after every step: one runs through; the

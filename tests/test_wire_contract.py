@@ -5,7 +5,7 @@
 module/agent_flow/agent_flow.py, module/task_manager/rewards/bfcl_dense_env_grader.py,
 exp/SEAL.yaml): the same request bodies, the same params, the fields it reads and the
 assertions it makes (two messages from /create, exactly one per /step), and the grader's
-capped partial-credit score. Each group below covers one point of issue #13.
+capped partial-credit score. The tests are grouped by the part of the protocol they check.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def plain_prompt(svc, task_id: str) -> str:
     return data["state"][0]["content"]
 
 
-# --- 1. /create takes the release's params ---------------------------------------------------
+# --- /create takes the release's params ------------------------------------------------------
 
 
 def test_seal_yaml_params_are_accepted_and_mean_train_only_schema_cues(release):
@@ -282,7 +282,7 @@ def test_tool_feedback_evolution_is_recovery_feedback(release):
     assert hint in replies["sample"] and hint not in replies["validate"]
 
 
-# --- 5. diagnostic_evolution -----------------------------------------------------------------
+# --- diagnostic_evolution --------------------------------------------------------------------
 
 
 def release_state(tags: dict[str, tuple[int, float]]) -> dict:
@@ -411,7 +411,7 @@ def test_diagnostic_evolution_without_state_path_uses_the_service_profile(releas
     assert guidelines_in(data["state"][0]["content"]) == [T.RESPONSE_MISMATCH]
 
 
-# --- 2 and 3. the episode loop, /evaluate and the completion message --------------------------
+# --- the episode loop, /evaluate and the completion message -----------------------------------
 
 
 def test_release_trainer_runs_a_ground_truth_episode(release):
@@ -579,7 +579,7 @@ def test_every_step_answers_one_message_of_the_release_shape(release):
     assert out["state"] == [{"role": "user", "content": release_compat.COMPLETED, "tool_calls": []}]
 
 
-# --- 4. /release and idle expiry -------------------------------------------------------------
+# --- /release and idle expiry ----------------------------------------------------------------
 
 
 def test_release_of_a_gone_episode_is_success_false(release):
@@ -600,7 +600,7 @@ def test_idle_expiry_default_is_the_release_hour(monkeypatch):
     assert started["app"].state.engine.config.episode_ttl_s == 3600.0
 
 
-# --- 5. the smaller points ---------------------------------------------------------------------
+# --- the smaller points ------------------------------------------------------------------------
 
 
 def test_evaluate_without_params_is_the_full_report(release):

@@ -152,17 +152,6 @@ def serve_app():
         yield lambda app: stack.enter_context(serving(app))
 
 
-# Whether the service authenticates requests (`--token`, $SEAL_ENV_TOKEN, GET /v1/whoami:
-# the issue12-service branch). The launcher starts and adopts only services that prove
-# they are the run's, so its tests need it.
-SERVICE_HAS_AUTH = "/v1/whoami" in create_app().openapi()["paths"]
-needs_service_auth = pytest.mark.skipif(
-    not SERVICE_HAS_AUTH,
-    reason="needs the service's bearer-token authentication (issue12-service branch: "
-    "--token, /v1/whoami); runs once that branch is merged",
-)
-
-
 @pytest.fixture
 def live_service():
     """The app served by uvicorn on 127.0.0.1 (a free port); yields (base_url, engine)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import gt_texts, needs_service_auth
+from conftest import gt_texts
 
 from env_service.app import create_app
 from seal.formats.registry import HERMES, get_format
@@ -77,7 +77,6 @@ def test_every_request_carries_the_token_when_there_is_one(serve_app, monkeypatc
     assert {auth for _, _, auth in recorder.seen} == {expected}
 
 
-@needs_service_auth
 def test_a_service_with_a_token_refuses_a_client_without_it(service_process, monkeypatch):
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     token = new_token()

@@ -18,13 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import needs_service_auth
 
 from seal.rollout.env_client import TOKEN_ENV, is_healthy
 
 REPO = Path(__file__).resolve().parent.parent
 
-pytestmark = needs_service_auth
 
 DRIVER = """
 import sys, time

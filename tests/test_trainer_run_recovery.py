@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import needs_service_auth, serving
+from conftest import serving
 
 import launcher
 from env_service.app import create_app
@@ -379,7 +379,6 @@ LAUNCHER_RUN = [
 
 
 @pytest.mark.slow  # two launcher runs of the tiny model
-@needs_service_auth
 def test_a_run_killed_before_its_first_checkpoint_restarts_from_step_0(tmp_path, capsys):
     driver = tmp_path / "killed_after_step_0.py"
     driver.write_text(KILLED_AFTER_STEP_0.format(repo=str(REPO)))

@@ -6,6 +6,10 @@ behind it, and wire-protocol helpers that assert success. `live_service` runs th
 under uvicorn on a free local port, for clients that need a real socket.
 `service_process(*flags)` runs `python -m env_service` in its own process on a free
 port, for tests where the service may hang or must be signalled (it is killed after).
+
+Shared helpers the test modules import from here: `free_port()`, `serving(app)`,
+`gt_turns`/`gt_texts` (the ground-truth policy's texts), `shipped_tokenizer()` (with the
+`tokenizer` and `llama_tokenizer` fixtures), and `tiny_qwen2()` (a random tiny Qwen2).
 """
 
 from __future__ import annotations
@@ -31,10 +35,9 @@ from env_service.app import create_app
 from env_service.engine import EnvEngine, ServiceConfig
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
 from seal.bfcl.tasks import load_task
-
-
-def _gt_texts(task_id: str) -> list[list[str]]:
-    return assistant_messages(ground_truth_trajectory(load_task(task_id)))
+from seal.formats.base import ToolFormat
+from seal.formats.registry import HERMES, get_format
+from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
 
 
 @dataclass
@@ -84,12 +87,6 @@ class Service:
 
 
 @pytest.fixture
-def gt_texts():
-    """`gt_texts(task_id)` -> per turn, the assistant texts of the ground-truth policy."""
-    return _gt_texts
-
-
-@pytest.fixture
 def service():
     """A factory: `service(max_live_episodes=2, ...)` -> a running `Service`."""
     with contextlib.ExitStack() as stack:
@@ -103,13 +100,13 @@ def service():
 
 
 @contextlib.contextmanager
-def serving(app):
+def serving(app, lifespan: str = "auto"):
     """Serve any ASGI app with uvicorn on 127.0.0.1 (a free port); yields the base URL.
     lifespan "auto": the service runs its start-up, a bare fake app need not speak it."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="auto"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan=lifespan))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -155,43 +152,19 @@ def serve_app():
         yield lambda app: stack.enter_context(serving(app))
 
 
-# Whether the service authenticates requests (`--token`, $SEAL_ENV_TOKEN, GET /v1/whoami:
-# the issue12-service branch). The launcher starts and adopts only services that prove
-# they are the run's, so its tests need it.
-SERVICE_HAS_AUTH = "/v1/whoami" in create_app().openapi()["paths"]
-needs_service_auth = pytest.mark.skipif(
-    not SERVICE_HAS_AUTH,
-    reason="needs the service's bearer-token authentication (issue12-service branch: "
-    "--token, /v1/whoami); runs once that branch is merged",
-)
-
-
 @pytest.fixture
 def live_service():
     """The app served by uvicorn on 127.0.0.1 (a free port); yields (base_url, engine)."""
     app = create_app()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}", app.state.engine
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with serving(app, lifespan="on") as url:
+        yield url, app.state.engine
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
+    """A local port no one listens on now (the OS's pick; it may be taken again later)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -241,6 +214,83 @@ def service_process():
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+
+
+# --- the ground-truth texts, the shipped tokenizer, the tiny Qwen2 ----------------------
+
+
+def gt_turns(task_id: str, tool_format: ToolFormat | None = None) -> list[list[str]]:
+    """Per turn, the assistant texts of the ground-truth policy of `task_id`, its calls
+    written as `tool_format` writes them (Qwen2.5's Hermes format by default)."""
+    call_text = (tool_format or get_format(HERMES)).call_text
+    return assistant_messages(ground_truth_trajectory(load_task(task_id)), call_text)
+
+
+def gt_texts(task_id: str, tool_format: ToolFormat | None = None) -> list[str]:
+    """The texts of `gt_turns`, all turns in order (one per generation)."""
+    return [text for turn in gt_turns(task_id, tool_format) for text in turn]
+
+
+LLAMA_SPECIAL_TOKENS = [
+    "<|begin_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<|python_tag|>",
+]
+
+
+def shipped_tokenizer(llama_tokens: bool = False):
+    """A new copy of the shipped Qwen2.5 tokenizer (the tiny model's). With `llama_tokens`,
+    plus Llama 3's special tokens, for the Llama-layout formats: exact for the Qwen models,
+    a close proxy for Llama 3's tokenizer (the context budget needs their end-of-turn token
+    as one token)."""
+    # Imported here: transformers takes seconds to import, and most tests never need it.
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
+    if llama_tokens:
+        tokenizer.add_special_tokens({"additional_special_tokens": LLAMA_SPECIAL_TOKENS})
+    return tokenizer
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The shipped Qwen2.5 tokenizer, one for the session: a test that changes a tokenizer
+    makes its own with `shipped_tokenizer()`."""
+    return shipped_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def llama_tokenizer():
+    """`tokenizer` plus Llama 3's special tokens (another object), one for the session."""
+    return shipped_tokenizer(llama_tokens=True)
+
+
+def tiny_qwen2_config(**overrides):
+    """The tests' tiny Qwen2: Qwen2.5's vocabulary, one layer 32 wide (the vocabulary is
+    most of its cost), tied embeddings; `overrides` are Qwen2Config's own arguments."""
+    from transformers import Qwen2Config
+
+    shape = {
+        "vocab_size": 151936,
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "intermediate_size": 64,
+        "tie_word_embeddings": True,
+    }
+    return Qwen2Config(**(shape | overrides))
+
+
+def tiny_qwen2(seed: int = 0, **overrides):
+    """A randomly initialised `tiny_qwen2_config(**overrides)` model, the same for a seed."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(tiny_qwen2_config(**overrides))
 
 
 # --- runs started ahead of their tests --------------------------------------------------

@@ -1,6 +1,6 @@
-"""ASGI middlewares that make the real service misbehave as the issue-12 findings describe:
-replies that arrive after the client gave up (`LateReply`), and handlers that crash into
-a plain-text 500 (`PlainText500`). Wrap `create_app()` and serve it with `serve_app`."""
+"""ASGI middlewares that make the real service misbehave as a client may meet it: replies
+that arrive after the client gave up (`LateReply`), and handlers that crash into a
+plain-text 500 (`PlainText500`). Wrap `create_app()` and serve it with `serve_app`."""
 
 from __future__ import annotations
 

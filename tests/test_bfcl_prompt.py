@@ -3,18 +3,15 @@ chat template (tools in the system message, tool results as one user message).""
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 
-import seal
 from env_service.episode import Episode
 from seal.bfcl import prompt
 from seal.bfcl.ground_truth import ground_truth_trajectory, tool_call_text
 from seal.bfcl.tasks import load_task
 from seal.rollout.protocol import EpisodeSettings
 
-TOKENIZER_DIR = Path(seal.__file__).parent / "assets" / "qwen2.5-tokenizer"
 ONE_PER_CATEGORY = [
     "multi_turn_base_0",
     "multi_turn_miss_func_0",
@@ -93,14 +90,6 @@ def test_tool_response_and_holdout_messages():
 
 
 # --- Qwen2.5's own chat template --------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    if not (TOKENIZER_DIR / "tokenizer_config.json").exists():
-        pytest.skip(f"no Qwen2.5 tokenizer at {TOKENIZER_DIR}")
-    transformers = pytest.importorskip("transformers")
-    return transformers.AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
 
 
 @pytest.mark.parametrize("task_id", ONE_PER_CATEGORY)

@@ -12,7 +12,6 @@ from seal.bfcl.tasks import load_task
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"
-TOKENIZER = REPO / "seal/assets/qwen2.5-tokenizer"
 
 
 @pytest.fixture(scope="module")
@@ -63,13 +62,11 @@ def test_smoke_files_hold_one_task_per_category_of_their_split(split):
         )
 
 
-def test_verl_rlhf_dataset_reads_the_files():
+def test_verl_rlhf_dataset_reads_the_files(tokenizer):
     pytest.importorskip("verl")
     from omegaconf import OmegaConf
-    from transformers import AutoTokenizer
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
     config = OmegaConf.create(
         {
             "prompt_key": "prompt",

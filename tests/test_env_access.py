@@ -1,13 +1,12 @@
-"""No client can steer the service (issue #12, finding 6, the service's half) and its
-schema says what it answers (finding 7, the service's half).
+"""No client can steer the service, and its schema says what it answers.
 
-6. A bearer token guards every endpoint but `GET /healthz` (`/docs`, `/openapi.json` and
-   the profile included); a non-loopback bind without one is refused; `GET /v1/whoami`
-   answers 200 only with the right token. The pushed profile is schema-checked and
-   size-limited. A truncated `--capability-state` file stops the service from starting,
-   and, truncated later, breaks no `/create` (validation never reads it). A full episode
-   cap answers 503 with Retry-After.
-7. The OpenAPI schema lists every status each route answers.
+- A bearer token guards every endpoint but `GET /healthz` (`/docs`, `/openapi.json` and
+  the profile included); a non-loopback bind without one is refused; `GET /v1/whoami`
+  answers 200 only with the right token. The pushed profile is schema-checked and
+  size-limited. A truncated `--capability-state` file stops the service from starting,
+  and, truncated later, breaks no `/create` (validation never reads it). A full episode
+  cap answers 503 with Retry-After.
+- The OpenAPI schema lists every status each route answers.
 """
 
 from __future__ import annotations
@@ -218,7 +217,7 @@ def test_a_full_episode_cap_says_when_to_retry(service):
     assert "1 live episodes (limit 1)" in wire.json()["error"]
 
 
-# --- 7. the schema ---------------------------------------------------------------------------------
+# --- the schema ------------------------------------------------------------------------------------
 
 
 def test_the_schema_lists_every_status_each_route_answers(service):

@@ -8,12 +8,13 @@ import time
 import httpx
 import pytest
 from bfcl_official import bfcl_globals_left
+from conftest import gt_texts, gt_turns
 
 from env_service.app import create_app
 from env_service.engine import EnvEngine, NotFoundError, ServiceConfig
 from seal.bfcl import prompt
 from seal.bfcl.calls import ToolCall
-from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory, tool_call_text
+from seal.bfcl.ground_truth import tool_call_text
 from seal.bfcl.tasks import load_task
 from seal.formats.registry import HERMES, get_format
 from seal.rollout.env_client import EnvClient, EnvServiceError, call_body
@@ -36,7 +37,7 @@ def call_text(name, **arguments):
 
 
 @pytest.mark.parametrize("task_id", ONE_PER_CATEGORY)
-def test_wire_ground_truth_scores_one(service, gt_texts, task_id):
+def test_wire_ground_truth_scores_one(service, task_id):
     svc = service()
     task = load_task(task_id)
     instance_id, data = svc.create(task_id, rollout_mode="validate")
@@ -47,7 +48,7 @@ def test_wire_ground_truth_scores_one(service, gt_texts, task_id):
     assert data["info"]["num_turns"] == task.num_turns
     assert data["info"]["category"] == task.category
 
-    replies = svc.play(instance_id, gt_texts(task_id))
+    replies = svc.play(instance_id, gt_turns(task_id))
     assert [r["is_terminated"] for r in replies] == [False] * (len(replies) - 1) + [True]
     assert [r["reward"] for r in replies] == [0.0] * (len(replies) - 1) + [1.0]
     assert replies[-1]["state"] == [
@@ -112,7 +113,7 @@ def test_tool_calls_answer_with_one_user_message_of_results(service):
     ]
 
 
-def test_holdout_tool_is_refused_before_its_turn_and_works_after(service, gt_texts):
+def test_holdout_tool_is_refused_before_its_turn_and_works_after(service):
     svc = service()
     task = load_task("multi_turn_miss_func_0")
     assert list(task.held_out) == [3] and task.held_out[3][0]["name"] == "sort"
@@ -120,7 +121,7 @@ def test_holdout_tool_is_refused_before_its_turn_and_works_after(service, gt_tex
     assert '"name": "sort"' not in data["state"][0]["content"]
     assert "sort" not in svc.tools(instance_id)
 
-    turns = gt_texts(task.task_id)
+    turns = gt_turns(task.task_id)
     svc.play(instance_id, turns[:2])
     # Turn 2 asks for sorting, but sort is not available yet: a clear refusal.
     refused = svc.step(instance_id, call_text("sort", file_name="final_report.pdf"))
@@ -218,7 +219,7 @@ def test_native_steps_take_structured_calls(service):
 
 
 @pytest.mark.parametrize("task_id", ["multi_turn_base_0", "multi_turn_miss_func_0"])
-def test_native_ground_truth_scores_one(service, gt_texts, task_id):
+def test_native_ground_truth_scores_one(service, task_id):
     http = service().http
     task = load_task(task_id)
     response = http.post("/v1/episodes", json={"task_id": task_id, "episode_id": "ep-1"})
@@ -237,7 +238,7 @@ def test_native_ground_truth_scores_one(service, gt_texts, task_id):
     assert info["tools"] == [d["name"] for d in task.tools]
 
     seq = 0
-    for texts in gt_texts(task_id):
+    for texts in gt_turns(task_id):
         for text in texts:
             seq += 1
             result = http.post("/v1/episodes/ep-1/steps", json=native_step(text, seq))
@@ -257,7 +258,7 @@ def test_native_ground_truth_scores_one(service, gt_texts, task_id):
     )
 
 
-def test_native_retries_are_answered_not_rerun(service, gt_texts):
+def test_native_retries_are_answered_not_rerun(service):
     """A create or step whose reply was lost is sent again by the client: the service
     answers the repeat with the first answer instead of running it twice."""
     http = service().http
@@ -267,7 +268,7 @@ def test_native_retries_are_answered_not_rerun(service, gt_texts):
     other_task = {**body, "task_id": "multi_turn_base_1"}
     assert http.post("/v1/episodes", json=other_task).status_code == 409
 
-    texts = [t for turn in gt_texts("multi_turn_base_0") for t in turn]
+    texts = gt_texts("multi_turn_base_0")
     step1 = http.post("/v1/episodes/ep-r/steps", json=native_step(texts[0], 1)).json()
     again = http.post("/v1/episodes/ep-r/steps", json=native_step(texts[0], 1)).json()
     assert again == step1
@@ -288,11 +289,11 @@ def test_native_retries_are_answered_not_rerun(service, gt_texts):
     assert http.get("/v1/stats").json()["released"] == 1
 
 
-def test_native_delete_can_evaluate(service, gt_texts):
+def test_native_delete_can_evaluate(service):
     http = service().http
     http.post("/v1/episodes", json={"task_id": "multi_turn_base_0", "episode_id": "a"})
     http.post("/v1/episodes", json={"task_id": "multi_turn_base_0", "episode_id": "b"})
-    first = gt_texts("multi_turn_base_0")[0][0]
+    first = gt_turns("multi_turn_base_0")[0][0]
     for eid in ("a", "b"):
         http.post(f"/v1/episodes/{eid}/steps", json=native_step(first, 1))
     evaluated = http.delete("/v1/episodes/a", params={"evaluate": "true"})
@@ -308,7 +309,7 @@ def test_native_delete_can_evaluate(service, gt_texts):
 def test_env_client_and_scripted_runner_over_a_socket(live_service):
     base_url, engine = live_service
     task_id = "multi_turn_miss_param_0"
-    turns = assistant_messages(ground_truth_trajectory(load_task(task_id)))
+    turns = gt_turns(task_id)
 
     async def main():
         async with EnvClient(base_url) as client:
@@ -531,8 +532,7 @@ def test_256_concurrent_episodes_of_one_task_stay_apart(record_property):
     task_id = "multi_turn_base_1"  # GorillaFileSystem only: ls, mv, grep, tail
     app = create_app()
     n = 256
-    gt_turns = assistant_messages(ground_truth_trajectory(load_task(task_id)))
-    gt_script = [text for texts in gt_turns for text in texts]
+    gt_script = gt_texts(task_id)
 
     def own_script(i):  # make a directory only this episode knows, then look around
         return [call_text("mkdir", dir_name=f"only_{i}"), call_text("ls")]

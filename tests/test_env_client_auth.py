@@ -1,18 +1,16 @@
-"""The client's side of the service's bearer token (issue 12, finding 6): with a token,
-given or from $SEAL_ENV_TOKEN, every request carries `Authorization: Bearer <token>`;
-without one, none does; against a service started with a token, a client without it
-fails with a 401 that says how to fix it."""
+"""The client's side of the service's bearer token: with a token, given or from
+$SEAL_ENV_TOKEN, every request carries `Authorization: Bearer <token>`; without one, none
+does; against a service started with a token, a client without it fails with a 401 that
+says how to fix it."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
-from conftest import needs_service_auth
+from conftest import gt_texts
 
 from env_service.app import create_app
-from seal.bfcl.ground_truth import ground_truth_texts
-from seal.bfcl.tasks import load_task
 from seal.formats.registry import HERMES, get_format
 from seal.launch.service import new_token
 from seal.rollout.env_client import (
@@ -44,7 +42,7 @@ class RecordingHeaders:
 
 async def one_episode_of_each_request(env: EnvClient) -> None:
     """create, step, (early) evaluation and release, profile: every request kind."""
-    first = ground_truth_texts(load_task(TASK), FMT.call_text)[0]
+    first = gt_texts(TASK, FMT)[0]
     async with env.episode(TASK, EpisodeSettings()) as episode:
         await episode.step(first, FMT.parse(first))
         await episode.finish()
@@ -79,7 +77,6 @@ def test_every_request_carries_the_token_when_there_is_one(serve_app, monkeypatc
     assert {auth for _, _, auth in recorder.seen} == {expected}
 
 
-@needs_service_auth
 def test_a_service_with_a_token_refuses_a_client_without_it(service_process, monkeypatch):
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     token = new_token()

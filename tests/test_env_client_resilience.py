@@ -1,14 +1,14 @@
-"""The trainers' client against a service that misbehaves, in the terms of issue 12:
+"""The trainers' client against a service that misbehaves:
 
 - an error that is not JSON (a plain-text 500) is reported with its status, endpoint,
-  task, episode and time spent, and one such episode does not fail the batch (finding 3);
+  task, episode and time spent, and one such episode does not fail the batch;
 - a step, create or release whose reply is late is retried and takes effect once: one
   logical step is applied once, no user turn is skipped, a retried create or release does
-  not turn into 409/404 (finding 4);
+  not turn into 409/404;
 - a stopped (SIGSTOP) service process: the client warns while it waits and gives up in a
-  bounded time with a message naming the endpoint, the episode and the time (finding 4);
+  bounded time with a message naming the endpoint, the episode and the time;
 - a service at its live-episode cap (503) is waited for, with backoff and its Retry-After,
-  for a bounded time, and the error names the cause (finding 6).
+  for a bounded time, and the error names the cause.
 
 The service is the real one, wrapped in small ASGI middlewares that lose, delay or break
 its replies; the SIGSTOP test runs it as its own process.
@@ -21,16 +21,13 @@ import logging
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
+from conftest import gt_texts
 from misbehaving import LateReply, PlainText500, steps_of_task
-from transformers import AutoTokenizer
 
 from env_service.app import create_app
 from env_service.engine import ServiceConfig
-from seal.bfcl.ground_truth import ground_truth_texts
-from seal.bfcl.tasks import load_task
 from seal.formats.registry import HERMES, get_format
 from seal.http import HttpError
 from seal.rollout.driver import play_batch, run_episode
@@ -38,15 +35,8 @@ from seal.rollout.env_client import EnvClient, EnvClientSettings, EnvServiceErro
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import ScriptedGenerator, run_scripted_episode
 
-REPO = Path(__file__).resolve().parent.parent
-TOKENIZER_DIR = REPO / "seal/assets/qwen2.5-tokenizer"
 TASK = "multi_turn_base_0"
 FMT = get_format(HERMES)
-
-
-def gt_texts(task_id: str) -> list[str]:
-    """The ground-truth policy's assistant texts, all turns in order."""
-    return ground_truth_texts(load_task(task_id), FMT.call_text)
 
 
 def quick(**overrides) -> EnvClientSettings:
@@ -55,7 +45,7 @@ def quick(**overrides) -> EnvClientSettings:
     return EnvClientSettings(**(base | overrides))
 
 
-# --- finding 3: errors that are not JSON ---------------------------------------------
+# --- errors that are not JSON ---------------------------------------------------------
 
 
 def test_a_plain_text_500_names_status_endpoint_episode_and_time(serve_app):
@@ -107,10 +97,9 @@ def test_a_reply_that_is_not_json_is_an_error_with_its_status(serve_app):
     assert isinstance(info.value, HttpError)
 
 
-def test_one_episode_hit_by_a_500_does_not_fail_the_batch(serve_app):
-    """One task's steps always 500 (as the issue's 4,300-digit integer did): its episode
+def test_one_episode_hit_by_a_500_does_not_fail_the_batch(serve_app, tokenizer):
+    """One task's steps always 500 (as a 4,300-digit integer in a call once did): its episode
     is retried once, then left out and reported; the other episodes are trained on."""
-    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
     app = create_app()
     poisoned = "multi_turn_base_3"
     broken = PlainText500(app, steps_of_task(app, poisoned))
@@ -138,7 +127,7 @@ def test_one_episode_hit_by_a_500_does_not_fail_the_batch(serve_app):
     assert app.state.engine.stats()["live_episodes"] == 0
 
 
-# --- finding 4: retried requests take effect once ---------------------------------------
+# --- retried requests take effect once ---------------------------------------------------
 
 
 def test_a_step_whose_reply_is_late_is_retried_and_applied_once(serve_app):
@@ -194,7 +183,7 @@ def test_a_create_or_release_whose_reply_is_late_does_not_fail(serve_app, method
     assert stats["created"] == 1 and stats["live_episodes"] == 0
 
 
-# --- finding 4: a stopped service -------------------------------------------------------
+# --- a stopped service -------------------------------------------------------------------
 
 
 def test_a_stopped_service_is_visible_while_it_stalls_and_fails_in_bounded_time(
@@ -231,7 +220,7 @@ def test_a_stopped_service_is_visible_while_it_stalls_and_fails_in_bounded_time(
     assert f"task {TASK}" in first.getMessage() and url in first.getMessage()
 
 
-# --- finding 6: a busy service ----------------------------------------------------------
+# --- a busy service ----------------------------------------------------------------------
 
 
 def test_a_busy_service_is_waited_for_then_fails_naming_the_cause(serve_app):

@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+from conftest import gt_turns
 
 from env_service import evolution
 from seal.bfcl import prompt
@@ -124,10 +125,10 @@ def test_type_hints_need_schema_cues(service):
     assert hinted["ls"]["properties"]["a"]["description"].endswith("Expects true or false.")
 
 
-def test_revealed_tools_get_cues_too(service, gt_texts):
+def test_revealed_tools_get_cues_too(service):
     svc = service()
     instance_id, _ = svc.create("multi_turn_miss_func_0", observation_lite=True)
-    turns = gt_texts("multi_turn_miss_func_0")
+    turns = gt_turns("multi_turn_miss_func_0")
     replies = svc.play(instance_id, turns[:3])
     holdout = replies[-1]["state"][0]["content"]
     assert holdout.startswith(prompt.HOLDOUT_NOTICE)
@@ -305,11 +306,11 @@ def test_validation_is_the_plain_benchmark_byte_for_byte(service, task_id):
     assert evolved["state"][1:] == plain["state"][1:]  # the user's words are never evolved
 
 
-def test_validation_holdout_message_and_errors_are_plain(service, gt_texts):
+def test_validation_holdout_message_and_errors_are_plain(service):
     svc = service()
     plain_id, _ = svc.create("multi_turn_miss_func_0")
     validate_id, _ = svc.create("multi_turn_miss_func_0", rollout_mode="validate", **ALL_LAYERS)
-    turns = gt_texts("multi_turn_miss_func_0")
+    turns = gt_turns("multi_turn_miss_func_0")
     for text, _kind in BAD_CALLS:
         plain = svc.step(plain_id, text)["state"]
         validate = svc.step(validate_id, text)["state"]

@@ -1,18 +1,17 @@
-"""No client reaches the service's filesystem or holds its capacity (issue #21, findings
-1, 4, 5, 6 and 9), each in the finding's own terms.
+"""No client reaches the service's filesystem or holds its capacity.
 
-1. A client names no file the service reads: the wire `/create`'s
-   `diagnostic_evolution.state_path` is refused (422, naming `--capability-state`, the
-   operator's option) before anything is opened, so a FIFO there stalls nothing and a
-   file's existence cannot be probed.
-4. Every string and number a client sends is checked before anything is created: a lone
-   surrogate in an id is a 422 and leaves no episode live, on both protocols; NaN and
-   +-1e400 in numeric fields are a 422, not a 500.
-5. Connections that send part of their headers are closed within the header timeout,
-   and those not yet authenticated are capped: a flood of them (more than the open-files
-   limit) does not stop a client with the token.
-6. Ids have a length limit.
-9. `HEAD /healthz` answers 200.
+- A client names no file the service reads: the wire `/create`'s
+  `diagnostic_evolution.state_path` is refused (422, naming `--capability-state`, the
+  operator's option) before anything is opened, so a FIFO there stalls nothing and a
+  file's existence cannot be probed.
+- Every string and number a client sends is checked before anything is created: a lone
+  surrogate in an id is a 422 and leaves no episode live, on both protocols; NaN and
+  +-1e400 in numeric fields are a 422, not a 500.
+- Connections that send part of their headers are closed within the header timeout,
+  and those not yet authenticated are capped: a flood of them (more than the open-files
+  limit) does not stop a client with the token.
+- Ids have a length limit.
+- `HEAD /healthz` answers 200.
 
 Tests that could hang on a broken service run it in its own process (`service_process`).
 """
@@ -42,7 +41,7 @@ def stats(svc) -> dict:
     return svc.http.get("/v1/stats").json()
 
 
-# --- 1. no client-named files --------------------------------------------------------------
+# --- no client-named files -----------------------------------------------------------------
 
 
 def test_a_fifo_named_as_state_path_does_not_stall_the_service(service_process, tmp_path):
@@ -85,7 +84,7 @@ def test_state_path_answers_the_same_whatever_the_file(service, tmp_path, where)
     assert stats(svc)["live_episodes"] == 0
 
 
-# --- 4 and 6. strings and numbers are checked before anything is created -------------------
+# --- strings and numbers are checked before anything is created ----------------------------
 
 LONE_SURROGATE = rb"a\ud800b"
 
@@ -188,7 +187,7 @@ def test_a_reply_that_cannot_be_sent_releases_its_episode(monkeypatch):
         assert http.get("/v1/stats").json()["live_episodes"] == 0
 
 
-# --- 5. slow headers, and connections that never authenticate ---------------------------------
+# --- slow headers, and connections that never authenticate ------------------------------------
 
 TOKEN = "hostile-test-token"
 FD_LIMIT = 256
@@ -297,7 +296,7 @@ def test_a_body_that_stops_coming_is_closed_and_authenticated_connections_are_ke
         assert time.monotonic() - started < 5
 
 
-# --- 9. ---------------------------------------------------------------------------------------
+# --- HEAD /healthz --------------------------------------------------------------------------
 
 
 def test_head_healthz_answers_200(service):

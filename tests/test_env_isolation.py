@@ -1,4 +1,4 @@
-"""Episodes share no state (issue #12, finding 5): not through bfcl-eval's long-context
+"""Episodes share no state: not through bfcl-eval's long-context
 extensions, which its TravelAPI inserts by reference, and not through the replays that
 verification runs. Nor do the BFCL V4 agentic episodes: a memory question's writes stay
 its own (the scenario's snapshot and the next question see none of them), and no backend

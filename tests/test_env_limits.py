@@ -1,15 +1,14 @@
-"""No client can stall or crash the service (issue #12, findings 1-3), each in the
-finding's own terms.
+"""No client can stall or crash the service.
 
-1. MessageAPI's ids run out (`_generate_id` then loops forever): the service still
-   answers, /healthz too, and SIGTERM stops it; a call that never returns ends its
-   episode as a tagged failure and the service goes on.
-2. Tool calls cost the event loop nothing: a message of 2,945 `grep` calls on an
-   80k-line file does not block other episodes, nor does its evaluation; a small request
-   cannot make a huge reply; what an episode keeps and what verification holds are
-   bounded; an oversized body is refused before it is read.
-3. Tool-call JSON never makes a 500: integers over 4,300 digits, nesting of any depth;
-   wire-protocol errors are always its JSON envelope.
+- MessageAPI's ids run out (`_generate_id` then loops forever): the service still
+  answers, /healthz too, and SIGTERM stops it; a call that never returns ends its
+  episode as a tagged failure and the service goes on.
+- Tool calls cost the event loop nothing: a message of 2,945 `grep` calls on an
+  80k-line file does not block other episodes, nor does its evaluation; a small request
+  cannot make a huge reply; what an episode keeps and what verification holds are
+  bounded; an oversized body is refused before it is read.
+- Tool-call JSON never makes a 500: integers over 4,300 digits, nesting of any depth;
+  wire-protocol errors are always its JSON envelope.
 
 Tests that could hang on a broken service run it in its own process (`service_process`).
 """
@@ -93,7 +92,7 @@ def results(data: dict) -> list[str]:
     ]
 
 
-# --- 1. MessageAPI's ids, and calls that never return ----------------------------------------
+# --- MessageAPI's ids, and calls that never return -------------------------------------------
 
 
 def _alarm(seconds: int):
@@ -172,7 +171,7 @@ def test_a_call_that_never_returns_ends_its_episode_not_the_service(service_proc
     assert svc.terminate(timeout_s=15) in (0, -15)  # uvicorn re-raises SIGTERM once stopped
 
 
-# --- 2. cost per call and per step, reply size, what is kept, body size ------------------------
+# --- cost per call and per step, reply size, what is kept, body size ---------------------------
 
 EIGHTY_K_LINES = "a\n" * 80_000
 
@@ -367,7 +366,7 @@ def refused_before_reading(svc, path: str) -> None:
     assert httpx.get(f"{svc.url}/healthz").status_code == 200
 
 
-# --- 3. tool-call JSON --------------------------------------------------------------------------
+# --- tool-call JSON -----------------------------------------------------------------------------
 
 BIG = "1" * 4400
 

@@ -11,6 +11,7 @@ import json
 import pytest
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker, multi_turn_utils
 from bfcl_official import bfcl_globals_left
+from conftest import gt_turns
 
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import tool_call_text
@@ -137,7 +138,7 @@ def test_value_types_are_not_coerced_into_code(service, sandbox):
     assert filesystem(svc, instance_id)._current_dir.name == "alex"
 
 
-def test_the_service_never_uses_the_eval_based_executor(service, gt_texts, monkeypatch):
+def test_the_service_never_uses_the_eval_based_executor(service, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("bfcl-eval's executor (eval of call strings) was used")
 
@@ -147,7 +148,7 @@ def test_the_service_never_uses_the_eval_based_executor(service, gt_texts, monke
     for task_id in ["multi_turn_base_0", "multi_turn_miss_func_0"]:
         instance_id, _ = svc.create(task_id)
         svc.step(instance_id, tool_call_text([ToolCall("ls", {"a": True})]))
-        replies = svc.play(instance_id, gt_texts(task_id))
+        replies = svc.play(instance_id, gt_turns(task_id))
         assert replies[-1]["reward"] == 1.0
         assert svc.evaluate(instance_id)["accuracy"] == 1
     assert bfcl_globals_left() == []

@@ -1,12 +1,11 @@
-"""No stopped or dead worker process holds episodes, and no rebuild stalls other episodes
-(issue #21, findings 2 and 3), in the findings' own terms.
+"""No stopped or dead worker process holds episodes, and no rebuild stalls other episodes.
 
-2. A worker stopped while idle (SIGSTOP) is found (the kernel shows it stopped) and
-   replaced; its episodes are rebuilt and answered, and new episodes are not placed on
-   it. A worker killed while idle is replaced too, and so is one whose heartbeat stops
-   without a signal (as in a frozen cgroup).
-3. A replaced worker's episodes are rebuilt off the path of the other episodes' steps: a
-   trivial step of another episode on that worker is answered while a long rebuild runs,
+- A worker stopped while idle (SIGSTOP) is found (the kernel shows it stopped) and
+  replaced; its episodes are rebuilt and answered, and new episodes are not placed on
+  it. A worker killed while idle is replaced too, and so is one whose heartbeat stops
+  without a signal (as in a frozen cgroup).
+- A replaced worker's episodes are rebuilt off the path of the other episodes' steps: a
+  trivial step of another episode on that worker is answered while a long rebuild runs,
    and a rebuild that runs past its budget (the verification budget: a rebuild replays
    what a verification replays) ends its episode as a failure tagged
    `rebuild_time_budget`.
@@ -90,7 +89,7 @@ def step_all(client: Native, episode_ids: list[str], timeout_s: float) -> dict[s
     return dict(answers)
 
 
-# --- 2. a stopped or dead idle worker ----------------------------------------------------------
+# --- a stopped or dead idle worker -------------------------------------------------------------
 
 
 @pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL], ids=["stopped", "killed"])
@@ -217,7 +216,7 @@ def test_a_busy_worker_is_not_mistaken_for_a_stopped_one(service_process):
     assert client.stats()["workers_replaced"] == 0
 
 
-# --- 3. rebuilds off the path of other episodes ------------------------------------------------
+# --- rebuilds off the path of other episodes ---------------------------------------------------
 
 SORTS_PER_STEP = 16  # each sort's result is clipped to 65,536 characters; 16 fit a reply
 

@@ -18,9 +18,8 @@ import json
 import pytest
 from agentic_scripts import agentic_service, answer_text, call
 from aiohttp import web
-from conftest import serving_aiohttp
+from conftest import serving_aiohttp, shipped_tokenizer
 from scripts_loader import load_script
-from transformers import AutoTokenizer
 
 from seal.bfcl.agentic import ANSWER_NOT_FOUND, PASS, agentic_task_ids
 from seal.bfcl.tasks import load_task
@@ -31,7 +30,7 @@ from seal.eval.records import read_step_file
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
 
 MODEL = "fake-model"
-TOKENIZER = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
+TOKENIZER = shipped_tokenizer()
 NOTETAKER = [t for t in agentic_task_ids("memory_rec_sum") if "-notetaker-" in t][:3]
 RIGHT = set(NOTETAKER[:2])
 ANSWER_FORMAT = "For your final answer to the user"

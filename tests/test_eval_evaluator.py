@@ -9,18 +9,16 @@ preflight's. It lists its model at /models and may require an API key.
 
 import asyncio
 import json
-import socket
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from aiohttp import web
-from conftest import serving_aiohttp
+from conftest import free_port, gt_texts, serving_aiohttp, shipped_tokenizer
 from scripts_loader import load_script
-from transformers import AutoTokenizer
 
-from seal.bfcl.ground_truth import END_OF_TURN_TEXT, ground_truth_texts
+from seal.bfcl.ground_truth import END_OF_TURN_TEXT
 from seal.bfcl.prompt import BASE_INSTRUCTIONS
 from seal.bfcl.tasks import load_task
 from seal.eval.chat_endpoint import (
@@ -54,15 +52,9 @@ TASKS = [
 LONG_TASK = "multi_turn_long_context_0"  # its first tool result is several hundred tokens
 MODEL = "fake-model"
 FAST_RETRIES = {"attempts": 3, "backoff_s": 0.001}
-TOKENIZER = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
+TOKENIZER = shipped_tokenizer()
 TOKENS = turn_tokenizer(TOKENIZER, get_format(HERMES))
-# The Qwen2.5 tokenizer with Llama 3's special tokens, for the Llama-layout formats (as
-# tests/test_rollout_driver.py): the budget needs their end-of-turn token as one token.
-LLAMA_TOKENIZER = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
-LLAMA_TOKENIZER.add_special_tokens(
-    {"additional_special_tokens": ["<|begin_of_text|>", "<|start_header_id|>",
-                                   "<|end_header_id|>", "<|eot_id|>", "<|python_tag|>"]}
-)  # fmt: skip
+LLAMA_TOKENIZER = shipped_tokenizer(llama_tokens=True)  # for the Llama-layout formats
 
 
 def tokenizer_for(prompting: Prompting | None):
@@ -72,11 +64,6 @@ def tokenizer_for(prompting: Prompting | None):
 
 def first_question(task_id: str) -> str:
     return load_task(task_id).questions[0][0]["content"]
-
-
-def gt_texts(task_id: str, tool_format=None) -> list[str]:
-    call_text = (tool_format or get_format(HERMES)).call_text
-    return ground_truth_texts(load_task(task_id), call_text)
 
 
 class FakeChatServer:
@@ -389,12 +376,8 @@ def test_command_line_refuses_a_missing_api_key(tmp_path, capsys, monkeypatch):
 
 
 def test_unhealthy_environment_service_stops_the_run(tmp_path):
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    free_port = sock.getsockname()[1]
-    sock.close()
     with pytest.raises(RuntimeError, match="no healthy environment service"):
-        evaluate("http://127.0.0.1:9/v1", f"http://127.0.0.1:{free_port}", tmp_path)
+        evaluate("http://127.0.0.1:9/v1", f"http://127.0.0.1:{free_port()}", tmp_path)
     assert not (Path(tmp_path) / "validation").exists()
 
 
@@ -410,7 +393,7 @@ def test_command_line_needs_a_tokenizer_for_other_models(tmp_path, capsys):
     )
 
 
-# --- the context budget (issue 13, item 6) ------------------------------------------------
+# --- the context budget ------------------------------------------------------------------
 
 
 def first_exchange(server: FakeChatServer, base_url, env_url, out_dir, task_id):
@@ -584,15 +567,7 @@ def test_a_served_context_below_the_budget_is_refused_before_any_episode(
     assert len(outcome.records) == len(TASKS)
 
 
-# --- the preflight (item 7) ---------------------------------------------------------------
-
-
-def free_port() -> int:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
+# --- the preflight -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -654,7 +629,7 @@ def test_preflight_passes_a_server_that_answers_for_a_model_it_does_not_list(
     assert (warned in caplog.text) == (listing == "others")
 
 
-# --- finish_reason (item 8) ---------------------------------------------------------------
+# --- finish_reason -----------------------------------------------------------------------
 
 
 def test_a_reply_cut_at_max_tokens_is_stepped_counted_and_recorded(

@@ -22,7 +22,6 @@ import asyncio
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import pytest
 from agentic_scripts import agentic_service, notetaker
-from transformers import AutoTokenizer
+from conftest import free_port, shipped_tokenizer
 
 from seal.bfcl.agentic import ANSWER_NOT_FOUND, NO_FINAL_ANSWER, PASS, missing_dependency
 from seal.bfcl.tasks import load_task
@@ -40,7 +39,7 @@ from seal.eval.ood import write_table2
 from seal.formats.base import Conversation
 from seal.formats.registry import HERMES, get_format
 from seal.rollout.protocol import EpisodeLimits
-from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, TextTokens
+from seal.rollout.turn_tokens import TextTokens
 
 TASKS = [
     "multi_turn_base_4",
@@ -50,15 +49,7 @@ TASKS = [
 ]
 STARTUP_S = 180  # model load on a busy 2-core machine
 LIMITS = EpisodeLimits(max_generations=4, max_new_tokens=16)
-TOKENIZER = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)  # the tiny model's
-
-
-def _free_port() -> int:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
+TOKENIZER = shipped_tokenizer()  # the tiny model's
 
 
 def _healthy(url: str) -> bool:
@@ -92,7 +83,7 @@ def transformers_server(tiny_model, tmp_path_factory):
             f"transformers serve needs transformers[serving] ({', '.join(missing)} missing): "
             "pip install 'transformers[serving]'"
         )
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("server") / "transformers_serve.log"
     command = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(tiny_model)]
     command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]

@@ -24,12 +24,12 @@ import itertools
 import pytest
 from bfcl_eval.utils import load_dataset_entry
 from bfcl_inference import bfcl_inference_prompts
-from transformers import AutoTokenizer
+from conftest import gt_texts
 
 from env_service import api_native
 from env_service.engine import EnvEngine, ServiceConfig
 from seal.bfcl import prompt
-from seal.bfcl.ground_truth import ground_truth_texts, ground_truth_trajectory
+from seal.bfcl.ground_truth import ground_truth_trajectory
 from seal.bfcl.tasks import load_task, task_ids
 from seal.formats.handler_format import HandlerFormat, leaderboard
 from seal.formats.registry import AUTO, FORMATS, HERMES, default_format, get_format, resolve
@@ -37,7 +37,6 @@ from seal.rollout.env_client import call_body
 from seal.rollout.protocol import CreateEpisode, EpisodeSettings, EvolutionSettings, StepRequest
 from seal.tocf.tags import CATEGORIES
 from seal.trainer.config import ModelSettings
-from seal.trainer.model import SHIPPED_TOKENIZER
 
 # 20 tasks: 5 per category, spread over each category's 200.
 REFERENCE_TASKS = [f"{c}_{k}" for c in CATEGORIES for k in (0, 41, 87, 133, 179)]
@@ -69,10 +68,6 @@ def incremental_prompts(fmt, created, texts, observations) -> list[str]:
         text += generated + fmt.end_of_turn + fmt.observation_text(fmt.observation(observation))
         prompts.append(text)
     return prompts
-
-
-def gt_texts(task_id, fmt) -> list[str]:
-    return ground_truth_texts(load_task(task_id), fmt.call_text)
 
 
 @functools.cache
@@ -124,10 +119,9 @@ def test_leaderboard_prompts_equal_bfcl_eval_s_own_inference(engine, registry_na
         assert ours == bfcl_prompts(fmt, task_id, texts, []), task_id
 
 
-def test_qwen25_prompts_equal_the_template_with_tools(engine):
+def test_qwen25_prompts_equal_the_template_with_tools(engine, tokenizer):
     """Each prompt equals the shipped Qwen2.5 template's render with `tools=`, the calls
     as structured tool_calls and their results as tool messages, byte for byte."""
-    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
     fmt = get_format(HERMES)
     for task_id in REFERENCE_TASKS:
         texts = gt_texts(task_id, fmt)

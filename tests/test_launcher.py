@@ -1,7 +1,7 @@
 """The launcher in-process: config composition and its errors, the run's service (its
 own, stopped on exit; an adopted one only with the run's token), the token kept out of
-config.yaml and argv, and the refusals that come before anything is written (issue 12,
-finding 7): an earlier run's state, a changed data order, a damaged state file.
+config.yaml and argv, and the refusals that come before anything is written: an earlier
+run's state, a changed data order, a damaged state file.
 Runs as processes (locks, kill -9) are in test_launcher_runs.py."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import free_port, needs_service_auth
+from conftest import free_port
 from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parent.parent
@@ -100,7 +100,6 @@ def test_adopting_needs_a_port_a_token_and_a_service(tmp_path, capsys, monkeypat
 # --- the run's own service and adopted ones (they need the service's authentication) -----
 
 
-@needs_service_auth
 def test_a_started_service_needs_its_token_and_is_stopped_on_exit(tmp_path):
     token = new_token()
     with (
@@ -115,7 +114,6 @@ def test_a_started_service_needs_its_token_and_is_stopped_on_exit(tmp_path):
     assert not is_healthy(service.url), "the service outlived the launcher"
 
 
-@needs_service_auth
 def test_an_adopted_service_must_answer_with_the_runs_token(
     service_process, tmp_path, capsys, job_named_record
 ):
@@ -152,7 +150,6 @@ def test_an_adopted_service_must_answer_with_the_runs_token(
     assert is_healthy(url), "the launcher stopped a service it did not start"
 
 
-@needs_service_auth
 def test_the_token_reaches_service_and_job_by_environment_never_argv_or_config(
     tmp_path, job_named_record
 ):

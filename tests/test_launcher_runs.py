@@ -1,4 +1,4 @@
-"""Runs as processes (issue 12, finding 7): two runs of one name (the second is refused,
+"""Runs as processes: two runs of one name (the second is refused,
 naming the first's pid, before it writes anything), two runs of different names (each
 its own service; stopping one leaves the other's), and the launcher killed with SIGTERM
 or kill -9 (its service stops too, so no later run finds it).
@@ -18,13 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import needs_service_auth
 
 from seal.rollout.env_client import TOKEN_ENV, is_healthy
 
 REPO = Path(__file__).resolve().parent.parent
 
-pytestmark = needs_service_auth
 
 DRIVER = """
 import sys, time

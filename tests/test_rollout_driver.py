@@ -10,9 +10,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from transformers import AutoTokenizer
+from conftest import gt_texts
 
-from seal.bfcl.ground_truth import ground_truth_texts
 from seal.bfcl.tasks import load_task
 from seal.formats.base import Conversation
 from seal.formats.registry import FORMATS, HERMES, get_format
@@ -29,15 +28,7 @@ from seal.rollout.protocol import EpisodeLimits, EpisodeSettings, EvolutionSetti
 from seal.rollout.scripted import ScriptedGenerator, text_generation
 from seal.rollout.turn_tokens import turn_tokenizer
 
-TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "seal/assets/qwen2.5-tokenizer"
 LAYERS = EvolutionSettings(schema_cues=True)
-LLAMA_SPECIAL = [
-    "<|begin_of_text|>",
-    "<|start_header_id|>",
-    "<|end_header_id|>",
-    "<|eot_id|>",
-    "<|python_tag|>",
-]
 
 
 def settings(limits: EpisodeLimits | None = None) -> EpisodeSettings:
@@ -48,27 +39,10 @@ GREP_TASK = "multi_turn_base_0"
 LONG_TASK = "multi_turn_long_context_0"  # a grep answer of several hundred tokens
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(TOKENIZER_DIR)
-
-
-@pytest.fixture(scope="module")
-def llama_tokenizer():
-    """The Qwen2.5 tokenizer with Llama 3's special tokens, for the Llama-layout formats."""
-    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
-    tokenizer.add_special_tokens({"additional_special_tokens": LLAMA_SPECIAL})
-    return tokenizer
-
-
 def tokenizer_for(name: str, request) -> object:
+    """The shared tokenizer fixture a format needs: `llama_tokenizer` for Llama's layout."""
     uses_llama = get_format(name).end_of_turn == "<|eot_id|>"
     return request.getfixturevalue("llama_tokenizer" if uses_llama else "tokenizer")
-
-
-def gt_texts(task_id: str, tool_format=None) -> list[str]:
-    """The ground-truth policy's assistant texts, all turns in order, in a format."""
-    return ground_truth_texts(load_task(task_id), (tool_format or get_format(HERMES)).call_text)
 
 
 class RecordingEnv(EnvClient):

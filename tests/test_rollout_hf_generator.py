@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+from conftest import tiny_qwen2
 
 from seal.rollout.generation import GenerationError, SamplingParams
 from seal.rollout.hf_generator import HFGenerator
 
-TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "seal/assets/qwen2.5-tokenizer"
 GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0)
 TEXTS = [
     "List the files in the current directory.",
@@ -22,31 +20,15 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(TOKENIZER_DIR)
-
-
-def tiny_qwen2(seed: int) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=151936,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        intermediate_size=64,
-        tie_word_embeddings=True,
-        # Wider than the default 0.02, so greedy choices are clear winners, not
-        # near-ties that padding's rounding differences could flip.
-        initializer_range=0.5,
-    )
-    return Qwen2ForCausalLM(config).eval()
+def decisive_qwen2(seed: int):
+    """The tiny Qwen2 in eval mode, initialised wider than the default 0.02, so greedy
+    choices are clear winners, not near-ties that padding's rounding differences could flip."""
+    return tiny_qwen2(seed, initializer_range=0.5).eval()
 
 
 @pytest.fixture(scope="module")
 def model():
-    return tiny_qwen2(0)
+    return decisive_qwen2(0)
 
 
 @pytest.fixture(scope="module")
@@ -152,9 +134,9 @@ def test_sampled_logprobs_are_of_logits_over_temperature(model, tokenizer, promp
 def test_the_models_own_generation_config_does_not_leak_in(tokenizer, prompts):
     """Qwen2.5-Instruct ships repetition_penalty, top_k, top_p and temperature; the
     policy must still be sampled from its plain softmax."""
-    plain = tiny_qwen2(0)
+    plain = decisive_qwen2(0)
     expected = gather(HFGenerator(plain, tokenizer), prompts)
-    tuned = tiny_qwen2(0)
+    tuned = decisive_qwen2(0)
     tuned.generation_config.update(
         repetition_penalty=1.5, top_k=3, top_p=0.5, temperature=0.3, do_sample=True
     )
@@ -199,7 +181,7 @@ def test_requests_share_a_batch_unless_their_distribution_differs(model, tokeniz
 
 
 def test_set_model_switches_the_weights_used(model, tokenizer, prompts):
-    other = tiny_qwen2(1)
+    other = decisive_qwen2(1)
     generator = HFGenerator(model, tokenizer)
     before = gather(generator, prompts)
     generator.set_model(other)

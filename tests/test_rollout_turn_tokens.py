@@ -3,35 +3,17 @@ format, and the observation clip."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from transformers import AutoTokenizer
 
 from seal.formats.base import Conversation
 from seal.formats.hermes import HermesFormat
 from seal.formats.registry import FORMATS, HERMES, get_format
 from seal.rollout.turn_tokens import TurnTokenizer, turn_tokenizer
 
-TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "seal/assets/qwen2.5-tokenizer"
 FIRST = [
     {"role": "system", "content": "You call tools.\n<tools>\n{}\n</tools>"},
     {"role": "user", "content": "List the files."},
 ]
-LLAMA_SPECIAL = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(TOKENIZER_DIR)
-
-
-@pytest.fixture(scope="module")
-def any_tokenizer(tokenizer):
-    """The Qwen2.5 tokenizer, with Llama 3's special tokens added (another object)."""
-    both = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
-    both.add_special_tokens({"additional_special_tokens": LLAMA_SPECIAL})
-    return both
 
 
 def qwen_chat(tokenizer) -> TurnTokenizer:
@@ -94,12 +76,12 @@ generation: the episode has ended then)."""
 
 
 @pytest.mark.parametrize("name", list(FORMATS))
-def test_every_format_s_observation_equals_its_full_rerender(any_tokenizer, name):
+def test_every_format_s_observation_equals_its_full_rerender(llama_tokenizer, name):
     """For each format, prompt + generated ids + observation ids equal the ids of the
     format's own full render of the conversation, whatever it does to contents
     (Llama's layout strips them)."""
     fmt = get_format(name)
-    chat = TurnTokenizer(any_tokenizer, fmt)
+    chat = TurnTokenizer(llama_tokenizer, fmt)  # Qwen's and Llama's end-of-turn tokens
     created = {
         "task_id": "multi_turn_base_0",
         "system": ["Be brief."],

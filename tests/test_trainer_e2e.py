@@ -111,8 +111,7 @@ def test_train_two_steps_then_resume(live_service, serve_app, tmp_path):
 
 
 def test_a_training_step_goes_on_when_the_service_fails_one_task(serve_app, tmp_path):
-    """Issue 12, finding 3: the service answers a plain-text 500 to every step of one
-    task's episodes. Each is retried once, then left out and counted; the step trains on
+    """The service answers a plain-text 500 to every step of one task's episodes. Each is retried once, then left out and counted; the step trains on
     the others. A share of failures above `rollout.max_failed_share` stops the run with
     the errors, naming the task and the status."""
     app = create_app()

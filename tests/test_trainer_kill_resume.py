@@ -1,4 +1,4 @@
-"""A run killed and resumed ends as the uninterrupted run of the same seed (issue 12).
+"""A run killed and resumed ends as the uninterrupted run of the same seed.
 
 Two launcher runs of the local trainer on the tiny random Qwen2 (nothing downloaded),
 3 steps of 2 tasks x 2 samples, a checkpoint after every step: one runs through; the
@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import needs_service_auth
 
 from seal.eval.metrics_log import read_metrics
 from seal.rollout.env_client import TOKEN_ENV
@@ -81,7 +80,6 @@ def latest_step(run_dir: Path) -> int:
 
 
 @pytest.mark.slow  # three launcher runs of the tiny model: about 60 s on 2 cores
-@needs_service_auth
 def test_a_run_killed_and_resumed_ends_as_the_uninterrupted_run(tmp_path):
     straight = launch(tmp_path, "straight")
     killed = launch(tmp_path, "killed")

@@ -1,11 +1,10 @@
-"""A run survives every interruption an operator meets (issue #21, findings 7 and 8, and
-the operator faults), in the issue's own terms:
+"""A run survives every interruption an operator meets, and every loss setting trains:
 
-7. A run killed before its first checkpoint (after step 0's validation wrote
-   `metrics.jsonl`) restarts from step 0 when resumed, saying what it found, and keeps
-   that attempt's files; a fresh start in its directory is refused saying how to resume.
-8. `trainer.loss.kl_loss_coef=0` with `use_kl_loss` on trains (the reference is built
-   whenever the KL loss is on: `needs_reference`, as verl decides).
+- A run killed before its first checkpoint (after step 0's validation wrote
+  `metrics.jsonl`) restarts from step 0 when resumed, saying what it found, and keeps
+  that attempt's files; a fresh start in its directory is refused saying how to resume.
+- `trainer.loss.kl_loss_coef=0` with `use_kl_loss` on trains (the reference is built
+  whenever the KL loss is on: `needs_reference`, as verl decides).
 - A full disk while a checkpoint is written (an injected ENOSPC) fails the run naming the
   checkpoint and the complete one before it; resumed, the run ends as the uninterrupted
   one.
@@ -31,7 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import needs_service_auth, serving
+from conftest import serving
 
 import launcher
 from env_service.app import create_app
@@ -60,7 +59,7 @@ TINY = {
     "optim": {"lr": 1e-3, "mini_batch_size": 1, "micro_batch_size": 2},
     "validation": {"test_freq": 100, "before_train": False},
     "checkpoint": {"save_freq": 1, "keep_only_best": False},
-    # Finding 8: the KL loss on with a zero coefficient.
+    # The KL loss on with a zero coefficient: the reference must still be built.
     "loss": {"use_kl_loss": True, "kl_loss_coef": 0.0},
     "logging": {"wandb": "disabled"},
 }  # fmt: skip
@@ -158,7 +157,7 @@ def uninterrupted(driver, service_url, tmp_path_factory) -> Path:
     return run_dir
 
 
-# --- 8. the KL loss at coefficient 0 ----------------------------------------------------------
+# --- the KL loss at coefficient 0 -------------------------------------------------------------
 
 
 @pytest.mark.slow  # the module's uninterrupted run: about a minute on 2 cores
@@ -345,7 +344,7 @@ def test_a_metrics_line_cut_by_a_crash_is_not_a_damage(uninterrupted, tmp_path):
     assert check_run_dir(run_dir, tiny_config(resume=True), "local") == []
 
 
-# --- 7. a run killed before its first checkpoint -----------------------------------------------
+# --- a run killed before its first checkpoint --------------------------------------------------
 
 KILLED_AFTER_STEP_0 = """
 import os, signal, sys
@@ -380,7 +379,6 @@ LAUNCHER_RUN = [
 
 
 @pytest.mark.slow  # two launcher runs of the tiny model
-@needs_service_auth
 def test_a_run_killed_before_its_first_checkpoint_restarts_from_step_0(tmp_path, capsys):
     driver = tmp_path / "killed_after_step_0.py"
     driver.write_text(KILLED_AFTER_STEP_0.format(repo=str(REPO)))

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from conftest import tiny_qwen2
+from transformers import Qwen2ForCausalLM
 
 from seal.algos.loss import PolicyLossConfig
 from seal.tocf.state import CapabilityState
@@ -17,15 +18,6 @@ from seal.trainer.data import epoch_order
 from seal.trainer.update import batch_logprobs, collate, policy_update, response_logprobs
 
 PAD = 151643
-
-
-def tiny_model(seed: int = 0) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=151936, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, intermediate_size=64, tie_word_embeddings=True,
-    )  # fmt: skip
-    return Qwen2ForCausalLM(config)
 
 
 def sample(prompt, response, mask):
@@ -49,7 +41,7 @@ def full_logprobs(model, s) -> torch.Tensor:
 
 @pytest.mark.parametrize("chunk", [1, 2, 1024])
 def test_chunked_logprobs_equal_full_logits(chunk):
-    model = tiny_model()
+    model = tiny_qwen2()
     batch = collate(SAMPLES, [0, 1, 2], PAD, torch.device("cpu"))
     with torch.no_grad():
         logp, entropy = response_logprobs(model, batch, chunk_tokens=chunk, with_entropy=True)
@@ -60,7 +52,7 @@ def test_chunked_logprobs_equal_full_logits(chunk):
 
 
 def test_chunked_gradients_equal_full_gradients():
-    model = tiny_model()
+    model = tiny_qwen2()
     batch = collate(SAMPLES, [0, 1], PAD, torch.device("cpu"))
     logp, _ = response_logprobs(model, batch, chunk_tokens=2)
     (logp * batch.response_mask).sum().backward()
@@ -77,7 +69,7 @@ def test_chunked_gradients_equal_full_gradients():
 
 
 def run_update(micro_batch_size: int, agg: str) -> dict[str, torch.Tensor]:
-    model = tiny_model()
+    model = tiny_qwen2()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     width = 5
     advantages = torch.tensor([[1.0] * width, [-0.5] * width, [2.0] * width, [-1.0] * width])
@@ -95,7 +87,7 @@ def run_update(micro_batch_size: int, agg: str) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
 def test_update_is_independent_of_micro_batching(agg):
     one_pass, micro = run_update(4, agg), run_update(1, agg)
-    initial = {n: p.detach() for n, p in tiny_model().named_parameters()}
+    initial = {n: p.detach() for n, p in tiny_qwen2().named_parameters()}
     assert any(not torch.equal(one_pass[n], initial[n]) for n in initial), (
         "the update changed nothing"
     )
@@ -104,7 +96,7 @@ def test_update_is_independent_of_micro_batching(agg):
 
 
 def test_checkpoint_round_trip(tmp_path):
-    model = tiny_model(seed=3)
+    model = tiny_qwen2(seed=3)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
     optimizer.step()
@@ -124,7 +116,7 @@ def test_checkpoint_round_trip(tmp_path):
 
 
 def test_prune_keeps_best_and_latest(tmp_path):
-    model, capability = tiny_model(), CapabilityState()
+    model, capability = tiny_qwen2(), CapabilityState()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in (1, 2, 3):
         ckpt.save_checkpoint(tmp_path, ckpt.TrainerState(step=step), model, optimizer, capability)

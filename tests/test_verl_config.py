@@ -10,12 +10,12 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import shipped_tokenizer
 from omegaconf import OmegaConf
 
 pytest.importorskip("verl")
 
 from hydra.errors import ConfigCompositionException  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
 
 import launcher  # noqa: E402
 from env_service import api_native  # noqa: E402
@@ -25,7 +25,6 @@ from seal.bfcl.tasks import task_ids  # noqa: E402
 from seal.formats.registry import default_format, get_format  # noqa: E402
 from seal.rollout.generation import SamplingParams  # noqa: E402
 from seal.rollout.protocol import CreateEpisode, EpisodeSettings, EvolutionSettings  # noqa: E402
-from seal.trainer.model import SHIPPED_TOKENIZER  # noqa: E402
 from seal.trainer.verl.config import compose_verl_config, hydra_value, validate  # noqa: E402
 from seal.trainer.verl.section import SealSection  # noqa: E402
 
@@ -41,7 +40,6 @@ PAPER_CONFIGS = [
     "GRPO_toolace2_8b",
     "SEAL_qwen3_4b",
 ]
-LLAMA_SPECIAL = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 URL = "http://127.0.0.1:8082"
 
 
@@ -260,11 +258,8 @@ def first_prompts(tool_format: str, ids) -> list[str]:
 
 @functools.cache
 def tokenizer():
-    """The shipped Qwen2.5 tokenizer plus Llama 3's special tokens for the Llama layouts:
-    exact for the Qwen models, a close proxy for Llama 3's tokenizer."""
-    tok = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
-    tok.add_special_tokens({"additional_special_tokens": LLAMA_SPECIAL})
-    return tok
+    """The shipped tokenizer with Llama 3's special tokens, one for the module."""
+    return shipped_tokenizer(llama_tokens=True)
 
 
 def tokens(text: str) -> int:

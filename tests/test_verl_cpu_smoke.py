@@ -16,7 +16,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from types import SimpleNamespace
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import early_run
+from conftest import early_run, free_port
 
 pytest.importorskip("verl")
 
@@ -134,9 +133,7 @@ def smoke(request):
 
 
 def start_service(token: str) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     service = subprocess.Popen(
         [sys.executable, "-m", "env_service", "--port", str(port)],
         cwd=ROOT, env={**os.environ, "SEAL_ENV_TOKEN": token},

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import gt_texts, tiny_qwen2_config
 
 pytest.importorskip("verl")
 
 import verl.trainer.config as verl_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
-from transformers import Qwen2Config  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import (  # noqa: E402
     AgentLoopWorker,
     _agent_loop_registry,
@@ -24,7 +24,6 @@ from verl.experimental.agent_loop.agent_loop import (  # noqa: E402
 from verl.protocol import DataProto  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
-from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory  # noqa: E402
 from seal.bfcl.tasks import load_task  # noqa: E402
 from seal.rollout.protocol import EvolutionSettings  # noqa: E402
 from seal.rollout.scripted import text_generation  # noqa: E402
@@ -49,8 +48,7 @@ class ScriptedServer:
     weights of version FIRST_VERSION + k, as if each came after a weight update."""
 
     def __init__(self, tokenizer, report_versions: bool = True):
-        turns = assistant_messages(ground_truth_trajectory(load_task(TASK)))
-        self.script = [text_generation(tokenizer, t).token_ids for turn in turns for t in turn]
+        self.script = [text_generation(tokenizer, t).token_ids for t in gt_texts(TASK)]
         self.position: dict[str, int] = {}
         self.sampling_params: list[dict] = []
         self.report_versions = report_versions
@@ -84,16 +82,7 @@ def model_dir(tmp_path_factory):
     tiny Qwen2 config (no weights: nothing here runs the model)."""
     path = tmp_path_factory.mktemp("tiny_qwen2")
     shutil.copytree(ROOT / "seal/assets/qwen2.5-tokenizer", path, dirs_exist_ok=True)
-    Qwen2Config(
-        vocab_size=151936,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=True,
-        architectures=["Qwen2ForCausalLM"],
-    ).save_pretrained(path)
+    tiny_qwen2_config(architectures=["Qwen2ForCausalLM"]).save_pretrained(path)
     return path
 
 

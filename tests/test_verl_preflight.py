@@ -11,14 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import shipped_tokenizer
 
 pytest.importorskip("verl")
 
-from transformers import AutoTokenizer, Qwen2Config  # noqa: E402
+from transformers import Qwen2Config  # noqa: E402
 
 import launcher  # noqa: E402
 from seal.formats.registry import get_format  # noqa: E402
-from seal.trainer.model import SHIPPED_TOKENIZER  # noqa: E402
 from seal.trainer.verl.config import compose_verl_config  # noqa: E402
 from seal.trainer.verl.node_facts import OK, Gpu, NodeFacts  # noqa: E402
 from seal.trainer.verl.preflight import (  # noqa: E402
@@ -138,26 +138,21 @@ def test_tracking_not_reaching_workers_is_a_blocker():
     assert check_tracking([node("head")], "online").status == BLOCKER  # no key
 
 
-@pytest.fixture(scope="module")
-def shipped_tokenizer():
-    return AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
-
-
-def test_an_unknown_chat_template_is_a_blocker(shipped_tokenizer):
+def test_an_unknown_chat_template_is_a_blocker(tokenizer):
     qwen, llama = get_format("qwen2.5"), get_format("bfcl_prompt")
-    assert check_chat_template(shipped_tokenizer, qwen).status == OK
+    assert check_chat_template(tokenizer, qwen).status == OK
     # Qwen's tokenizer with a Llama-layout format: <|eot_id|> is not one of its tokens.
-    check = check_chat_template(shipped_tokenizer, llama)
+    check = check_chat_template(tokenizer, llama)
     assert check.status == BLOCKER and "<|eot_id|>" in check.detail
     # A model whose template closes turns differently (Llama 3's eot, with the token known).
-    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
-    tokenizer.add_special_tokens({"additional_special_tokens": ["<|eot_id|>"]})
-    tokenizer.chat_template = (
+    other = shipped_tokenizer()
+    other.add_special_tokens({"additional_special_tokens": ["<|eot_id|>"]})
+    other.chat_template = (
         "{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
         "{{ m.content }}<|eot_id|>{% endfor %}"
     )
-    check = check_chat_template(tokenizer, qwen)
+    check = check_chat_template(other, qwen)
     assert check.status == BLOCKER and check.detail.startswith("unknown chat template")
-    tokenizer.chat_template = None  # a base model's tokenizer
-    check = check_chat_template(tokenizer, qwen)
+    other.chat_template = None  # a base model's tokenizer
+    check = check_chat_template(other, qwen)
     assert check.status == BLOCKER and "has none" in check.detail

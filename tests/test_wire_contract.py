@@ -5,7 +5,7 @@
 module/agent_flow/agent_flow.py, module/task_manager/rewards/bfcl_dense_env_grader.py,
 exp/SEAL.yaml): the same request bodies, the same params, the fields it reads and the
 assertions it makes (two messages from /create, exactly one per /step), and the grader's
-capped partial-credit score. Each group below covers one point of issue #13.
+capped partial-credit score. The tests are grouped by the part of the protocol they check.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import threading
 
 import httpx
 import pytest
+from conftest import gt_texts, gt_turns
 
 from env_service import __main__ as service_main
 from env_service import evolution, release_compat
@@ -146,7 +147,7 @@ def plain_prompt(svc, task_id: str) -> str:
     return data["state"][0]["content"]
 
 
-# --- 1. /create takes the release's params ---------------------------------------------------
+# --- /create takes the release's params ------------------------------------------------------
 
 
 def test_seal_yaml_params_are_accepted_and_mean_train_only_schema_cues(release):
@@ -281,7 +282,7 @@ def test_tool_feedback_evolution_is_recovery_feedback(release):
     assert hint in replies["sample"] and hint not in replies["validate"]
 
 
-# --- 5. diagnostic_evolution -----------------------------------------------------------------
+# --- diagnostic_evolution --------------------------------------------------------------------
 
 
 def release_state(tags: dict[str, tuple[int, float]]) -> dict:
@@ -410,14 +411,14 @@ def test_diagnostic_evolution_without_state_path_uses_the_service_profile(releas
     assert guidelines_in(data["state"][0]["content"]) == [T.RESPONSE_MISMATCH]
 
 
-# --- 2 and 3. the episode loop, /evaluate and the completion message --------------------------
+# --- the episode loop, /evaluate and the completion message -----------------------------------
 
 
-def test_release_trainer_runs_a_ground_truth_episode(release, gt_texts):
+def test_release_trainer_runs_a_ground_truth_episode(release):
     svc, trainer = release()
     task = load_task("multi_turn_miss_func_0")  # has a turn without ground-truth calls
     init, states, last, result = trainer.run_episode(
-        task.task_id, gt_texts(task.task_id), seal_params("sample"), "gt"
+        task.task_id, gt_turns(task.task_id), seal_params("sample"), "gt"
     )
     assert last["is_terminated"] is True and last["reward"] == 1.0
     assert states[-1] == {"role": "user", "content": release_compat.COMPLETED}
@@ -446,19 +447,19 @@ def test_release_trainer_runs_a_ground_truth_episode(release, gt_texts):
     assert svc.engine.stats()["live_episodes"] == 0
 
 
-def turn_scripts(task_id, gt_texts, good_turns: int) -> list[list[str]]:
+def turn_scripts(task_id, good_turns: int) -> list[list[str]]:
     """The ground truth for the first turns, then only text (no tool call)."""
-    turns = gt_texts(task_id)
+    turns = gt_turns(task_id)
     return turns[:good_turns] + [[END_OF_TURN_TEXT]] * (len(turns) - good_turns)
 
 
 @pytest.mark.parametrize("task_id", ["multi_turn_miss_func_0", "multi_turn_base_0"])
-def test_failed_episode_carries_the_release_progress(release, gt_texts, task_id):
+def test_failed_episode_carries_the_release_progress(release, task_id):
     _, trainer = release()
     task = load_task(task_id)
     good = 2
     _, states, last, result = trainer.run_episode(
-        task_id, turn_scripts(task_id, gt_texts, good), seal_params(), "f"
+        task_id, turn_scripts(task_id, good), seal_params(), "f"
     )
     assert last["is_terminated"] and states[-1]["content"] == release_compat.COMPLETED
     has_calls = [bool(gt) for gt in task.ground_truth]
@@ -504,14 +505,14 @@ def native_play(svc, task_id: str, turns, settings: dict) -> dict:
     raise AssertionError("the episode did not end")
 
 
-def test_progress_and_partial_credit_are_the_release_graders_on_both_protocols(release, gt_texts):
+def test_progress_and_partial_credit_are_the_release_graders_on_both_protocols(release):
     """A correct abstention is neither a passed turn nor a scorable one (the release's
     multi_turn_progress): with the ground truth on the first two turns of a task whose
     third turn has no ground truth, and no call afterwards, progress is 2/4, not 3/5."""
     svc, trainer = release()
     task = load_task("multi_turn_miss_func_0")
     assert [bool(gt) for gt in task.ground_truth] == [True, True, False, True, True]
-    script = turn_scripts(task.task_id, gt_texts, 2)
+    script = turn_scripts(task.task_id, 2)
     params = seal_params(partial_credit_cap=1.0)
     _, _, _, result = trainer.run_episode(task.task_id, script, params, "pc")
     assert result["failure_tags"] == [
@@ -531,12 +532,10 @@ def test_progress_and_partial_credit_are_the_release_graders_on_both_protocols(r
     assert (native["progress"], native["reward"]) == (0.5, 0.5)
 
 
-def test_a_tool_call_on_a_turn_without_ground_truth_fails_only_that_irrelevance_turn(
-    release, gt_texts
-):
+def test_a_tool_call_on_a_turn_without_ground_truth_fails_only_that_irrelevance_turn(release):
     _, trainer = release()
     task = load_task("multi_turn_miss_func_0")
-    turns = gt_texts(task.task_id)
+    turns = gt_turns(task.task_id)
     [empty] = [i for i, gt in enumerate(task.ground_truth) if not gt]
     turns[empty] = [tool_call_text([ToolCall("pwd", {})]), END_OF_TURN_TEXT]  # read-only call
     _, _, _, result = trainer.run_episode(task.task_id, turns, seal_params(), "s")
@@ -549,10 +548,10 @@ def test_a_tool_call_on_a_turn_without_ground_truth_fails_only_that_irrelevance_
     assert result["bfcl_progress_with_irrelevance"] == pytest.approx((n - 1) / n)
 
 
-def test_an_episode_stopped_early_is_not_completed(release, gt_texts):
+def test_an_episode_stopped_early_is_not_completed(release):
     svc, trainer = release()
     task_id = "multi_turn_base_0"
-    turns = gt_texts(task_id)[:1]  # the client stops after the first turn (context limit)
+    turns = gt_turns(task_id)[:1]  # the client stops after the first turn (context limit)
     _, states, last, result = trainer.run_episode(task_id, turns, seal_params(), "e")
     assert last["is_terminated"] is False
     assert release_compat.COMPLETED not in [s["content"] for s in states]
@@ -580,7 +579,7 @@ def test_every_step_answers_one_message_of_the_release_shape(release):
     assert out["state"] == [{"role": "user", "content": release_compat.COMPLETED, "tool_calls": []}]
 
 
-# --- 4. /release and idle expiry -------------------------------------------------------------
+# --- /release and idle expiry ----------------------------------------------------------------
 
 
 def test_release_of_a_gone_episode_is_success_false(release):
@@ -601,13 +600,13 @@ def test_idle_expiry_default_is_the_release_hour(monkeypatch):
     assert started["app"].state.engine.config.episode_ttl_s == 3600.0
 
 
-# --- 5. the smaller points ---------------------------------------------------------------------
+# --- the smaller points ------------------------------------------------------------------------
 
 
-def test_evaluate_without_params_is_the_full_report(release, gt_texts):
+def test_evaluate_without_params_is_the_full_report(release):
     _, trainer = release()
     trainer.create_instance("multi_turn_base_1", "r", seal_params())
-    for text in (t for texts in gt_texts("multi_turn_base_1") for t in texts):
+    for text in gt_texts("multi_turn_base_1"):
         trainer.step("r", text)
     report = trainer.evaluate("r")  # the release's default: sparse=False
     assert isinstance(report, dict) and report["accuracy"] == 1.0
@@ -617,14 +616,14 @@ def test_evaluate_without_params_is_the_full_report(release, gt_texts):
     assert isinstance(sparse, float) and sparse == 1.0
 
 
-def test_get_info_is_the_release_tool_list_text(release, gt_texts):
+def test_get_info_is_the_release_tool_list_text(release):
     _, trainer = release()
     task = load_task("multi_turn_miss_func_0")
     [(reveal, held)] = task.held_out.items()
     trainer.create_instance(task.task_id, "i", seal_params())
     text = trainer.get_tools_info("i")
     assert text == "Available tools:\n" + "\n".join(f"- {d['name']}" for d in task.tools)
-    for texts in gt_texts(task.task_id)[:reveal]:
+    for texts in gt_turns(task.task_id)[:reveal]:
         for t in texts:
             trainer.step("i", t)
     revealed = trainer.get_tools_info("i")
@@ -673,7 +672,7 @@ def test_numeric_task_ids_are_the_release_data_rows(release):
 # --- the whole loop over a real socket ---------------------------------------------------------
 
 
-def test_release_trainer_over_http(live_service, gt_texts):
+def test_release_trainer_over_http(live_service):
     base_url, engine = live_service
     task_ids_ = ["multi_turn_miss_param_0", "3"]
     results = {}
@@ -685,7 +684,7 @@ def test_release_trainer_over_http(live_service, gt_texts):
             assert len(trainer.get_env_profile("train")) == 400
             resolved = release_compat.resolve_task_id(task_id)
             results[task_id] = trainer.run_episode(
-                task_id, gt_texts(resolved), seal_params(), f"live-{task_id}"
+                task_id, gt_turns(resolved), seal_params(), f"live-{task_id}"
             )[3]
 
     threads = [threading.Thread(target=worker, args=(t,)) for t in task_ids_]

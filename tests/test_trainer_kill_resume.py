@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from conftest import needs_service_auth
 
-from seal.eval.metrics_log import read_metrics
 from seal.rollout.env_client import TOKEN_ENV
+from seal.runs.metrics_log import read_metrics
 from seal.tocf.state import STATE_FILENAME, CapabilityState
 
 REPO = Path(__file__).resolve().parent.parent

@@ -9,9 +9,11 @@ reference) -> the failure profile goes back to the service (the closed loop).
 Validation (n = 1, greedy, the plain benchmark) runs at step 0, every `test_freq` steps
 and at the end; checkpoints keep the best by `best_metric` and resume exactly.
 
-The run directory is locked for the trainer's life and checked before anything is
-written (seal/runs/checks.py). Before its first rollout, `fit` pushes the capability
-state's failure profile to the service: a resumed run may meet a fresh service that
+The trainer works in an opened run (seal/runs/run.py: locked, checked): the launcher's,
+or one it opens itself when given a directory. What SEAL adds to the step (capability
+state, epoch windows, A-Patch, the profile pushed to the service, the best step) is the
+SealStep both trainers call (seal/trainer/seal_step.py). Before its first rollout, `fit`
+pushes the failure profile to the service: a resumed run may meet a fresh service that
 never saw it, and its next step must get the guidelines the uninterrupted run's got.
 
 Simplifications, named: generation and training share one model object (no weight

@@ -1,8 +1,8 @@
-"""The SEAL part of a training step, shared by the local trainer and the verl trainer.
+"""The math of the SEAL step (seal/trainer/seal_step.py calls it for both trainers).
 
 After GRPO has normalised the rewards within each task's group, the capability state
 observes every sample's outcome and turn tags, moves the dynamic tag weights, and
-A-Patch scales each sample's advantages by the weights of its tags. Both backends call
+A-Patch scales each sample's advantages by the weights of its tags. Both backends reach
 `observe_and_reweight` with the same inputs, so they patch advantages identically
 (tests/test_verl_trainer.py checks the verl side against this function).
 """

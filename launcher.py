@@ -6,15 +6,16 @@
 
 The config is `exp/NAME.yaml` merged onto the documented defaults in
 seal/launch/config.py, then the `key=value` overrides. In order, before the job runs:
-1. the run directory is locked (seal/launch/run_lock.py): a second run of the same name
-   is refused, naming the holder's pid;
-2. a training job's directory is checked (seal/trainer/run_dir.py): a fresh run refuses
-   an earlier run's state, a resumed one needs its state and the same data order;
-3. the run's environment service is started on a free port (or `service.port`) with a
+1. the run is opened once (seal/runs/run.py): its directory is locked (a second run of the
+   same name is refused, naming the holder's pid) and a training job's directory checked
+   (a fresh run refuses an earlier run's state, a resumed one needs its state and the same
+   data order);
+2. the run's environment service is started on a free port (or `service.port`) with a
    fresh bearer token, or an already running one is adopted if it answers with the
    run's token (seal/launch/service.py);
-4. only then are the resolved config (token redacted), the code version and the data
+3. only then are the resolved config (token redacted), the code version and the data
    order written, so a refused start leaves an earlier run's files as they were.
+The job gets the opened run (`Run`, path-like); the local trainer uses it as it is.
 The service the launcher starts is stopped on every exit: return, error, Ctrl-C,
 SIGTERM, and kill -9 of the launcher (the service watches a pipe from it). The job gets
 the token through $SEAL_ENV_TOKEN, as do the processes it starts (verl's Ray workers get
@@ -39,9 +40,9 @@ from omegaconf import OmegaConf
 
 from seal.launch.config import RunConfig
 from seal.launch.config_docs import render
-from seal.launch.run_lock import lock_run_dir
 from seal.launch.service import service_for_run
 from seal.rollout.env_client import TOKEN_ENV
+from seal.runs.run import Run, open_run
 from seal.trainer.verl.cpu import PLATFORM_ENV as CPU_PLATFORM_ENV
 
 REPO_ROOT = Path(__file__).resolve().parent
@@ -54,7 +55,7 @@ JOBS = {
 }
 PREFLIGHT = "seal.trainer.verl.launch:run_verl_preflight"
 """What `--preflight` runs instead of a verl job."""
-# Jobs that train: their run directory is checked before the start (seal/trainer/run_dir.py).
+# Jobs that train: their run directory is checked before the start (seal/runs/checks.py).
 TRAINING_JOBS = ("local", "verl")
 REDACTED = "***"
 
@@ -107,46 +108,29 @@ def compose(conf: Path, overrides: list[str]):
     return cfg
 
 
-def check_training_run_dir(cfg, run_dir: Path) -> None:
-    """Refuse a training run that does not fit its directory; print allowed changes; set
-    aside the files of a resumed run that never reached its first checkpoint."""
-    # The trainer stack, for training jobs only.
-    from seal.trainer.run_dir import check_run_dir, set_aside_unfinished_attempt
-
-    for change in check_run_dir(run_dir, cfg.trainer, backend=cfg.job):
-        print(f"[launcher] resuming with a changed data order (allowed): {change}")
-    # The first write, after every refusal: a resumed run that never reached its first
-    # checkpoint restarts from step 0 in a cleared directory (its files are kept).
-    moved = set_aside_unfinished_attempt(run_dir, cfg.trainer, backend=cfg.job)
-    if moved:
-        print(f"[launcher] {moved}")
-
-
-def save_run_files(cfg, run_dir: Path) -> None:
+def save_run_files(cfg, run: Run) -> None:
     saved = copy.deepcopy(cfg)
     if saved.service.token:
         saved.service.token = REDACTED  # the token never goes to disk in clear
-    OmegaConf.save(saved, run_dir / "config.yaml", resolve=True)
-    (run_dir / "code_version.txt").write_text(code_version())
+    OmegaConf.save(saved, run.dir / "config.yaml", resolve=True)
+    (run.dir / "code_version.txt").write_text(code_version())
     if cfg.job in TRAINING_JOBS:
-        from seal.trainer.run_dir import record_data_order
-
-        record_data_order(run_dir, cfg.trainer)
+        run.record_data_order(cfg.trainer)
 
 
 def run(args: argparse.Namespace) -> None:
     cfg = compose(args.conf, args.overrides)
     job_function(cfg.job, preflight=args.preflight)  # an unknown or missing job fails here
     run_dir = Path(cfg.output_dir) / cfg.name
-    with lock_run_dir(run_dir):
-        if cfg.job in TRAINING_JOBS:
-            check_training_run_dir(cfg, run_dir)
+    training = cfg.job in TRAINING_JOBS
+    trainer = cfg.trainer if training else None
+    with open_run(run_dir, trainer, cfg.job if training else None, "launcher") as run:
         start = cfg.service.start or args.with_bfcl
         with service_for_run(cfg.service, start, run_dir / "env_service.log") as service:
             if args.preflight:
                 print(f"[launcher] preflight of the {cfg.job!r} job of {run_dir}")
             else:
-                save_run_files(cfg, run_dir)
+                save_run_files(cfg, run)
                 print(f"[launcher] job {cfg.job!r}, outputs in {run_dir}")
             # The job's clients, and the processes it starts, read the token from here.
             previous = os.environ.get(TOKEN_ENV)
@@ -156,7 +140,7 @@ def run(args: argparse.Namespace) -> None:
                 os.environ.update(CPU_PLATFORM_ENV)  # before the job's first `import verl`
             try:
                 job = job_function(cfg.job, preflight=args.preflight)
-                job(cfg, service.url, run_dir, REPO_ROOT / "data/seal_split.json")
+                job(cfg, service.url, run, REPO_ROOT / "data/seal_split.json")
             finally:  # for callers in this process (tests): the run's token was the run's
                 if previous is None:
                     os.environ.pop(TOKEN_ENV, None)

@@ -81,7 +81,7 @@ from seal.launch.service import new_token, start_service
 from seal.rollout.env_client import TOKEN_ENV
 from seal.trainer.config import TrainerConfig
 from seal.trainer.local import LocalTrainer
-from seal.trainer.model import frozen_copy, load_tokenizer
+from seal.trainer.model import load_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -183,16 +183,6 @@ def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerCo
 # --- GRPO ----------------------------------------------------------------------------------
 
 
-def restart_from_warm_policy(trainer: LocalTrainer) -> None:
-    """GRPO starts from the warmed-up weights: its KL reference and optimizer too."""
-    if trainer.reference is not None:
-        trainer.reference = frozen_copy(trainer.policy)
-    c = trainer.cfg.optim
-    trainer.optimizer = torch.optim.AdamW(
-        trainer.policy.parameters(), lr=c.lr, weight_decay=c.weight_decay
-    )
-
-
 def grpo(trainer: LocalTrainer, task_ids: list[str], args) -> list[dict]:
     """GRPO steps on all K tasks; the curve rows (train metrics, periodic evaluation)."""
     curve = [{"step": 0, **_eval_row(trainer, task_ids, args)}]
@@ -284,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         warm_s = time.perf_counter() - t0
         greedy_warm = greedy_success(trainer, task_ids)
         print(f"[learning-check] warm-up {warm_s:.0f} s; greedy success (validate) {greedy_warm}")
-        restart_from_warm_policy(trainer)
+        trainer.restart_from_current_policy()  # GRPO starts from the warmed-up weights
         seed_everything(args.seed + 1)  # GRPO's sampling does not depend on the warm-up length
         curve = grpo(trainer, task_ids, args)
         greedy_end = greedy_success(trainer, task_ids)

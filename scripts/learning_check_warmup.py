@@ -20,7 +20,7 @@ from seal.bfcl.tasks import load_task
 from seal.rollout.driver import EpisodeSample, run_episode
 from seal.rollout.env_client import EnvClient
 from seal.rollout.scripted import ScriptedGenerator
-from seal.trainer.data import task_ids_of
+from seal.runs.data_order import task_ids_of
 from seal.trainer.local import LocalTrainer
 from seal.trainer.update import collate, response_logprobs
 

@@ -1,6 +1,6 @@
 """Summarise BFCL validation records: per-category pass rates per step, best step marked.
 
-Reads a directory of step_<step>.jsonl validation records (see seal/eval/records.py) and
+Reads a directory of step_<step>.jsonl validation records (see seal/runs/records.py) and
 prints one row per step in the paper's format. Warnings about task ids that differ from the
 expected split go to stderr, so the table on stdout stays machine-readable.
 
@@ -11,8 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from seal.eval.records import read_val_dir
 from seal.eval.summary import RENDERERS, load_split_ids, split_mismatch, summarize
+from seal.runs.records import read_val_dir
 
 DEFAULT_SPLIT = Path(__file__).resolve().parent.parent / "data" / "seal_split.json"
 

@@ -26,8 +26,8 @@ from seal.bfcl.tasks import load_task
 from seal.bfcl.web_search import FETCH_TIMEOUT_S, SearchLimits
 from seal.eval.chat_endpoint import EndpointSettings
 from seal.eval.evaluator import errors_file, evaluate_endpoint, prerequisites_file
-from seal.eval.records import read_step_file
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
+from seal.runs.records import read_step_file
 
 MODEL = "fake-model"
 TOKENIZER = shipped_tokenizer()

@@ -16,8 +16,8 @@ from scipy import stats
 
 from seal.eval import compare as C
 from seal.eval import report
-from seal.eval.records import ValidationRecord, write_step
 from seal.eval.summary import load_split_ids
+from seal.runs.records import ValidationRecord, write_step
 from seal.tocf.tags import CATEGORIES
 
 REPO = Path(__file__).resolve().parent.parent

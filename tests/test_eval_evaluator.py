@@ -36,11 +36,11 @@ from seal.eval.evaluator import (
     evaluate_endpoint,
     partial_file,
 )
-from seal.eval.records import read_val_dir
 from seal.formats.base import Conversation
 from seal.formats.registry import HERMES, get_format
 from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, turn_tokenizer
+from seal.runs.records import read_val_dir
 
 # One eval task per category, with distinct first questions.
 TASKS = [

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from seal.algos.loss import PolicyLossConfig, actor_loss
-from seal.eval import metrics_log as M
+from seal.runs import metrics_log as M
 from seal.tocf.apatch import APatchConfig, apply_apatch
 from seal.tocf.state import CapabilityState, TrajectoryOutcome
 

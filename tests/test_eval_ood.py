@@ -13,8 +13,8 @@ import pytest
 from seal.bfcl.agentic import agentic_task_ids
 from seal.eval import ood
 from seal.eval.paper import QWEN_7B, SEAL, UNTRAINED, ood_result
-from seal.eval.records import ValidationRecord, write_step
 from seal.eval.report import main as seal_report
+from seal.runs.records import ValidationRecord, write_step
 
 # Passes per category (7/100 and 6/100 web search; 18, 18, 19 of 155 memory questions).
 PASSED = {

@@ -6,7 +6,7 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from seal.eval.records import (
+from seal.runs.records import (
     RecordFormatError,
     ValidationRecord,
     read_step_file,

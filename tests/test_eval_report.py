@@ -8,10 +8,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from seal.eval import metrics_log as M
 from seal.eval import plots
-from seal.eval.interface_log import write_interface
-from seal.eval.records import ValidationRecord, read_val_dir, write_step
 from seal.eval.report import (
     EmptyRunError,
     main,
@@ -19,6 +16,9 @@ from seal.eval.report import (
     validation_tag_shares,
     write_report,
 )
+from seal.runs import metrics_log as M
+from seal.runs.interface_log import write_interface
+from seal.runs.records import ValidationRecord, read_val_dir, write_step
 from seal.tocf.state import STATE_FILENAME, CapabilityState, TrajectoryOutcome
 from seal.tocf.summary import write_epoch_summary
 from seal.tocf.tags import CATEGORIES

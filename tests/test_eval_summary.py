@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from seal.eval.records import ValidationRecord, write_step
 from seal.eval.summary import (
     best_step,
     load_split_ids,
@@ -21,6 +20,7 @@ from seal.eval.summary import (
     summarize,
     table_rows,
 )
+from seal.runs.records import ValidationRecord, write_step
 from seal.tocf.tags import CATEGORIES
 
 REPO = Path(__file__).resolve().parent.parent

@@ -27,14 +27,10 @@ from seal.launch.service import (  # noqa: E402
     start_service,
 )
 from seal.rollout.env_client import TOKEN_ENV, is_healthy  # noqa: E402
+from seal.runs import checkpoint as ckpt  # noqa: E402
+from seal.runs.checks import check_run_dir  # noqa: E402
+from seal.runs.data_order import DATA_ORDER_FILENAME, DataOrderChanged, data_order  # noqa: E402
 from seal.tocf.state import STATE_FILENAME, CapabilityState  # noqa: E402
-from seal.trainer import checkpoint as ckpt  # noqa: E402
-from seal.trainer.run_dir import (  # noqa: E402
-    DATA_ORDER_FILENAME,
-    DataOrderChanged,
-    check_run_dir,
-    data_order,
-)
 
 CPU = REPO / "exp/cpu_default.yaml"
 

@@ -13,14 +13,14 @@ from misbehaving import PlainText500, is_request, steps_of_task
 from omegaconf import OmegaConf
 
 from env_service.app import create_app
-from seal.eval.interface_log import read_interfaces
-from seal.eval.metrics_log import read_metrics
-from seal.eval.records import read_val_dir
 from seal.rollout.driver import TooManyFailedEpisodes
+from seal.runs import checkpoint as ckpt
+from seal.runs.data_order import task_ids_of
+from seal.runs.interface_log import read_interfaces
+from seal.runs.metrics_log import read_metrics
+from seal.runs.records import read_val_dir
 from seal.tocf.state import STATE_FILENAME, CapabilityState
-from seal.trainer import checkpoint as ckpt
 from seal.trainer.config import TrainerConfig
-from seal.trainer.data import task_ids_of
 from seal.trainer.local import LocalTrainer
 
 NO_LAYERS = {"schema_cues": 0, "type_hints": 0, "recovery_feedback": 0, "guidelines": 0}

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from seal.eval.metrics_log import read_metrics
 from seal.rollout.env_client import TOKEN_ENV
+from seal.runs.metrics_log import read_metrics
 from seal.tocf.state import STATE_FILENAME, CapabilityState
 
 REPO = Path(__file__).resolve().parent.parent

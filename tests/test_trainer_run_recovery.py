@@ -35,17 +35,13 @@ from conftest import serving
 import launcher
 from env_service.app import create_app
 from seal.algos.loss import PolicyLossConfig, needs_reference
-from seal.atomic_file import StateFileError
-from seal.eval.metrics_log import read_metrics
 from seal.rollout.env_client import TOKEN_ENV
+from seal.runs import checkpoint as ckpt
+from seal.runs.atomic_file import StateFileError
+from seal.runs.checks import UNFINISHED_DIR, check_run_dir
+from seal.runs.data_order import DATA_ORDER_FILENAME, DataOrderChanged
+from seal.runs.metrics_log import read_metrics
 from seal.tocf.state import STATE_FILENAME, CapabilityState
-from seal.trainer import checkpoint as ckpt
-from seal.trainer.run_dir import (
-    DATA_ORDER_FILENAME,
-    UNFINISHED_DIR,
-    DataOrderChanged,
-    check_run_dir,
-)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -69,7 +65,7 @@ import errno, json, os, sys, time
 from pathlib import Path
 sys.path.insert(0, {repo!r})
 from omegaconf import OmegaConf
-from seal.trainer import checkpoint as ckpt
+from seal.runs import checkpoint as ckpt
 from seal.trainer.config import TrainerConfig
 from seal.trainer.local import LocalTrainer
 
@@ -349,7 +345,7 @@ def test_a_metrics_line_cut_by_a_crash_is_not_a_damage(uninterrupted, tmp_path):
 KILLED_AFTER_STEP_0 = """
 import os, signal, sys
 sys.path.insert(0, {repo!r})
-from seal.eval import metrics_log
+from seal.runs import metrics_log
 import launcher
 
 write = metrics_log.MetricsWriter.write

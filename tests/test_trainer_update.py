@@ -12,9 +12,9 @@ from conftest import tiny_qwen2
 from transformers import Qwen2ForCausalLM
 
 from seal.algos.loss import PolicyLossConfig
+from seal.runs import checkpoint as ckpt
+from seal.runs.data_order import epoch_order
 from seal.tocf.state import CapabilityState
-from seal.trainer import checkpoint as ckpt
-from seal.trainer.data import epoch_order
 from seal.trainer.update import batch_logprobs, collate, policy_update, response_logprobs
 
 PAD = 151643
@@ -133,7 +133,7 @@ def test_epoch_order_is_a_function_of_seed_and_epoch():
 
 
 def test_task_subsets_cover_every_category():
-    from seal.trainer.data import task_ids_of
+    from seal.runs.data_order import task_ids_of
 
     ids = task_ids_of("data/bfcl_eval.parquet", limit=8)
     assert len(ids) == 8

@@ -305,7 +305,7 @@ def test_verl_job_hands_the_validated_config_to_verl(tmp_path, monkeypatch, caps
     per-category table from the records the trainer writes."""
     from omegaconf import OmegaConf
 
-    from seal.eval.records import ValidationRecord, write_step
+    from seal.runs.records import ValidationRecord, write_step
     from seal.trainer.verl import launch
 
     handed = {}

@@ -35,9 +35,9 @@ from torchdata.stateful_dataloader.sampler import RandomSampler  # noqa: E402
 
 from launcher import compose  # noqa: E402
 from seal.algos.advantage import GRPOConfig, grpo_advantages  # noqa: E402
-from seal.eval.interface_log import read_interfaces  # noqa: E402
-from seal.eval.records import read_val_dir  # noqa: E402
 from seal.rollout.env_client import is_healthy  # noqa: E402
+from seal.runs.interface_log import read_interfaces  # noqa: E402
+from seal.runs.records import read_val_dir  # noqa: E402
 from seal.tocf.state import STATE_FILENAME, CapabilityState  # noqa: E402
 from seal.trainer.reweight import SampleOutcome, observe_and_reweight  # noqa: E402
 

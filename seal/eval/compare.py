@@ -39,10 +39,10 @@ import numpy as np
 
 from seal.eval import plots
 from seal.eval.paper import PaperResult, backbone_of, controlled_results
-from seal.eval.records import ValidationRecord, read_val_dir
 from seal.eval.run_source import paper_row, run_model, validation_dir
 from seal.eval.summary import best_step, summarize, summarize_step
 from seal.eval.tables import markdown_table
+from seal.runs.records import ValidationRecord, read_val_dir
 from seal.tocf.tags import CATEGORIES
 
 RESAMPLES = 10_000

@@ -9,7 +9,7 @@ the episode (its last answer carries the evaluation; at `max_generations` replie
 the episode itself). The conversation goes to the chat API as messages (the Qwen2.5
 format, whose messages any chat template renders) or, rendered whole by the tool format,
 to the completions API (any format; bfcl-eval's own prompt with `leaderboard`). Results
-are validation records (``seal.eval.records``), so ``scripts/stats_validation_bfcl.py``
+are validation records (``seal.runs.records``), so ``scripts/stats_validation_bfcl.py``
 and ``seal-report`` read them like a trainer's.
 
 The context budget is validation's in training (seal/rollout/driver.py, whose rule this
@@ -84,13 +84,6 @@ from seal.eval.chat_endpoint import (
     EndpointError,
     EndpointSettings,
 )
-from seal.eval.records import (
-    RecordFormatError,
-    ValidationRecord,
-    read_step_file,
-    step_file_name,
-    write_step,
-)
 from seal.eval.replay import record_from_report
 from seal.formats.base import Conversation, ToolFormat
 from seal.formats.registry import HERMES, get_format
@@ -98,6 +91,13 @@ from seal.rollout.driver import StopReason, generation_budget
 from seal.rollout.env_client import EnvClient, EnvServiceError
 from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, TextTokens
+from seal.runs.records import (
+    RecordFormatError,
+    ValidationRecord,
+    read_step_file,
+    step_file_name,
+    write_step,
+)
 
 VALIDATION_DIRNAME = "validation"
 

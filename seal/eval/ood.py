@@ -31,10 +31,10 @@ from statistics import fmean
 
 from seal.bfcl.agentic import MEMORY_CATEGORIES, WEB_SEARCH_CATEGORIES, is_agentic
 from seal.eval.paper import BFCL_V4_PARTS, TAU2_PARTS, backbone_of, ood_results
-from seal.eval.records import STEP_FILE_GLOB, ValidationRecord, read_val_dir
 from seal.eval.run_source import validation_dir
 from seal.eval.summary import PassCount
 from seal.eval.tables import markdown_table
+from seal.runs.records import STEP_FILE_GLOB, ValidationRecord, read_val_dir
 
 TAU2_DOMAINS = ("retail", "airline", "telecom")
 TAU2_DIRNAME = "tau2"

@@ -4,7 +4,7 @@ The environment service's own demonstration, and a smoke test of the whole
 verification path: the ground-truth policy should pass every task but the one that is
 unsolvable by construction (multi_turn_miss_func_49), and a corrupted policy shows
 the diagnosis at work. Each policy's results are written as validation records
-(seal.eval.records), so the summary script and reports read them like a trainer's.
+(seal.runs.records), so the summary script and reports read them like a trainer's.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from tqdm.asyncio import tqdm_asyncio
 
 from seal.bfcl import ground_truth as gt
 from seal.bfcl.tasks import load_task, task_ids
-from seal.eval.records import ValidationRecord, write_step
 from seal.eval.summary import render_markdown, summarize_step
 from seal.rollout.env_client import EnvClient
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
+from seal.runs.records import ValidationRecord, write_step
+from seal.runs.run import Run
 
 
 def ground_truth_policy(task, rng: random.Random) -> gt.Trajectory:
@@ -82,7 +83,8 @@ async def replay_policy(
         return await tqdm_asyncio.gather(*(one(t) for t in ids), desc=policy, unit="episode")
 
 
-def run_replay_job(cfg, url: str, run_dir: Path, split_file: Path) -> None:
+def run_replay_job(cfg, url: str, run: Run | Path, split_file: Path) -> None:
+    run_dir = Path(run)
     ids = split_task_ids(cfg.replay.split, split_file)
     for policy in cfg.replay.policies:
         if policy not in POLICIES:

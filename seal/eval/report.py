@@ -5,11 +5,11 @@
 
 Reads what the run left (each part optional, but not all of them):
 
-    RUN_DIR/validation/step_*.jsonl   validation records (seal.eval.records)
-    RUN_DIR/metrics.jsonl             per-step training metrics (seal.eval.metrics_log)
+    RUN_DIR/validation/step_*.jsonl   validation records (seal.runs.records)
+    RUN_DIR/metrics.jsonl             per-step training metrics (seal.runs.metrics_log)
     RUN_DIR/tocf/epoch_*.json         capability-state epoch summaries (seal.tocf.summary)
     RUN_DIR/capability_state.json     the capability state, used when no epoch summary exists
-    RUN_DIR/interface/step_*.json     the interface state per training step (seal.eval.interface_log)
+    RUN_DIR/interface/step_*.json     the interface state per training step (seal.runs.interface_log)
     RUN_DIR/config.yaml               the run's config: which of the paper's rows it reproduces
 
 and writes ``RUN_DIR/report/report.md`` with the PNGs it references by relative path, so the
@@ -44,10 +44,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from seal.eval import compare as C
-from seal.eval import metrics_log as M
 from seal.eval import paper_views as V
 from seal.eval import plots
-from seal.eval.interface_log import read_interfaces
 from seal.eval.ood import table2, write_table2
 from seal.eval.paper import (
     PaperResult,
@@ -55,7 +53,6 @@ from seal.eval.paper import (
     controlled_results,
     ood_results,
 )
-from seal.eval.records import ValidationRecord, read_val_dir
 from seal.eval.run_source import paper_row, run_model
 from seal.eval.summary import (
     StepSummary,
@@ -66,6 +63,9 @@ from seal.eval.summary import (
     summarize,
 )
 from seal.eval.tables import markdown_table
+from seal.runs import metrics_log as M
+from seal.runs.interface_log import read_interfaces
+from seal.runs.records import ValidationRecord, read_val_dir
 from seal.tocf.state import STATE_FILENAME, CapabilityState
 from seal.tocf.tags import CATEGORIES
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from seal.eval.paper import PaperResult, matching_result
-from seal.eval.records import STEP_FILE_GLOB, ValidationRecord
+from seal.runs.records import STEP_FILE_GLOB, ValidationRecord
 
 CONFIG_FILENAME = "config.yaml"
 TRAINING_JOBS = ("local", "verl")

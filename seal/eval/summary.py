@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from seal.eval.metrics_log import label_fractions
-from seal.eval.records import ValidationRecord
+from seal.runs.records import ValidationRecord
 from seal.tocf.tags import CATEGORIES
 
 COLUMNS = ("step", *CATEGORIES, "overall", "average", "best")
@@ -72,21 +71,6 @@ def summarize_step(step: int, records: Sequence[ValidationRecord]) -> StepSummar
         by_category[category] = PassCount(passed=sum(scores), total=len(scores))
     overall = PassCount(passed=sum(record.score for record in records), total=len(records))
     return StepSummary(step=step, by_category=by_category, overall=overall)
-
-
-def validation_metrics(step: int, records: Sequence[ValidationRecord]) -> dict[str, float]:
-    """The trainers' logged validation metrics: `val/<category>` pass rates, `val/average`
-    (the paper's mean of the categories; a validation subset averages the categories it
-    covers) and `val/overall` (passed / validated)."""
-    summary = summarize_step(step, records)
-    rates = {c: float(p.rate) for c, p in summary.by_category.items() if p.rate is not None}
-    metrics = {f"val/{c}": rate for c, rate in rates.items()}
-    metrics["val/average"] = sum(rates.values()) / len(rates)
-    metrics["val/overall"] = float(summary.overall.rate)
-    failed = [record.paper_label for record in records if not record.score]
-    if failed:
-        metrics |= label_fractions(failed, "val/paper_label/")
-    return metrics
 
 
 def summarize(steps: dict[int, list[ValidationRecord]]) -> list[StepSummary]:

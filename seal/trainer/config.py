@@ -172,7 +172,7 @@ class CheckpointSettings:
     about 107 GB. false keeps every checkpoint."""
     resume: bool = False
     """Continue the run in `run_dir` from its latest checkpoint (explicit, never implied).
-    A fresh run refuses a directory holding an earlier run's state (seal/trainer/run_dir.py)."""
+    A fresh run refuses a directory holding an earlier run's state (seal/runs/checks.py)."""
     allow_data_order_change: bool = False
     """Resume although the data-order settings (training tasks, `data.train_batch_size`,
     `data.seed`) differ from the interrupted run's; without it such a resume is refused,

@@ -9,9 +9,11 @@ reference) -> the failure profile goes back to the service (the closed loop).
 Validation (n = 1, greedy, the plain benchmark) runs at step 0, every `test_freq` steps
 and at the end; checkpoints keep the best by `best_metric` and resume exactly.
 
-The run directory is locked for the trainer's life and checked before anything is
-written (seal/trainer/run_dir.py). Before its first rollout, `fit` pushes the capability
-state's failure profile to the service: a resumed run may meet a fresh service that
+The trainer works in an opened run (seal/runs/run.py: locked, checked): the launcher's,
+or one it opens itself when given a directory. What SEAL adds to the step (capability
+state, epoch windows, A-Patch, the profile pushed to the service, the best step) is the
+SealStep both trainers call (seal/trainer/seal_step.py). Before its first rollout, `fit`
+pushes the failure profile to the service: a resumed run may meet a fresh service that
 never saw it, and its next step must get the guidelines the uninterrupted run's got.
 
 Simplifications, named: generation and training share one model object (no weight
@@ -31,24 +33,21 @@ from tqdm import tqdm
 
 from seal.algos.advantage import grpo_advantages
 from seal.algos.loss import needs_reference
-from seal.atomic_file import StateFileError
-from seal.eval.metrics_log import FAILED_EPISODES, VAL_FAILED_EPISODES
-from seal.eval.records import ValidationRecord, read_val_dir, write_step
-from seal.eval.summary import render_markdown, summarize, validation_metrics
-from seal.launch.run_lock import lock_run_dir
+from seal.eval.summary import render_markdown, summarize
 from seal.rollout.driver import EpisodeSample, play_batch, run_episode
-from seal.rollout.env_client import EnvClient, EnvClientSettings, push_profile
+from seal.rollout.env_client import EnvClient, EnvClientSettings
 from seal.rollout.hf_generator import HFGenerator
 from seal.rollout.turn_tokens import turn_tokenizer
-from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state
-from seal.tocf.summary import write_epoch_summary
-from seal.trainer import checkpoint as ckpt
+from seal.runs import checkpoint as ckpt
+from seal.runs import metrics_log as M
+from seal.runs.atomic_file import StateFileError
+from seal.runs.data_order import epoch_order, task_ids_of
+from seal.runs.records import ValidationRecord, read_val_dir, write_step
+from seal.runs.run import Run, open_run
 from seal.trainer.config import TrainerConfig
-from seal.trainer.data import epoch_order, task_ids_of
 from seal.trainer.metrics import MetricsLogger
 from seal.trainer.model import frozen_copy, load_policy, load_tokenizer
-from seal.trainer.reweight import observe_and_reweight, outcome_metrics, record_interface
-from seal.trainer.run_dir import check_run_dir, record_data_order, set_aside_unfinished_attempt
+from seal.trainer.seal_step import SealStep
 from seal.trainer.update import batch_logprobs, policy_update, response_mask_matrix
 
 
@@ -57,29 +56,32 @@ class LocalTrainer:
         self,
         cfg: TrainerConfig,
         env_url: str,
-        run_dir: Path,
+        run: Run | Path,
         client: EnvClientSettings | None = None,
         token: str | None = None,
     ):
-        """`client`: how to wait for and retry the service (default settings); `token`:
-        the service's bearer token (default $SEAL_ENV_TOKEN)."""
+        """`run`: the launcher's opened run, or a directory to open (locked until `fit`
+        ends); `client`: how to wait for and retry the service (default settings);
+        `token`: the service's bearer token (default $SEAL_ENV_TOKEN)."""
         if isinstance(cfg, DictConfig):  # from the launcher: make it the typed dataclasses
             cfg = OmegaConf.to_object(cfg)
-        self.cfg, self.env_url, self.run_dir = cfg, env_url, Path(run_dir)
+        opened_here = not isinstance(run, Run)
+        if opened_here:
+            run = open_run(run, cfg, backend="local", who="trainer")
+        self.cfg, self.env_url, self.run, self.run_dir = cfg, env_url, run, run.dir
         self.client, self.token = client or EnvClientSettings(), token
-        self._lock = lock_run_dir(self.run_dir)
+        self._lock = run.lock if opened_here else None
+        """The claim this trainer took and releases (None: the caller's run)."""
         try:
             self._open(cfg, self.run_dir)
+            if opened_here:  # the launcher's run has recorded it with its other files
+                run.record_data_order(cfg)
         except BaseException:
-            self._lock.release()
+            if self._lock is not None:
+                self._lock.release()
             raise
 
     def _open(self, cfg: TrainerConfig, run_dir: Path) -> None:
-        for change in check_run_dir(run_dir, cfg, backend="local"):
-            print(f"[trainer] resuming with a changed data order (allowed): {change}")
-        moved = set_aside_unfinished_attempt(run_dir, cfg, backend="local")
-        if moved:  # (the launcher has done it already for its runs)
-            print(f"[trainer] {moved}")
         self.tokenizer = load_tokenizer(cfg.model)
         self.tool_format = cfg.model.resolved_tool_format()
         end_of_turn = turn_tokenizer(self.tokenizer, self.tool_format).end_of_turn_id
@@ -95,14 +97,13 @@ class LocalTrainer:
                 f"{resume_from}: cannot load the policy from {', '.join(map(str, files))}: "
                 f"{type(error).__name__}: {error}"
             ) from error
+        # The KL reference is the base model, on a resume too.
         self.reference = (
             frozen_copy(load_policy(cfg.model, self.tokenizer))
             if needs_reference(cfg.loss)
             else None
         )
-        self.optimizer = torch.optim.AdamW(
-            self.policy.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
-        )
+        self.optimizer = self._new_optimizer()
         # No log-probs from generation: the update recomputes them (as verl does).
         self.generator = HFGenerator(
             self.policy,
@@ -112,40 +113,45 @@ class LocalTrainer:
             with_logprobs=False,
         )
         self.state = ckpt.TrainerState()
-        self.served_profile: dict | None = None
-        """The failure profile last pushed to the service (None: never pushed)."""
+        self.seal = SealStep(run_dir, cfg, self.env_url, self.client, self.token)
         self.failed_episodes = 0
         """Episodes of the last rollout that failed twice and were left out."""
         if resume_from is not None:
-            self.capability_path = run_dir / STATE_FILENAME
             self._restore(resume_from)
         else:
-            self.capability, self.capability_path = open_capability_state(
-                run_dir, cfg.capability, resume=False
-            )
-        record_data_order(run_dir, cfg)
+            self.seal.start()
         self.train_ids = task_ids_of(cfg.data.train_file, cfg.data.max_train_tasks)
         self.val_ids = task_ids_of(cfg.data.val_file, cfg.data.max_val_tasks)
         self.steps_per_epoch = max(1, len(self.train_ids) // cfg.data.train_batch_size)
         self.total_steps = cfg.total_steps or cfg.total_epochs * self.steps_per_epoch
         self.log = MetricsLogger(run_dir, cfg, resume_step=self.state.step if resume_from else None)
 
+    def _new_optimizer(self) -> torch.optim.Optimizer:
+        o = self.cfg.optim
+        return torch.optim.AdamW(self.policy.parameters(), lr=o.lr, weight_decay=o.weight_decay)
+
+    def restart_from_current_policy(self) -> None:
+        """Make the current weights the training's starting point: its KL reference (when
+        the loss has one) becomes a frozen copy of them and the optimizer starts afresh.
+        For weights changed outside training before it starts (the learning check's
+        supervised warm-up, scripts/learning_check.py)."""
+        if self.reference is not None:
+            self.reference = frozen_copy(self.policy)
+        self.optimizer = self._new_optimizer()
+
     def _restore(self, path: Path) -> None:
         optimizer_state = ckpt.load_torch_file(path / "optimizer.pt", "optimizer state")
         self.optimizer.load_state_dict(optimizer_state)
         self.state = ckpt.load_trainer_state(path)
-        # The checkpoint's state is the one to continue from: the run directory's copy is
-        # saved every step, so it may be ahead of the checkpoint.
-        self.capability = CapabilityState.load(path / STATE_FILENAME, self.cfg.capability)
-        self.capability.save(self.capability_path)
+        self.seal.best |= {"step": self.state.best_step, "value": self.state.best_metric}
+        self.seal.restore(path)
         ckpt.restore_rng(path)
         print(f"[trainer] resumed from {path} at step {self.state.step}")
 
-    def push_profile(self) -> None:
-        """Send the capability state's failure profile to the service (the closed loop)."""
-        profile = self.capability.failure_profile()
-        push_profile(self.env_url, profile, self.token, self.client)
-        self.served_profile = profile
+    @property
+    def capability(self):
+        """The run's capability state (seal/tocf/state.py)."""
+        return self.seal.capability
 
     # --- the step ----------------------------------------------------------------------
 
@@ -161,24 +167,21 @@ class LocalTrainer:
         advantages = grpo_advantages(rewards, groups, mask, cfg.advantage)
         # 3. SEAL: the capability state observes the tags and moves the dynamic tag
         #    weights; A-Patch scales each sample's advantages by the weights of its tags.
-        advantages, seal_metrics = observe_and_reweight(
-            self.capability, samples, advantages, mask, cfg.apatch, step=step, epoch=epoch
+        advantages, seal_metrics = self.seal.reweight(
+            samples, advantages, mask, step=step, epoch=epoch
         )
-        record_interface(self.run_dir, step, samples, self.served_profile, self.capability)
         # 4. The actor update: clipped loss with KL to the frozen reference.
         update_metrics = self._update(samples, advantages, width=mask.shape[1])
         # 5. Close the loop: the service's guidelines follow the current failure profile.
-        self.capability.save(self.capability_path)
-        if cfg.rollout.push_profile:
-            self.push_profile()
+        self.seal.close_loop()
         t2 = time.perf_counter()
         return {
-            **_rollout_metrics(samples, prefix="train"),
-            FAILED_EPISODES: float(self.failed_episodes),
+            **M.episode_metrics(samples),
+            M.FAILED_EPISODES: float(self.failed_episodes),
             **seal_metrics,
             **update_metrics,
-            "time/rollout_s": t1 - t0,
-            "time/update_s": t2 - t1,
+            M.TIME_ROLLOUT_S: t1 - t0,
+            M.TIME_UPDATE_S: t2 - t1,
         }
 
     def _update(self, samples: list[EpisodeSample], advantages: torch.Tensor, width: int):
@@ -232,7 +235,7 @@ class LocalTrainer:
         )
         records = [_record(s, step) for s in samples]
         write_step(self.run_dir / "validation", step, records, overwrite=True)
-        return validation_metrics(step, records) | {VAL_FAILED_EPISODES: self.failed_episodes}
+        return M.validation_metrics(records) | {M.VAL_FAILED_EPISODES: self.failed_episodes}
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -240,7 +243,8 @@ class LocalTrainer:
         try:
             return self._fit()
         finally:
-            self._lock.release()
+            if self._lock is not None:
+                self._lock.release()
 
     def _fit(self) -> ckpt.TrainerState:
         cfg, state = self.cfg, self.state
@@ -248,15 +252,13 @@ class LocalTrainer:
             # First: the service may be a fresh one (a resumed run, a restarted service)
             # or hold another run's profile, and the next step's guidelines must be this
             # state's, as in an uninterrupted run.
-            self.push_profile()
+            self.seal.push_profile()
         if state.step == 0 and cfg.validation.before_train:
             self._after_validation(0, self.validate(0))
         progress = tqdm(total=self.total_steps, initial=state.step, desc="train", unit="step")
         while state.step < self.total_steps:
             epoch, offset = divmod(state.step, self.steps_per_epoch)
-            if epoch > self.capability.epoch:
-                write_epoch_summary(self.capability, self.run_dir / "tocf")
-            self.capability.start_epoch(epoch)
+            self.seal.begin_epoch(epoch)
             batch = epoch_order(self.train_ids, cfg.data.seed, epoch)[
                 offset * cfg.data.train_batch_size : (offset + 1) * cfg.data.train_batch_size
             ]
@@ -268,27 +270,19 @@ class LocalTrainer:
             self.log.write(state.step, metrics)
             progress.write(_console_line(state.step, metrics))
             progress.update(1)
-            progress.set_postfix(reward=f"{metrics['train/reward_mean']:.3f}")
+            progress.set_postfix(reward=f"{metrics[M.REWARD_MEAN]:.3f}")
             if last or (cfg.checkpoint.save_freq and state.step % cfg.checkpoint.save_freq == 0):
                 self._save()
         progress.close()
-        write_epoch_summary(self.capability, self.run_dir / "tocf")
+        self.seal.finish()
         self.log.close()
         return state
 
     def _after_validation(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
-        state, key = self.state, self.cfg.checkpoint.best_metric
-        if key not in metrics:
-            raise KeyError(
-                f"checkpoint.best_metric {key!r} is not a validation metric: {sorted(metrics)}"
-            )
+        state = self.state
+        if self.seal.validated(step, metrics):
+            state.best_metric, state.best_step = self.seal.best["value"], step
         state.history.append({"step": step, **metrics})
-        if state.best_metric is None or metrics[key] > state.best_metric:
-            state.best_metric, state.best_step = metrics[key], step
-        print(
-            f"[trainer] validation at step {step}: "
-            + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-        )
         if step == 0:
             self.log.write(0, metrics)
         return metrics
@@ -303,10 +297,11 @@ class LocalTrainer:
         return self.tokenizer.pad_token_id
 
 
-def run_local_training(cfg, env_url: str, run_dir: Path, split_file: Path) -> None:
+def run_local_training(cfg, env_url: str, run: Run, split_file: Path) -> None:
     """The launcher's `local` job: train, then print validation pass rates per category."""
     client = OmegaConf.to_object(cfg.service.client)
-    state = LocalTrainer(cfg.trainer, env_url, run_dir, client=client).fit()
+    state = LocalTrainer(cfg.trainer, env_url, run, client=client).fit()
+    run_dir = run.dir
     summaries = summarize(read_val_dir(run_dir / "validation"))
     print(f"\nvalidation pass rates per category ({run_dir / 'validation'}):\n")
     print(render_markdown(summaries))
@@ -321,29 +316,18 @@ def run_local_training(cfg, env_url: str, run_dir: Path, split_file: Path) -> No
 
 def _console_line(step: int, m: dict[str, float]) -> str:
     keys = {
-        "reward": "train/reward_mean",
-        "acc": "train/accuracy",
-        "scale": "apatch/mean_scale",
-        "pg": "actor/pg_loss",
-        "kl": "actor/kl_loss",
+        "reward": M.REWARD_MEAN,
+        "acc": M.ACCURACY,
+        "scale": M.APATCH_MEAN_SCALE,
+        "pg": M.LOSS_POLICY,
+        "kl": M.LOSS_KL,
         "clip": "actor/pg_clipfrac",
-        "rollout_s": "time/rollout_s",
-        "update_s": "time/update_s",
-        "val_avg": "val/average",
+        "rollout_s": M.TIME_ROLLOUT_S,
+        "update_s": M.TIME_UPDATE_S,
+        "val_avg": M.VAL_AVERAGE,
     }
     parts = [f"{name} {m[key]:.4g}" for name, key in keys.items() if key in m]
     return f"[step {step}] " + "  ".join(parts)
-
-
-def _rollout_metrics(samples: list[EpisodeSample], prefix: str) -> dict[str, float]:
-    n = len(samples)
-    return {
-        **outcome_metrics(samples, prefix),
-        f"{prefix}/generations_mean": sum(s.num_generations for s in samples) / n,
-        f"{prefix}/response_tokens_mean": sum(len(s.response_ids) for s in samples) / n,
-        # The training layers (guidelines above all) show here: their text is in the prompt.
-        f"{prefix}/prompt_tokens_mean": sum(len(s.prompt_ids) for s in samples) / n,
-    }
 
 
 def _record(s: EpisodeSample, step: int) -> ValidationRecord:

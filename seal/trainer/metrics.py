@@ -8,7 +8,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from seal.eval.metrics_log import MetricsWriter
+from seal.runs.metrics_log import MetricsWriter
 
 
 class MetricsLogger:

@@ -1,8 +1,8 @@
-"""The SEAL part of a training step, shared by the local trainer and the verl trainer.
+"""The math of the SEAL step (seal/trainer/seal_step.py calls it for both trainers).
 
 After GRPO has normalised the rewards within each task's group, the capability state
 observes every sample's outcome and turn tags, moves the dynamic tag weights, and
-A-Patch scales each sample's advantages by the weights of its tags. Both backends call
+A-Patch scales each sample's advantages by the weights of its tags. Both backends reach
 `observe_and_reweight` with the same inputs, so they patch advantages identically
 (tests/test_verl_trainer.py checks the verl side against this function).
 """
@@ -15,8 +15,7 @@ from pathlib import Path
 
 import torch
 
-from seal.eval.interface_log import interface_row, write_interface
-from seal.eval.metrics_log import label_fractions
+from seal.runs.interface_log import interface_row, write_interface
 from seal.tocf.apatch import APatchConfig, apply_apatch, tag_weights
 from seal.tocf.state import CapabilityState, TrajectoryOutcome
 
@@ -68,27 +67,8 @@ def record_interface(
     served_profile: dict | None,
     capability: CapabilityState,
 ) -> None:
-    """The step's interface state beside its failure profiles (seal/eval/interface_log.py):
+    """The step's interface state beside its failure profiles (seal/runs/interface_log.py):
     what the samples' episodes were shown, the profile that chose it, the step's own."""
     interfaces = [s.interface for s in samples]
     row = interface_row(step, interfaces, served_profile, capability.failure_profile())
     write_interface(run_dir, row)
-
-
-def outcome_metrics(samples: Sequence[SampleOutcome], prefix: str = "train") -> dict[str, float]:
-    """Reward, accuracy overall and per category, tag fractions of a batch, and the paper's
-    label distribution over its failed samples (`<prefix>/paper_label/<label>`)."""
-    metrics = {
-        f"{prefix}/reward_mean": sum(s.reward for s in samples) / len(samples),
-        f"{prefix}/accuracy": sum(s.accuracy for s in samples) / len(samples),
-    }
-    for category in sorted({s.category for s in samples}):
-        group = [s for s in samples if s.category == category]
-        metrics[f"{prefix}/accuracy/{category}"] = sum(s.accuracy for s in group) / len(group)
-    tags = [t for s in samples for t in s.failure_tags]
-    for tag in sorted(set(tags)):
-        metrics[f"{prefix}/tag_frac/{tag}"] = tags.count(tag) / len(tags)
-    failed = [s.paper_label for s in samples if not s.accuracy]
-    if failed:
-        metrics |= label_fractions(failed, f"{prefix}/paper_label/")
-    return metrics

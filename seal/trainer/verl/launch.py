@@ -18,8 +18,9 @@ import ray
 from omegaconf import OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
-from seal.eval.records import read_val_dir
 from seal.eval.summary import render_markdown, summarize
+from seal.runs.records import read_val_dir
+from seal.runs.run import Run
 from seal.trainer.model import TINY, save_tiny_qwen2
 from seal.trainer.verl.attention import choose_attention, flash_attn_version
 from seal.trainer.verl.config import compose_verl_config, tiny_model_dir
@@ -56,8 +57,9 @@ def preflight(cfg, config, run_dir: Path) -> None:
     print(f"[verl] preflight passed: no blocker in {len(checks)} checks")
 
 
-def run_verl_preflight(cfg, env_url: str, run_dir: Path, split_file: Path) -> None:
+def run_verl_preflight(cfg, env_url: str, run: Run | Path, split_file: Path) -> None:
     """`launcher.py --preflight`: the checks only; raises on a blocker (exit 1)."""
+    run_dir = Path(run)
     config = prepare(cfg, env_url, run_dir)
     try:
         preflight(cfg, config, run_dir)
@@ -65,7 +67,10 @@ def run_verl_preflight(cfg, env_url: str, run_dir: Path, split_file: Path) -> No
         ray.shutdown()
 
 
-def run_verl_training(cfg, env_url: str, run_dir: Path, split_file: Path) -> None:
+def run_verl_training(cfg, env_url: str, run: Run | Path, split_file: Path) -> None:
+    """The launcher's `verl` job in its opened run (the launcher holds its lock while verl's
+    processes write into the directory)."""
+    run_dir = Path(run)
     config = prepare(cfg, env_url, run_dir)
     shm_before = segments()
     try:

@@ -5,16 +5,19 @@ the launcher's verl job does). verl runs the step: rollouts through the agent lo
 (seal_bfcl), old/reference log-probs, GRPO advantages, the FSDP actor update. This class
 adds what SEAL needs, each through an overridden hook that calls verl's own first:
 
-- `_compute_advantage`: after verl's GRPO advantages, the capability state observes
-  every sample's tags and A-Patch rescales its advantages (seal/trainer/reweight.py, the
-  same function the local trainer calls); the failure profile goes to the service.
+- `_compute_advantage`: after verl's GRPO advantages, the SEAL step (seal_step.py, the
+  object the local trainer calls) has the capability state observe every sample's tags
+  and A-Patch rescale its advantages; the failure profile goes to the service.
 - `_dump_generations` (validation): writes the project's validation records
-  (seal/eval/records.py, as the local trainer) and keeps the best checkpoint.
+  (seal/runs/records.py, as the local trainer) and keeps the best checkpoint.
 - `_save_checkpoint` / `_load_checkpoint`: the capability state and the best-so-far
   travel with verl's checkpoints, so a resumed run continues the same weights.
 - `on_step_begin`: opens the capability state's epoch window (epoch summaries in tocf/).
 - `_compute_metrics`: the step's numeric metrics also go to `{run_dir}/metrics.jsonl`
-  (seal/eval/metrics_log.py), so `seal-report` reads a verl run like a local one.
+  (seal/runs/metrics_log.py), so `seal-report` reads a verl run like a local one.
+
+The run directory was opened (locked, checked) by the launcher, whose process holds it
+while verl runs; this trainer, in a Ray process, writes into it.
 
 The sample's task, category, reward and tags come from the TransferQueue fields the
 agent loop filled (`extra_fields`, `rm_scores`), read with the batch's own keys, so
@@ -37,19 +40,13 @@ from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.utils.padding import response_to_nested
 
-from seal.atomic_file import write_json_atomic
-from seal.eval.metrics_log import MetricsWriter
-from seal.eval.records import ValidationRecord, write_step
-from seal.eval.summary import validation_metrics
-from seal.rollout.env_client import is_healthy, push_profile
-from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state
-from seal.tocf.summary import write_epoch_summary
-from seal.trainer.reweight import (
-    SampleOutcome,
-    observe_and_reweight,
-    outcome_metrics,
-    record_interface,
-)
+from seal.rollout.env_client import is_healthy
+from seal.runs.atomic_file import write_json_atomic
+from seal.runs.metrics_log import MetricsWriter, validation_metrics
+from seal.runs.records import ValidationRecord, write_step
+from seal.tocf.state import STATE_FILENAME
+from seal.trainer.reweight import SampleOutcome
+from seal.trainer.seal_step import SealStep
 from seal.trainer.verl.agent_loop import TAG_SEPARATOR
 from seal.trainer.verl.section import SealSection
 
@@ -58,6 +55,14 @@ BEST_DIR = "best"
 """checkpoints/best: hard links to the files of the best validated checkpoint."""
 BEST_FILE = "seal_best.json"
 """Best step and metric so far, saved in each checkpoint and in checkpoints/best."""
+
+
+def _of_seal_step(name: str) -> property:
+    """The SEAL step's attribute `name`, where verl's hooks and their tests look for it."""
+    return property(
+        lambda self: getattr(self.seal_step, name),
+        lambda self, value: setattr(self.seal_step, name, value),
+    )
 
 
 @register_trainer(TRAINER_MODE)
@@ -82,18 +87,17 @@ class SealPPOTrainer(PPOTrainerSync):
                 "trainer.validation_data_dir must be set: the SEAL trainer writes its "
                 "validation records from verl's validation dump"
             )
-        self.capability: CapabilityState | None = None  # opened by _load_checkpoint
-        self.capability_path = self.run_dir / STATE_FILENAME
-        self.best: dict = {
-            "step": None,
-            "metric": self.trainer_cfg.checkpoint.best_metric,
-            "value": None,
-        }
+        # Its capability state is opened by _load_checkpoint; the token is $SEAL_ENV_TOKEN.
+        self.seal_step = SealStep(
+            self.run_dir, self.trainer_cfg, self.seal.env_url, self.seal.client
+        )
         self._resumed_from_step = 0
-        self.served_profile: dict | None = None
-        """The failure profile last pushed to the service (None: never pushed)."""
         self._val_metrics: dict[str, float] = {}
         self.metrics_log: MetricsWriter | None = None  # opened by _load_checkpoint
+
+    capability = _of_seal_step("capability")
+    capability_path = _of_seal_step("capability_path")
+    best = _of_seal_step("best")
 
     def fit(self, agent_loop_manager):
         try:
@@ -125,12 +129,10 @@ class SealPPOTrainer(PPOTrainerSync):
         # sample's fields): they must not be counted as outcomes or rescaled.
         real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
         samples = [sample_outcome(extras[i], float(rewards[i])) for i in real]
-        patched, seal_metrics = observe_and_reweight(
-            self.capability,
+        patched, seal_metrics = self.seal_step.reweight(
             samples,
             advantages[real],
             mask[real],
-            self.trainer_cfg.apatch,
             step=self.global_steps,
             epoch=self.capability.epoch,
         )
@@ -139,39 +141,24 @@ class SealPPOTrainer(PPOTrainerSync):
                 self.run_dir / "advantages", self.global_steps, data["uid"], samples, real,
                 grpo=advantages, patched=patched, mask=mask,
             )  # fmt: skip
-        record_interface(
-            self.run_dir, self.global_steps, samples, self.served_profile, self.capability
-        )
         advantages[real] = patched
         output = TensorDict(
             {"advantages": response_to_nested(advantages, nested_mask)}, batch_size=len(batch)
         )
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
-        metrics.update(seal_metrics | outcome_metrics(samples))
-        self.capability.save(self.capability_path)
-        if self.trainer_cfg.rollout.push_profile:
-            self._push_profile()
+        metrics.update(seal_metrics)
+        self.seal_step.close_loop()
         metrics["seal/step_s"] = time.perf_counter() - start
         return batch
 
-    def _push_profile(self) -> None:
-        """The failure profile to the service, for the guidelines of the next training
-        episodes; the token comes from $SEAL_ENV_TOKEN, set by the launcher."""
-        profile = self.capability.failure_profile()
-        push_profile(self.seal.env_url, profile, None, self.seal.client)
-        self.served_profile = profile
-
     def on_step_begin(self):
         super().on_step_begin()
-        epoch = (self.global_steps - 1) // self.steps_per_epoch
-        if epoch > self.capability.epoch:
-            write_epoch_summary(self.capability, self.run_dir / "tocf")
-        self.capability.start_epoch(epoch)
+        self.seal_step.begin_epoch((self.global_steps - 1) // self.steps_per_epoch)
 
     def on_step_end(self):
         super().on_step_end()
         if self.global_steps >= self.total_training_steps:  # verl's fit returns after it
-            write_epoch_summary(self.capability, self.run_dir / "tocf")
+            self.seal_step.finish()
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
@@ -193,19 +180,12 @@ class SealPPOTrainer(PPOTrainerSync):
             self.global_steps, inputs, outputs, scores, reward_extra_infos_dict
         )
         write_step(self.run_dir / "validation", self.global_steps, records, overwrite=True)
-        self._val_metrics = validation_metrics(self.global_steps, records)
+        self._val_metrics = validation_metrics(records)
         self._track_best(self._val_metrics)
 
     def _track_best(self, val_metrics: dict[str, float]) -> None:
-        key = self.trainer_cfg.checkpoint.best_metric
-        if key not in val_metrics:
-            raise KeyError(
-                f"trainer.checkpoint.best_metric {key!r} is not a validation metric: {sorted(val_metrics)}"
-            )
-        print(f"[seal] validation at step {self.global_steps}: {json.dumps(val_metrics)}")
-        if self.best["value"] is not None and val_metrics[key] <= self.best["value"]:
+        if not self.seal_step.validated(self.global_steps, val_metrics):
             return
-        self.best |= {"step": self.global_steps, "value": val_metrics[key]}
         # fit() saves a step's checkpoint before validating it, so it exists here when
         # save_freq divides test_freq (step 0 is the base model: nothing to keep).
         folder = self._checkpoint_folder(self.global_steps)
@@ -239,22 +219,15 @@ class SealPPOTrainer(PPOTrainerSync):
         resume_step = self.global_steps if resumed else None
         self.metrics_log = MetricsWriter(self.run_dir, resume_step=resume_step)
         if not resumed:  # refuses a run_dir that holds another run's state
-            self.capability, self.capability_path = open_capability_state(
-                self.run_dir, self.trainer_cfg.capability, resume=False
-            )
+            self.seal_step.start()
         else:
-            # The checkpoint's state is the one to continue from: the run directory's
-            # copy is saved every step, so it may be ahead of the checkpoint (or damaged).
             folder = self._checkpoint_folder(self.global_steps)
-            self.capability = CapabilityState.load(
-                folder / STATE_FILENAME, self.trainer_cfg.capability
-            )
-            self.capability.save(self.capability_path)
-            self.best = json.loads((folder / BEST_FILE).read_text())
+            self.seal_step.restore(folder)
+            self.seal_step.best = json.loads((folder / BEST_FILE).read_text())
             # The service may be a fresh one: give it the profile the next step's
             # training episodes would have had in the uninterrupted run.
             if self.trainer_cfg.rollout.push_profile:
-                self._push_profile()
+                self.seal_step.push_profile()
 
 
 class EnvServiceUnavailable(RuntimeError):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from seal.atomic_file import StateFileError, read_json, write_json_atomic
+from seal.runs.atomic_file import StateFileError, read_json, write_json_atomic
 
 LATEST = "latest"
 

@@ -13,9 +13,11 @@ are about to be produced again, so they are dropped (the file is rewritten atomi
 first). Each row is flushed and synced as it is written; a line cut short by a crash has no
 final newline, and both the reader and a resume ignore such a last line.
 
-The key names below are the ones ``seal.eval.report`` plots. ``CapabilityState.metrics()``
-(``tocf/...``) and ``apply_apatch`` (``apatch/...``) already produce some of them, so a
-trainer can pass those dicts straight to ``MetricsWriter.write``.
+The metric names are made here and nowhere else: the constants and `*_key` builders
+below, `outcome_metrics` (a training batch's outcomes, both trainers) and
+`episode_metrics` (the local trainer's episode sizes); ``seal.eval.report`` plots them.
+``CapabilityState.metrics()`` (``tocf/...``) and ``apply_apatch`` (``apatch/...``) name
+their own, listed here where the report reads them.
 """
 
 from __future__ import annotations
@@ -28,13 +30,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from numbers import Integral, Real
 from pathlib import Path
 
-from seal.atomic_file import write_text_atomic
+from seal.runs.atomic_file import write_text_atomic
+from seal.tocf.tags import CATEGORIES
 
 METRICS_FILENAME = "metrics.jsonl"
 STEP = "step"
 
 REWARD_MEAN = "train/reward_mean"
 """Mean reward of the step's rollouts (all samples of all groups)."""
+ACCURACY = "train/accuracy"
+"""Share of the step's rollouts the official checker passed."""
 FAILED_EPISODES = "train/failed_episodes"
 """Episodes of the step that failed twice (service or generator errors) and were left out;
 more than `trainer.rollout.max_failed_share` of them stops the run."""
@@ -66,6 +71,21 @@ TIME_ROLLOUT_S = "time/rollout_s"
 """Seconds spent rolling out the step's episodes (generation and environment)."""
 TIME_UPDATE_S = "time/update_s"
 """Seconds from the end of the rollout to the end of the policy update."""
+GENERATIONS_MEAN = "train/generations_mean"
+"""Model generations per episode, mean over the step's rollouts (local trainer)."""
+RESPONSE_TOKENS_MEAN = "train/response_tokens_mean"
+"""Tokens the policy generated per episode, mean (local trainer)."""
+PROMPT_TOKENS_MEAN = "train/prompt_tokens_mean"
+"""Tokens of the first prompt per episode, mean (local trainer): the training layers
+(guidelines above all) show here, their text is in the prompt."""
+VAL_AVERAGE = "val/average"
+"""Validation pass rate averaged over the categories (the default best metric)."""
+VAL_OVERALL = "val/overall"
+"""Validation tasks passed / validated."""
+VAL_PREFIX = "val/"
+"""+ category: the validation pass rate of that category."""
+VAL_PAPER_LABEL_PREFIX = "val/paper_label/"
+"""+ label: as `train/paper_label/`, over the validation's failed episodes."""
 
 
 def accuracy_key(category: str) -> str:
@@ -98,6 +118,52 @@ def tag_fractions(sample_tags: Iterable[Sequence[str]]) -> dict[str, float]:
     counts = Counter(tag for tags in sample_tags for tag in tags)
     total = sum(counts.values())
     return {tag_frac_key(tag): count / total for tag, count in sorted(counts.items())}
+
+
+def outcome_metrics(samples: Sequence) -> dict[str, float]:
+    """Reward, accuracy overall and per category, tag fractions of a training batch, and
+    the paper's label distribution over its failed samples; each sample has `reward`,
+    `accuracy`, `category`, `failure_tags` and `paper_label` (seal.trainer.reweight)."""
+    metrics = {
+        REWARD_MEAN: sum(s.reward for s in samples) / len(samples),
+        ACCURACY: sum(s.accuracy for s in samples) / len(samples),
+    }
+    for category in sorted({s.category for s in samples}):
+        group = [s for s in samples if s.category == category]
+        metrics[accuracy_key(category)] = sum(s.accuracy for s in group) / len(group)
+    metrics |= tag_fractions(s.failure_tags for s in samples)
+    failed = [s.paper_label for s in samples if not s.accuracy]
+    if failed:
+        metrics |= label_fractions(failed)
+    return metrics
+
+
+def episode_metrics(samples: Sequence) -> dict[str, float]:
+    """Sizes of the local trainer's episodes (seal.rollout.driver.EpisodeSample)."""
+    n = len(samples)
+    return {
+        GENERATIONS_MEAN: sum(s.num_generations for s in samples) / n,
+        RESPONSE_TOKENS_MEAN: sum(len(s.response_ids) for s in samples) / n,
+        PROMPT_TOKENS_MEAN: sum(len(s.prompt_ids) for s in samples) / n,
+    }
+
+
+def validation_metrics(records: Sequence) -> dict[str, float]:
+    """A validation's logged metrics from its records (seal.runs.records): `val/<category>`
+    pass rates, `val/average` (the paper's mean of the categories; a validation subset
+    averages the categories it covers), `val/overall` (passed / validated) and the paper's
+    label distribution over the failed episodes."""
+    metrics = {}
+    for category in CATEGORIES:
+        scores = [record.score for record in records if record.data_source == category]
+        if scores:
+            metrics[VAL_PREFIX + category] = sum(scores) / len(scores)
+    metrics[VAL_AVERAGE] = sum(metrics.values()) / len(metrics)
+    metrics[VAL_OVERALL] = sum(record.score for record in records) / len(records)
+    failed = [record.paper_label for record in records if not record.score]
+    if failed:
+        metrics |= label_fractions(failed, VAL_PAPER_LABEL_PREFIX)
+    return metrics
 
 
 class MetricsFormatError(ValueError):

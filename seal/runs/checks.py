@@ -1,10 +1,10 @@
 """What a training run may find in its run directory, checked before anything is written.
 
 A fresh run needs a directory without an earlier run's state; a resumed one needs its
-state, readable, and the same data order. The launcher calls `check_run_dir` before it
-writes anything into the directory (config.yaml included), so a refused start leaves the
-earlier run as it was; the local trainer calls it again for callers that use it without
-the launcher. Every refusal says what was found and how to proceed.
+state, readable, and the same data order. `open_run` (seal/runs/run.py) calls
+`check_run_dir` before anything is written into the directory (config.yaml included), so
+a refused start leaves the earlier run as it was. Every refusal says what was found and
+how to proceed.
 
 A run killed before its first checkpoint (after step 0's validation wrote
 `metrics.jsonl`, say) has nothing to resume from and nothing worth keeping in place: a
@@ -16,60 +16,24 @@ never restarted.
 
 A resume also checks `metrics.jsonl`: readable line by line, and holding a row for every
 step up to the checkpoint's (a file cut short or edited would otherwise be continued
-with its rows missing).
-
-The data order is the sequence of task batches the steps see: a function of the training
-tasks (the data file and `max_train_tasks`), `train_batch_size` and the shuffle `seed`
-(seal/trainer/data.py). A fresh run records it in `data_order.json`; resuming with other
-settings would give the remaining steps other batches than the interrupted run's, so it
-is refused unless `trainer.checkpoint.allow_data_order_change` is set (then the record
-is rewritten and the change printed).
+with its rows missing), and the data order (seal/runs/data_order.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from seal.atomic_file import StateFileError, read_json, write_json_atomic
-from seal.eval.metrics_log import METRICS_FILENAME, MetricsFormatError, read_metrics
+from seal.runs import checkpoint as ckpt
+from seal.runs.atomic_file import StateFileError
+from seal.runs.data_order import check_data_order
+from seal.runs.metrics_log import METRICS_FILENAME, MetricsFormatError, read_metrics
 from seal.tocf.state import STATE_FILENAME, CapabilityState
-from seal.trainer import checkpoint as ckpt
-from seal.trainer.config import TrainerConfig
-from seal.trainer.data import task_ids_of
 
-DATA_ORDER_FILENAME = "data_order.json"
-OVERRIDE_KEY = "trainer.checkpoint.allow_data_order_change"
-
-# The record's keys, as the run config names what determines each.
-_SOURCES = {
-    "train_tasks": "trainer.data.train_file / trainer.data.max_train_tasks (the task list)",
-    "train_batch_size": "trainer.data.train_batch_size",
-    "seed": "trainer.data.seed",
-}
-
-
-class DataOrderChanged(ValueError):
-    """A resumed run's data-order settings differ from the interrupted run's."""
-
-
-def data_order(cfg: TrainerConfig) -> dict:
-    """The settings that fix which tasks each step sees, as `data_order.json` holds them."""
-    ids = task_ids_of(cfg.data.train_file, cfg.data.max_train_tasks)
-    digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
-    return {
-        "train_tasks": f"{len(ids)} tasks, sha256 {digest}",
-        "train_batch_size": cfg.data.train_batch_size,
-        "seed": cfg.data.seed,
-        "train_file": cfg.data.train_file,  # for the reader; the task list is what counts
-    }
-
-
-def record_data_order(run_dir: Path, cfg: TrainerConfig) -> None:
-    write_json_atomic(run_dir / DATA_ORDER_FILENAME, data_order(cfg))
-
+if TYPE_CHECKING:  # the run config's `trainer` section; read, never built, here
+    from seal.trainer.config import TrainerConfig
 
 UNFINISHED_DIR = "unfinished_attempts"
 """Where a resume moves the files of a run that never reached its first checkpoint."""
@@ -219,28 +183,3 @@ def check_metrics(run_dir: Path, resume_step: int | None) -> None:
             "(cut short or edited): restore the file, or write an empty one to resume "
             "without the earlier rows"
         )
-
-
-def check_data_order(run_dir: Path, cfg: TrainerConfig) -> list[str]:
-    """Compare the resumed run's data order with the record; see the module docstring."""
-    path = run_dir / DATA_ORDER_FILENAME
-    now = data_order(cfg)
-    if not path.exists():
-        changes = [f"no record of the interrupted run's data order ({path} is missing)"]
-    else:
-        recorded = read_json(path, "data order record")
-        if not isinstance(recorded, dict):
-            raise StateFileError(f"{path}: expected a JSON object, got {recorded!r:.200}")
-        changes = [
-            f"{source}: {recorded.get(key)!r} -> {now[key]!r}"
-            for key, source in _SOURCES.items()
-            if recorded.get(key) != now[key]
-        ]
-    if changes and not cfg.checkpoint.allow_data_order_change:
-        raise DataOrderChanged(
-            "resuming with another data order than the interrupted run's (recorded in "
-            f"{path}) would give the remaining steps other batches: {'; '.join(changes)}. "
-            f"Restore those settings (or the record), or set {OVERRIDE_KEY}=true to resume "
-            "anyway"
-        )
-    return changes

@@ -1,0 +1,14 @@
+"""A training run's directory and everything written into it, below both trainers.
+
+    run.py          open_run: lock, checks, set-aside, once per run (the launcher's)
+    lock.py         the flock that keeps two runs of one name apart
+    checks.py       what a fresh or resumed run may find in its directory
+    data_order.py   the task order of each epoch and its record (data_order.json)
+    checkpoint.py   the local trainer's checkpoints: save, find, resume, prune
+    records.py      validation records (validation/step_N.jsonl)
+    metrics_log.py  metrics.jsonl and the names of its metrics
+    interface_log.py  interface/step_N.json: what each step's episodes were shown
+    atomic_file.py  files a crash leaves whole or unchanged
+
+Nothing here imports a trainer, the launcher, verl or Ray.
+"""

@@ -1,0 +1,74 @@
+"""An opened run directory: locked, checked and ready for a job to write into.
+
+`open_run` does, once, what every run needs before its first write: the directory is
+locked (seal/runs/lock.py), and for a training run checked against what it holds
+(seal/runs/checks.py: a fresh run refuses an earlier run's state, a resume needs its state
+and the same data order), and the files of a resumed run that never reached its first
+checkpoint are set aside. The launcher opens the run and hands the `Run` to its job; a
+trainer built without the launcher (tests, the learning check) opens it through the same
+function. A `Run` is path-like (`Path(run)` is its directory), so jobs that only write
+files into it take it where they took a path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from seal.runs.checks import check_run_dir, set_aside_unfinished_attempt
+from seal.runs.data_order import record_data_order
+from seal.runs.lock import RunDirLock, lock_run_dir
+
+if TYPE_CHECKING:  # the run config's `trainer` section; read, never built, here
+    from seal.trainer.config import TrainerConfig
+
+
+@dataclass
+class Run:
+    dir: Path
+    lock: RunDirLock
+    """This process's claim on the directory, held until `release()`."""
+
+    def record_data_order(self, cfg: TrainerConfig) -> None:
+        """Write `data_order.json` (seal/runs/data_order.py): after the checks, with the
+        run's other files."""
+        record_data_order(self.dir, cfg)
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def __fspath__(self) -> str:
+        return str(self.dir)
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def open_run(
+    run_dir: str | Path,
+    trainer: TrainerConfig | None = None,
+    backend: str | None = None,
+    who: str = "run",
+) -> Run:
+    """Lock `run_dir` and, for a training run (`trainer` and its `backend`, `local` or
+    `verl`, given), refuse what does not fit it and set aside an unfinished attempt;
+    prints what it let through or moved, prefixed with `who`."""
+    run_dir = Path(run_dir)
+    lock = lock_run_dir(run_dir)
+    try:
+        if trainer is not None:
+            for change in check_run_dir(run_dir, trainer, backend):
+                print(f"[{who}] resuming with a changed data order (allowed): {change}")
+            # The first write, after every refusal: a resumed run that never reached its
+            # first checkpoint restarts from step 0 in a cleared directory (its files kept).
+            moved = set_aside_unfinished_attempt(run_dir, trainer, backend)
+            if moved:
+                print(f"[{who}] {moved}")
+    except BaseException:
+        lock.release()
+        raise
+    return Run(run_dir, lock)

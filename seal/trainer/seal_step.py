@@ -1,0 +1,129 @@
+"""What SEAL adds to a GRPO step, as one object both trainers call.
+
+The local trainer (seal/trainer/local.py) and the verl trainer (seal/trainer/verl/trainer.py)
+each run their own rollouts, GRPO advantages and actor update; around them SEAL does the
+same in both, here:
+
+- the capability state: opened fresh (`start`) or restored from a checkpoint (`restore`),
+  and saved to the run directory after every step;
+- its epoch windows (`begin_epoch`), each closed by a summary in `tocf/` (`finish`);
+- the reweighting of a step's advantages (`reweight`: the capability state observes every
+  sample's tags, A-Patch scales its advantages, seal/trainer/reweight.py), with the step's
+  outcome metrics and interface record;
+- the failure profile pushed to the service (`close_loop`, `push_profile`): the closed loop;
+- the best validated step (`validated`, by `trainer.checkpoint.best_metric`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from seal.rollout.env_client import EnvClientSettings, push_profile
+from seal.runs.metrics_log import outcome_metrics
+from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state
+from seal.tocf.summary import write_epoch_summary
+from seal.trainer.config import TrainerConfig
+from seal.trainer.reweight import SampleOutcome, observe_and_reweight, record_interface
+
+
+class SealStep:
+    def __init__(
+        self,
+        run_dir: Path,
+        cfg: TrainerConfig,
+        env_url: str,
+        client: EnvClientSettings | None = None,
+        token: str | None = None,
+    ):
+        """`token`: the service's bearer token (None: $SEAL_ENV_TOKEN, set by the launcher)."""
+        self.run_dir, self.cfg = Path(run_dir), cfg
+        self.env_url, self.client, self.token = env_url, client or EnvClientSettings(), token
+        self.capability: CapabilityState | None = None
+        """Opened by `start` or `restore`."""
+        self.capability_path = self.run_dir / STATE_FILENAME
+        self.served_profile: dict | None = None
+        """The failure profile last pushed to the service (None: never pushed)."""
+        self.best: dict = {"step": None, "metric": cfg.checkpoint.best_metric, "value": None}
+        """The best validated step so far and its `metric`'s value."""
+
+    # --- the capability state ----------------------------------------------------------
+
+    def start(self) -> None:
+        """A fresh run's capability state; refused if the run directory holds one."""
+        self.capability, self.capability_path = open_capability_state(
+            self.run_dir, self.cfg.capability, resume=False
+        )
+
+    def restore(self, checkpoint: Path) -> None:
+        """The capability state of the checkpoint in `checkpoint` (a folder)."""
+        # The checkpoint's state is the one to continue from: the run directory's copy is
+        # saved every step, so it may be ahead of the checkpoint (or damaged).
+        self.capability = CapabilityState.load(checkpoint / STATE_FILENAME, self.cfg.capability)
+        self.capability.save(self.capability_path)
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Open `epoch`'s window, summarising the previous epoch's first."""
+        if epoch > self.capability.epoch:
+            self.finish()
+        self.capability.start_epoch(epoch)
+
+    def finish(self) -> None:
+        """The summary of the current epoch's window (tocf/epoch_N.json)."""
+        write_epoch_summary(self.capability, self.run_dir / "tocf")
+
+    # --- the step ------------------------------------------------------------------------
+
+    def reweight(
+        self,
+        samples: Sequence[SampleOutcome],
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        step: int,
+        epoch: int,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The capability state observes the samples and moves the dynamic tag weights;
+        A-Patch scales each sample's advantages by the weights of its tags. Returns the
+        patched advantages and the step's SEAL and outcome metrics; the step's interface
+        state is recorded beside its failure profiles."""
+        patched, metrics = observe_and_reweight(
+            self.capability, samples, advantages, response_mask, self.cfg.apatch,
+            step=step, epoch=epoch,
+        )  # fmt: skip
+        record_interface(self.run_dir, step, samples, self.served_profile, self.capability)
+        return patched, metrics | outcome_metrics(samples)
+
+    def close_loop(self) -> None:
+        """After the step: save the capability state; the service's guidelines follow the
+        current failure profile (`trainer.rollout.push_profile`)."""
+        self.capability.save(self.capability_path)
+        if self.cfg.rollout.push_profile:
+            self.push_profile()
+
+    def push_profile(self) -> None:
+        """Send the capability state's failure profile to the service."""
+        profile = self.capability.failure_profile()
+        push_profile(self.env_url, profile, self.token, self.client)
+        self.served_profile = profile
+
+    # --- validation ----------------------------------------------------------------------
+
+    def validated(self, step: int, metrics: dict[str, float]) -> bool:
+        """Take a validation's metrics: True when `step` is the best so far (`best`)."""
+        key = self.cfg.checkpoint.best_metric
+        if key not in metrics:
+            raise KeyError(
+                f"trainer.checkpoint.best_metric {key!r} is not a validation metric: "
+                f"{sorted(metrics)}"
+            )
+        print(
+            f"[seal] validation at step {step}: "
+            + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        )
+        if self.best["value"] is not None and metrics[key] <= self.best["value"]:
+            return False
+        self.best |= {"step": step, "value": metrics[key]}
+        return True

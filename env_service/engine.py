@@ -47,7 +47,7 @@ from env_service.execution import (
     run_now,
 )
 from env_service.workers import WorkerPool
-from seal.atomic_file import StateFileError, read_json
+from seal.runs.atomic_file import StateFileError, read_json
 from seal.bfcl import memory, web_search
 from seal.bfcl.agentic import AgenticTask, missing_dependency
 from seal.bfcl.calls import CallParseError, ToolCall
@@ -496,7 +496,7 @@ class EnvEngine:
         A file that cannot be read (truncated, half-written by hand) keeps the last good
         profile in use and logs one warning naming it, until it changes: failing every
         guided episode would stop training over a file a trainer writes atomically
-        (seal.atomic_file), so a bad one is an operator's slip to report, not to crash on.
+        (seal.runs.atomic_file), so a bad one is an operator's slip to report, not to crash on.
         """
         if self.pushed_profile is not None:
             return self.pushed_profile

@@ -47,13 +47,13 @@ from env_service.execution import (
     run_now,
 )
 from env_service.workers import WorkerPool
-from seal.runs.atomic_file import StateFileError, read_json
 from seal.bfcl import memory, web_search
 from seal.bfcl.agentic import AgenticTask, missing_dependency
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.diagnosis import Diagnosis
 from seal.bfcl.tasks import UnknownTaskError, load_task
 from seal.rollout.protocol import EpisodeSettings
+from seal.runs.atomic_file import StateFileError, read_json
 from seal.tocf.state import CapabilityState
 
 __all__ = ["EnvEngine", "ServiceConfig"]  # ServiceConfig is imported from here too

@@ -71,6 +71,12 @@ TIME_ROLLOUT_S = "time/rollout_s"
 """Seconds spent rolling out the step's episodes (generation and environment)."""
 TIME_UPDATE_S = "time/update_s"
 """Seconds from the end of the rollout to the end of the policy update."""
+PEAK_GPU_ROLLOUT_GB = "perf/rollout_peak_gpu_gb"
+"""Peak GPU memory the step's rollout held (GB, torch's allocator; the local trainer on
+CUDA only): the policy, its KV cache and generation buffers."""
+PEAK_GPU_UPDATE_GB = "perf/update_peak_gpu_gb"
+"""Peak GPU memory from the end of the rollout to the end of the update (GB, local trainer
+on CUDA only): the log-prob passes, activations, gradients and optimizer state."""
 GENERATIONS_MEAN = "train/generations_mean"
 """Model generations per episode, mean over the step's rollouts (local trainer)."""
 RESPONSE_TOKENS_MEAN = "train/response_tokens_mean"

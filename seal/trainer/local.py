@@ -46,7 +46,7 @@ from seal.runs.records import ValidationRecord, read_val_dir, write_step
 from seal.runs.run import Run, open_run
 from seal.trainer.config import TrainerConfig
 from seal.trainer.metrics import MetricsLogger
-from seal.trainer.model import frozen_copy, load_policy, load_tokenizer
+from seal.trainer.model import frozen_copy, gpu_peak_gb, load_policy, load_tokenizer
 from seal.trainer.seal_step import SealStep
 from seal.trainer.update import batch_logprobs, policy_update, response_mask_matrix
 
@@ -157,9 +157,10 @@ class LocalTrainer:
 
     def train_step(self, step: int, epoch: int, task_ids: list[str]) -> dict[str, float]:
         cfg, t0 = self.cfg, time.perf_counter()
+        gpu_peak_gb(self.policy)  # starts the step's count
         # 1. Roll out every task n times; the service verifies and tags each episode.
         samples = self.rollout(task_ids, cfg.rollout.n, "sample", cfg.rollout.temperature)
-        t1 = time.perf_counter()
+        t1, rollout_peak = time.perf_counter(), gpu_peak_gb(self.policy)
         # 2. GRPO: outcome rewards normalised within each task's group of samples.
         mask = response_mask_matrix(samples)
         rewards = torch.tensor([s.reward for s in samples])
@@ -174,7 +175,8 @@ class LocalTrainer:
         update_metrics = self._update(samples, advantages, width=mask.shape[1])
         # 5. Close the loop: the service's guidelines follow the current failure profile.
         self.seal.close_loop()
-        t2 = time.perf_counter()
+        t2, update_peak = time.perf_counter(), gpu_peak_gb(self.policy)
+        peaks = {M.PEAK_GPU_ROLLOUT_GB: rollout_peak, M.PEAK_GPU_UPDATE_GB: update_peak}
         return {
             **M.episode_metrics(samples),
             M.FAILED_EPISODES: float(self.failed_episodes),
@@ -182,6 +184,7 @@ class LocalTrainer:
             **update_metrics,
             M.TIME_ROLLOUT_S: t1 - t0,
             M.TIME_UPDATE_S: t2 - t1,
+            **{key: gb for key, gb in peaks.items() if gb is not None},
         }
 
     def _update(self, samples: list[EpisodeSample], advantages: torch.Tensor, width: int):

@@ -67,6 +67,17 @@ def load_policy(cfg: ModelSettings, tokenizer, checkpoint: Path | None = None) -
     return model.to(resolve_device(cfg.device))
 
 
+def gpu_peak_gb(model: torch.nn.Module) -> float | None:
+    """The peak GPU memory torch allocated on `model`'s device since the last call, in GB,
+    and a new count started; None when the model is not on a CUDA device."""
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return None
+    peak = torch.cuda.max_memory_allocated(device) / 1e9
+    torch.cuda.reset_peak_memory_stats(device)
+    return peak
+
+
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     """The reference policy for the KL loss: the starting weights, never updated."""
     reference = copy.deepcopy(model).eval()

@@ -34,10 +34,10 @@ import math
 import os
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from env_service.engine import EngineError, EnvEngine, NotFoundError
+from env_service.engine import EnvEngine
+from env_service.errors import ForbiddenError, NotFoundError
 from env_service.json_body import SafeJsonRoute
 from env_service.statuses import errors
 from seal.bfcl.calls import CallParseError, ToolCall, checked_call
@@ -119,10 +119,6 @@ class Identity(BaseModel):
     pid: int
 
 
-class ForbiddenError(EngineError):
-    status = 403
-
-
 def _parsed(call: AssistantCall) -> ToolCall | CallParseError:
     if call.error is not None:
         return CallParseError(raw="", reason=call.error)
@@ -131,16 +127,6 @@ def _parsed(call: AssistantCall) -> ToolCall | CallParseError:
 
 def engine_of(request: Request) -> EnvEngine:
     return request.app.state.engine
-
-
-def error_reply(exc: EngineError) -> JSONResponse:
-    """The native API's answer to a refused request (app.py and hot_routes.py)."""
-    return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=exc.headers)
-
-
-def bug_reply(exc: Exception) -> JSONResponse:
-    """The native API's answer to a bug in the service (500; the caller logs it)."""
-    return JSONResponse({"detail": f"internal error: {type(exc).__name__}: {exc}"}, 500)
 
 
 def json_reply(model: BaseModel, status: int = 200) -> Response:

@@ -38,6 +38,13 @@ from pathlib import Path
 from env_service import release_state
 from env_service.config import ServiceConfig
 from env_service.episode import Episode, EpisodeCaps, StepOutcome
+from env_service.errors import (
+    BusyError,
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+    TooLargeError,
+)
 from env_service.execution import (
     EVALUATION_TIME_BUDGET,
     REBUILD_TIME_BUDGET,
@@ -59,35 +66,6 @@ from seal.tocf.state import CapabilityState
 __all__ = ["EnvEngine", "ServiceConfig"]  # ServiceConfig is imported from here too
 
 log = logging.getLogger("env_service")
-
-
-class EngineError(Exception):
-    """An error a client caused; `status` is the HTTP status both protocols answer with."""
-
-    status = 400
-    headers: dict[str, str] | None = None
-
-
-class InvalidRequestError(EngineError):
-    status = 422
-
-
-class NotFoundError(EngineError):
-    status = 404
-
-
-class ConflictError(EngineError):
-    status = 409
-
-
-class TooLargeError(EngineError):
-    status = 413
-
-
-class BusyError(EngineError):
-    status = 503
-    # Episodes end at the rate of steps (milliseconds each): a second is a fair wait.
-    headers = {"Retry-After": "1"}
 
 
 class ServiceStartError(ValueError):

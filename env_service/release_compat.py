@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from env_service import release_state
-from env_service.engine import EngineError, InvalidRequestError, NotFoundError
+from env_service.errors import EngineError, InvalidRequestError, NotFoundError
 from seal.bfcl.diagnosis import progress_counts
 from seal.bfcl.tasks import task_ids
 from seal.rollout.protocol import EpisodeSettings, EvolutionSettings

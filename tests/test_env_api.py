@@ -11,7 +11,8 @@ from bfcl_official import bfcl_globals_left
 from conftest import gt_texts, gt_turns
 
 from env_service.app import create_app
-from env_service.engine import EnvEngine, NotFoundError, ServiceConfig
+from env_service.engine import EnvEngine, ServiceConfig
+from env_service.errors import NotFoundError
 from seal.bfcl import prompt
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import tool_call_text

@@ -16,6 +16,7 @@
     GET    /v1/stats                       live episodes and totals
     GET    /v1/whoami                      200 only with the service's token: a launcher's
                                            check that it talks to its own service
+    GET    /healthz                        liveness and counts, open without the token
 
 No model's text format is involved: clients render and parse in their model's format
 (seal.formats). An episode played to its end therefore costs k + 1 requests (create and k steps); one
@@ -136,6 +137,8 @@ def json_reply(model: BaseModel, status: int = 200) -> Response:
 
 
 router = APIRouter(prefix="/v1", tags=["episodes"], route_class=SafeJsonRoute)
+health_router = APIRouter(tags=["service"])
+"""`/healthz`, outside /v1: load balancers and the original release's clients ask it."""
 
 
 def _created(episode_id: str, ep) -> EpisodeCreated:
@@ -302,3 +305,9 @@ async def whoami(request: Request):
             "this service was started without a token: it cannot prove whose it is"
         )
     return Identity(service="seal-bfcl-env", version=request.app.version, pid=os.getpid())
+
+
+@health_router.head("/healthz", include_in_schema=False)  # load balancers and curl -I ask HEAD
+@health_router.get("/healthz", summary="Liveness and counts; the one route open without the token")
+async def healthz(request: Request):
+    return {"status": "healthy", **engine_of(request).stats()}

@@ -17,11 +17,12 @@ import gc
 
 from fastapi import FastAPI
 
-from env_service import api_native, api_wire, errors
+from env_service import api_native, errors
 from env_service.config import ServiceConfig
 from env_service.engine import EnvEngine
 from env_service.hot_routes import HotRoutes
 from env_service.http_guard import Guard
+from env_service.release import api as release_api
 from seal.bfcl.backends import preload_backends
 from seal.bfcl.tasks import task_ids
 
@@ -68,17 +69,21 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.engine = engine
-    wire_paths = {route.path for route in api_wire.router.routes}
+    cfg = engine.config
+    app.include_router(api_native.router)
+    app.include_router(api_native.health_router)
+    # Off, the release's paths are unknown paths (404 in the native shape), and the
+    # OpenAPI schema has none of them.
+    wire_paths = release_api.PATHS if cfg.release_protocol else set()
+    if cfg.release_protocol:
+        app.include_router(release_api.router)
 
     def on_wire(path: str) -> bool:
         return path in wire_paths
 
     errors.install(app, on_wire)
-    app.include_router(api_native.router)
-    app.include_router(api_wire.router)
     # Added first, so it runs inside Guard (the last added is outermost).
     app.add_middleware(HotRoutes, engine=engine)
-    cfg = engine.config
     app.add_middleware(
         Guard,
         token=cfg.token,

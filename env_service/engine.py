@@ -1,6 +1,6 @@
 """The protocol-independent core of the service: live episodes, limits and the profile.
 
-Both HTTP protocols (api_native.py, api_wire.py) are thin layers over `EnvEngine`'s
+Both HTTP protocols (api_native.py, release/api.py) are thin layers over `EnvEngine`'s
 async methods (`acreate`, `astep`, `areport`): an episode's state machine lives here,
 on the event loop, and its tool calls and verification run in worker processes
 (env_service/workers.py), so no client's calls hold up another's requests. Registry
@@ -35,7 +35,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from env_service import release_state
 from env_service.config import ServiceConfig
 from env_service.episode import Episode, EpisodeCaps, StepOutcome
 from env_service.errors import (
@@ -53,6 +52,7 @@ from env_service.execution import (
     run_calls,
     run_now,
 )
+from env_service.release.state import check_release_state, is_release_state, release_profile
 from env_service.workers import WorkerPool
 from seal.bfcl import memory, web_search
 from seal.bfcl.agentic import AgenticTask, missing_dependency
@@ -110,12 +110,12 @@ class StateFile:
 
 def read_state_file(path: Path) -> StateFile:
     """This project's capability state (seal.tocf) or the original release's
-    (env_service/release_state.py); raises OSError or ValueError (StateFileError) with
+    (env_service/release/state.py); raises OSError or ValueError (StateFileError) with
     the reason."""
     data = read_json(path, "capability state")
-    if release_state.is_release_state(data):
-        release_state.check_release_state(data)
-        return StateFile(release_state.release_profile(data, None), data)
+    if is_release_state(data):
+        check_release_state(data)
+        return StateFile(release_profile(data, None), data)
     if not isinstance(data, dict):
         raise StateFileError(f"{path}: a JSON {type(data).__name__}, not a capability state")
     try:

@@ -26,7 +26,7 @@ import httpx
 import psutil
 import pytest
 
-from env_service import release_compat
+from env_service.release import compat
 from seal.bfcl.backends import ERROR_PREFIX, Backends
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.diagnosis import diagnose
@@ -445,7 +445,7 @@ def test_wire_errors_are_always_the_json_envelope(service, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(release_compat, "evaluation", broken)
+    monkeypatch.setattr(compat, "evaluation", broken)
     # The test client re-raises the service's errors unless told to show the answer.
     monkeypatch.setattr(http._transport, "raise_server_exceptions", False)
     crashed = http.post("/evaluate", json={"instance_id": instance_id})

@@ -70,6 +70,14 @@ class Episodes:
         assert reply.status_code == expect, reply.text
         return reply.json()
 
+    def call(self, episode_id: str, name: str, arguments: dict) -> dict:
+        """One assistant turn of one call, sent as given (a name no model format would
+        parse included): the StepResult."""
+        body = {"content": "", "tool_calls": [{"name": name, "arguments": arguments}]}
+        reply = self.http.post(f"/v1/episodes/{episode_id}/steps", json=body)
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
     def evaluate(self, episode_id: str) -> dict:
         """The Evaluation of a live episode (one that ended carries its own)."""
         reply = self.http.get(f"/v1/episodes/{episode_id}/evaluation")

@@ -425,20 +425,16 @@ def test_256_concurrent_episodes_of_one_task_stay_apart(record_property):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://env") as http:
 
-            async def post(path, **body):
+            async def post(path, status, body):
                 response = await http.post(path, json=body)
-                assert response.status_code == 200, response.text
-                return response.json()["data"]
+                assert response.status_code == status, response.text
+                return response.json()
 
             start = time.perf_counter()
-            created = await asyncio.gather(
-                *(
-                    post("/create", task_id=task_id, params={"rollout_mode": "validate"})
-                    for _ in range(n)
-                )
-            )
+            body = {"task_id": task_id, "settings": {"mode": "validate"}}
+            created = await asyncio.gather(*(post("/v1/episodes", 201, body) for _ in range(n)))
             create_s = time.perf_counter() - start
-            ids = [c["info"]["instance_id"] for c in created]
+            ids = [c["episode_id"] for c in created]
             assert len(set(ids)) == n
             scripts = [gt_script if i % 2 == 0 else own_script(i) for i in range(n)]
             replies = [[] for _ in range(n)]
@@ -446,33 +442,32 @@ def test_256_concurrent_episodes_of_one_task_stay_apart(record_property):
                 live = [i for i in range(n) if k < len(scripts[i])]
                 results = await asyncio.gather(
                     *(
-                        post(
-                            "/step",
-                            instance_id=ids[i],
-                            messages={"role": "assistant", "content": scripts[i][k]},
-                        )
+                        post(f"/v1/episodes/{ids[i]}/steps", 200, native_step(scripts[i][k], k + 1))
                         for i in live
                     )
                 )
                 for i, data in zip(live, results, strict=True):
                     replies[i].append(data)
+            # The ground truth's episodes ended (their last step carries the evaluation);
+            # the others are evaluated as they are.
             reports = await asyncio.gather(
-                *(post("/evaluate", instance_id=i, params={"sparse": False}) for i in ids)
+                *(http.get(f"/v1/episodes/{ids[i]}/evaluation") for i in range(n) if i % 2 == 1)
             )
-            return create_s, replies, reports
+            return create_s, replies, [r.json() for r in reports]
 
     create_s, replies, reports = asyncio.run(main())
     record_property("create_256_episodes_s", round(create_s, 3))
     print(f"created {n} episodes in {create_s:.2f} s")
     for i in range(n):
         if i % 2 == 0:
-            assert replies[i][-1]["is_terminated"] and replies[i][-1]["reward"] == 1.0, i
-            assert reports[i]["accuracy"] == 1
+            last = replies[i][-1]
+            assert last["terminated"] and last["reward"] == 1.0, i
+            assert last["evaluation"]["accuracy"] == 1
         else:
-            listing = replies[i][1]["state"][0]["content"]
-            assert json.loads(listing.split("\n")[1]) == {
+            listing = replies[i][1]["messages"][0]["content"]
+            assert json.loads(listing) == {
                 "current_directory_content": ["workspace", f"only_{i}"]
             }, i
-            assert reports[i]["tool_calls"] == 2
-    assert app.state.engine.stats()["live_episodes"] == n
+            assert reports[i // 2]["tool_calls"] == 2
+    assert app.state.engine.stats()["live_episodes"] == n // 2
     assert bfcl_globals_left() == []

@@ -17,6 +17,7 @@ import threading
 import httpx
 import pytest
 from conftest import gt_texts, gt_turns
+from wire_client import WireClient
 
 from env_service import __main__ as service_main
 from env_service import evolution
@@ -136,9 +137,11 @@ def dense_grader_capped(result: dict, cap: float, weight: float = 1.0) -> tuple[
 
 @pytest.fixture
 def release(service):
+    """A factory: (the service on the wire protocol, the release's trainer client)."""
+
     def start(**config):
         svc = service(**config)
-        return svc, ReleaseTrainer(svc.http)
+        return WireClient(svc.http, svc.engine), ReleaseTrainer(svc.http)
 
     return start
 

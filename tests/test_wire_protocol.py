@@ -40,6 +40,9 @@ def wire_service(service):
     return start
 
 
+# --- mounted by an option -----------------------------------------------------------------------
+
+
 def test_the_release_protocol_is_served_by_default(service):
     http = service().http
     schema = http.get("/openapi.json").json()["paths"]
@@ -71,6 +74,9 @@ def test_without_the_release_protocol_errors_are_the_native_shape(service):
         reply = off.post(path, json={})
         assert reply.status_code == 401, path
         assert set(reply.json()) == {"detail"}, path
+
+
+# --- the envelope --------------------------------------------------------------------------------
 
 
 def test_wire_errors_are_always_the_json_envelope(service, monkeypatch):
@@ -118,6 +124,9 @@ def test_a_step_over_its_time_budget_says_so_in_info_and_completed(service):
     report = wire.evaluate(flood)
     assert report["aborted"] == "step_time_budget" and report["completed"] is False
     assert wire.step(flood, calls_text("pwd", {}, 1), expect=409)["success"] is False
+
+
+# --- episodes in the release's shapes, Qwen2.5's text parsed by the service ---------------------
 
 
 @pytest.mark.parametrize("task_id", ONE_PER_CATEGORY)

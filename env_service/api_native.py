@@ -16,6 +16,7 @@
     GET    /v1/stats                       live episodes and totals
     GET    /v1/whoami                      200 only with the service's token: a launcher's
                                            check that it talks to its own service
+    GET    /healthz                        liveness and counts, open without the token
 
 No model's text format is involved: clients render and parse in their model's format
 (seal.formats). An episode played to its end therefore costs k + 1 requests (create and k steps); one
@@ -34,10 +35,10 @@ import math
 import os
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from env_service.engine import EngineError, EnvEngine, NotFoundError
+from env_service.engine import EnvEngine
+from env_service.errors import ForbiddenError, NotFoundError
 from env_service.json_body import SafeJsonRoute
 from env_service.statuses import errors
 from seal.bfcl.calls import CallParseError, ToolCall, checked_call
@@ -119,10 +120,6 @@ class Identity(BaseModel):
     pid: int
 
 
-class ForbiddenError(EngineError):
-    status = 403
-
-
 def _parsed(call: AssistantCall) -> ToolCall | CallParseError:
     if call.error is not None:
         return CallParseError(raw="", reason=call.error)
@@ -133,16 +130,6 @@ def engine_of(request: Request) -> EnvEngine:
     return request.app.state.engine
 
 
-def error_reply(exc: EngineError) -> JSONResponse:
-    """The native API's answer to a refused request (app.py and hot_routes.py)."""
-    return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=exc.headers)
-
-
-def bug_reply(exc: Exception) -> JSONResponse:
-    """The native API's answer to a bug in the service (500; the caller logs it)."""
-    return JSONResponse({"detail": f"internal error: {type(exc).__name__}: {exc}"}, 500)
-
-
 def json_reply(model: BaseModel, status: int = 200) -> Response:
     # pydantic's own JSON encoder: FastAPI's generic response path re-encodes the model
     # through jsonable_encoder, which cost more than the episode work on 20-30 KB prompts.
@@ -150,6 +137,8 @@ def json_reply(model: BaseModel, status: int = 200) -> Response:
 
 
 router = APIRouter(prefix="/v1", tags=["episodes"], route_class=SafeJsonRoute)
+health_router = APIRouter(tags=["service"])
+"""`/healthz`, outside /v1: load balancers and the original release's clients ask it."""
 
 
 def _created(episode_id: str, ep) -> EpisodeCreated:
@@ -316,3 +305,9 @@ async def whoami(request: Request):
             "this service was started without a token: it cannot prove whose it is"
         )
     return Identity(service="seal-bfcl-env", version=request.app.version, pid=os.getpid())
+
+
+@health_router.head("/healthz", include_in_schema=False)  # load balancers and curl -I ask HEAD
+@health_router.get("/healthz", summary="Liveness and counts; the one route open without the token")
+async def healthz(request: Request):
+    return {"status": "healthy", **engine_of(request).stats()}

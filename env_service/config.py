@@ -110,7 +110,7 @@ class ServiceConfig(BaseModel):
     capability_state_path: Path | None = None
     """A persisted capability state to read the failure profile from when no trainer has
     pushed one: this project's (seal.tocf) or the original release's (its wire clients'
-    diagnostic_evolution thresholds then select from it, env_service/release_state.py).
+    diagnostic_evolution thresholds then select from it, env_service/release/state.py).
     Re-read whenever the file changes. Unreadable at start: the service refuses to start.
     Unreadable later: the last good profile is kept and a warning names the file (GET
     /v1/profile shows it). The only file the service reads besides its own code and
@@ -120,6 +120,12 @@ class ServiceConfig(BaseModel):
     token: str | None = Field(None, min_length=1)
     """Bearer token every request but `GET /healthz` must carry (`Authorization: Bearer
     <token>`; 401 otherwise). Required to bind anything but a loopback interface."""
+
+    release_protocol: bool = True
+    """Serve the original SEAL release's wire protocol (/create, /step, /evaluate,
+    /release, /get_info, /get_env_profile: env_service/release/) for the release's own
+    clients. Off, those paths answer 404 like any unknown path; the native API (/v1) is
+    served either way."""
 
     # --- BFCL V4 agentic tasks (seal/bfcl/agentic.py) ---------------------------------------
     memory_snapshot_dir: Path | None = None

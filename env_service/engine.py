@@ -1,6 +1,6 @@
 """The protocol-independent core of the service: live episodes, limits and the profile.
 
-Both HTTP protocols (api_native.py, api_wire.py) are thin layers over `EnvEngine`'s
+Both HTTP protocols (api_native.py, release/api.py) are thin layers over `EnvEngine`'s
 async methods (`acreate`, `astep`, `areport`): an episode's state machine lives here,
 on the event loop, and its tool calls and verification run in worker processes
 (env_service/workers.py), so no client's calls hold up another's requests. Registry
@@ -35,9 +35,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from env_service import release_state
 from env_service.config import ServiceConfig
 from env_service.episode import Episode, EpisodeCaps, StepOutcome
+from env_service.errors import (
+    BusyError,
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+    TooLargeError,
+)
 from env_service.execution import (
     EVALUATION_TIME_BUDGET,
     REBUILD_TIME_BUDGET,
@@ -46,6 +52,7 @@ from env_service.execution import (
     run_calls,
     run_now,
 )
+from env_service.release.state import check_release_state, is_release_state, release_profile
 from env_service.workers import WorkerPool
 from seal.bfcl import memory, web_search
 from seal.bfcl.agentic import AgenticTask, missing_dependency
@@ -59,35 +66,6 @@ from seal.tocf.state import CapabilityState
 __all__ = ["EnvEngine", "ServiceConfig"]  # ServiceConfig is imported from here too
 
 log = logging.getLogger("env_service")
-
-
-class EngineError(Exception):
-    """An error a client caused; `status` is the HTTP status both protocols answer with."""
-
-    status = 400
-    headers: dict[str, str] | None = None
-
-
-class InvalidRequestError(EngineError):
-    status = 422
-
-
-class NotFoundError(EngineError):
-    status = 404
-
-
-class ConflictError(EngineError):
-    status = 409
-
-
-class TooLargeError(EngineError):
-    status = 413
-
-
-class BusyError(EngineError):
-    status = 503
-    # Episodes end at the rate of steps (milliseconds each): a second is a fair wait.
-    headers = {"Retry-After": "1"}
 
 
 class ServiceStartError(ValueError):
@@ -132,12 +110,12 @@ class StateFile:
 
 def read_state_file(path: Path) -> StateFile:
     """This project's capability state (seal.tocf) or the original release's
-    (env_service/release_state.py); raises OSError or ValueError (StateFileError) with
+    (env_service/release/state.py); raises OSError or ValueError (StateFileError) with
     the reason."""
     data = read_json(path, "capability state")
-    if release_state.is_release_state(data):
-        release_state.check_release_state(data)
-        return StateFile(release_state.release_profile(data, None), data)
+    if is_release_state(data):
+        check_release_state(data)
+        return StateFile(release_profile(data, None), data)
     if not isinstance(data, dict):
         raise StateFileError(f"{path}: a JSON {type(data).__name__}, not a capability state")
     try:

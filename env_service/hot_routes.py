@@ -17,20 +17,17 @@ two routes, which tests/test_env_hot_routes.py checks against FastAPI's answers.
 from __future__ import annotations
 
 import json
-import logging
 import re
 
 from pydantic import ValidationError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from env_service import api_native
-from env_service.engine import EngineError, EnvEngine
+from env_service import api_native, errors
+from env_service.engine import EnvEngine
 from env_service.http_guard import read_body, replay_body
 from env_service.json_body import parse_body
 from seal.rollout.protocol import CreateEpisode, StepRequest
-
-log = logging.getLogger("env_service")
 
 CREATE_PATH = "/v1/episodes"
 STEP_PATH = re.compile(r"/v1/episodes/(?P<episode_id>[^/]+)/steps")
@@ -63,16 +60,15 @@ class HotRoutes:
         await response(scope, receive, send)
 
     async def _answer(self, scope: Scope, episode_id: str | None, request) -> Response:
-        # The native API's error replies, as app.py's exception handlers give them.
+        # The native API's error replies, as the app's exception handlers give them.
         try:
             if episode_id is None:
                 return await api_native.create_reply(self.engine, request)
             return await api_native.step_reply(self.engine, episode_id, request)
-        except EngineError as exc:
-            return api_native.error_reply(exc)
-        except Exception as exc:  # noqa: BLE001 - a bug: logged, answered 500 like app.py's
-            log.exception("env_service: %s %s failed", scope["method"], scope["path"])
-            return api_native.bug_reply(exc)
+        except errors.EngineError as exc:
+            return errors.error_reply(exc, wire=False)
+        except Exception as exc:  # noqa: BLE001 - a bug: logged, answered 500 like the app's
+            return errors.bug_reply(exc, scope["method"], scope["path"], wire=False)
 
 
 def _hot_route(scope: Scope) -> tuple[str, str | None] | None:

@@ -11,17 +11,18 @@ and an unknown path without the token learns nothing (401, not 404):
   read and parsed whole (~1 GB peak) and only then refused. Bodies within the limit are
   read here and handed on whole (FastAPI reads them whole anyway).
 
-Errors answer in each protocol's own shape: the wire protocol's `{success, data, error}`
-envelope on its paths, `{"detail": ...}` elsewhere.
+Errors answer in each protocol's own shape (env_service/errors.py): `on_wire(path)` says
+which.
 """
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 
-import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from env_service import errors
 from env_service.connections import AUTHENTICATED
 
 OPEN_PATHS = {("GET", "/healthz"), ("HEAD", "/healthz")}
@@ -40,13 +41,13 @@ class Guard:
         token: str | None,
         max_body_bytes: int,
         max_profile_bytes: int,
-        wire_paths: set[str],
+        on_wire: Callable[[str], bool],
     ):
         self.app = app
         self.token = token.encode() if token else None
         self.max_body_bytes = max_body_bytes
         self.max_profile_bytes = max_profile_bytes
-        self.wire_paths = wire_paths
+        self.on_wire = on_wire
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -56,8 +57,8 @@ class Guard:
         guarded = self.token is not None and (method, path) not in OPEN_PATHS
         if guarded and not self._authorized(headers.get(b"authorization", b"")):
             message = "a valid bearer token is required (Authorization: Bearer <token>)"
-            challenge = {b"www-authenticate": b"Bearer"}
-            return await self._error(path, send, 401, message, challenge)
+            challenge = {"www-authenticate": "Bearer"}
+            return await self._error(scope, receive, send, 401, message, challenge)
         if guarded or self.token is None:
             # The connection has proved itself: it leaves the capped count of connections
             # that have not (env_service/connections.py).
@@ -70,12 +71,12 @@ class Guard:
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             message = f"request body of {int(declared)} bytes exceeds the limit of {limit} bytes"
-            return await self._error(path, send, 413, message, {b"connection": b"close"})
+            return await self._error(scope, receive, send, 413, message, {"connection": "close"})
         try:
             body, after = await read_body(receive, limit)
         except BodyTooLarge:
             message = f"request body exceeds the limit of {limit} bytes"
-            return await self._error(path, send, 413, message, {b"connection": b"close"})
+            return await self._error(scope, receive, send, 413, message, {"connection": "close"})
         return await self.app(scope, replay_body(body, after, receive), send)
 
     def _authorized(self, header: bytes) -> bool:
@@ -84,19 +85,11 @@ class Guard:
             return False
         return hmac.compare_digest(given.strip(), self.token)
 
-    async def _error(self, path: str, send: Send, status: int, message: str, extra: dict) -> None:
-        if path in self.wire_paths:
-            payload = {"success": False, "data": None, "error": message}
-        else:
-            payload = {"detail": message}
-        body = orjson.dumps(payload)
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            *extra.items(),
-        ]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+    async def _error(
+        self, scope: Scope, receive: Receive, send: Send, status: int, message: str, extra: dict
+    ) -> None:
+        response = errors.reply(message, status, self.on_wire(scope["path"]), extra)
+        await response(scope, receive, send)
 
 
 async def read_body(receive: Receive, limit: int | None = None) -> tuple[bytes, Message | None]:

@@ -2,7 +2,9 @@
 
 `service(**config)` starts the FastAPI app in-process (starlette's TestClient, lifespan
 included) with a `ServiceConfig` and returns a `Service`: the HTTP client, the engine
-behind it, and wire-protocol helpers that assert success. `live_service` runs the app
+behind it, and the native API's episode calls (`Episodes`), which check each status;
+`results(step)` lists a step's tool results. The wire protocol's own helper is
+tests/wire_client.py. `live_service` runs the app
 under uvicorn on a free local port, for clients that need a real socket.
 `service_process(*flags)` runs `python -m env_service` in its own process on a free
 port, for tests where the service may hang or must be signalled (it is killed after).
@@ -37,53 +39,77 @@ from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
 from seal.bfcl.tasks import load_task
 from seal.formats.base import ToolFormat
 from seal.formats.registry import HERMES, get_format
+from seal.rollout.env_client import call_body
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
 
+QWEN_FORMAT = get_format(HERMES)
+"""The tool format the harness writes and parses assistant texts in (Qwen2.5's)."""
 
-@dataclass
-class Service:
-    http: TestClient
-    engine: EnvEngine
 
-    def wire(self, path: str, expect: int = 200, **body) -> dict:
-        """POST a wire-protocol body; check the status and the `success` flag."""
-        response = self.http.post(path, json=body)
-        assert response.status_code == expect, response.text
-        payload = response.json()
-        assert payload["success"] is (expect == 200), payload
-        return payload
+class Episodes:
+    """The native API's episode calls, each checking its status: over the in-process
+    app (`Service`) or a service on a socket (`Episodes(httpx.Client(base_url=url))`).
+    Steps take a model's text in Qwen2.5's format and send the calls the client parses
+    from it, as the project's clients do (seal/rollout/env_client.py)."""
 
-    def create(self, task_id: str, instance_id: str | None = None, **params) -> tuple[str, dict]:
-        body = {"env_type": "bfcl", "task_id": task_id, "params": params}
-        if instance_id is not None:
-            body["instance_id"] = instance_id
-        data = self.wire("/create", **body)["data"]
-        return data["info"]["instance_id"], data
+    def __init__(self, http: httpx.Client):
+        self.http = http
 
-    def step(self, instance_id: str, content: str, expect: int = 200) -> dict:
-        message = {"role": "assistant", "content": content}
-        payload = self.wire("/step", expect=expect, instance_id=instance_id, messages=message)
-        return payload["data"] if expect == 200 else payload
+    def create(self, task_id: str, episode_id: str | None = None, **settings) -> tuple[str, dict]:
+        """Create an episode with `settings` (EpisodeSettings' keys): (its id, the reply)."""
+        body = {"task_id": task_id, "episode_id": episode_id, "settings": settings}
+        reply = self.http.post("/v1/episodes", json=body)
+        assert reply.status_code == 201, reply.text
+        return reply.json()["episode_id"], reply.json()
 
-    def tools(self, instance_id: str) -> list[str]:
-        """The tool names `/get_info` lists (its answer is the release's text list)."""
-        text = self.wire("/get_info", instance_id=instance_id)["data"]
-        head, *lines = text.split("\n")
-        assert head == "Available tools:" and all(line.startswith("- ") for line in lines), text
-        return [line[2:] for line in lines]
+    def step(self, episode_id: str, text: str, expect: int = 200) -> dict:
+        """One assistant turn: the StepResult, or the error's body when `expect` is one."""
+        calls = [call_body(call) for call in QWEN_FORMAT.parse(text)]
+        body = {"content": text, "tool_calls": calls}
+        reply = self.http.post(f"/v1/episodes/{episode_id}/steps", json=body)
+        assert reply.status_code == expect, reply.text
+        return reply.json()
 
-    def evaluate(self, instance_id: str, sparse: bool = False):
-        return self.wire("/evaluate", instance_id=instance_id, params={"sparse": sparse})["data"]
+    def call(self, episode_id: str, name: str, arguments: dict) -> dict:
+        """One assistant turn of one call, sent as given (a name no model format would
+        parse included): the StepResult."""
+        body = {"content": "", "tool_calls": [{"name": name, "arguments": arguments}]}
+        reply = self.http.post(f"/v1/episodes/{episode_id}/steps", json=body)
+        assert reply.status_code == 200, reply.text
+        return reply.json()
 
-    def play(self, instance_id: str, turns: list[list[str]]) -> list[dict]:
-        """Send each turn's texts until the episode ends; returns every step's data."""
+    def evaluate(self, episode_id: str) -> dict:
+        """The Evaluation of a live episode (one that ended carries its own)."""
+        reply = self.http.get(f"/v1/episodes/{episode_id}/evaluation")
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    def release(self, episode_id: str) -> None:
+        reply = self.http.delete(f"/v1/episodes/{episode_id}")
+        assert reply.status_code == 204, reply.text
+
+    def play(self, episode_id: str, turns: list[list[str]]) -> list[dict]:
+        """Send each turn's texts until the episode ends; returns every StepResult."""
         replies = []
         for texts in turns:
             for text in texts:
-                replies.append(self.step(instance_id, text))
-                if replies[-1]["is_terminated"]:
+                replies.append(self.step(episode_id, text))
+                if replies[-1]["terminated"]:
                     return replies
         return replies
+
+
+def results(step: dict) -> list[str]:
+    """The tool results a StepResult answers, in the order of the step's calls."""
+    return [m["content"] for m in step["messages"] if m["role"] == "tool"]
+
+
+class Service(Episodes):
+    """The app in this process: its TestClient (`http`) and its engine."""
+
+    def __init__(self, http: TestClient, engine: EnvEngine):
+        super().__init__(http)
+        self.engine = engine
 
 
 @pytest.fixture

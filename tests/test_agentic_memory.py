@@ -143,13 +143,6 @@ def test_memory_tasks_are_refused_by_a_service_without_a_snapshot_folder():
         play_prereq(url, prereq_id)
 
 
-def test_the_wire_protocol_refuses_agentic_tasks(service, tmp_path):
-    svc = service(memory_snapshot_dir=tmp_path)
-    body = {"env_type": "bfcl", "task_id": notetaker("memory_rec_sum")}
-    payload = svc.wire("/create", expect=404, **body)
-    assert "native API" in json.dumps(payload)
-
-
 def test_the_first_message_without_a_tool_call_is_the_answer_and_ends_the_question(tmp_path):
     question_id = notetaker("memory_rec_sum")
     question = load_task(question_id)

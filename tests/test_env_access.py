@@ -16,7 +16,7 @@ import logging
 import os
 
 import pytest
-from test_env_evolution import system_prompt, write_state
+from test_env_evolution import system_text, write_state
 
 from env_service import __main__ as service_main
 from env_service import evolution
@@ -155,7 +155,7 @@ def test_the_pushed_profile_is_checked(service):
         assert reply.status_code == 422, (bad, reply.text)
     # Refused profiles changed nothing: guided episodes still get the good one.
     assert http.get("/v1/profile").json()["profile"]["tags"] == good["tags"]
-    guided = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True)
+    guided = system_text(svc, "multi_turn_base_0", guidelines=True)
     assert evolution.GUIDELINES[T.STATE_MISMATCH] in guided
 
 
@@ -188,14 +188,14 @@ def test_a_truncated_capability_state_stops_the_service_from_starting(tmp_path, 
 def test_a_capability_state_truncated_later_breaks_no_create(service, tmp_path, caplog):
     path = write_state(tmp_path, T.STATE_MISMATCH)
     svc = service(capability_state_path=path)
-    guided = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True)
+    guided = system_text(svc, "multi_turn_base_0", guidelines=True)
     assert evolution.GUIDELINES[T.STATE_MISMATCH] in guided
     truncate(path)
     with caplog.at_level(logging.WARNING, logger="env_service"):
         # Validation never reads the file; guided episodes keep the last good profile.
-        svc.create("multi_turn_base_0", rollout_mode="validate")
-        assert system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True) == guided
-        assert system_prompt(svc, "multi_turn_base_1", diagnostic_guidelines=True)
+        svc.create("multi_turn_base_0", mode="validate")
+        assert system_text(svc, "multi_turn_base_0", guidelines=True) == guided
+        assert system_text(svc, "multi_turn_base_1", guidelines=True)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and str(path) in warnings[0]
     profile = svc.http.get("/v1/profile").json()

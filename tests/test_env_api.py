@@ -1,5 +1,6 @@
-"""Both HTTP protocols end to end: the ground-truth policy scores 1, turns advance, bad
-input gets a clear status, limits hold, and 256 concurrent episodes stay apart."""
+"""The native API end to end: the ground-truth policy scores 1, turns advance, bad input
+gets a clear status, limits hold, and 256 concurrent episodes stay apart. The original
+release's wire protocol has its own tests (tests/test_wire_*.py)."""
 
 import asyncio
 import json
@@ -8,10 +9,11 @@ import time
 import httpx
 import pytest
 from bfcl_official import bfcl_globals_left
-from conftest import gt_texts, gt_turns
+from conftest import gt_texts, gt_turns, results
 
 from env_service.app import create_app
-from env_service.engine import EnvEngine, NotFoundError, ServiceConfig
+from env_service.engine import EnvEngine, ServiceConfig
+from env_service.errors import NotFoundError
 from seal.bfcl import prompt
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import tool_call_text
@@ -33,113 +35,50 @@ def call_text(name, **arguments):
     return tool_call_text([ToolCall(name, arguments)])
 
 
-# --- wire protocol ----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("task_id", ONE_PER_CATEGORY)
-def test_wire_ground_truth_scores_one(service, task_id):
-    svc = service()
-    task = load_task(task_id)
-    instance_id, data = svc.create(task_id, rollout_mode="validate")
-    assert [m["role"] for m in data["state"]] == ["system", "user"]
-    assert data["state"][0]["content"].startswith(prompt.BASE_INSTRUCTIONS)
-    assert data["state"][1]["content"] == task.questions[0][0]["content"]
-    assert (data["reward"], data["is_terminated"]) == (0.0, False)
-    assert data["info"]["num_turns"] == task.num_turns
-    assert data["info"]["category"] == task.category
-
-    replies = svc.play(instance_id, gt_turns(task_id))
-    assert [r["is_terminated"] for r in replies] == [False] * (len(replies) - 1) + [True]
-    assert [r["reward"] for r in replies] == [0.0] * (len(replies) - 1) + [1.0]
-    assert replies[-1]["state"] == [
-        {"role": "user", "content": "[CONVERSATION_COMPLETED]", "tool_calls": []}
-    ]
-
-    sparse = svc.evaluate(instance_id, sparse=True)
-    assert isinstance(sparse, float) and sparse == 1.0
-    report = svc.evaluate(instance_id)
-    assert report["accuracy"] == 1
-    assert report["progress"] == 1.0
-    assert len(report["failure_tags"]) == task.num_turns
-    assert set(report["failure_tags"]) <= {"pass", "correct_abstention"}
-    assert report["invalid_calls"] == 0 and report["tool_errors"] == 0
-    assert report["terminated"] and not report["truncated"]
-
-    svc.wire("/release", instance_id=instance_id)
-    svc.wire("/get_info", expect=404, instance_id=instance_id)
-    assert svc.http.get("/healthz").json()["live_episodes"] == 0
-    assert bfcl_globals_left() == []
+# --- episodes ---------------------------------------------------------------------------------
 
 
 def test_a_message_without_tool_calls_advances_the_turn(service):
     svc = service()
     task = load_task("multi_turn_base_0")
-    instance_id, _ = svc.create(task.task_id)
+    episode_id, _ = svc.create(task.task_id)
     for turn in range(1, task.num_turns):
-        data = svc.step(instance_id, "I would rather not.")
+        data = svc.step(episode_id, "I would rather not.")
         question = task.questions[turn][0]["content"]
-        assert data["state"] == [{"role": "user", "content": question, "tool_calls": []}]
-        assert data["info"]["turn"] == turn
-        assert (data["is_terminated"], data["reward"]) == (False, 0.0)
-        assert svc.http.get(f"/v1/episodes/{instance_id}").json()["turn"] == turn
-    last = svc.step(instance_id, "Still no.")
-    assert (last["is_terminated"], last["reward"]) == (True, 0.0)
-    assert [m["content"] for m in last["state"]] == ["[CONVERSATION_COMPLETED]"]
-    report = svc.evaluate(instance_id)
+        assert [(m["role"], m["content"]) for m in data["messages"]] == [("user", question)]
+        assert data["turn"] == turn
+        assert (data["terminated"], data["reward"]) == (False, 0.0)
+        assert svc.http.get(f"/v1/episodes/{episode_id}").json()["turn"] == turn
+    last = svc.step(episode_id, "Still no.")
+    assert (last["terminated"], last["reward"], last["messages"]) == (True, 0.0, [])
+    report = last["evaluation"]
     assert report["failure_tags"] == ["empty_turn_model_response"] * task.num_turns
     assert (report["accuracy"], report["progress"]) == (0, 0.0)
     # Stepping an ended episode is a conflict, not a new turn.
-    error = svc.step(instance_id, "hello?", expect=409)
-    assert "has ended" in error["error"]
-
-
-def test_tool_calls_answer_with_one_user_message_of_results(service):
-    svc = service()
-    instance_id, _ = svc.create("multi_turn_base_1")
-    text = call_text("pwd") + "\n" + call_text("ls", a=True)
-    data = svc.step(instance_id, text)
-    assert data["info"]["turn"] == 0
-    assert data["state"] == [
-        {
-            "role": "user",
-            "content": prompt.tool_response_message(
-                [
-                    '{"current_working_directory": "/alex"}',
-                    '{"current_directory_content": ["workspace"]}',
-                ]
-            ),
-            "tool_calls": [],
-        }
-    ]
+    assert "has ended" in svc.step(episode_id, "hello?", expect=409)["detail"]
 
 
 def test_holdout_tool_is_refused_before_its_turn_and_works_after(service):
     svc = service()
     task = load_task("multi_turn_miss_func_0")
     assert list(task.held_out) == [3] and task.held_out[3][0]["name"] == "sort"
-    instance_id, data = svc.create(task.task_id, rollout_mode="validate")
-    assert '"name": "sort"' not in data["state"][0]["content"]
-    assert "sort" not in svc.tools(instance_id)
+    episode_id, created = svc.create(task.task_id, mode="validate")
+    assert "sort" not in [d["name"] for d in created["tools"]]
 
     turns = gt_turns(task.task_id)
-    svc.play(instance_id, turns[:2])
+    svc.play(episode_id, turns[:2])
     # Turn 2 asks for sorting, but sort is not available yet: a clear refusal.
-    refused = svc.step(instance_id, call_text("sort", file_name="final_report.pdf"))
-    assert refused["state"][0]["content"] == (
-        "<tool_response>\nError: tool 'sort' is not available yet\n</tool_response>"
-    )
-    reveal = svc.step(instance_id, "I cannot sort without a sort tool.")
-    assert reveal["info"]["turn"] == 3
-    [holdout] = reveal["state"]
-    assert holdout["role"] == "user"
-    assert holdout["content"].startswith(prompt.HOLDOUT_NOTICE)
-    assert json.dumps(prompt.to_tool(task.held_out[3][0]), ensure_ascii=False) in holdout["content"]
-    assert "sort" in svc.tools(instance_id)
+    refused = svc.step(episode_id, call_text("sort", file_name="final_report.pdf"))
+    assert results(refused) == ["Error: tool 'sort' is not available yet"]
+    reveal = svc.step(episode_id, "I cannot sort without a sort tool.")
+    assert reveal["turn"] == 3
+    [holdout] = reveal["messages"]
+    assert holdout["role"] == "user" and holdout["tools"] == task.held_out[3]
 
-    replies = svc.play(instance_id, turns[3:])
-    assert "sorted_content" in replies[0]["state"][0]["content"]
+    replies = svc.play(episode_id, turns[3:])
+    assert "sorted_content" in results(replies[0])[0]
     assert replies[-1]["reward"] == 1.0
-    report = svc.evaluate(instance_id)
+    report = replies[-1]["evaluation"]
     assert report["failure_tags"] == ["pass", "pass", "correct_abstention", "pass", "pass"]
     assert report["invalid_by_kind"] == {"unavailable_tool": 1}
 
@@ -150,33 +89,23 @@ def test_two_episodes_of_one_task_share_no_state(service):
     second, _ = svc.create("multi_turn_base_1")
     svc.step(first, call_text("mkdir", dir_name="made_in_first"))
     svc.step(first, call_text("cd", folder="workspace"))
-    assert svc.step(first, call_text("rm", file_name="log.txt"))["state"][0]["content"] == (
-        '<tool_response>\n{"result": "\'log.txt\' removed"}\n</tool_response>'
-    )
-    listing = svc.step(second, call_text("ls", a=True))["state"][0]["content"]
+    assert results(svc.step(first, call_text("rm", file_name="log.txt"))) == [
+        '{"result": "\'log.txt\' removed"}'
+    ]
+    [listing] = results(svc.step(second, call_text("ls", a=True)))
     assert "made_in_first" not in listing
     svc.step(second, call_text("cd", folder="workspace"))
-    assert "log.txt" in svc.step(second, call_text("ls", a=True))["state"][0]["content"]
-    assert "log.txt" not in svc.step(first, call_text("ls", a=True))["state"][0]["content"]
-
-
-def test_get_info_and_healthz(service):
-    svc = service()
-    instance_id, _ = svc.create("multi_turn_base_1", rollout_mode="validate")
-    assert svc.tools(instance_id) == [d["name"] for d in load_task("multi_turn_base_1").tools]
-    health = svc.http.get("/healthz").json()
-    assert health["status"] == "healthy"
-    assert (health["live_episodes"], health["created"]) == (1, 1)
+    assert "log.txt" in results(svc.step(second, call_text("ls", a=True)))[0]
+    assert "log.txt" not in results(svc.step(first, call_text("ls", a=True)))[0]
 
 
 def test_max_steps_truncates(service):
     svc = service()
-    instance_id, _ = svc.create("multi_turn_base_1", max_steps=2)
-    assert svc.step(instance_id, call_text("pwd"))["is_terminated"] is False
-    data = svc.step(instance_id, call_text("pwd"))
-    assert data["is_terminated"] is True
-    assert data["info"]["truncated"] is True
-    assert svc.evaluate(instance_id)["truncated"] is True
+    episode_id, _ = svc.create("multi_turn_base_1", limits={"max_generations": 2})
+    assert svc.step(episode_id, call_text("pwd"))["terminated"] is False
+    data = svc.step(episode_id, call_text("pwd"))
+    assert (data["terminated"], data["truncated"]) == (True, True)
+    assert data["evaluation"]["truncated"] is True
 
 
 # --- native API -------------------------------------------------------------------------------
@@ -218,7 +147,7 @@ def test_native_steps_take_structured_calls(service):
     )
 
 
-@pytest.mark.parametrize("task_id", ["multi_turn_base_0", "multi_turn_miss_func_0"])
+@pytest.mark.parametrize("task_id", ONE_PER_CATEGORY)
 def test_native_ground_truth_scores_one(service, task_id):
     http = service().http
     task = load_task(task_id)
@@ -237,25 +166,31 @@ def test_native_ground_truth_scores_one(service, task_id):
     }
     assert info["tools"] == [d["name"] for d in task.tools]
 
-    seq = 0
+    seq, rewards = 0, []
     for texts in gt_turns(task_id):
         for text in texts:
             seq += 1
             result = http.post("/v1/episodes/ep-1/steps", json=native_step(text, seq))
             assert result.status_code == 200
             assert result.json()["seq"] == seq
+            rewards.append(result.json()["reward"])
             if not result.json()["terminated"]:
                 assert result.json()["evaluation"] is None
                 assert http.get("/v1/episodes/ep-1").json()["mode"] == "sample"
     final = result.json()
-    assert final["terminated"] is True and final["reward"] == 1.0
+    assert final["terminated"] is True and rewards == [0.0] * (seq - 1) + [1.0]
     # The step that ends the episode carries the evaluation and releases the episode.
-    assert final["evaluation"]["accuracy"] == 1
-    assert len(final["evaluation"]["failure_tags"]) == task.num_turns
+    report = final["evaluation"]
+    assert report["accuracy"] == 1 and report["progress"] == 1.0
+    assert len(report["failure_tags"]) == task.num_turns
+    assert set(report["failure_tags"]) <= {"pass", "correct_abstention"}
+    assert report["invalid_calls"] == 0 and report["tool_errors"] == 0
+    assert report["terminated"] and not report["truncated"]
     assert http.get("/v1/episodes/ep-1").status_code == 404
     assert http.get("/v1/stats").json() | {"live_episodes": 0, "released": 1} == (
         http.get("/v1/stats").json()
     )
+    assert bfcl_globals_left() == []
 
 
 def test_native_retries_are_answered_not_rerun(service):
@@ -341,54 +276,37 @@ def test_malformed_bodies(service):
     native = svc.http.post("/v1/episodes", **bad)
     assert native.status_code == 422 and "detail" in native.json()
     assert svc.http.post("/v1/episodes", json={"episode_id": "x"}).status_code == 422
-    for path in ["/create", "/step", "/evaluate", "/release", "/get_info"]:
-        for request in [bad, {"json": [1, 2]}, {"json": {"params": "not a dict"}}]:
-            response = svc.http.post(path, **request)
-            assert response.status_code == 422, (path, request)
-            payload = response.json()
-            assert payload["success"] is False and payload["data"] is None, (path, payload)
-            assert "malformed request body" in payload["error"]
-    instance_id, _ = svc.create("multi_turn_base_1")
-    for messages in [None, 5, "text", [], {"role": "assistant"}, {"content": 3}]:
-        error = svc.wire("/step", expect=422, instance_id=instance_id, messages=messages)
-        assert "'messages' must be" in error["error"]
-    assert "'instance_id' is required" in svc.wire("/step", expect=422, messages={})["error"]
-    assert "'task_id' is required" in svc.wire("/create", expect=422)["error"]
 
 
 def test_unknown_task(service):
     svc = service()
-    error = svc.wire("/create", expect=404, task_id="multi_turn_base_999")
-    assert "multi_turn_base_999" in error["error"]
+    unknown = svc.http.post("/v1/episodes", json={"task_id": "multi_turn_base_999"})
+    assert unknown.status_code == 404 and "multi_turn_base_999" in unknown.json()["detail"]
     assert svc.http.post("/v1/episodes", json={"task_id": "nope_1"}).status_code == 404
     assert svc.http.get("/v1/tasks/multi_turn_base_999").status_code == 404
 
 
 def test_unknown_and_released_episodes(service):
     svc = service()
-    for path in ["/step", "/evaluate", "/get_info"]:
-        body = {"instance_id": "ghost", "messages": {"role": "assistant", "content": "x"}}
-        assert "ghost" in svc.wire(path, expect=404, **body)["error"]
-    instance_id, _ = svc.create("multi_turn_base_1")
-    svc.wire("/release", instance_id=instance_id)
-    assert svc.step(instance_id, "hi", expect=404)["success"] is False
-    # /release of an id that is gone: 200 with success false, as the release answers.
-    for ghost in ("ghost", instance_id):
-        again = svc.http.post("/release", json={"instance_id": ghost})
-        assert again.status_code == 200 and again.json()["success"] is False
-        assert ghost in again.json()["error"]
     http = svc.http
     assert http.post("/v1/episodes/ghost/steps", json=native_step("x", None)).status_code == 404
     assert http.get("/v1/episodes/ghost/evaluation").status_code == 404
     assert http.get("/v1/episodes/ghost").status_code == 404
     assert http.delete("/v1/episodes/ghost").status_code == 404
+    episode_id, _ = svc.create("multi_turn_base_1")
+    svc.release(episode_id)
+    assert episode_id in svc.step(episode_id, "hi", expect=404)["detail"]
+    assert http.get(f"/v1/episodes/{episode_id}/evaluation").status_code == 404
+    assert http.delete(f"/v1/episodes/{episode_id}").status_code == 404
 
 
 def test_reused_episode_id_is_a_conflict(service):
     svc = service()
-    svc.create("multi_turn_base_1", instance_id="mine")
-    error = svc.wire("/create", expect=409, task_id="multi_turn_base_2", instance_id="mine")
-    assert "already in use" in error["error"]
+    svc.create("multi_turn_base_1", "mine")
+    other = svc.http.post(
+        "/v1/episodes", json={"task_id": "multi_turn_base_2", "episode_id": "mine"}
+    )
+    assert other.status_code == 409 and "already in use" in other.json()["detail"]
     assert svc.http.get("/v1/episodes/mine").json()["task_id"] == "multi_turn_base_1"
     # Same task and settings before any step is a retried create (answered, see
     # test_native_retries_are_answered_not_rerun); other settings are a conflict.
@@ -401,8 +319,8 @@ def test_reused_episode_id_is_a_conflict(service):
         },
     )
     assert native.status_code == 409
-    svc.wire("/release", instance_id="mine")
-    svc.create("multi_turn_base_2", instance_id="mine")  # free again after release
+    svc.release("mine")
+    svc.create("multi_turn_base_2", "mine")  # free again after release
 
 
 def test_step_after_the_end_native(service):
@@ -416,34 +334,30 @@ def test_step_after_the_end_native(service):
 
 def test_oversized_message(service):
     svc = service(max_message_chars=200)
-    instance_id, _ = svc.create("multi_turn_base_1")
-    error = svc.step(instance_id, "x" * 201, expect=413)
-    assert "201 characters exceeds the limit of 200" in error["error"]
-    http = svc.http
-    http.post("/v1/episodes", json={"task_id": "multi_turn_base_1", "episode_id": "n"})
-    assert http.post("/v1/episodes/n/steps", json=native_step("y" * 500, None)).status_code == 413
+    episode_id, _ = svc.create("multi_turn_base_1")
+    error = svc.step(episode_id, "x" * 201, expect=413)
+    assert "201 characters exceeds the limit of 200" in error["detail"]
     # Refused messages were not counted; the episode goes on normally.
-    svc.step(instance_id, call_text("pwd"))
-    assert svc.evaluate(instance_id)["steps"] == 1
+    svc.step(episode_id, call_text("pwd"))
+    assert svc.evaluate(episode_id)["steps"] == 1
 
 
 def test_unparseable_calls_are_observations_not_http_failures(service):
     svc = service()
-    instance_id, _ = svc.create("multi_turn_base_1", rollout_mode="validate")
+    episode_id, _ = svc.create("multi_turn_base_1", mode="validate")
     text = (
         '<tool_call>\n{"name": "ls", "arguments": {"a": true}\n</tool_call>\n'
         '<tool_call>\n{"name": "mv", "arguments": {"source": "x"}}\n</tool_call>\n'
         '<tool_call>\n{"name": "cd", "arguments": {"dir": "x"}}\n</tool_call>\n'
         '<tool_call>\n{"name": "pwd"'
     )
-    data = svc.step(instance_id, text)
-    content = data["state"][0]["content"]
-    assert content.count("<tool_response>") == 4
-    assert "Error: could not parse tool call: the block is not valid JSON" in content
-    assert "Error: mv is missing required argument(s) ['destination']" in content
-    assert "Error: cd got unexpected argument(s) ['dir']; allowed: ['folder']" in content
-    assert "not closed with </tool_call>" in content
-    report = svc.evaluate(instance_id)
+    answered = results(svc.step(episode_id, text))
+    assert len(answered) == 4
+    assert answered[0].startswith("Error: could not parse tool call: the block is not valid JSON")
+    assert answered[1] == "Error: mv is missing required argument(s) ['destination']"
+    assert answered[2] == "Error: cd got unexpected argument(s) ['dir']; allowed: ['folder']"
+    assert "not closed with </tool_call>" in answered[3]
+    report = svc.evaluate(episode_id)
     assert report["invalid_calls"] == 4
     assert report["invalid_by_kind"] == {
         "parse": 2,
@@ -457,13 +371,13 @@ def test_busy_cap_loses_nothing(service):
     svc = service(max_live_episodes=2)
     first, _ = svc.create("multi_turn_base_1")
     second, _ = svc.create("multi_turn_base_1")
-    error = svc.wire("/create", expect=503, task_id="multi_turn_base_1")
-    assert "busy" in error["error"]
-    assert svc.http.post("/v1/episodes", json={"task_id": "multi_turn_base_1"}).status_code == 503
-    for instance_id in (first, second):
-        assert "workspace" in svc.step(instance_id, call_text("ls"))["state"][0]["content"]
-    assert svc.engine.stats()["rejected_busy"] == 2
-    svc.wire("/release", instance_id=first)
+    busy = svc.http.post("/v1/episodes", json={"task_id": "multi_turn_base_1"})
+    assert busy.status_code == 503 and "busy" in busy.json()["detail"]
+    assert busy.headers["retry-after"] == "1"
+    for episode_id in (first, second):
+        assert "workspace" in results(svc.step(episode_id, call_text("ls")))[0]
+    assert svc.engine.stats()["rejected_busy"] == 1
+    svc.release(first)
     svc.create("multi_turn_base_1")
 
 
@@ -487,42 +401,12 @@ def test_idle_episodes_expire_in_the_engine():
 
 def test_idle_episodes_expire_behind_http(service):
     svc = service(episode_ttl_s=0.2)
-    instance_id, _ = svc.create("multi_turn_base_1")
+    episode_id, _ = svc.create("multi_turn_base_1")
     deadline = time.monotonic() + 10
-    while instance_id in svc.engine.episodes and time.monotonic() < deadline:
+    while episode_id in svc.engine.episodes and time.monotonic() < deadline:
         time.sleep(0.05)  # the service's own background sweep drops it
-    assert svc.step(instance_id, call_text("pwd"), expect=404)["success"] is False
+    assert episode_id in svc.step(episode_id, call_text("pwd"), expect=404)["detail"]
     assert svc.engine.stats()["expired"] == 1
-
-
-def test_wrong_env_type(service):
-    svc = service()
-    error = svc.wire("/create", expect=400, env_type="webshop", task_id="multi_turn_base_1")
-    assert "env_type 'webshop'" in error["error"]
-
-
-@pytest.mark.parametrize(
-    "params",
-    [
-        {"rollout_mode": "foo"},
-        {"max_steps": 0},
-        {"partial_credit_cap": 1.5},
-        {"max_guidelines": 99},
-        {"observation_lite": "sometimes"},
-    ],
-)
-def test_invalid_params(service, params):
-    svc = service()
-    error = svc.wire("/create", expect=422, task_id="multi_turn_base_1", params=params)
-    assert "invalid params" in error["error"]
-    assert svc.engine.stats()["live_episodes"] == 0
-
-
-def test_unknown_params_are_echoed(service):
-    svc = service()
-    params = {"temperature": 0.7, "observation_lite": True, "rollout_mode": "sample", "obs_lite": 1}
-    _, data = svc.create("multi_turn_base_1", **params)
-    assert data["info"]["ignored_params"] == ["obs_lite", "temperature"]
 
 
 # --- concurrency ------------------------------------------------------------------------------
@@ -541,20 +425,16 @@ def test_256_concurrent_episodes_of_one_task_stay_apart(record_property):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://env") as http:
 
-            async def post(path, **body):
+            async def post(path, status, body):
                 response = await http.post(path, json=body)
-                assert response.status_code == 200, response.text
-                return response.json()["data"]
+                assert response.status_code == status, response.text
+                return response.json()
 
             start = time.perf_counter()
-            created = await asyncio.gather(
-                *(
-                    post("/create", task_id=task_id, params={"rollout_mode": "validate"})
-                    for _ in range(n)
-                )
-            )
+            body = {"task_id": task_id, "settings": {"mode": "validate"}}
+            created = await asyncio.gather(*(post("/v1/episodes", 201, body) for _ in range(n)))
             create_s = time.perf_counter() - start
-            ids = [c["info"]["instance_id"] for c in created]
+            ids = [c["episode_id"] for c in created]
             assert len(set(ids)) == n
             scripts = [gt_script if i % 2 == 0 else own_script(i) for i in range(n)]
             replies = [[] for _ in range(n)]
@@ -562,33 +442,32 @@ def test_256_concurrent_episodes_of_one_task_stay_apart(record_property):
                 live = [i for i in range(n) if k < len(scripts[i])]
                 results = await asyncio.gather(
                     *(
-                        post(
-                            "/step",
-                            instance_id=ids[i],
-                            messages={"role": "assistant", "content": scripts[i][k]},
-                        )
+                        post(f"/v1/episodes/{ids[i]}/steps", 200, native_step(scripts[i][k], k + 1))
                         for i in live
                     )
                 )
                 for i, data in zip(live, results, strict=True):
                     replies[i].append(data)
+            # The ground truth's episodes ended (their last step carries the evaluation);
+            # the others are evaluated as they are.
             reports = await asyncio.gather(
-                *(post("/evaluate", instance_id=i, params={"sparse": False}) for i in ids)
+                *(http.get(f"/v1/episodes/{ids[i]}/evaluation") for i in range(n) if i % 2 == 1)
             )
-            return create_s, replies, reports
+            return create_s, replies, [r.json() for r in reports]
 
     create_s, replies, reports = asyncio.run(main())
     record_property("create_256_episodes_s", round(create_s, 3))
     print(f"created {n} episodes in {create_s:.2f} s")
     for i in range(n):
         if i % 2 == 0:
-            assert replies[i][-1]["is_terminated"] and replies[i][-1]["reward"] == 1.0, i
-            assert reports[i]["accuracy"] == 1
+            last = replies[i][-1]
+            assert last["terminated"] and last["reward"] == 1.0, i
+            assert last["evaluation"]["accuracy"] == 1
         else:
-            listing = replies[i][1]["state"][0]["content"]
-            assert json.loads(listing.split("\n")[1]) == {
+            listing = replies[i][1]["messages"][0]["content"]
+            assert json.loads(listing) == {
                 "current_directory_content": ["workspace", f"only_{i}"]
             }, i
-            assert reports[i]["tool_calls"] == 2
-    assert app.state.engine.stats()["live_episodes"] == n
+            assert reports[i // 2]["tool_calls"] == 2
+    assert app.state.engine.stats()["live_episodes"] == n // 2
     assert bfcl_globals_left() == []

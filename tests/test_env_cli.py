@@ -21,18 +21,20 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def other_value(name: str) -> tuple[str, object]:
-    """A valid value for setting `name` unlike its default, as a flag's text and as parsed."""
+def other_value(name: str) -> tuple[list[str], object]:
+    """A valid value for setting `name` unlike its default, as command-line words and as
+    parsed (a bool setting: `--x` or `--no-x`)."""
     default = FIELDS[name].default
+    flag = service_main.flag_of(name)
     if isinstance(default, bool):
-        raise AssertionError(f"{name}: a bool setting needs a case here")
+        return ["--no-" + flag.removeprefix("--") if default else flag], not default
     if isinstance(default, int):
-        return str(default + 1), default + 1
+        return [flag, str(default + 1)], default + 1
     if isinstance(default, float):
-        return str(default + 1.5), default + 1.5
+        return [flag, str(default + 1.5)], default + 1.5
     if name == "token":
-        return "t0k3n", "t0k3n"
-    return "/tmp/some/where", Path("/tmp/some/where")
+        return [flag, "t0k3n"], "t0k3n"
+    return [flag, "/tmp/some/where"], Path("/tmp/some/where")
 
 
 def test_every_setting_has_a_flag_that_sets_it():
@@ -40,8 +42,8 @@ def test_every_setting_has_a_flag_that_sets_it():
     for name in FIELDS:
         if name in service_main.NO_FLAG:
             continue
-        text, value = other_value(name)
-        argv += [service_main.flag_of(name), text]
+        words, value = other_value(name)
+        argv += words
         expected[name] = value
     config = ServiceConfig(**vars(parser().parse_args(argv)))
     for name, value in expected.items():
@@ -66,6 +68,7 @@ def test_flags_not_given_leave_the_config_defaults():
         ("--memory-snapshot-dir", "memory_snapshot_dir"),
         ("--embedding-model", "embedding_model_dir"),
         ("--token", "token"),
+        ("--release-protocol", "release_protocol"),
     ],
 )
 def test_the_documented_flag_names_are_kept(flag, name):

@@ -1,11 +1,12 @@
 """Observation evolution: each layer alone in sample mode, and validation that stays the
-plain benchmark byte for byte whatever is requested."""
+plain benchmark byte for byte whatever is requested, on the native API (the layers as
+the wire protocol's prompt text shows them: tests/test_wire_protocol.py)."""
 
 import json
 import os
 
 import pytest
-from conftest import gt_turns
+from conftest import gt_turns, results
 
 from env_service import evolution
 from seal.bfcl import prompt
@@ -22,10 +23,10 @@ ONE_PER_CATEGORY = [
     "multi_turn_long_context_0",
 ]
 ALL_LAYERS = {
-    "observation_lite": True,
+    "schema_cues": True,
     "type_hints": True,
     "recovery_feedback": True,
-    "diagnostic_guidelines": True,
+    "guidelines": True,
 }
 PROFILE = {
     "step": 3,
@@ -42,16 +43,20 @@ def call_text(name, **arguments):
     return tool_call_text([ToolCall(name, arguments)])
 
 
-def tools_in(text: str) -> dict[str, dict]:
-    """The tool signatures listed in a system prompt or a holdout message, by name."""
-    body = text.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
-    tools = [json.loads(line) for line in body.split("\n")]
-    return {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+def created(svc, task_id, mode="sample", evolve_in_validation=False, **layers) -> dict:
+    """The create reply of an episode with these evolution layers (EvolutionSettings)."""
+    settings = {"mode": mode, "evolve_in_validation": evolve_in_validation, "evolution": layers}
+    return svc.create(task_id, **settings)[1]
 
 
-def system_prompt(svc, task_id, **params):
-    _, data = svc.create(task_id, **params)
-    return data["state"][0]["content"]
+def tools_of(docs: list[dict]) -> dict[str, dict]:
+    """Tool docs' parameters, by tool name."""
+    return {d["name"]: d["parameters"] for d in docs}
+
+
+def system_text(svc, task_id, **layers) -> str:
+    """The system prompt's sections of a new episode, one text."""
+    return "\n\n".join(created(svc, task_id, **layers)["system"])
 
 
 # --- schema cues --------------------------------------------------------------------------------
@@ -59,14 +64,13 @@ def system_prompt(svc, task_id, **params):
 
 def test_schema_cues_mark_required_and_optional(service):
     svc = service()
-    plain = system_prompt(svc, "multi_turn_base_0")
-    cued = system_prompt(svc, "multi_turn_base_0", observation_lite=True)
-    assert evolution.CONSTRAINT_NOTE not in plain and "[required]" not in plain
-    assert cued.startswith(
-        prompt.BASE_INSTRUCTIONS + "\n\n" + evolution.CONSTRAINT_NOTE + "\n\n# Tools"
-    )
-    tools = tools_in(cued)
-    assert set(tools) == set(tools_in(plain))
+    plain = created(svc, "multi_turn_base_0")
+    cued = created(svc, "multi_turn_base_0", schema_cues=True)
+    assert plain["system"] == [prompt.BASE_INSTRUCTIONS]
+    assert "[required]" not in json.dumps(plain["tools"])
+    assert cued["system"] == [prompt.BASE_INSTRUCTIONS, evolution.CONSTRAINT_NOTE]
+    tools = tools_of(cued["tools"])
+    assert set(tools) == set(tools_of(plain["tools"]))
     mv = tools["mv"]["properties"]
     assert mv["source"]["description"].startswith("[required] ")
     assert mv["destination"]["description"].startswith("[required] ")
@@ -75,14 +79,12 @@ def test_schema_cues_mark_required_and_optional(service):
         for name, prop in params["properties"].items():
             marker = "[required] " if name in params.get("required", []) else "[optional] "
             assert prop["description"].startswith(marker)
-    assert "Expects " not in cued  # type hints only when asked for
-    # `schema_cues` is the same switch as the wire name `observation_lite`.
-    assert system_prompt(svc, "multi_turn_base_0", schema_cues=True) == cued
+    assert "Expects " not in json.dumps(cued["tools"])  # type hints only when asked for
 
 
 def test_schema_cues_surface_enum_values(service):
     svc = service()
-    vehicle = tools_in(system_prompt(svc, "multi_turn_base_50", observation_lite=True))
+    vehicle = tools_of(created(svc, "multi_turn_base_50", schema_cues=True)["tools"])
     ignition = vehicle["startEngine"]["properties"]["ignitionMode"]
     assert ignition["enum"] == ["START", "STOP"]
     assert ignition["description"].endswith("Allowed values: START, STOP.")
@@ -92,10 +94,10 @@ def test_schema_cues_surface_enum_values(service):
         "heat",
         "defrost",
     ]
-    plain_vehicle = tools_in(system_prompt(svc, "multi_turn_base_50"))
+    plain_vehicle = tools_of(created(svc, "multi_turn_base_50")["tools"])
     assert "enum" not in plain_vehicle["startEngine"]["properties"]["ignitionMode"]
 
-    travel = tools_in(system_prompt(svc, "multi_turn_base_150", observation_lite=True))
+    travel = tools_of(created(svc, "multi_turn_base_150", schema_cues=True)["tools"])
     travel_class = travel["get_flight_cost"]["properties"]["travel_class"]
     assert travel_class["enum"] == ["economy", "business", "first"]
     grant = travel["authenticate_travel"]["properties"]["grant_type"]
@@ -116,23 +118,22 @@ def test_allowed_values_parsing():
 
 def test_type_hints_need_schema_cues(service):
     svc = service()
-    plain = system_prompt(svc, "multi_turn_base_0")
-    assert system_prompt(svc, "multi_turn_base_0", type_hints=True) == plain
-    hinted = tools_in(
-        system_prompt(svc, "multi_turn_base_0", observation_lite=True, type_hints=True)
-    )
+    shown = ("system", "tools")
+    plain = created(svc, "multi_turn_base_0")
+    hints_alone = created(svc, "multi_turn_base_0", type_hints=True)
+    assert [hints_alone[k] for k in shown] == [plain[k] for k in shown]
+    hinted = tools_of(created(svc, "multi_turn_base_0", schema_cues=True, type_hints=True)["tools"])
     assert hinted["mv"]["properties"]["source"]["description"].endswith("Expects a string.")
     assert hinted["ls"]["properties"]["a"]["description"].endswith("Expects true or false.")
 
 
 def test_revealed_tools_get_cues_too(service):
     svc = service()
-    instance_id, _ = svc.create("multi_turn_miss_func_0", observation_lite=True)
+    episode_id, _ = svc.create("multi_turn_miss_func_0", evolution={"schema_cues": True})
     turns = gt_turns("multi_turn_miss_func_0")
-    replies = svc.play(instance_id, turns[:3])
-    holdout = replies[-1]["state"][0]["content"]
-    assert holdout.startswith(prompt.HOLDOUT_NOTICE)
-    sort_params = tools_in(holdout)["sort"]["properties"]
+    replies = svc.play(episode_id, turns[:3])
+    [holdout] = replies[-1]["messages"]
+    sort_params = tools_of(holdout["tools"])["sort"]["properties"]
     assert sort_params["file_name"]["description"].startswith("[required] ")
 
 
@@ -151,14 +152,14 @@ BAD_CALLS = [
 @pytest.mark.parametrize(("text", "kind"), BAD_CALLS)
 def test_recovery_hints_only_with_the_layer(service, text, kind):
     svc = service()
-    hinted_id, _ = svc.create("multi_turn_miss_func_0", recovery_feedback=True)
+    hinted_id, _ = svc.create("multi_turn_miss_func_0", evolution={"recovery_feedback": True})
     plain_id, _ = svc.create("multi_turn_miss_func_0")
-    hinted = svc.step(hinted_id, text)["state"][0]["content"]
-    plain = svc.step(plain_id, text)["state"][0]["content"]
-    hint = f"\nHint: {evolution.RECOVERY_HINTS[kind]}"
-    assert hinted.endswith(hint + "\n</tool_response>")
+    [hinted] = results(svc.step(hinted_id, text))
+    [plain] = results(svc.step(plain_id, text))
     assert "Hint:" not in plain
-    assert hinted == plain.replace("\n</tool_response>", hint + "\n</tool_response>")
+    # A call the client could not parse: the hint names no model's format.
+    hint = "parse_any_format" if kind == "parse" else kind
+    assert hinted == plain + f"\nHint: {evolution.RECOVERY_HINTS[hint]}"
     report = svc.evaluate(hinted_id)
     if kind == "tool_error":
         assert report["tool_errors"] == 1 and report["invalid_calls"] == 0
@@ -168,9 +169,10 @@ def test_recovery_hints_only_with_the_layer(service, text, kind):
 
 def test_recovery_feedback_leaves_prompt_and_good_results_alone(service):
     svc = service()
-    instance_id, data = svc.create("multi_turn_base_1", recovery_feedback=True)
-    assert data["state"][0]["content"] == system_prompt(svc, "multi_turn_base_1")
-    assert "Hint:" not in svc.step(instance_id, call_text("ls", a=True))["state"][0]["content"]
+    episode_id, data = svc.create("multi_turn_base_1", evolution={"recovery_feedback": True})
+    plain = created(svc, "multi_turn_base_1")
+    assert (data["system"], data["tools"]) == (plain["system"], plain["tools"])
+    assert "Hint:" not in results(svc.step(episode_id, call_text("ls", a=True)))[0]
 
 
 # --- guidelines ---------------------------------------------------------------------------------
@@ -178,26 +180,25 @@ def test_recovery_feedback_leaves_prompt_and_good_results_alone(service):
 
 def test_pushed_profile_becomes_guidelines(service):
     svc = service()
-    without = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True)
-    assert without == system_prompt(svc, "multi_turn_base_0")  # no profile yet
+    without = created(svc, "multi_turn_base_0", guidelines=True)
+    assert without["system"] == [prompt.BASE_INSTRUCTIONS]  # no profile yet
     assert svc.http.put("/v1/profile", json=PROFILE).status_code == 200
     assert svc.http.get("/v1/profile").json()["profile"]["tags"] == PROFILE["tags"]
-    guided = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True)
+    guided = created(svc, "multi_turn_base_0", guidelines=True)
     section = (
         "Guidelines from recent attempts:\n"
         f"- {evolution.GUIDELINES[T.STATE_MISMATCH]}\n"
         f"- {evolution.GUIDELINES[T.SPURIOUS_TOOL_CALL]}"
     )
-    assert guided == prompt.BASE_INSTRUCTIONS + "\n\n" + section + prompt.tools_block(
-        [prompt.to_tool(d) for d in load_task("multi_turn_base_0").tools]
-    )
-    one = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True, max_guidelines=1)
+    assert guided["system"] == [prompt.BASE_INSTRUCTIONS, section]
+    assert guided["tools"] == load_task("multi_turn_base_0").tools
+    one = system_text(svc, "multi_turn_base_0", guidelines=True, max_guidelines=1)
     assert evolution.GUIDELINES[T.STATE_MISMATCH] in one
     assert evolution.GUIDELINES[T.SPURIOUS_TOOL_CALL] not in one
     # The layer off, or validation: no guidelines although a profile is there.
-    assert "Guidelines" not in system_prompt(svc, "multi_turn_base_0")
-    assert "Guidelines" not in system_prompt(
-        svc, "multi_turn_base_0", diagnostic_guidelines=True, rollout_mode="validate"
+    assert "Guidelines" not in system_text(svc, "multi_turn_base_0")
+    assert "Guidelines" not in system_text(
+        svc, "multi_turn_base_0", mode="validate", guidelines=True
     )
 
 
@@ -263,7 +264,7 @@ def test_capability_state_file_becomes_guidelines(service, tmp_path):
     path = write_state(tmp_path, T.STATE_MISMATCH)
     assert path.name == "capability_state.json" and path.exists()
     svc = service(capability_state_path=path)
-    guided = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True)
+    guided = system_text(svc, "multi_turn_base_0", guidelines=True)
     assert evolution.GUIDELINES[T.STATE_MISMATCH] in guided
     assert svc.http.get("/v1/profile").json()["profile"]["tags"][0]["tag"] == T.STATE_MISMATCH
 
@@ -271,13 +272,13 @@ def test_capability_state_file_becomes_guidelines(service, tmp_path):
     write_state(tmp_path, T.EMPTY_TURN_MODEL_RESPONSE, resume=True)
     later = os.stat(path).st_mtime + 5
     os.utime(path, (later, later))
-    guided = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True)
+    guided = system_text(svc, "multi_turn_base_0", guidelines=True)
     assert evolution.GUIDELINES[T.EMPTY_TURN_MODEL_RESPONSE] in guided
     assert evolution.GUIDELINES[T.STATE_MISMATCH] not in guided
 
     # A profile the trainer pushes wins over the file.
     svc.http.put("/v1/profile", json={"tags": [{"tag": T.RESPONSE_MISMATCH}]})
-    guided = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True)
+    guided = system_text(svc, "multi_turn_base_0", guidelines=True)
     assert evolution.GUIDELINES[T.RESPONSE_MISMATCH] in guided
     assert evolution.GUIDELINES[T.EMPTY_TURN_MODEL_RESPONSE] not in guided
 
@@ -285,7 +286,7 @@ def test_capability_state_file_becomes_guidelines(service, tmp_path):
 def test_missing_state_file_means_no_guidelines(service, tmp_path):
     svc = service(capability_state_path=tmp_path / "capability_state.json")
     assert svc.http.get("/v1/profile").json()["profile"] is None
-    assert "Guidelines" not in system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True)
+    assert "Guidelines" not in system_text(svc, "multi_turn_base_0", guidelines=True)
 
 
 # --- train/validate separation ------------------------------------------------------------------
@@ -295,63 +296,40 @@ def test_missing_state_file_means_no_guidelines(service, tmp_path):
 def test_validation_is_the_plain_benchmark_byte_for_byte(service, task_id):
     svc = service()
     svc.http.put("/v1/profile", json=PROFILE)  # guidelines would apply if allowed
-    _, plain = svc.create(task_id, rollout_mode="sample")
-    _, validate = svc.create(task_id, rollout_mode="validate", **ALL_LAYERS)
-    _, evolved = svc.create(task_id, rollout_mode="sample", **ALL_LAYERS)
-    assert json.dumps(validate["state"]) == json.dumps(plain["state"])
-    assert validate["state"][0]["content"] == prompt.system_prompt(
-        [prompt.to_tool(d) for d in load_task(task_id).tools]
-    )
-    assert evolved["state"][0]["content"] != plain["state"][0]["content"]
-    assert evolved["state"][1:] == plain["state"][1:]  # the user's words are never evolved
+
+    def shown(data):
+        return json.dumps([data["system"], data["tools"], data["messages"]])
+
+    plain = created(svc, task_id)
+    validate = created(svc, task_id, mode="validate", **ALL_LAYERS)
+    evolved = created(svc, task_id, **ALL_LAYERS)
+    assert shown(validate) == shown(plain)
+    assert plain["system"] == [prompt.BASE_INSTRUCTIONS]
+    assert plain["tools"] == load_task(task_id).tools
+    assert shown(evolved) != shown(plain)
+    assert evolved["messages"] == plain["messages"]  # the user's words are never evolved
 
 
 def test_validation_holdout_message_and_errors_are_plain(service):
     svc = service()
     plain_id, _ = svc.create("multi_turn_miss_func_0")
-    validate_id, _ = svc.create("multi_turn_miss_func_0", rollout_mode="validate", **ALL_LAYERS)
+    validate_id, _ = svc.create("multi_turn_miss_func_0", mode="validate", evolution=ALL_LAYERS)
     turns = gt_turns("multi_turn_miss_func_0")
     for text, _kind in BAD_CALLS:
-        plain = svc.step(plain_id, text)["state"]
-        validate = svc.step(validate_id, text)["state"]
+        plain = svc.step(plain_id, text)["messages"]
+        validate = svc.step(validate_id, text)["messages"]
         assert validate == plain
         assert "Hint:" not in validate[0]["content"]
     plain_replies = svc.play(plain_id, turns[:3])
     validate_replies = svc.play(validate_id, turns[:3])
-    assert [r["state"] for r in validate_replies] == [r["state"] for r in plain_replies]
-    assert validate_replies[-1]["state"][0]["content"].startswith(prompt.HOLDOUT_NOTICE)
-
-
-def test_native_api_validation_is_plain_too(service):
-    http = service().http
-    http.put("/v1/profile", json=PROFILE)
-    layers = {
-        "schema_cues": True,
-        "type_hints": True,
-        "recovery_feedback": True,
-        "guidelines": True,
-    }
-
-    def messages(settings):
-        body = {"task_id": "multi_turn_long_context_0", "settings": settings}
-        response = http.post("/v1/episodes", json=body)
-        assert response.status_code == 201, response.text
-        created = response.json()
-        return [created["system"], created["tools"], created["messages"]]
-
-    plain = messages({})
-    assert messages({"mode": "validate", "evolution": layers}) == plain
-    assert messages({"mode": "sample", "evolution": layers}) != plain
+    assert [r["messages"] for r in validate_replies] == [r["messages"] for r in plain_replies]
+    assert validate_replies[-1]["messages"][0]["tools"]  # the holdout, plain
 
 
 def test_evolve_in_validation_is_an_explicit_choice(service):
     svc = service()
-    plain = system_prompt(svc, "multi_turn_base_0", rollout_mode="validate")
-    evolved = system_prompt(
-        svc,
-        "multi_turn_base_0",
-        rollout_mode="validate",
-        observation_lite=True,
-        evolve_in_validation=True,
+    plain = system_text(svc, "multi_turn_base_0", mode="validate")
+    evolved = system_text(
+        svc, "multi_turn_base_0", mode="validate", schema_cues=True, evolve_in_validation=True
     )
     assert evolution.CONSTRAINT_NOTE in evolved and evolution.CONSTRAINT_NOTE not in plain

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import results
 
 from env_service.evolution import add_schema_cues, allowed_values
 from seal.bfcl.backends import ERROR_PREFIX, Backends, cost_error, is_tool_error
@@ -56,14 +57,12 @@ def test_refused_call_replays_identically_in_the_diagnosis():
 
 def test_returned_error_dicts_count_as_tool_errors(service):
     svc = service()
-    iid, _ = svc.create("multi_turn_base_150", rollout_mode="sample", recovery_feedback=True)
+    episode_id, _ = svc.create("multi_turn_base_150", evolution={"recovery_feedback": True})
     # TravelAPI answers a bad token with {..., "error": ...} instead of raising.
-    args = '{"access_token": "nope", "booking_id": "1"}'
-    call = f'<tool_call>\n{{"name": "cancel_booking", "arguments": {args}}}\n</tool_call>'
-    data = svc.step(iid, call)
-    observation = data["state"][0]["content"]
+    arguments = {"access_token": "nope", "booking_id": "1"}
+    [observation] = results(svc.call(episode_id, "cancel_booking", arguments))
     assert '"error": "Invalid access token"' in observation and "Hint:" in observation
-    assert svc.evaluate(iid)["tool_errors"] == 1
+    assert svc.evaluate(episode_id)["tool_errors"] == 1
 
 
 def test_is_tool_error():
@@ -85,10 +84,3 @@ def test_enums_without_brackets_and_on_arrays():
     assert "Allowed values: driver, passenger" in door["description"]
     hinted = add_schema_cues(doc, type_hints=True)["parameters"]["properties"]["door"]
     assert hinted["description"].endswith("Expects a JSON list.")
-
-
-def test_sparse_must_be_a_boolean(service):
-    svc = service()
-    iid, _ = svc.create("multi_turn_base_0")
-    payload = svc.wire("/evaluate", expect=422, instance_id=iid, params={"sparse": "false"})
-    assert "sparse" in payload["error"]

@@ -173,13 +173,14 @@ def test_ids_are_checked_before_anything_is_created(service, bad_id, why):
 
 
 def test_a_reply_that_cannot_be_sent_releases_its_episode(monkeypatch):
-    from env_service import api_native, api_wire
+    from env_service import api_native
+    from env_service.release import api as release_api
 
     def broken(*args, **kwargs):
         raise RuntimeError("the reply could not be built")
 
     monkeypatch.setattr(api_native, "_created", broken)
-    monkeypatch.setattr(api_wire, "ok", broken)
+    monkeypatch.setattr(release_api, "ok", broken)
     with TestClient(create_app(ServiceConfig()), raise_server_exceptions=False) as http:
         assert http.post("/v1/episodes", json={"task_id": TASK}).status_code == 500
         body = {"env_type": "bfcl", "task_id": TASK, "instance_id": "w"}

@@ -21,6 +21,7 @@ import types
 
 import pytest
 from agentic_scripts import agentic_service, answer_text, call, notetaker, play, play_chain
+from conftest import results
 
 from seal.bfcl import memory
 from seal.bfcl.agentic import AGENTIC_CATEGORIES, agentic_task_ids, missing_dependency
@@ -49,22 +50,21 @@ BUDGET = ToolCall("set_budget_limit", {"access_token": TOKEN, "budget_limit": 10
 BALANCE = ToolCall("get_credit_card_balance", {"access_token": TOKEN, "card_id": CARD})
 
 
-def result_of(svc, instance_id: str, *calls: ToolCall) -> dict:
+def result_of(svc, episode_id: str, *calls: ToolCall) -> dict:
     """The result of the last of `calls`, sent in one message."""
-    content = svc.step(instance_id, tool_call_text(list(calls)))["state"][0]["content"]
-    return json.loads(content.split("\n")[-2])
+    return json.loads(results(svc.step(episode_id, tool_call_text(list(calls))))[-1])
 
 
-def balance(svc, instance_id: str) -> float:
-    return result_of(svc, instance_id, BALANCE)["card_balance"]
+def balance(svc, episode_id: str) -> float:
+    return result_of(svc, episode_id, BALANCE)["card_balance"]
 
 
 @pytest.mark.parametrize("workers", [0, 1])
 @pytest.mark.parametrize("booker_first", [True, False])
 def test_a_booking_never_changes_another_episodes_card(service, workers, booker_first):
     svc = service(workers=workers)
-    booker, _ = svc.create(TASK, rollout_mode="validate")
-    reader, _ = svc.create(TASK, rollout_mode="validate")
+    booker, _ = svc.create(TASK, mode="validate")
+    reader, _ = svc.create(TASK, mode="validate")
     if not booker_first:
         assert balance(svc, reader) == 5000.0
     booked = result_of(svc, booker, BUDGET, BOOK)
@@ -77,7 +77,7 @@ def test_a_booking_never_changes_another_episodes_card(service, workers, booker_
         svc.evaluate(booker)
     assert balance(svc, reader) == 5000.0
     assert balance(svc, booker) == charged
-    later, _ = svc.create(TASK, rollout_mode="validate")
+    later, _ = svc.create(TASK, mode="validate")
     assert balance(svc, later) == 5000.0
 
 

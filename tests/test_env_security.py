@@ -11,16 +11,12 @@ import json
 import pytest
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker, multi_turn_utils
 from bfcl_official import bfcl_globals_left
-from conftest import gt_turns
+from conftest import gt_turns, results
 
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import tool_call_text
 
 TASK = "multi_turn_base_1"  # GorillaFileSystem, starting in /alex
-
-
-def call_text(name, arguments):
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 @pytest.fixture
@@ -35,45 +31,41 @@ def sandbox(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing was ever created
 
 
-def listing(svc, instance_id):
-    content = svc.step(instance_id, call_text("ls", {"a": True}))["state"][0]["content"]
-    return json.loads(content.split("\n")[1])["current_directory_content"]
+def listing(svc, episode_id):
+    [content] = results(svc.call(episode_id, "ls", {"a": True}))
+    return json.loads(content)["current_directory_content"]
 
 
-def filesystem(svc, instance_id):
+def filesystem(svc, episode_id):
     """The episode's file system; its backends are here only in a service without worker
     processes (`service(workers=0)`), which runs the same code in its own process."""
-    return svc.engine.episodes[instance_id].backends.instances["GorillaFileSystem"]
+    return svc.engine.episodes[episode_id].backends.instances["GorillaFileSystem"]
 
 
 @pytest.mark.parametrize(
-    ("name", "reason"),
+    "name",
     [
-        ("__import__('os').system('touch pwned_name_1')", "'name' must be a tool name string"),
-        ("ls; import os; os.system('touch pwned_name_2')", "'name' must be a tool name string"),
-        (
-            "ls()\n__import__('os').system('touch pwned_name_3')",
-            "'name' must be a tool name string",
-        ),
-        ("os.system", "'name' must be a tool name string"),
-        ("_load_scenario", "unknown tool '_load_scenario'"),
-        ("__init__", "unknown tool '__init__'"),
-        ("__class__", "unknown tool '__class__'"),
-        ("eval", "unknown tool 'eval'"),
-        ("exec", "unknown tool 'exec'"),
+        "__import__('os').system('touch pwned_name_1')",
+        "ls; import os; os.system('touch pwned_name_2')",
+        "ls()\n__import__('os').system('touch pwned_name_3')",
+        "os.system",
+        "_load_scenario",
+        "__init__",
+        "__class__",
+        "eval",
+        "exec",
     ],
 )
-def test_code_in_the_tool_name(service, sandbox, name, reason):
+def test_code_in_the_tool_name(service, sandbox, name):
     svc = service()
-    instance_id, _ = svc.create(TASK, rollout_mode="validate")
-    svc.step(instance_id, call_text("mkdir", {"dir_name": "kept"}))
+    episode_id, _ = svc.create(TASK, mode="validate")
+    svc.call(episode_id, "mkdir", {"dir_name": "kept"})
     arguments = {"scenario": {"root": {}}} if name == "_load_scenario" else {}
-    content = svc.step(instance_id, call_text(name, arguments))["state"][0]["content"]
-    assert content.startswith("<tool_response>\nError: ")
-    assert reason in content
+    [content] = results(svc.call(episode_id, name, arguments))
+    assert content == f"Error: unknown tool {name!r}"
     # `_load_scenario` would have wiped the file system: it is untouched.
-    assert "kept" in listing(svc, instance_id)
-    report = svc.evaluate(instance_id)
+    assert "kept" in listing(svc, episode_id)
+    report = svc.evaluate(episode_id)
     assert report["invalid_calls"] == 1 and report["tool_calls"] == 2
     for k in (1, 2, 3):
         assert not sandbox(f"pwned_name_{k}").exists()
@@ -81,7 +73,7 @@ def test_code_in_the_tool_name(service, sandbox, name, reason):
 
 def test_code_in_argument_keys(service, sandbox, tmp_path):
     svc = service(workers=0)
-    instance_id, _ = svc.create(TASK, rollout_mode="validate")
+    episode_id, _ = svc.create(TASK, mode="validate")
     absolute = tmp_path / "pwned_key_abs"
     attempts = [
         {f"x=__import__('os').system('touch {absolute}')": 1},
@@ -90,19 +82,19 @@ def test_code_in_argument_keys(service, sandbox, tmp_path):
         {"**{'folder': __import__('os').system('touch pwned_key_3')}": 1},
     ]
     for arguments in attempts:
-        content = svc.step(instance_id, call_text("cd", arguments))["state"][0]["content"]
-        assert content.startswith("<tool_response>\nError: cd got unexpected argument(s) [")
+        [content] = results(svc.call(episode_id, "cd", arguments))
+        assert content.startswith("Error: cd got unexpected argument(s) [")
         assert "allowed: ['folder']" in content
-    report = svc.evaluate(instance_id)
+    report = svc.evaluate(episode_id)
     assert report["invalid_by_kind"] == {"unexpected_argument": len(attempts)}
     assert report["tool_calls"] == 0
-    assert filesystem(svc, instance_id)._current_dir.name == "alex"  # no cd ran
+    assert filesystem(svc, episode_id)._current_dir.name == "alex"  # no cd ran
     assert not absolute.exists()
 
 
 def test_code_in_values_is_stored_verbatim(service, sandbox, tmp_path):
     svc = service(workers=0)
-    instance_id, _ = svc.create(TASK, rollout_mode="validate")
+    episode_id, _ = svc.create(TASK, mode="validate")
     file_name = "__import__('os').system('touch pwned_value_1')"
     dir_name = "'); __import__('os').system('touch pwned_value_2'); ('"
     content = f"\"); __import__('os').system('touch {tmp_path}/pwned_value_3') #"
@@ -111,16 +103,15 @@ def test_code_in_values_is_stored_verbatim(service, sandbox, tmp_path):
         ("mkdir", {"dir_name": dir_name}),
         ("echo", {"content": content, "file_name": file_name}),
     ]:
-        reply = svc.step(instance_id, call_text(name, arguments))["state"][0]["content"]
-        assert reply == "<tool_response>\nNone\n</tool_response>", (name, reply)
-    assert set(listing(svc, instance_id)) >= {file_name, dir_name}
-    cat = svc.step(instance_id, call_text("cat", {"file_name": file_name}))["state"][0]["content"]
-    assert json.loads(cat.split("\n")[1]) == {"file_content": content}
-    contents = filesystem(svc, instance_id)._current_dir.contents
+        assert results(svc.call(episode_id, name, arguments)) == ["None"], name
+    assert set(listing(svc, episode_id)) >= {file_name, dir_name}
+    [cat] = results(svc.call(episode_id, "cat", {"file_name": file_name}))
+    assert json.loads(cat) == {"file_content": content}
+    contents = filesystem(svc, episode_id)._current_dir.contents
     assert contents[file_name].content == content
     assert contents[dir_name].contents == {}
     # Verification replays the same calls, again as data.
-    report = svc.evaluate(instance_id)
+    report = svc.evaluate(episode_id)
     assert report["tool_calls"] == 5 and report["invalid_calls"] == 0
     for k in (1, 2, 3):
         assert not sandbox(f"pwned_value_{k}").exists()
@@ -128,14 +119,14 @@ def test_code_in_values_is_stored_verbatim(service, sandbox, tmp_path):
 
 def test_value_types_are_not_coerced_into_code(service, sandbox):
     svc = service(workers=0)
-    instance_id, _ = svc.create(TASK, rollout_mode="validate")
+    episode_id, _ = svc.create(TASK, mode="validate")
     for value in [{"__class__": "x"}, ["__import__('os')"], 10**30, None, True]:
-        reply = svc.step(instance_id, call_text("cd", {"folder": value}))["state"][0]["content"]
-        assert reply.startswith("<tool_response>\nError during execution: '"), reply
+        [reply] = results(svc.call(episode_id, "cd", {"folder": value}))
+        assert reply.startswith("Error during execution: '"), reply
         assert "object has no attribute 'rstrip'" in reply
-    report = svc.evaluate(instance_id)
+    report = svc.evaluate(episode_id)
     assert (report["invalid_calls"], report["tool_calls"], report["tool_errors"]) == (0, 5, 5)
-    assert filesystem(svc, instance_id)._current_dir.name == "alex"
+    assert filesystem(svc, episode_id)._current_dir.name == "alex"
 
 
 def test_the_service_never_uses_the_eval_based_executor(service, monkeypatch):
@@ -146,9 +137,9 @@ def test_the_service_never_uses_the_eval_based_executor(service, monkeypatch):
     monkeypatch.setattr(multi_turn_checker, "execute_multi_turn_func_call", forbidden)
     svc = service()
     for task_id in ["multi_turn_base_0", "multi_turn_miss_func_0"]:
-        instance_id, _ = svc.create(task_id)
-        svc.step(instance_id, tool_call_text([ToolCall("ls", {"a": True})]))
-        replies = svc.play(instance_id, gt_turns(task_id))
+        episode_id, _ = svc.create(task_id)
+        svc.step(episode_id, tool_call_text([ToolCall("ls", {"a": True})]))
+        replies = svc.play(episode_id, gt_turns(task_id))
         assert replies[-1]["reward"] == 1.0
-        assert svc.evaluate(instance_id)["accuracy"] == 1
+        assert replies[-1]["evaluation"]["accuracy"] == 1
     assert bfcl_globals_left() == []

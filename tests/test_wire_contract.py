@@ -17,10 +17,12 @@ import threading
 import httpx
 import pytest
 from conftest import gt_texts, gt_turns
+from wire_client import WireClient
 
 from env_service import __main__ as service_main
-from env_service import evolution, release_compat
+from env_service import evolution
 from env_service.engine import ServiceConfig
+from env_service.release import compat
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import END_OF_TURN_TEXT, ground_truth_trajectory, tool_call_text
 from seal.bfcl.tasks import load_task, task_ids
@@ -135,9 +137,11 @@ def dense_grader_capped(result: dict, cap: float, weight: float = 1.0) -> tuple[
 
 @pytest.fixture
 def release(service):
+    """A factory: (the service on the wire protocol, the release's trainer client)."""
+
     def start(**config):
         svc = service(**config)
-        return svc, ReleaseTrainer(svc.http)
+        return WireClient(svc.http, svc.engine), ReleaseTrainer(svc.http)
 
     return start
 
@@ -421,7 +425,7 @@ def test_release_trainer_runs_a_ground_truth_episode(release):
         task.task_id, gt_turns(task.task_id), seal_params("sample"), "gt"
     )
     assert last["is_terminated"] is True and last["reward"] == 1.0
-    assert states[-1] == {"role": "user", "content": release_compat.COMPLETED}
+    assert states[-1] == {"role": "user", "content": compat.COMPLETED}
     assert all(s["role"] == "user" for s in states)
 
     irrelevant = sum(not gt for gt in task.ground_truth)
@@ -461,7 +465,7 @@ def test_failed_episode_carries_the_release_progress(release, task_id):
     _, states, last, result = trainer.run_episode(
         task_id, turn_scripts(task_id, good), seal_params(), "f"
     )
-    assert last["is_terminated"] and states[-1]["content"] == release_compat.COMPLETED
+    assert last["is_terminated"] and states[-1]["content"] == compat.COMPLETED
     has_calls = [bool(gt) for gt in task.ground_truth]
     # By construction: ground truth on the first turns, no call afterwards.
     expected_tags = [
@@ -554,14 +558,14 @@ def test_an_episode_stopped_early_is_not_completed(release):
     turns = gt_turns(task_id)[:1]  # the client stops after the first turn (context limit)
     _, states, last, result = trainer.run_episode(task_id, turns, seal_params(), "e")
     assert last["is_terminated"] is False
-    assert release_compat.COMPLETED not in [s["content"] for s in states]
+    assert compat.COMPLETED not in [s["content"] for s in states]
     assert result["completed"] is False
     assert result["bfcl_progress_info"]["terminated_early"] is True
     # Cut by the service's step cap: terminated, but not completed either.
     svc.create(task_id, instance_id="cut", max_steps=1)
     cut = trainer.step("cut", tool_call_text([ToolCall("pwd", {})]))
     assert cut["is_terminated"] is True and len(cut["state"]) == 1
-    assert cut["state"][0]["content"] != release_compat.COMPLETED
+    assert cut["state"][0]["content"] != compat.COMPLETED
     assert trainer.evaluate("cut")["completed"] is False
 
 
@@ -576,7 +580,7 @@ def test_every_step_answers_one_message_of_the_release_shape(release):
             assert set(message) == {"role", "content", "tool_calls"}
             assert message["role"] == "user" and message["tool_calls"] == []
     assert out["is_terminated"] is True
-    assert out["state"] == [{"role": "user", "content": release_compat.COMPLETED, "tool_calls": []}]
+    assert out["state"] == [{"role": "user", "content": compat.COMPLETED, "tool_calls": []}]
 
 
 # --- /release and idle expiry ----------------------------------------------------------------
@@ -632,7 +636,7 @@ def test_get_info_is_the_release_tool_list_text(release):
 
 def test_get_env_profile_serves_the_paper_split(release):
     _, trainer = release()
-    split = json.loads(release_compat.SPLIT_FILE.read_text())
+    split = json.loads(compat.SPLIT_FILE.read_text())
     assert trainer.get_env_profile() == split["train"]  # the release's default split
     for name in ("val", "test", "eval"):
         assert trainer.get_env_profile(name) == split["eval"]
@@ -682,7 +686,7 @@ def test_release_trainer_over_http(live_service):
             trainer = ReleaseTrainer(http)
             # Over a real socket, at the path the trainer client really requests.
             assert len(trainer.get_env_profile("train")) == 400
-            resolved = release_compat.resolve_task_id(task_id)
+            resolved = compat.resolve_task_id(task_id)
             results[task_id] = trainer.run_episode(
                 task_id, gt_turns(resolved), seal_params(), f"live-{task_id}"
             )[3]

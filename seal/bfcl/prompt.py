@@ -6,7 +6,7 @@ the plain template (no tools argument) and the model sees its native format. Too
 results come back as one user message of `<tool_response>` blocks, again byte-equal to
 what the template renders for consecutive `tool` messages.
 
-Two users: the wire protocol (env_service/api_wire.py), whose clients get this text,
+Two users: the wire protocol (env_service/release/api.py), whose clients get this text,
 and the Qwen2.5 tool format (seal/formats/hermes.py), which renders the native API's
 structured episodes with it.
 """

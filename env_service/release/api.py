@@ -2,13 +2,16 @@
 
     POST /create  /step  /evaluate  /release  /get_info  /get_env_profile     GET /healthz
 
+(`GET /healthz` is the native API's route, env_service/api_native.py; its errors are in
+this protocol's envelope while the protocol is served.)
+
 Every POST body is `{env_type, task_id, instance_id, messages, params}` and every reply
 `{success, data}` (plus `error` on failure). The release's answers, as its trainer
 (`agentevolver/client/env_client.py`, `env_manager/env_worker.py`, `agent_flow/agent_flow.py`,
 `task_manager/rewards/bfcl_dense_env_grader.py`) sends and reads them:
 
     /create     data: {state: [system, user], reward, is_terminated, info}; `task_id` is a
-                BFCL id or a number, the release's row number (release_compat.resolve_task_id);
+                BFCL id or a number, the release's row number (compat.resolve_task_id);
                 info: instance_id, task_id (as sent), test_id (the BFCL id), tools_count,
                 questions_count, observation_lite (schema cues on?), category, num_turns,
                 ignored_params (keys not understood: a typo shows here)
@@ -20,7 +23,7 @@ Every POST body is `{env_type, task_id, instance_id, messages, params}` and ever
                 completed, bfcl_progress, bfcl_progress_with_irrelevance, bfcl_progress_info
                 {failure_tags, passed_turns, scorable_turns, passed_irrelevance_turns,
                 irrelevance_turns, per_turn_valid, irrelevance_per_turn, terminated_early}
-                (meaning: release_compat.evaluation); sparse: true -> accuracy as a float
+                (meaning: compat.evaluation); sparse: true -> accuracy as a float
     /release    {success: true, data: null}; an unknown or expired id: HTTP 200 with
                 success false (the release's worker releases inside its error handler)
     /get_info   data: "Available tools:\\n- name\\n..." (the tools available at this turn)
@@ -37,7 +40,7 @@ Every POST body is `{env_type, task_id, instance_id, messages, params}` and ever
                           guidelines}: guidelines from the service's failure profile (PUT
                           /v1/profile, or the operator's --capability-state file); when
                           that file is the original release's capability state, with the
-                          release's selection and these thresholds (release_state.py).
+                          release's selection and these thresholds (state.py).
                           `state_path` is refused (422 naming --capability-state): no
                           request names a file the service reads
     tool_feedback_evolution {enable, apply_to_validation, categories}: recovery feedback
@@ -112,15 +115,11 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
-from env_service import release_compat
-from env_service.engine import (
-    EngineError,
-    EnvEngine,
-    InvalidRequestError,
-    NotFoundError,
-    check_id,
-)
+from env_service import errors
+from env_service.engine import EnvEngine, check_id
+from env_service.errors import EngineError, InvalidRequestError, NotFoundError
 from env_service.json_body import SafeJsonRoute
+from env_service.release import compat
 from env_service.statuses import wire_errors
 from seal.bfcl import prompt
 from seal.bfcl.agentic import is_agentic
@@ -137,20 +136,11 @@ class WireRequest(BaseModel):
     params: dict = Field(default_factory=dict)
 
 
-def _json(payload: dict, status: int = 200) -> Response:
+def ok(data: Any) -> Response:
+    """A success in the envelope (errors: env_service/errors.py)."""
     # A ready Response skips FastAPI's recursive jsonable_encoder, which cost more than
     # the episode work itself on 20-30 KB prompts; the data here is plain JSON already.
-    return Response(orjson.dumps(payload), status, media_type="application/json")
-
-
-def ok(data: Any) -> Response:
-    return _json({"success": True, "data": data})
-
-
-def wire_error(exc: EngineError) -> Response:
-    response = _json({"success": False, "data": None, "error": str(exc)}, exc.status)
-    response.headers.update(exc.headers or {})
-    return response
+    return Response(orjson.dumps({"success": True, "data": data}), media_type="application/json")
 
 
 def _assistant_text(messages: Any) -> str:
@@ -183,28 +173,23 @@ def _check_env_type(body: WireRequest) -> None:
 @router.post("/create", responses=wire_errors(400, 404, 409, 413, 422, 503))
 async def create(body: WireRequest, request: Request):
     engine = _engine(request)
+    _check_env_type(body)
+    asked = check_id(_require(body.task_id, "task_id"), "task_id")
+    if body.instance_id:
+        check_id(body.instance_id, "instance_id")
     try:
-        _check_env_type(body)
-        asked = check_id(_require(body.task_id, "task_id"), "task_id")
-        if body.instance_id:
-            check_id(body.instance_id, "instance_id")
-        try:
-            task = load_task(release_compat.resolve_task_id(asked))
-        except UnknownTaskError as e:
-            raise NotFoundError(str(e)) from None
-        if is_agentic(task.task_id):
-            raise NotFoundError(
-                f"{task.task_id}: the wire protocol serves the BFCL V3 multi-turn tasks; "
-                "BFCL V4 agentic tasks are on the native API (/v1)"
-            )
-        create_params = release_compat.translate_params(
-            body.params, task.category, engine.release_state
+        task = load_task(compat.resolve_task_id(asked))
+    except UnknownTaskError as e:
+        raise NotFoundError(str(e)) from None
+    if is_agentic(task.task_id):
+        raise NotFoundError(
+            f"{task.task_id}: the wire protocol serves the BFCL V3 multi-turn tasks; "
+            "BFCL V4 agentic tasks are on the native API (/v1)"
         )
-        instance_id, ep = await engine.acreate(
-            task.task_id, create_params.settings, body.instance_id, create_params.profile
-        )
-    except EngineError as e:
-        return wire_error(e)
+    create_params = compat.translate_params(body.params, task.category, engine.release_state)
+    instance_id, ep = await engine.acreate(
+        task.task_id, create_params.settings, body.instance_id, create_params.profile
+    )
     try:
         return _created(instance_id, ep, asked, task, create_params)
     except Exception:
@@ -230,19 +215,14 @@ def _created(instance_id, ep, asked, task, create_params) -> Response:
 
 @router.post("/step", responses=wire_errors(404, 409, 413, 422))
 async def step(body: WireRequest, request: Request):
-    try:
-        instance_id = _require(body.instance_id, "instance_id")
-        outcome = await _engine(request).astep(instance_id, _assistant_text(body.messages))
-    except EngineError as e:
-        return wire_error(e)
+    instance_id = _require(body.instance_id, "instance_id")
+    outcome = await _engine(request).astep(instance_id, _assistant_text(body.messages))
     info = {"instance_id": instance_id, "turn": outcome.turn, "truncated": outcome.truncated}
     if outcome.aborted:
         info["aborted"] = outcome.aborted
     return ok(
         {
-            "state": release_compat.step_state(
-                prompt.chat_messages(outcome.messages), outcome.terminated
-            ),
+            "state": compat.step_state(prompt.chat_messages(outcome.messages), outcome.terminated),
             "reward": outcome.reward,
             "is_terminated": outcome.terminated,
             "info": info,
@@ -252,46 +232,34 @@ async def step(body: WireRequest, request: Request):
 
 @router.post("/evaluate", responses=wire_errors(404, 413, 422))
 async def evaluate(body: WireRequest, request: Request):
-    try:
-        instance_id = _require(body.instance_id, "instance_id")
-        episode = _engine(request).get(instance_id)
-    except EngineError as e:
-        return wire_error(e)
+    instance_id = _require(body.instance_id, "instance_id")
+    episode = _engine(request).get(instance_id)
     sparse = body.params.get("sparse", False)
     if not isinstance(sparse, bool):
-        return wire_error(
-            InvalidRequestError(f"params.sparse must be true or false, not {sparse!r}")
-        )
-    try:
-        report = await _engine(request).areport(instance_id)
-    except EngineError as e:
-        return wire_error(e)
+        raise InvalidRequestError(f"params.sparse must be true or false, not {sparse!r}")
+    report = await _engine(request).areport(instance_id)
     if sparse:
         return ok(float(report["accuracy"]))
-    return ok(release_compat.evaluation(report, episode.task.ground_truth))
+    return ok(compat.evaluation(report, episode.task.ground_truth))
 
 
 @router.post("/release", responses=wire_errors(413, 422))
 async def release(body: WireRequest, request: Request):
+    instance_id = _require(body.instance_id, "instance_id")
     try:
-        _engine(request).release(_require(body.instance_id, "instance_id"))
+        _engine(request).release(instance_id)
     except NotFoundError as e:
         # The release answers 200 here; its worker also releases after a failed episode,
         # and an HTTP error there would mask the failure it is handling.
-        return _json({"success": False, "data": None, "error": str(e)})
-    except EngineError as e:
-        return wire_error(e)
+        return errors.reply(str(e), 200, wire=True)
     return ok(None)
 
 
 @router.post("/get_info", responses=wire_errors(404, 413, 422))
 async def get_info(body: WireRequest, request: Request):
-    try:
-        episode = _engine(request).get(_require(body.instance_id, "instance_id"))
-    except EngineError as e:
-        return wire_error(e)
+    episode = _engine(request).get(_require(body.instance_id, "instance_id"))
     tools = episode.task.tools_until(episode.turn)
-    return ok(release_compat.tools_info([d["name"] for d in tools]))
+    return ok(compat.tools_info([d["name"] for d in tools]))
 
 
 # The release's trainer client joins its base URL, "/" and "/get_env_profile": it asks for
@@ -299,17 +267,13 @@ async def get_info(body: WireRequest, request: Request):
 @router.post("//get_env_profile", include_in_schema=False)
 @router.post("/get_env_profile", responses=wire_errors(400, 404, 413, 422, 500))
 async def get_env_profile(body: WireRequest):
-    try:
-        _check_env_type(body)
-        split = body.params.get("split", "train")
-        if not isinstance(split, str):
-            raise InvalidRequestError(f"params.split must be a string, not {split!r}")
-        return ok(release_compat.split_task_ids(split))
-    except EngineError as e:
-        return wire_error(e)
+    _check_env_type(body)
+    split = body.params.get("split", "train")
+    if not isinstance(split, str):
+        raise InvalidRequestError(f"params.split must be a string, not {split!r}")
+    return ok(compat.split_task_ids(split))
 
 
-@router.head("/healthz", include_in_schema=False)  # load balancers and curl -I ask HEAD
-@router.get("/healthz", summary="Liveness and counts; the one route open without the token")
-async def healthz(request: Request):
-    return {"status": "healthy", **_engine(request).stats()}
+PATHS = {route.path for route in router.routes} | {"/healthz"}
+"""The paths answered in this protocol's envelope, errors included: its routes, and the
+native API's `GET /healthz` (env_service/api_native.py), which this protocol has too."""

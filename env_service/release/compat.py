@@ -1,13 +1,13 @@
 """What clients of the original SEAL release send and read, mapped onto the engine.
 
-The wire protocol (api_wire.py) serves the release's trainer unchanged. This module holds
+The wire protocol (api.py) serves the release's trainer unchanged. This module holds
 the translation, so the engine and the native API stay free of it:
 
 - `translate_params`: the `/create` params of the release (its `env_service.bfcl` config
   block plus `rollout_mode` and `is_open_query`) and this service's own flat keys, into
   `EpisodeSettings` and, for `diagnostic_evolution` with the release's capability-state
   file given to the service by its operator (`--capability-state`), the failure profile
-  the release's selection makes from it (env_service/release_state.py);
+  the release's selection makes from it (state.py);
 - `resolve_task_id`: the release's numeric task ids (row numbers of its data file);
 - `evaluation`: the report plus the fields the release's `bfcl-dense-env` grader and env
   manager read (`completed`, `bfcl_progress*`, `bfcl_progress_info`);
@@ -30,8 +30,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from env_service import release_state
-from env_service.engine import EngineError, InvalidRequestError, NotFoundError
+from env_service.errors import EngineError, InvalidRequestError, NotFoundError
+from env_service.release import state
 from seal.bfcl.diagnosis import progress_counts
 from seal.bfcl.tasks import task_ids
 from seal.rollout.protocol import EpisodeSettings, EvolutionSettings
@@ -63,7 +63,7 @@ _FIXED = {
 # pinned bfcl-eval package, so these cannot be honoured.
 _TASK_FILES = {"data_path", "answer_path"}
 
-# This service's own flat keys (documented in api_wire.py).
+# This service's own flat keys (documented in api.py).
 _FLAT_EVOLUTION = {
     "observation_lite": "schema_cues",
     "schema_cues": "schema_cues",
@@ -143,9 +143,9 @@ class ReleaseDiagnosticEvolution(_TrainOnlyLayer):
 
     state_path: str | None = None
     """Refused: see `check`."""
-    prevalence_threshold: float = Field(release_state.DEFAULT_PREVALENCE, ge=0.0, le=1.0)
-    reward_threshold: float = release_state.DEFAULT_REWARD
-    min_tag_count: int = Field(release_state.DEFAULT_MIN_COUNT, ge=0)
+    prevalence_threshold: float = Field(state.DEFAULT_PREVALENCE, ge=0.0, le=1.0)
+    reward_threshold: float = state.DEFAULT_REWARD
+    min_tag_count: int = Field(state.DEFAULT_MIN_COUNT, ge=0)
     max_lines: int = Field(3, ge=0)
     category_tags: bool = False
     guidelines: dict[str, str | None] | None = None
@@ -171,7 +171,7 @@ class ReleaseDiagnosticEvolution(_TrainOnlyLayer):
             )
 
     def thresholds(self) -> dict:
-        """The keys release_state.release_profile takes."""
+        """The keys state.release_profile takes."""
         return self.model_dump(
             include={"prevalence_threshold", "reward_threshold", "min_tag_count", "category_tags"}
         )
@@ -308,7 +308,7 @@ def translate_params(
         if diag.enable and release is None:
             diag.refuse_thresholds("diagnostic_evolution")
         if evo["guidelines"] and release is not None:
-            profile = release_state.release_profile(release, category, **diag.thresholds())
+            profile = state.release_profile(release, category, **diag.thresholds())
             notes["diagnostic_evolution"] = {
                 "source": "--capability-state (the original release's capability state)",
                 "guideline_tags": [e["tag"] for e in profile["tags"]][: evo["max_guidelines"]],
@@ -355,7 +355,7 @@ def resolve_task_id(task_id: str) -> str:
     return rows[row]
 
 
-SPLIT_FILE = Path(__file__).resolve().parents[1] / "data" / "seal_split.json"
+SPLIT_FILE = Path(__file__).resolve().parents[2] / "data" / "seal_split.json"
 """The paper's split (the same ids as the release's parquet files)."""
 SPLIT_NAMES = {"train": "train", "eval": "eval", "val": "eval", "test": "eval"}
 """Split names clients ask for -> key in SPLIT_FILE. The release's trainer asks for

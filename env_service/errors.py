@@ -1,0 +1,121 @@
+"""Errors a client caused, and how every error is answered on each protocol.
+
+The one place that decides an error reply's status and shape. A request on the
+original release's wire protocol (env_service/release/) is answered in its envelope
+`{"success": false, "data": null, "error": message}`; every other request in the native
+API's `{"detail": message}`. The kinds of error, each answered in its request's shape:
+
+- a client error: an `EngineError` (its `status`, its `headers`);
+- a malformed body: FastAPI's 422 with its own `detail` list on the native API; on the
+  wire protocol a 422 envelope naming what is wrong;
+- an HTTP error (404 for an unknown path, 405, and http_guard.Guard's 401 and 413);
+- a bug in the service: 500, logged with its traceback.
+
+`install(app, on_wire)` installs the handlers that answer them; http_guard.Guard and
+hot_routes.HotRoutes answer before FastAPI runs, with `reply` and `bug_reply`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exception_handlers import (
+    http_exception_handler,
+    request_validation_exception_handler,
+)
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+log = logging.getLogger("env_service")
+
+
+class EngineError(Exception):
+    """An error a client caused; `status` is the HTTP status both protocols answer with."""
+
+    status = 400
+    headers: dict[str, str] | None = None
+
+
+class InvalidRequestError(EngineError):
+    status = 422
+
+
+class ForbiddenError(EngineError):
+    status = 403
+
+
+class NotFoundError(EngineError):
+    status = 404
+
+
+class ConflictError(EngineError):
+    status = 409
+
+
+class TooLargeError(EngineError):
+    status = 413
+
+
+class BusyError(EngineError):
+    status = 503
+    # Episodes end at the rate of steps (milliseconds each): a second is a fair wait.
+    headers = {"Retry-After": "1"}
+
+
+def payload(message: str, wire: bool) -> dict:
+    """An error's body: the wire protocol's envelope, or the native API's detail."""
+    if wire:
+        return {"success": False, "data": None, "error": message}
+    return {"detail": message}
+
+
+def reply(message: str, status: int, wire: bool, headers: dict | None = None) -> Response:
+    """An error's answer in its protocol's shape."""
+    # orjson writes every string byte for byte as FastAPI's JSONResponse does.
+    body = orjson.dumps(payload(message, wire))
+    return Response(body, status, headers=headers, media_type="application/json")
+
+
+def error_reply(exc: EngineError, wire: bool) -> Response:
+    """The answer to a request a client got wrong."""
+    return reply(str(exc), exc.status, wire, exc.headers)
+
+
+def bug_reply(exc: Exception, method: str, path: str, wire: bool) -> Response:
+    """The answer to a bug in the service (500), logged with its traceback."""
+    log.exception("env_service: %s %s failed", method, path, exc_info=exc)
+    return reply(f"internal error: {type(exc).__name__}: {exc}", 500, wire)
+
+
+def install(app: FastAPI, on_wire: Callable[[str], bool]) -> None:
+    """Answer every error on `app` in its protocol's shape; `on_wire(path)` says whether a
+    request path is on the wire protocol."""
+
+    def wire(request: Request) -> bool:
+        return on_wire(request.scope["path"])
+
+    @app.exception_handler(EngineError)
+    async def client_error(request: Request, exc: EngineError):
+        return error_reply(exc, wire(request))
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed_body(request: Request, exc: RequestValidationError):
+        # The wire protocol answers every request with {success, data, error}, also a body
+        # that is not JSON or not an object; the native API keeps FastAPI's 422 detail.
+        if wire(request):
+            return reply(f"malformed request body: {exc.errors()}", 422, True)
+        return await request_validation_exception_handler(request, exc)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        if wire(request):
+            return reply(str(exc.detail), exc.status_code, True)
+        return await http_exception_handler(request, exc)
+
+    @app.exception_handler(Exception)
+    async def bug(request: Request, exc: Exception):
+        return bug_reply(exc, request.method, request.scope["path"], wire(request))

@@ -1,0 +1,13 @@
+"""The original SEAL release's wire protocol, for its clients.
+
+`/create /step /evaluate /release /get_info /get_env_profile`, each a POST of `{env_type,
+task_id, instance_id, messages, params}` answered `{success, data, error}`, as the
+release's trainer (AgentEvolver's env client) speaks it, over the same engine as the
+native API. Served while `ServiceConfig.release_protocol` is on (the default;
+`--no-release-protocol` turns it off).
+
+- api.py: the routes, and every difference from the release on purpose;
+- compat.py: the release's params, task ids, replies and splits, in this service's terms;
+- state.py: the release's capability-state file (read by env_service/engine.py for
+  `--capability-state`), and the guideline selection its `diagnostic_evolution` makes.
+"""

@@ -1,0 +1,63 @@
+"""The original release's wire protocol as its clients speak it, for the tests of that
+protocol (tests/test_wire_*.py): each call checks its status and the envelope's
+`success` flag. The service's own behaviour is tested on the native API (conftest.py's
+`Episodes`)."""
+
+from __future__ import annotations
+
+import httpx
+
+
+class WireClient:
+    def __init__(self, http: httpx.Client, engine=None):
+        self.http = http
+        self.engine = engine
+        """The service's EnvEngine, when it runs in the test's process."""
+
+    def wire(self, path: str, expect: int = 200, **body) -> dict:
+        """POST a wire-protocol body; check the status and the `success` flag."""
+        response = self.http.post(path, json=body)
+        assert response.status_code == expect, response.text
+        payload = response.json()
+        assert payload["success"] is (expect == 200), payload
+        return payload
+
+    def create(self, task_id: str, instance_id: str | None = None, **params) -> tuple[str, dict]:
+        body = {"env_type": "bfcl", "task_id": task_id, "params": params}
+        if instance_id is not None:
+            body["instance_id"] = instance_id
+        data = self.wire("/create", **body)["data"]
+        return data["info"]["instance_id"], data
+
+    def step(self, instance_id: str, content: str, expect: int = 200) -> dict:
+        message = {"role": "assistant", "content": content}
+        payload = self.wire("/step", expect=expect, instance_id=instance_id, messages=message)
+        return payload["data"] if expect == 200 else payload
+
+    def tools(self, instance_id: str) -> list[str]:
+        """The tool names `/get_info` lists (its answer is the release's text list)."""
+        text = self.wire("/get_info", instance_id=instance_id)["data"]
+        head, *lines = text.split("\n")
+        assert head == "Available tools:" and all(line.startswith("- ") for line in lines), text
+        return [line[2:] for line in lines]
+
+    def evaluate(self, instance_id: str, sparse: bool = False):
+        return self.wire("/evaluate", instance_id=instance_id, params={"sparse": sparse})["data"]
+
+    def play(self, instance_id: str, turns: list[list[str]]) -> list[dict]:
+        """Send each turn's texts until the episode ends; returns every step's data."""
+        replies = []
+        for texts in turns:
+            for text in texts:
+                replies.append(self.step(instance_id, text))
+                if replies[-1]["is_terminated"]:
+                    return replies
+        return replies
+
+
+def tool_responses(data: dict) -> list[str]:
+    """The tool results of a /step answer (its one message's `<tool_response>` blocks)."""
+    content = data["state"][0]["content"]
+    return [
+        block.split("\n</tool_response>")[0] for block in content.split("<tool_response>\n")[1:]
+    ]

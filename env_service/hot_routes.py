@@ -5,7 +5,7 @@ traffic. Through FastAPI's router, dependency solving and response wrappers, a s
 the event loop several times what the step's own work does (a profile under
 scripts/bench_env.py: docs/benchmarks.md). This ASGI middleware sits inside http_guard.Guard (token and body
 limit already checked, the body read) and runs the same handlers the FastAPI routes run
-(api_native.create_reply / step_reply) on a body parsed the same way (json_body) and
+(api_native.create / step) on a body parsed the same way (json_body) and
 validated by the same models; the reply and every error are byte for byte what the routes
 answer. Anything else, and any body that fails validation, goes on to FastAPI untouched,
 so its 422 detail, the OpenAPI schema and `/docs` stay FastAPI's own.
@@ -66,8 +66,8 @@ class HotRoutes:
         # The native API's error replies, as app.py's exception handlers give them.
         try:
             if episode_id is None:
-                return await api_native.create_reply(self.engine, request)
-            return await api_native.step_reply(self.engine, episode_id, request)
+                return api_native.json_reply(await api_native.create(self.engine, request), 201)
+            return api_native.json_reply(await api_native.step(self.engine, episode_id, request))
         except EngineError as exc:
             return api_native.error_reply(exc)
         except Exception as exc:  # noqa: BLE001 - a bug: logged, answered 500 like app.py's

@@ -43,7 +43,7 @@ def listing(svc, instance_id):
 def filesystem(svc, instance_id):
     """The episode's file system; its backends are here only in a service without worker
     processes (`service(workers=0)`), which runs the same code in its own process."""
-    return svc.engine.episodes[instance_id].backends.instances["GorillaFileSystem"]
+    return svc.engine.pool.episodes[instance_id].instances["GorillaFileSystem"]
 
 
 @pytest.mark.parametrize(

@@ -167,15 +167,22 @@ def _result(outcome) -> StepResult:
     )
 
 
-def create(engine: EnvEngine, body: CreateEpisode) -> EpisodeCreated:
-    """A create request's work and reply, in this process (tests, in-process users)."""
-    return _created(*engine.create(body.task_id, body.settings, body.episode_id))
+async def create(engine: EnvEngine, body: CreateEpisode) -> EpisodeCreated:
+    """A create request's work and reply (the route's; tests call it in process)."""
+    episode_id, episode = await engine.acreate(body.task_id, body.settings, body.episode_id)
+    try:
+        return _created(episode_id, episode)
+    except Exception:
+        engine.discard(episode_id, episode)
+        raise
 
 
-def step(engine: EnvEngine, episode_id: str, body: StepRequest) -> StepResult:
-    """A step request's work and reply, in this process (tests, in-process users)."""
+async def step(engine: EnvEngine, episode_id: str, body: StepRequest) -> StepResult:
+    """A step request's work and reply (the route's; tests call it in process)."""
     calls = [_parsed(call) for call in body.tool_calls]
-    outcome = engine.step(episode_id, body.content, body.seq, release_at_end=True, calls=calls)
+    outcome = await engine.astep(
+        episode_id, body.content, body.seq, release_at_end=True, calls=calls
+    )
     return _result(outcome)
 
 
@@ -186,17 +193,7 @@ def step(engine: EnvEngine, episode_id: str, body: StepRequest) -> StepResult:
     responses=errors(404, 409, 413, 422, 503),
 )
 async def create_episode(body: CreateEpisode, request: Request):
-    return await create_reply(engine_of(request), body)
-
-
-async def create_reply(engine: EnvEngine, body: CreateEpisode) -> Response:
-    """The route's work and reply (also served by env_service/hot_routes.py)."""
-    episode_id, episode = await engine.acreate(body.task_id, body.settings, body.episode_id)
-    try:
-        return json_reply(_created(episode_id, episode), 201)
-    except Exception:
-        engine.discard(episode_id, episode)
-        raise
+    return json_reply(await create(engine_of(request), body), 201)
 
 
 @router.post(
@@ -205,16 +202,7 @@ async def create_reply(engine: EnvEngine, body: CreateEpisode) -> Response:
     responses=errors(404, 409, 413, 422),
 )
 async def step_episode(episode_id: str, body: StepRequest, request: Request):
-    return await step_reply(engine_of(request), episode_id, body)
-
-
-async def step_reply(engine: EnvEngine, episode_id: str, body: StepRequest) -> Response:
-    """The route's work and reply (also served by env_service/hot_routes.py)."""
-    calls = [_parsed(call) for call in body.tool_calls]
-    outcome = await engine.astep(
-        episode_id, body.content, body.seq, release_at_end=True, calls=calls
-    )
-    return json_reply(_result(outcome))
+    return json_reply(await step(engine_of(request), episode_id, body))
 
 
 @router.get("/episodes/{episode_id}/evaluation", response_model=Evaluation, responses=errors(404))

@@ -46,7 +46,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         # worker processes forked next (their pages are never written).
         gc.collect()
         gc.freeze()
-        await engine.start_workers()
+        await engine.start_pool()
 
         async def sweep():
             while True:
@@ -58,7 +58,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             yield
         finally:
             task.cancel()
-            await engine.stop_workers()
+            await engine.stop_pool()
 
     app = FastAPI(
         title="SEAL BFCL environment service",

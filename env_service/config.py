@@ -32,10 +32,11 @@ class ServiceConfig(BaseModel):
     The original release's value: a policy step can wait minutes on generation under load,
     and a live episode costs little here (max_live_episodes bounds them all)."""
     workers: int = Field(2, ge=0)
-    """Processes that run tool calls and verification, off the event loop
-    (env_service/workers.py: why processes). 0 runs them in the service's own process, on
-    its event loop: for tests and debugging only, since a call that never returns then
-    stops the whole service."""
+    """Processes that hold the episodes' backends and run their tool calls and
+    verification, off the event loop (env_service/workers.py: why processes). 0 runs the
+    same work in the service's own process, on its event loop
+    (env_service/in_process.py): for tests and debugging only, since a call that never
+    returns then stops the whole service."""
     worker_niceness: int = Field(0, ge=0, le=19)
     """How far below the event loop's CPU priority the worker processes run (Unix nice
     increment). 0 by measurement on 2 shared cores (docs/benchmarks.md): niced workers
@@ -71,8 +72,9 @@ class ServiceConfig(BaseModel):
     is 31.7k characters)."""
     max_step_reply_chars: int = Field(MIB, ge=1024)
     """Once a message's tool results reach this many characters, its remaining calls are
-    not run (answered `Error: not run: ...`, kind `reply_limit`): before, a 15 KB request
-    of `cat` calls drew a 40 MB reply."""
+    not run (answered `Error: not run: ...`, kind `reply_limit`): without it, a small
+    request of `cat` calls draws a reply thousands of times its size
+    (docs/benchmarks.md)."""
     max_step_seconds: float = Field(10.0, gt=0)
     """Time a step's calls may run. Past it the step stops and the episode ends as a
     failure tagged `aborted: step_time_budget`; a call still running then (one that never

@@ -2,17 +2,17 @@
 
 Both HTTP protocols (api_native.py, release/api.py) are thin layers over `EnvEngine`'s
 async methods (`acreate`, `astep`, `areport`): an episode's state machine lives here,
-on the event loop, and its tool calls and verification run in worker processes
-(env_service/workers.py), so no client's calls hold up another's requests. Registry
-changes happen between awaits on the event-loop thread, so they need no locks; steps
-and evaluations of one episode take its lock, one at a time. The synchronous methods
-(`create`, `step`, `get`, `release`) run everything in the calling process, for tests
-and in-process users.
+on the event loop, and its backends, tool calls and verification live in the engine's
+pool: worker processes (env_service/workers.py), so no client's calls hold up another's
+requests, or, with `workers=0`, the service's own process (env_service/in_process.py,
+for tests and debugging), behind the same interface. Registry changes happen between
+awaits on the event-loop thread, so they need no locks; steps and evaluations of one
+episode take its lock, one at a time.
 
 BFCL V4 agentic tasks (seal/bfcl/agentic.py) are episodes like the others, with what
 bfcl-eval's inference loop does around them: a memory episode's prompt shows the memory
-its backend loaded (asked of its worker after the create), a prerequisite conversation
-saves its memory when it is evaluated (in its worker, where its backends are), and
+its backend loaded (asked of its pool after the create), a prerequisite conversation
+saves its memory when it is evaluated (in its pool, where its backends are), and
 creates that would break a scenario's order of conversations are refused (409, naming
 what to run first: seal/bfcl/memory.py), as are memory tasks on a service started
 without a snapshot folder and web-search tasks without a SerpAPI key or with a step time
@@ -49,9 +49,8 @@ from env_service.execution import (
     REBUILD_TIME_BUDGET,
     STEP_TIME_BUDGET,
     RunResult,
-    run_calls,
-    run_now,
 )
+from env_service.in_process import InProcessPool
 from env_service.release.state import check_release_state, is_release_state, release_profile
 from env_service.workers import WorkerPool
 from seal.bfcl import memory, web_search
@@ -74,8 +73,8 @@ class ServiceStartError(ValueError):
 
 MAX_ID_CHARS = 256
 """The longest episode, instance or task id a client may send (BFCL's are under 40
-characters, a UUID is 36). Before, a 3.9 MB id cost 8.6 MB across the service and its
-workers, kept for the episode's life."""
+characters, a UUID is 36). An id is kept for the episode's life, in the service and in
+its worker, so an unbounded one would cost memory a client chooses (docs/benchmarks.md)."""
 
 
 def check_id(value: str, what: str) -> str:
@@ -140,9 +139,9 @@ class EnvEngine:
         self._file_warned: float | None = None  # mtime of the bad file last warned about
         self.profile_warning: str | None = None
         self.totals = {"created": 0, "released": 0, "expired": 0, "rejected_busy": 0}
-        self.pool: WorkerPool | None = None
+        self.pool: WorkerPool | InProcessPool | None = None
         self._pool_lock = asyncio.Lock()
-        # Process-wide, and before any worker forks: the workers hold the backends.
+        # Process-wide, and before any worker forks: the pool holds the backends.
         memory.configure(self.config.memory_snapshot_dir, self.config.embedding_model_dir)
         web_search.configure(self.config.web_search_limits())
         path = self.config.capability_state_path
@@ -155,28 +154,30 @@ class EnvEngine:
                     f"({type(e).__name__}: {e}); fix or remove the file"
                 ) from None
 
-    # --- worker processes ----------------------------------------------------------------
+    # --- the pool that holds the backends -------------------------------------------------
 
-    async def start_workers(self) -> WorkerPool | None:
-        """The worker pool, started on first use (the app's lifespan starts it; an app run
-        without one, as by httpx.ASGITransport, starts it on its first request)."""
-        if self.config.workers == 0:
-            return None
+    async def start_pool(self) -> WorkerPool | InProcessPool:
+        """The pool, started on first use (the app's lifespan starts it; an app run without
+        one, as by httpx.ASGITransport, starts it on its first request): worker processes,
+        or the service's own process with `workers=0`."""
         async with self._pool_lock:
             if self.pool is None:
-                pool = WorkerPool(
-                    self.config.workers,
-                    self.caps.budget,
-                    self.config.max_evaluation_seconds,
-                    self._executed_calls,
-                    self.config.worker_niceness,
-                    self.config.worker_stall_seconds,
-                )
+                if self.config.workers == 0:
+                    pool = InProcessPool(self.caps.budget, self.config.max_evaluation_seconds)
+                else:
+                    pool = WorkerPool(
+                        self.config.workers,
+                        self.caps.budget,
+                        self.config.max_evaluation_seconds,
+                        self._executed_calls,
+                        self.config.worker_niceness,
+                        self.config.worker_stall_seconds,
+                    )
                 await pool.start()
                 self.pool = pool
         return self.pool
 
-    async def stop_workers(self) -> None:
+    async def stop_pool(self) -> None:
         if self.pool is not None:
             await self.pool.stop()
             self.pool = None
@@ -185,7 +186,7 @@ class EnvEngine:
         episode = self.episodes.get(episode_id)
         return None if episode is None else episode.executed_calls()
 
-    # --- episodes: the event loop's async API --------------------------------------------
+    # --- episodes --------------------------------------------------------------------------
 
     async def acreate(
         self,
@@ -196,15 +197,13 @@ class EnvEngine:
     ) -> tuple[str, Episode]:
         """A new episode; `profile` replaces the service's failure profile for this episode
         (the wire protocol reads one from a client-named state file)."""
-        pool = await self.start_workers()
-        episode_id, episode, new = self._create(
-            task_id, settings, episode_id, profile, pool is None
-        )
-        if new and pool is not None:
+        pool = await self.start_pool()
+        episode_id, episode, new = self._create(task_id, settings, episode_id, profile)
+        if new:
             # Held while the prompt is completed, so a retried create or a step waits.
             async with episode.lock:
                 await pool.open(episode_id, episode.task.task_id)
-                if episode.system is None:  # a memory task: show what its worker loaded
+                if episode.system is None:  # a memory task: show what its backend loaded
                     try:
                         episode.set_memory_context(await pool.memory(episode_id, "context"))
                     except BaseException:
@@ -226,7 +225,11 @@ class EnvEngine:
         release_at_end: bool = False,
         calls: list[ToolCall | CallParseError] | None = None,
     ) -> StepOutcome:
-        """Run one assistant message (see `step`), its calls in the episode's worker."""
+        """Run one assistant message of an episode made by `acreate`, its calls in the
+        pool. With `seq`, a repeat of the last step returns its answer; `release_at_end`
+        releases the episode on the step that ends it (the native API: its answer carries
+        the evaluation); `calls` are the message's calls as the client parsed them (None:
+        parse `content` as Qwen2.5 text, the wire protocol)."""
         while True:
             repeated, episode = self._step_target(episode_id, content, seq, check=False)
             if repeated is not None:
@@ -241,7 +244,7 @@ class EnvEngine:
                 plan = episode.begin_step(content, calls)
                 run = None
                 if plan.to_run:
-                    run = await self._run(episode_id, episode, plan.to_run)
+                    run = await self._run(episode_id, plan.to_run)
                 outcome = episode.finish_step(plan, run)
                 if outcome.terminated:
                     outcome.evaluation = await self._report(episode_id, episode)
@@ -249,67 +252,34 @@ class EnvEngine:
                 return self._record(episode_id, episode, outcome, release_at_end)
 
     async def areport(self, episode_id: str) -> dict:
-        """The episode's evaluation (verified in a worker)."""
+        """The episode's evaluation (verified in the pool)."""
         episode = self.get(episode_id)
         async with episode.lock:
             return await self._report(episode_id, episode)
 
-    async def _run(self, episode_id: str, episode: Episode, calls: list[ToolCall]) -> RunResult:
-        if episode.local:
-            return run_now(run_calls(episode.backends, calls, self.caps.budget))
+    async def _run(self, episode_id: str, calls: list[ToolCall]) -> RunResult:
         result = await self.pool.run(episode_id, calls)
         if result.stopped in (STEP_TIME_BUDGET, REBUILD_TIME_BUDGET):
             self.pool.close(episode_id)  # the episode has ended: its backends are of no use
         return result
 
     async def _report(self, episode_id: str, episode: Episode) -> dict:
-        if episode.agentic is not None and not episode.local:
+        if episode.agentic is not None:
             if episode.needs_memory_save():
                 await self.pool.memory(episode_id, "save")
                 episode.memory_saved()
             return episode.agentic_report()
-        if episode.local or episode.evaluated:
+        if episode.evaluated:
             return episode.report()
-        pool = await self.start_workers()
+        pool = await self.start_pool()
         verdict = await pool.diagnose(episode.task.task_id, episode.model_turns)
         if isinstance(verdict, Diagnosis):
             return episode.report_for(verdict)
         return episode.report_for(None, EVALUATION_TIME_BUDGET)
 
-    # --- episodes: synchronous, everything in this process -------------------------------
+    # --- the registry: ids, caps, retries --------------------------------------------------
 
-    def create(
-        self,
-        task_id: str,
-        settings: EpisodeSettings,
-        episode_id: str | None = None,
-        profile: dict | None = None,
-    ) -> tuple[str, Episode]:
-        """`acreate` for in-process use: the episode's calls run in this process."""
-        episode_id, episode, _ = self._create(task_id, settings, episode_id, profile, True)
-        return episode_id, episode
-
-    def step(
-        self,
-        episode_id: str,
-        content: str,
-        seq: int | None = None,
-        release_at_end: bool = False,
-        calls: list[ToolCall | CallParseError] | None = None,
-    ) -> StepOutcome:
-        """Run one assistant message of an episode made by `create`. With `seq`, a repeat
-        of the last step returns its answer; `release_at_end` releases the episode on the
-        step that ends it (the native API: its answer carries the evaluation); `calls` are
-        the message's calls as the client parsed them (Episode.step)."""
-        repeated, episode = self._step_target(episode_id, content, seq)
-        if repeated is not None:
-            return repeated
-        outcome = episode.step(content, calls)
-        return self._record(episode_id, episode, outcome, release_at_end)
-
-    # --- shared --------------------------------------------------------------------------
-
-    def _create(self, task_id, settings, episode_id, profile, local):
+    def _create(self, task_id, settings, episode_id, profile):
         # Checked before anything else, so nothing is made from an id no reply can carry.
         check_id(task_id, "task_id")
         if episode_id:  # an empty one asks for a generated id, as None does
@@ -345,7 +315,7 @@ class EnvEngine:
         # on the capability-state file.
         if profile is None and settings.effective_evolution.guidelines:
             profile = self.profile()
-        episode = Episode(task, settings, profile=profile, caps=self.caps, local=local)
+        episode = Episode(task, settings, profile=profile, caps=self.caps)
         self.episodes[episode_id] = episode
         self.totals["created"] += 1
         return episode_id, episode, True

@@ -13,21 +13,21 @@ model's format; the wire protocol passes Qwen2.5 text, parsed here with
 seal/bfcl/calls.py, and gets Qwen2.5 text back (`initial_messages`,
 seal/bfcl/prompt.py's `chat_messages`).
 
-A step has three parts, so that its calls can run elsewhere (env_service/workers.py):
-`begin_step` checks the message's calls and the episode's caps (EpisodeCaps) and
-answers every call that may not run; the calls that may run go to the backends
-(env_service/execution.py, in a worker process or here); `finish_step` answers them and
-advances the episode. `step` does all three here, with the episode's own backends. A
-step that overran its time budget ends the episode as a failure tagged `aborted`: its
+A step has three parts, because the episode's backends live elsewhere (the engine's
+pool: env_service/workers.py, or env_service/in_process.py): `begin_step` checks the
+message's calls and the episode's caps (EpisodeCaps) and answers every call that may not
+run; the calls that may run go to the backends (env_service/execution.py); `finish_step`
+answers them and advances the episode (env_service/engine.py drives the three). A step
+that overran its time budget ends the episode as a failure tagged `aborted`: its
 evaluation says so, with accuracy and reward 0.
 
 BFCL V4 agentic tasks (seal/bfcl/agentic.py) walk the same way, with three differences,
 each bfcl-eval's: the system prompt is the test case's own (for memory, with the memory
-the backend loaded: a worker's episode gets it from its worker, `set_memory_context`);
+its backend loaded, which the engine asks of its pool: `set_memory_context`);
 the generation limit counts per turn (bfcl-eval forces a turn to quit after its step
 limit, not an episode); and the evaluation is `agentic_checker`'s verdict on the last
 message that made no tool call, not a replay (a prerequisite conversation is not scored:
-its memory is saved instead, by whoever holds its backends).
+its memory is saved instead, by the pool that holds its backends).
 """
 
 from __future__ import annotations
@@ -45,11 +45,9 @@ from env_service.execution import (
     STEP_TIME_BUDGET,
     RunResult,
     StepBudget,
-    run_calls,
-    run_now,
 )
 from seal.bfcl import agentic, prompt, web_search
-from seal.bfcl.backends import Backends, is_tool_error
+from seal.bfcl.backends import is_tool_error
 from seal.bfcl.calls import (
     ArgumentsTooDeep,
     CallParseError,
@@ -58,7 +56,7 @@ from seal.bfcl.calls import (
     check_call,
     parse_first_tool_calls,
 )
-from seal.bfcl.diagnosis import TOOL_ERROR, Diagnosis, diagnose, paper_label
+from seal.bfcl.diagnosis import TOOL_ERROR, Diagnosis, paper_label
 from seal.bfcl.tasks import BfclTask, load_task
 from seal.rollout.protocol import EpisodeSettings
 from seal.tocf import tags as T
@@ -177,14 +175,11 @@ class Episode:
         settings: EpisodeSettings,
         profile: dict | None = None,
         caps: EpisodeCaps | None = None,
-        local: bool = True,
     ):
-        """`local`: the episode's backends live here (else in a worker process)."""
         self.task = task
         self.settings = settings
         self.layers = settings.effective_evolution
         self.caps = caps or EpisodeCaps.of(ServiceConfig())
-        self._backends = Backends(task) if local else None
         self.lock = asyncio.Lock()
         """Held by the engine's async paths for a step or an evaluation: one at a time."""
         self.aborted: str | None = None
@@ -218,14 +213,12 @@ class Episode:
         self._memory_saved_at: int | None = None
         self.system: list[str] | None = None
         """The system prompt's sections: instructions (an agentic task: its own system
-        message), then the layers' sections. None until a worker's memory episode knows
-        its memory (`set_memory_context`)."""
+        message), then the layers' sections. None until a memory episode knows its
+        memory (`set_memory_context`)."""
         if self.agentic is None:
             self.system = prompt.system_sections(self._extra_sections())
         elif not self.agentic.is_memory:
             self._agentic_system(None)
-        elif local:
-            self._agentic_system(self._backends.memory_context())
         self.tools = _first_tools(task, self.layers.schema_cues, self.layers.type_hints)
         """Docs of the tools available from turn 0, as the model sees them."""
         self.first_messages = self.turn_messages(0)
@@ -286,42 +279,17 @@ class Episode:
 
     # --- stepping ----------------------------------------------------------------------
 
-    @property
-    def local(self) -> bool:
-        return self._backends is not None
-
-    @property
-    def backends(self) -> Backends:
-        """The episode's own backends (a local episode's; a worker holds the others')."""
-        if self._backends is None:
-            raise RuntimeError(f"the backends of this {self.task.task_id} episode are in a worker")
-        return self._backends
-
     def executed_calls(self) -> list[ToolCall]:
         """Every call that ran, in order (what rebuilds the episode's backends)."""
         return [call for turn in self.model_turns for step in turn for call in step]
-
-    def step(
-        self, content: str, calls: list[ToolCall | CallParseError] | None = None
-    ) -> StepOutcome:
-        """One assistant message, run here. `calls`: its tool calls as the client parsed
-        them (the native API; [] ends the user turn); None: parse `content` as Qwen2.5
-        text (the wire protocol)."""
-        plan = self.begin_step(content, calls)
-        run = None
-        if plan.to_run:
-            run = run_now(run_calls(self.backends, plan.to_run, self.caps.budget))
-        outcome = self.finish_step(plan, run)
-        if outcome.terminated:
-            outcome.evaluation = self.report()
-            outcome.reward = outcome.evaluation["reward"]
-        return outcome
 
     def begin_step(
         self, content: str, calls: list[ToolCall | CallParseError] | None = None
     ) -> StepPlan:
         """Count the step and answer every call that may not run (malformed, unknown or
-        unavailable tool, bad arguments, over a cap); the others are to run, in order."""
+        unavailable tool, bad arguments, over a cap); the others are to run, in order.
+        `calls`: the message's tool calls as the client parsed them (the native API; []
+        ends the user turn); None: parse `content` as Qwen2.5 text (the wire protocol)."""
         if self.terminated:
             raise EpisodeFinishedError(f"episode of {self.task.task_id} has already ended")
         self.counters.steps += 1
@@ -488,30 +456,9 @@ class Episode:
         """The final evaluation is known (the episode ended and was verified)."""
         return self._evaluation is not None
 
-    def diagnosis(self) -> Diagnosis:
-        """Verify what has run so far, here; cached once the episode has ended."""
-        if self._evaluation is not None and self._evaluation[0] is not None:
-            return self._evaluation[0]
-        result = diagnose(self.task, self.model_turns)
-        if self.terminated:
-            self._evaluation = (result, None)
-        return result
-
-    def reward(self) -> float:
-        d = self.diagnosis()
-        return self.settings.reward.reward(d.accuracy, d.progress)
-
     def report(self) -> dict:
-        """The full evaluation, verified here: accuracy, progress, one tag per turn and the
-        counters."""
-        if self.agentic is not None:
-            if self.needs_memory_save():
-                self.backends.save_memory()
-                self.memory_saved()
-            return self.agentic_report()
-        if self._evaluation is not None:
-            return self.report_for(*self._evaluation)
-        return self.report_for(self.diagnosis())
+        """The final evaluation, once `evaluated` (verified by the engine's pool)."""
+        return self.report_for(*self._evaluation)
 
     def needs_memory_save(self) -> bool:
         """A prerequisite conversation whose memory, as it stands, is not saved yet
@@ -558,7 +505,7 @@ class Episode:
         }
 
     def report_for(self, diagnosis: Diagnosis | None, aborted: str | None = None) -> dict:
-        """The full evaluation given a verification made elsewhere (a worker), or None with
+        """The full evaluation given a verification made by the engine's pool, or None with
         `aborted` (EVALUATION_TIME_BUDGET) when it could not finish. Cached once the episode
         has ended."""
         if self.terminated and self._evaluation is None:

@@ -3,8 +3,8 @@
 `run_calls` is a generator that runs one call per `next()`: a worker process
 (env_service/worker.py) interleaves the steps and verifications of all its episodes one
 call at a time, so one costly message delays another episode's step by at most one call
-of its own, never by the whole message. `run_now` drives it to the end in the calling
-process (no workers, or tests).
+of its own, never by the whole message; without workers (env_service/in_process.py)
+the same job runs to its end in the service's process.
 
 Budgets, from ServiceConfig: each result is cut to `max_result_chars` (with a marker
 saying so); once a step's results reach `max_reply_chars`, its remaining calls are not
@@ -79,12 +79,3 @@ def run_calls(
             return RunResult(results, REPLY_LIMIT, seconds)
         yield
     return RunResult(results, None, seconds)
-
-
-def run_now(generator: Generator[None, None, object]) -> object:
-    """Drive a generator of this module (or seal.bfcl.diagnosis.diagnose_steps) to its end."""
-    while True:
-        try:
-            next(generator)
-        except StopIteration as done:
-            return done.value

@@ -3,15 +3,20 @@
 `POST /v1/episodes` and `POST /v1/episodes/{id}/steps` are nearly all of the service's
 traffic. Through FastAPI's router, dependency solving and response wrappers, a step cost
 the event loop several times what the step's own work does (a profile under
-scripts/bench_env.py: docs/benchmarks.md). This ASGI middleware sits inside http_guard.Guard (token and body
-limit already checked, the body read) and runs the same handlers the FastAPI routes run
-(api_native.create_reply / step_reply) on a body parsed the same way (json_body) and
-validated by the same models; the reply and every error are byte for byte what the routes
-answer. Anything else, and any body that fails validation, goes on to FastAPI untouched,
+scripts/bench_env.py: docs/benchmarks.md). This ASGI middleware sits inside
+http_guard.Guard (token and body limit already checked, the body read) and runs the same
+handlers the FastAPI routes run (api_native.create / step) on a body parsed the same way
+(json_body) and validated by the same models; the reply and every error are byte for
+byte what the routes answer. Anything else, and any body that fails validation, goes on to FastAPI untouched,
 so its 422 detail, the OpenAPI schema and `/docs` stay FastAPI's own.
 
-Written by hand because no library routes below a framework's own stack; kept to these
-two routes, which tests/test_env_hot_routes.py checks against FastAPI's answers.
+Kept because a training step's rollout needs it: scripts/bench_rollout.py's driver (64
+concurrent episodes played by the episode driver, as a trainer's rollout plays them)
+gets more episodes/s with it on a machine whose cores are shared, the service's CPU per
+episode being the difference (docs/benchmarks.md); when the cores are free the client
+bounds that rollout and the two paths tie. Written by hand because no library routes
+below a framework's own stack; kept to these two routes, which
+tests/test_env_hot_routes.py checks against FastAPI's answers.
 """
 
 from __future__ import annotations
@@ -63,8 +68,8 @@ class HotRoutes:
         # The native API's error replies, as the app's exception handlers give them.
         try:
             if episode_id is None:
-                return await api_native.create_reply(self.engine, request)
-            return await api_native.step_reply(self.engine, episode_id, request)
+                return api_native.json_reply(await api_native.create(self.engine, request), 201)
+            return api_native.json_reply(await api_native.step(self.engine, episode_id, request))
         except errors.EngineError as exc:
             return errors.error_reply(exc, wire=False)
         except Exception as exc:  # noqa: BLE001 - a bug: logged, answered 500 like the app's

@@ -1,18 +1,19 @@
 """One worker process: the backends of the episodes placed on it, and their work.
 
-The service's process forks a few of these (env_service/workers.py); each holds the
+The service's process forks a few of these (env_service/workers.py; without them,
+env_service/in_process.py runs the same jobs in the service's process); each holds the
 `Backends` of its episodes and runs, on request, a step's calls (env_service/execution.py)
 or a verification (seal.bfcl.diagnosis.diagnose_steps), one call at a time, always of
 the pending job that has run the least so far (least attained service): a step of a few
-cheap calls, or a short episode's verification, goes ahead of a message of 2,945 `grep`
-calls and waits for at most the one call running when it arrives, not seconds. (Taking
-the jobs in turn, one call each, was not enough: under that flood every call of a
-well-behaved client's steps and of its verification waited for one `grep`, which
-multiplied its median request's time: docs/benchmarks.md.) Before each call it writes the job and the time into
-shared memory (`slot`), so the service can see a call that does not return and kill
-this process (its episodes are then rebuilt elsewhere by replaying their calls). A thread
-of its own writes the time into the slot's heartbeat every HEARTBEAT_S, whatever the
-loop does (a call, a wait for work, a long message to read or write): a process that
+cheap calls, or a short episode's verification, goes ahead of a message of thousands of
+`grep` calls and waits for at most the one call running when it arrives, not seconds.
+(Taking the jobs in turn, one call each, was not enough: under that flood every call of
+a well-behaved client's steps and of its verification waited for one `grep`, which
+multiplied its median request's time: docs/benchmarks.md.) Before each call it writes
+the job and the time into shared memory (`slot`), so the service can see a call that
+does not return and kill this process (its episodes are then rebuilt elsewhere by
+replaying their calls). A thread of its own writes the time into the slot's heartbeat
+every HEARTBEAT_S, whatever the loop does (a call, a wait for work, a long message to read or write): a process that
 stops beating (stopped by SIGSTOP, a debugger or a frozen cgroup) is found and replaced,
 whether or not it has work in flight. (Beats written by the loop itself, between calls
 and while idle, stopped during any wait on the service's pipe: under the flood of
@@ -21,9 +22,10 @@ taken for a stopped one.)
 
 A rebuild (an episode of a replaced worker, replayed here) is a job like the others, so
 it runs one call at a time between the other episodes' calls, least-run first, instead
-of holding them all up (before: one episode of 300 `sort` calls made another episode's
-trivial step wait 19.5 s); that episode's own steps wait for it. A rebuild that runs
-past its budget is stopped and the episode dropped here (the service ends it, tagged).
+of holding them all up (a replay run first made another episode's trivial step wait for
+the whole replay: docs/benchmarks.md); that episode's own steps wait for it. A rebuild
+that runs past its budget is stopped and the episode dropped here (the service ends it,
+tagged).
 
 Messages are pickled tuples, each framed by its length (8 bytes); this is the service's
 own pipe, never a client's:
@@ -105,7 +107,10 @@ def receive(sock: socket.socket) -> object | None:
 
 
 @dataclass
-class _Job:
+class Job:
+    """One request's work: a generator that runs one call per step (execution.run_calls,
+    diagnosis.diagnose_steps, a replay, a memory operation), within its time budget."""
+
     request: int
     steps: Generator
     limit_s: float | None = None
@@ -116,9 +121,30 @@ class _Job:
     """Time it has run so far: the job that has run least goes next."""
     episode_id: str | None = None
     """A rebuild's episode."""
+    answer: object = None
+    """Its answer, once `advance` has returned True."""
+    over: bool = False
+    """It ran past `limit_s` (its answer is `over_budget`)."""
+
+    def advance(self) -> bool:
+        """Run the job's next call; True once it is over (finished, or past its budget).
+        A bug in the job raises."""
+        started = time.perf_counter()
+        try:
+            next(self.steps)
+        except StopIteration as done:
+            self.answer = done.value
+            return True
+        finally:
+            self.seconds += time.perf_counter() - started
+        if self.limit_s is not None and self.seconds > self.limit_s:
+            self.steps.close()
+            self.answer, self.over = self.over_budget, True
+            return True
+        return False
 
 
-def _backends(task_id: str) -> Backends | str:
+def load_backends(task_id: str) -> Backends | str:
     """The backends of a new episode, or why they could not load (e.g. an unreadable
     memory snapshot): its requests are answered with this; raising would kill the
     worker, and its replacement would open the episode again, and die again."""
@@ -128,11 +154,11 @@ def _backends(task_id: str) -> Backends | str:
         return f"{task_id}: its backends could not load: {e}"
 
 
-def _memory_op(backends: Backends | str | None, episode_id: str, op: str) -> Generator:
+def memory_op(backends: Backends | str | None, episode_id: str, op: str) -> Generator:
     """A memory request (BFCL V4 memory tasks) as a job of one step: the memory's prompt
     dump (`context`) or its saving (`save`); an error is answered as the service's."""
     if not isinstance(backends, Backends):
-        raise RuntimeError(_missing(episode_id, backends))
+        raise RuntimeError(missing(episode_id, backends))
     return backends.memory_context() if op == "context" else backends.save_memory()
     yield  # a generator: run as a job, answered by its return value
 
@@ -203,9 +229,9 @@ def serve(
     _detach(parent_pid, close_fds, niceness, sock.fileno())
     threading.Thread(target=_beat, args=(slot,), name="heartbeat", daemon=True).start()
     episodes: dict[str, Backends | str] = {}  # a str: why its backends could not load
-    jobs: list[_Job] = []  # a few at a time: a scan for the least run is cheap
-    rebuilding: dict[str, _Job] = {}
-    held: dict[str, list[_Job]] = {}  # runs of an episode being rebuilt, in order
+    jobs: list[Job] = []  # a few at a time: a scan for the least run is cheap
+    rebuilding: dict[str, Job] = {}
+    held: dict[str, list[Job]] = {}  # runs of an episode being rebuilt, in order
     while True:
         # Take every waiting message (block for one when there is nothing to do).
         while not jobs or select.select([sock], [], [], 0)[0]:
@@ -215,14 +241,14 @@ def serve(
             kind = message[0]
             if kind == "open":
                 _, episode_id, task_id = message
-                episodes[episode_id] = _backends(task_id)
+                episodes[episode_id] = load_backends(task_id)
             elif kind == "rebuild":
                 _, request, episode_id, task_id, calls = message
-                backends = episodes[episode_id] = _backends(task_id)
+                backends = episodes[episode_id] = load_backends(task_id)
                 if not isinstance(backends, Backends):
                     send(sock, (request, "ok", True))  # rebuilt as far as it can be
                     continue
-                job = _Job(
+                job = Job(
                     request,
                     _replay(backends, calls),
                     max_evaluation_seconds,
@@ -244,16 +270,16 @@ def serve(
                 _, request, episode_id, calls = message
                 backends = episodes.get(episode_id)
                 if not isinstance(backends, Backends):
-                    send(sock, (request, "error", _missing(episode_id, backends)))
+                    send(sock, (request, "error", missing(episode_id, backends)))
                     continue
-                job = _Job(request, run_calls(backends, calls, budget))
+                job = Job(request, run_calls(backends, calls, budget))
                 if episode_id in rebuilding:
                     held.setdefault(episode_id, []).append(job)
                 else:
                     jobs.append(job)
             elif kind == "memory":  # quick: its job runs next (after a rebuild of its episode)
                 _, request, episode_id, op = message
-                job = _Job(request, _memory_op(episodes.get(episode_id), episode_id, op))
+                job = Job(request, memory_op(episodes.get(episode_id), episode_id, op))
                 if episode_id in rebuilding:
                     held.setdefault(episode_id, []).append(job)
                 else:
@@ -261,36 +287,29 @@ def serve(
             elif kind == "diagnose":
                 _, request, task_id, model_turns = message
                 steps = diagnose_steps(load_task(task_id), model_turns)
-                jobs.append(_Job(request, steps, max_evaluation_seconds, EVALUATION_TIME_BUDGET))
+                jobs.append(Job(request, steps, max_evaluation_seconds, EVALUATION_TIME_BUDGET))
         job = min(jobs, key=_attained)
         slot[1] = time.monotonic()
         slot[0] = float(job.request)
-        started = time.perf_counter()
         try:
-            next(job.steps)
-        except StopIteration as done:
-            jobs.remove(job)
-            _finished(sock, job, done.value, rebuilding, held, jobs)
-            continue
+            over = job.advance()
         except Exception as e:  # noqa: BLE001 - a bug: the service answers it, the worker goes on
             jobs.remove(job)
             if job.episode_id is not None:  # a rebuild: its episode is gone from here
                 episodes.pop(job.episode_id, None)
-            _finished(sock, job, f"{type(e).__name__}: {e}", rebuilding, held, jobs, "error")
+            _finished(sock, job, bug_text(e), rebuilding, held, jobs, "error")
             continue
         finally:
             slot[0] = IDLE
-            job.seconds += time.perf_counter() - started
-        if job.limit_s is not None and job.seconds > job.limit_s:
+        if over:
             jobs.remove(job)
-            job.steps.close()
-            if job.episode_id is not None:
+            if job.over and job.episode_id is not None:
                 episodes.pop(job.episode_id, None)
-            _finished(sock, job, job.over_budget, rebuilding, held, jobs)
+            _finished(sock, job, job.answer, rebuilding, held, jobs)
 
 
 def _finished(
-    sock, job: _Job, value, rebuilding: dict, held: dict, jobs: list, status: str = "ok"
+    sock, job: Job, value, rebuilding: dict, held: dict, jobs: list, status: str = "ok"
 ) -> None:
     """Answer a finished job; a rebuild's end releases the steps that waited for it (to
     run, or answered as its episode's were)."""
@@ -307,9 +326,16 @@ def _finished(
             send(sock, (run.request, status, answer))
 
 
-def _missing(episode_id: str, entry: str | None) -> str:
+def missing(episode_id: str, entry: str | None) -> str:
+    """Why an episode's request cannot run here (its backends did not load, or it is not
+    here)."""
     return entry or f"episode {episode_id!r} is not on this worker"
 
 
-def _attained(job: _Job) -> float:
+def bug_text(e: Exception) -> str:
+    """A failed request's answer: the error the service raises as a WorkerError."""
+    return f"{type(e).__name__}: {e}"
+
+
+def _attained(job: Job) -> float:
     return job.seconds

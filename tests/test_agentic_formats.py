@@ -9,6 +9,7 @@ question (its first prompt: no search is made).
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import shutil
@@ -46,15 +47,15 @@ def bfcl_prompts(fmt, task_id: str, texts: list[str], snapshots) -> list[str]:
     return bfcl_inference_prompts(fmt, entry, texts)
 
 
-def our_prompts(engine, fmt, task_id: str, texts: list[str]) -> list[str]:
+async def our_prompts(engine, fmt, task_id: str, texts: list[str]) -> list[str]:
     """Full re-renders of the conversation, as the endpoint evaluator builds them."""
-    created = api_native.create(engine, CreateEpisode(task_id=task_id, settings=VALIDATE))
+    created = await api_native.create(engine, CreateEpisode(task_id=task_id, settings=VALIDATE))
     conversation, prompts = fmt.start(created.model_dump()), []
     for seq, text in enumerate(texts, start=1):
         prompts.append(fmt.render(conversation))
         calls = [call_body(c) for c in fmt.parse(text)]
         body = StepRequest(content=text, tool_calls=calls, seq=seq)
-        result = api_native.step(engine, created.episode_id, body)
+        result = await api_native.step(engine, created.episode_id, body)
         observation = [m.model_dump() for m in result.messages]
         conversation.messages += [fmt.assistant_message(text), *fmt.observation(observation)]
         if result.terminated:
@@ -96,7 +97,7 @@ def test_agentic_prompts_equal_bfcl_eval_s_own_inference(
     for task_id, texts in cases.items():
         theirs_root = tmp_path / f"theirs_{task_id}"
         shutil.copytree(chain_played, theirs_root)
-        ours = our_prompts(engine, fmt, task_id, texts)
+        ours = asyncio.run(our_prompts(engine, fmt, task_id, texts))
         assert ours == bfcl_prompts(fmt, task_id, texts, theirs_root), task_id
         assert len(ours) == len(texts)
     # The question's prompts showed a real memory: the scenario's first message was saved.

@@ -7,8 +7,8 @@ import random
 import pytest
 from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
 from bfcl_official import bfcl_globals_left, official_accuracy
+from engine_episodes import EngineEpisode
 
-from env_service.episode import Episode
 from seal.bfcl import ground_truth as gt
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.diagnosis import diagnose
@@ -81,7 +81,7 @@ def test_episodes_through_text_get_the_official_verdict():
                 trajectory = gt.ground_truth_trajectory(task)
             else:
                 trajectory = corrupted(task, kind, rng)
-            episode = Episode(task, EpisodeSettings(mode="validate"))
+            episode = EngineEpisode(task.task_id, EpisodeSettings(mode="validate"))
             for texts in gt.assistant_messages(trajectory):
                 for text in texts:
                     outcome = episode.step(text)
@@ -136,7 +136,7 @@ def test_verdicts_do_not_depend_on_what_ran_before():
         trajectory = gt.ground_truth_trajectory(task)
         diagnose(task, trajectory)
         official_accuracy(task, gt.decoded_for_checker(trajectory))
-        episode = Episode(task, EpisodeSettings())
+        episode = EngineEpisode(task.task_id, EpisodeSettings())
         episode.step(gt.tool_call_text([ToolCall("post_tweet", {"content": "x"})]))
         episode.step(
             gt.tool_call_text([ToolCall("mention", {"tweet_id": 1, "mentioned_usernames": ["@x"]})])
@@ -158,7 +158,7 @@ def test_miss_func_49_is_unsolvable_when_held_out_tools_are_refused():
     trajectory = gt.ground_truth_trajectory(task)
     assert official_accuracy(task, gt.decoded_for_checker(trajectory)) == 1
     assert diagnose(task, trajectory).accuracy == 1  # replaying everything agrees
-    episode = Episode(task, EpisodeSettings(mode="validate"))
+    episode = EngineEpisode(task.task_id, EpisodeSettings(mode="validate"))
     observations = []
     for texts in gt.assistant_messages(trajectory):
         for text in texts:

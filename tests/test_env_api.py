@@ -382,21 +382,26 @@ def test_busy_cap_loses_nothing(service):
 
 
 def test_idle_episodes_expire_in_the_engine():
-    engine = EnvEngine(ServiceConfig(episode_ttl_s=60))
-    idle, ep_idle = engine.create("multi_turn_base_1", EpisodeSettings())
-    busy, ep_busy = engine.create("multi_turn_base_1", EpisodeSettings())
-    ep_idle.last_used -= 120
-    ep_busy.last_used -= 120
-    engine.get(busy)  # any use refreshes it
-    assert engine.expire_idle() == 1
-    assert list(engine.episodes) == [busy]
-    with pytest.raises(NotFoundError):
-        engine.step(idle, "hello")
-    # A later create also sweeps.
-    ep_busy.last_used -= 120
-    engine.create("multi_turn_base_1", EpisodeSettings())
-    assert busy not in engine.episodes
-    assert engine.stats()["expired"] == 2
+    engine = EnvEngine(ServiceConfig(episode_ttl_s=60, workers=0))
+
+    async def scenario():
+        idle, ep_idle = await engine.acreate("multi_turn_base_1", EpisodeSettings())
+        busy, ep_busy = await engine.acreate("multi_turn_base_1", EpisodeSettings())
+        ep_idle.last_used -= 120
+        ep_busy.last_used -= 120
+        engine.get(busy)  # any use refreshes it
+        assert engine.expire_idle() == 1
+        assert list(engine.episodes) == [busy]
+        assert list(engine.pool.episodes) == [busy]  # its backends went with it
+        with pytest.raises(NotFoundError):
+            await engine.astep(idle, "hello")
+        # A later create also sweeps.
+        ep_busy.last_used -= 120
+        await engine.acreate("multi_turn_base_1", EpisodeSettings())
+        assert busy not in engine.episodes
+        assert engine.stats()["expired"] == 2
+
+    asyncio.run(scenario())
 
 
 def test_idle_episodes_expire_behind_http(service):

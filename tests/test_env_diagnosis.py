@@ -5,9 +5,9 @@ from dataclasses import replace
 
 import pytest
 from bfcl_official import bfcl_globals_left, official_accuracy
+from engine_episodes import EngineEpisode
 
 import seal.bfcl.diagnosis as diagnosis_module
-from env_service.episode import Episode
 from seal.bfcl import ground_truth as gt
 from seal.bfcl.backends import ERROR_PREFIX, Backends, format_result
 from seal.bfcl.calls import ToolCall
@@ -304,25 +304,23 @@ def play(episode, turns):
 
 
 def test_binary_reward_and_capped_partial_credit():
-    task = load_task(BASE)
     failing = gt.assistant_messages(with_turn(clean(BASE), 1, [ToolCall("cd", {"folder": "temp"})]))
-    binary = Episode(task, EpisodeSettings())
+    binary = EngineEpisode(BASE, EpisodeSettings())
     assert play(binary, failing).reward == 0.0
     assert binary.report()["progress"] == 0.75
-    capped = Episode(task, EpisodeSettings(reward=RewardSettings(partial_credit_cap=0.5)))
+    capped = EngineEpisode(BASE, EpisodeSettings(reward=RewardSettings(partial_credit_cap=0.5)))
     assert play(capped, failing).reward == 0.5  # min(0.5, 1.0 * 0.75)
-    weighted = Episode(
-        task,
+    weighted = EngineEpisode(
+        BASE,
         EpisodeSettings(reward=RewardSettings(partial_credit_cap=0.5, partial_credit_weight=0.4)),
     )
     assert play(weighted, failing).reward == pytest.approx(0.3)
-    solved = Episode(task, EpisodeSettings(reward=RewardSettings(partial_credit_cap=0.5)))
+    solved = EngineEpisode(BASE, EpisodeSettings(reward=RewardSettings(partial_credit_cap=0.5)))
     assert play(solved, gt.assistant_messages(clean(BASE))).reward == 1.0
 
 
 def test_episode_report_counts_and_replays_only_executed_calls():
-    task = load_task(BASE)
-    episode = Episode(task, EpisodeSettings())
+    episode = EngineEpisode(BASE, EpisodeSettings())
     turns = gt.assistant_messages(clean(BASE))
     bad = (
         "<tool_call>\nnot json\n</tool_call>\n"

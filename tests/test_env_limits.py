@@ -24,7 +24,7 @@ import tracemalloc
 import httpx
 import psutil
 import pytest
-from conftest import Episodes, results
+from conftest import Episodes, gt_turns, results
 
 from seal.bfcl.backends import ERROR_PREFIX, Backends
 from seal.bfcl.calls import ToolCall
@@ -247,8 +247,14 @@ def test_arguments_an_episode_keeps_are_capped(service):
     assert svc.evaluate(episode_id)["invalid_by_kind"] == {"episode_limit": 1}
 
 
-def test_a_step_over_its_time_budget_ends_the_episode_as_a_tagged_failure(service):
-    svc = service(max_step_seconds=0.2, max_calls_per_step=100_000, max_calls_per_episode=100_000)
+@pytest.mark.parametrize("workers", [2, 0])  # worker processes, or the service's own
+def test_a_step_over_its_time_budget_ends_the_episode_as_a_tagged_failure(service, workers):
+    svc = service(
+        workers=workers,
+        max_step_seconds=0.2,
+        max_calls_per_step=100_000,
+        max_calls_per_episode=100_000,
+    )
     flood, _ = svc.create(FS_TASK, **validate())
     svc.step(flood, calls_text("touch", {"file_name": "big.txt"}, 1))
     svc.step(flood, calls_text("echo", {"content": EIGHTY_K_LINES, "file_name": "big.txt"}, 1))
@@ -262,6 +268,22 @@ def test_a_step_over_its_time_budget_ends_the_episode_as_a_tagged_failure(servic
     assert "has ended" in svc.step(flood, calls_text("pwd", {}, 1), expect=409)["detail"]
     other, _ = svc.create(FS_TASK, **validate())
     assert "workspace" in results(svc.step(other, calls_text("ls", {}, 1)))[0]
+
+
+@pytest.mark.parametrize("workers", [2, 0])  # worker processes, or the service's own
+def test_a_verification_over_its_time_budget_is_a_tagged_failure(service, workers):
+    svc = service(workers=workers, max_evaluation_seconds=1e-6)
+    episode_id, _ = svc.create(FS_TASK, **validate())
+    last = svc.play(episode_id, gt_turns(FS_TASK))[-1]
+    assert last["terminated"] is True
+    report = last["evaluation"]
+    assert report["aborted"] == "evaluation_time_budget" and report["accuracy"] == 0
+    assert set(report["failure_tags"]) == {"checker_error"}
+    assert "time budget" in report["tag_notes"][0]
+    # The ground truth passes with the default budget.
+    svc = service(workers=workers)
+    episode_id, _ = svc.create(FS_TASK, **validate())
+    assert svc.play(episode_id, gt_turns(FS_TASK))[-1]["evaluation"]["accuracy"] == 1
 
 
 def test_verification_holds_no_large_results():

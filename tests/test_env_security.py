@@ -39,7 +39,7 @@ def listing(svc, episode_id):
 def filesystem(svc, episode_id):
     """The episode's file system; its backends are here only in a service without worker
     processes (`service(workers=0)`), which runs the same code in its own process."""
-    return svc.engine.episodes[episode_id].backends.instances["GorillaFileSystem"]
+    return svc.engine.pool.episodes[episode_id].instances["GorillaFileSystem"]
 
 
 @pytest.mark.parametrize(

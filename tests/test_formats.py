@@ -9,13 +9,15 @@
   sections as the test case's system message, and without them for the leaderboard
   variant. 20 tasks per format.
 - parse(call_text(calls)) == calls for every ground-truth step of the 800 tasks, and
-  every ground truth replayed through the service's native API (in process) in every
+  every ground truth replayed through the service's native API (its handlers, on an
+  engine without worker processes) in every
   format scores 799/800 (multi_turn_miss_func_49 is unsolvable by construction).
 - `auto` picks the right format for the paper's and today's models.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import functools
 import hashlib
@@ -44,15 +46,15 @@ UNSOLVABLE = "multi_turn_miss_func_49"
 VALIDATE = EpisodeSettings(mode="validate")
 
 
-def play_in_process(engine, task_id, texts, fmt, settings=VALIDATE):
+async def play_in_process(engine, task_id, texts, fmt, settings=VALIDATE):
     """The texts through the native API's create and step handlers, parsed by `fmt`.
     Returns the creation reply, the observation after each step and the evaluation."""
-    created = api_native.create(engine, CreateEpisode(task_id=task_id, settings=settings))
+    created = await api_native.create(engine, CreateEpisode(task_id=task_id, settings=settings))
     observations, evaluation = [], None
     for seq, text in enumerate(texts, start=1):
         calls = [call_body(c) for c in fmt.parse(text)]
         body = StepRequest(content=text, tool_calls=calls, seq=seq)
-        result = api_native.step(engine, created.episode_id, body)
+        result = await api_native.step(engine, created.episode_id, body)
         observations.append([m.model_dump() for m in result.messages])
         if result.terminated:
             evaluation = result.evaluation.model_dump()
@@ -87,7 +89,7 @@ def bfcl_prompts(fmt: HandlerFormat, task_id: str, texts: list[str], system: lis
 
 @pytest.fixture(scope="module")
 def engine():
-    return EnvEngine(ServiceConfig())
+    return EnvEngine(ServiceConfig(workers=0))
 
 
 @pytest.mark.parametrize("name", [n for n in FORMATS if n != HERMES])
@@ -95,7 +97,9 @@ def test_bfcl_family_prompts_equal_bfcl_eval_s_own_inference(engine, name):
     fmt = get_format(name)
     for task_id in REFERENCE_TASKS:
         texts = gt_texts(task_id, fmt)
-        created, observations, evaluation = play_in_process(engine, task_id, texts, fmt)
+        created, observations, evaluation = asyncio.run(
+            play_in_process(engine, task_id, texts, fmt)
+        )
         assert evaluation["accuracy"] == (task_id != UNSOLVABLE), task_id
         ours = incremental_prompts(fmt, created, texts, observations)
         reference = bfcl_prompts(fmt, task_id, texts, created["system"])
@@ -111,7 +115,7 @@ def test_leaderboard_prompts_equal_bfcl_eval_s_own_inference(engine, registry_na
     fmt = leaderboard(registry_name)
     for task_id in REFERENCE_TASKS[::4]:
         texts = gt_texts(task_id, get_format(default_format(fmt.entry.model_name)))
-        created, observations, _ = play_in_process(engine, task_id, texts, fmt)
+        created, observations, _ = asyncio.run(play_in_process(engine, task_id, texts, fmt))
         conversation, ours = fmt.start(created), []
         for text, observation in zip(texts, observations, strict=False):
             ours.append(fmt.render(conversation))
@@ -125,7 +129,7 @@ def test_qwen25_prompts_equal_the_template_with_tools(engine, tokenizer):
     fmt = get_format(HERMES)
     for task_id in REFERENCE_TASKS:
         texts = gt_texts(task_id, fmt)
-        created, observations, _ = play_in_process(engine, task_id, texts, fmt)
+        created, observations, _ = asyncio.run(play_in_process(engine, task_id, texts, fmt))
         ours = incremental_prompts(fmt, created, texts, observations)
         tools = [prompt.to_tool(d) for d in load_task(task_id).tools]
         messages = [{"role": "system", "content": "\n\n".join(created["system"])}]
@@ -154,18 +158,22 @@ carried structured episodes."""
 
 def test_qwen25_prompts_are_byte_identical_to_before(engine):
     fmt, texts = get_format(HERMES), {}
-    for task_id in task_ids():
-        for cues, hints in itertools.product((False, True), repeat=2):
-            layers = EvolutionSettings(schema_cues=cues, type_hints=hints)
-            body = CreateEpisode(task_id=task_id, settings=EpisodeSettings(evolution=layers))
-            created = api_native.create(engine, body)
-            key = f"{task_id}|{cues}|{hints}"
-            texts[key] = fmt.start(created.model_dump()).messages[0]["content"]
-            episode = engine.episodes[created.episode_id]
-            for turn in load_task(task_id).held_out:
-                (holdout,) = fmt.observation(episode.turn_messages(turn))
-                texts[f"{key}|holdout{turn}"] = holdout["content"]
-            engine.release(created.episode_id)
+
+    async def create_all():
+        for task_id in task_ids():
+            for cues, hints in itertools.product((False, True), repeat=2):
+                layers = EvolutionSettings(schema_cues=cues, type_hints=hints)
+                body = CreateEpisode(task_id=task_id, settings=EpisodeSettings(evolution=layers))
+                created = await api_native.create(engine, body)
+                key = f"{task_id}|{cues}|{hints}"
+                texts[key] = fmt.start(created.model_dump()).messages[0]["content"]
+                episode = engine.episodes[created.episode_id]
+                for turn in load_task(task_id).held_out:
+                    (holdout,) = fmt.observation(episode.turn_messages(turn))
+                    texts[f"{key}|holdout{turn}"] = holdout["content"]
+                engine.release(created.episode_id)
+
+    asyncio.run(create_all())
     digest = hashlib.sha256()
     for key in sorted(texts):
         digest.update(key.encode() + texts[key].encode())
@@ -185,7 +193,7 @@ def test_every_ground_truth_round_trips_and_scores_799_of_800(engine, name):
                 assert fmt.parse(texts[-1]) == calls, (task_id, texts[-1])
             texts.append("Done.")
         assert fmt.parse("Done.") == []
-        _, _, evaluation = play_in_process(engine, task_id, texts, fmt)
+        _, _, evaluation = asyncio.run(play_in_process(engine, task_id, texts, fmt))
         if not evaluation["accuracy"]:
             failed.append(task_id)
     assert failed == [UNSOLVABLE]

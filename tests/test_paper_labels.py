@@ -12,8 +12,8 @@ calls as data), whose ground truth per turn is
 from __future__ import annotations
 
 import pytest
+from engine_episodes import EngineEpisode
 
-from env_service.episode import Episode
 from env_service.execution import STEP_TIME_BUDGET
 from seal.bfcl import ground_truth as gt
 from seal.bfcl.calls import CallParseError, ToolCall
@@ -40,7 +40,7 @@ def play(turns: list[list[list]]) -> dict:
     """Each turn: its messages' calls in order, then a message without calls (ends the
     turn). Turns not given are answered without calls. Returns the service's report."""
     task = load_task(BASE)
-    episode = Episode(task, EpisodeSettings())
+    episode = EngineEpisode(task.task_id, EpisodeSettings())
     turns = turns + [[]] * (task.num_turns - len(turns))
     for messages in turns:
         for calls in messages:
@@ -159,9 +159,9 @@ def test_the_label_rules_in_priority_order():
 
 def test_an_episode_the_service_ended_has_no_label():
     """Its failure is the service's time budget, not a turn the model failed."""
-    episode = Episode(load_task(BASE), EpisodeSettings())
+    episode = EngineEpisode(BASE, EpisodeSettings())
     episode.step("", [UNKNOWN])
-    episode.aborted, episode.terminated = STEP_TIME_BUDGET, True
+    episode.episode.aborted, episode.episode.terminated = STEP_TIME_BUDGET, True
     report = episode.report()
     assert (report["accuracy"], report["aborted"], report["paper_label"]) == (
         0,

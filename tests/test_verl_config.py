@@ -5,6 +5,7 @@ mistakes are errors; verl's prompt width holds every BFCL first prompt."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 from pathlib import Path
@@ -19,7 +20,7 @@ from hydra.errors import ConfigCompositionException  # noqa: E402
 
 import launcher  # noqa: E402
 from env_service import api_native  # noqa: E402
-from env_service.engine import EnvEngine  # noqa: E402
+from env_service.engine import EnvEngine, ServiceConfig  # noqa: E402
 from env_service.evolution import GUIDELINES  # noqa: E402
 from seal.bfcl.tasks import task_ids  # noqa: E402
 from seal.formats.registry import default_format, get_format  # noqa: E402
@@ -242,17 +243,22 @@ def test_hydra_values_stay_literal():
 def first_prompts(tool_format: str, ids) -> list[str]:
     """The first prompt of each task in a format, with every training layer on and every
     guideline in the system prompt (the longest a prompt gets)."""
-    engine = EnvEngine()
+    engine = EnvEngine(ServiceConfig(workers=0))
     engine.set_profile({"tags": [{"tag": tag} for tag in GUIDELINES]})
     layers = EvolutionSettings(
         schema_cues=True, type_hints=True, guidelines=True, max_guidelines=len(GUIDELINES)
     )
     settings = EpisodeSettings(mode="sample", evolution=layers)
     fmt, texts = get_format(tool_format), []
-    for task_id in ids:
-        created = api_native.create(engine, CreateEpisode(task_id=task_id, settings=settings))
-        engine.release(created.episode_id)
-        texts.append(fmt.render(fmt.start(created.model_dump())))
+
+    async def create_all():
+        for task_id in ids:
+            body = CreateEpisode(task_id=task_id, settings=settings)
+            created = await api_native.create(engine, body)
+            engine.release(created.episode_id)
+            texts.append(fmt.render(fmt.start(created.model_dump())))
+
+    asyncio.run(create_all())
     return texts
 
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from seal.runs.metrics_log import read_metrics
 from seal.trainer import learning_check as lc
 
 
@@ -52,3 +53,22 @@ def test_run_command_defaults_are_the_documented_ones():
     args = lc.parse_args(["run"])
     assert (args.k, args.steps, args.n, args.lr, args.guidelines) == (4, 12, 8, 1e-4, False)
     assert args.out_dir == lc.REPO_ROOT / "outputs" / "learning_check"
+
+
+def test_run_command_warms_up_then_trains_from_the_warmed_policy(tmp_path):
+    """The whole `run` at its smallest: 1 task, 2 warm-up steps, 1 GRPO step."""
+    out = tmp_path / "out"
+    args = ["run", "--k", "1", "--steps", "1", "--n", "2", "--warmup-max-steps", "2",
+            "--warmup-check-every", "1", "--warmup-check-nll", "1e9",
+            "--warmup-check-samples", "1", "--eval-samples", "1", "--out-dir", str(out)]  # fmt: skip
+    assert lc.main(args) == 0
+    result = json.loads((out / "curve.json").read_text())
+    warm = result["warmup"]["history"]
+    assert [w["step"] for w in warm] == [1, 2] and warm[1]["nll"] < warm[0]["nll"]
+    assert [r["step"] for r in result["curve"]] == [0, 1]
+    assert all("eval_success" in r for r in result["curve"])  # the last step is evaluated
+    # GRPO starts from the warmed-up weights: its KL reference is them, not the random
+    # model the warm-up changed, so the first update's KL is nil.
+    assert result["curve"][1]["kl"] == 0.0
+    assert (out / "warm_policy.pt").exists() and (out / "curve.png").stat().st_size > 0
+    assert [r["step"] for r in read_metrics(out / "run")] == [1]

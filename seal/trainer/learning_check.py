@@ -66,7 +66,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import shutil
 import signal
@@ -84,7 +83,7 @@ from seal.bfcl.ground_truth import ground_truth_texts
 from seal.bfcl.tasks import load_task
 from seal.launch.service import new_token, start_service
 from seal.rollout.driver import EpisodeSample, run_episode
-from seal.rollout.env_client import TOKEN_ENV, EnvClient
+from seal.rollout.env_client import EnvClient
 from seal.rollout.scripted import ScriptedGenerator
 from seal.runs.data_order import task_ids_of
 from seal.trainer.config import TrainerConfig
@@ -245,8 +244,9 @@ def episode_sizes(task_ids: list[str], tokenizer) -> tuple[int, int]:
 # --- warm-up -------------------------------------------------------------------------------
 
 
-async def _gt_episodes(url, tokenizer, task_ids, settings, tool_format) -> list[EpisodeSample]:
-    async with EnvClient(url) as env:
+async def _gt_episodes(trainer: LocalTrainer, task_ids, settings) -> list[EpisodeSample]:
+    tokenizer = trainer.tokenizer
+    async with EnvClient(trainer.env_url, trainer.client, token=trainer.token) as env:
         jobs = [
             run_episode(
                 env,
@@ -254,7 +254,7 @@ async def _gt_episodes(url, tokenizer, task_ids, settings, tool_format) -> list[
                 tokenizer,
                 t,
                 settings,
-                tool_format=tool_format,
+                tool_format=trainer.tool_format,
             )  # fmt: skip
             for t in task_ids
         ]
@@ -265,9 +265,7 @@ def ground_truth_samples(trainer: LocalTrainer, task_ids: list[str]) -> list[Epi
     """The ground truth played through the service in the training episode mode, so the
     warm-up sees the same prompts and observations as the GRPO rollouts."""
     settings = trainer.cfg.episode_settings("sample")
-    samples = asyncio.run(
-        _gt_episodes(trainer.env_url, trainer.tokenizer, task_ids, settings, trainer.tool_format)
-    )
+    samples = asyncio.run(_gt_episodes(trainer, task_ids, settings))
     failed = [s.task_id for s in samples if not s.accuracy]
     if failed:
         raise SystemExit(f"error: the ground truth fails through the service on {failed}")
@@ -543,8 +541,8 @@ def run_check(args: argparse.Namespace) -> int:
     print(f"[learning-check] settings {json.dumps(settings)}", flush=True)
 
     with start_service("127.0.0.1", 0, run_dir / "service.log", new_token()) as service:
-        os.environ[TOKEN_ENV] = service.token  # the trainer's and the warm-up's clients read it
-        trainer = LocalTrainer(cfg, service.url, run_dir)
+        # The warm-up's client takes the trainer's token and client settings too.
+        trainer = LocalTrainer(cfg, service.url, run_dir, token=service.token)
         greedy_start = greedy_success(trainer, task_ids)
         t0 = time.perf_counter()
         if args.warm_policy is not None:  # re-tune GRPO without repeating the warm-up

@@ -19,11 +19,11 @@ import pytest
 from agentic_scripts import agentic_service, answer_text, call
 from aiohttp import web
 from conftest import serving_aiohttp, shipped_tokenizer
-from scripts_loader import load_script
 
 from seal.bfcl.agentic import ANSWER_NOT_FOUND, PASS, agentic_task_ids
 from seal.bfcl.tasks import load_task
 from seal.bfcl.web_search import FETCH_TIMEOUT_S, SearchLimits
+from seal.eval import score_endpoint as cli
 from seal.eval.chat_endpoint import EndpointSettings
 from seal.eval.evaluator import errors_file, evaluate_endpoint, prerequisites_file
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
@@ -138,7 +138,6 @@ def test_eval_endpoint_scores_a_split_of_memory_questions_and_prints_table2(
     fake_model, tmp_path, capsys
 ):
     _, base_url = fake_model
-    cli = load_script("eval_endpoint")
     out = tmp_path / "run"
     with agentic_service(tmp_path / "snapshots") as (env_url, _):
         args = ["--base-url", base_url, "--model", MODEL, "--split", "memory_rec_sum"]
@@ -155,7 +154,6 @@ def test_eval_endpoint_scores_a_split_of_memory_questions_and_prints_table2(
 
 
 def test_eval_endpoint_gives_its_own_service_a_snapshot_folder_and_a_search_budget(tmp_path):
-    cli = load_script("eval_endpoint")
     base = ["--base-url", "http://127.0.0.1:9/v1", "--model", MODEL, "--start-env"]
     memory = cli.parse_args([*base, "--split", "memory"])
     assert cli.service_args(memory, tmp_path) == (

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from conftest import free_port, gt_texts, serving_aiohttp, shipped_tokenizer
-from scripts_loader import load_script
 
 from seal.bfcl.ground_truth import END_OF_TURN_TEXT
 from seal.bfcl.prompt import BASE_INSTRUCTIONS
 from seal.bfcl.tasks import load_task
+from seal.eval import score_endpoint as cli
 from seal.eval.chat_endpoint import (
     ChatEndpoint,
     ContextLengthError,
@@ -353,7 +353,6 @@ def test_command_line_exit_status_and_errors_file(fake_llm, live_service, tmp_pa
     server.fail_next("multi_turn_base_4", 401)
     split = tmp_path / "split.json"
     split.write_text(json.dumps({"eval": TASKS, "train": []}))
-    cli = load_script("eval_endpoint")
     args = ["--base-url", base_url, "--model", MODEL, "--split-file", str(split)]
     args += ["--env-url", live_service[0], "--out-dir", str(tmp_path / "run"), "--quiet"]
     args += ["--tokenizer", str(SHIPPED_TOKENIZER)]
@@ -367,7 +366,6 @@ def test_command_line_exit_status_and_errors_file(fake_llm, live_service, tmp_pa
 
 def test_command_line_refuses_a_missing_api_key(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("SEAL_TEST_NO_SUCH_KEY", raising=False)
-    cli = load_script("eval_endpoint")
     args = ["--base-url", "http://127.0.0.1:9/v1", "--model", MODEL]
     assert (
         cli.main([*args, "--api-key-env", "SEAL_TEST_NO_SUCH_KEY", "--out-dir", str(tmp_path)]) == 1
@@ -382,7 +380,6 @@ def test_unhealthy_environment_service_stops_the_run(tmp_path):
 
 
 def test_command_line_needs_a_tokenizer_for_other_models(tmp_path, capsys):
-    cli = load_script("eval_endpoint")
     args = ["--base-url", "http://127.0.0.1:9/v1", "--out-dir", str(tmp_path)]
     assert cli.main([*args, "--model", "meta-llama/Llama-3.1-8B-Instruct"]) == 1
     assert "--tokenizer is needed for model 'meta-llama/Llama-3.1-8B-Instruct'" in (
@@ -548,7 +545,7 @@ def test_a_server_with_a_smaller_context_stops_the_run_with_advice(
     args = ["--base-url", base_url, "--model", MODEL, "--split-file", str(split), "--quiet"]
     args += ["--env-url", env_url, "--out-dir", str(tmp_path / "cli")]
     args += ["--tokenizer", str(SHIPPED_TOKENIZER)]
-    assert load_script("eval_endpoint").main(args) == 1
+    assert cli.main(args) == 1
     assert "set --max-context-tokens to the server's context length" in capsys.readouterr().err
 
 
@@ -661,7 +658,7 @@ def test_a_reply_cut_at_max_tokens_is_stepped_counted_and_recorded(
     args = ["--base-url", base_url, "--model", MODEL, "--split-file", str(split), "--quiet"]
     args += ["--env-url", env_url, "--out-dir", str(tmp_path / "cli")]
     args += ["--tokenizer", str(SHIPPED_TOKENIZER)]
-    assert load_script("eval_endpoint").main(args) == 0
+    assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "replies cut at max_tokens: 1 in 1 tasks" in out
     assert "episodes ended (4 tasks): terminated 4, max_generations 0, context_limit 0" in out
@@ -693,7 +690,7 @@ def test_command_line_stops_at_the_preflight(live_service, tmp_path, capsys):
     ]
 
     start = time.monotonic()
-    assert load_script("eval_endpoint").main(args) == 1
+    assert cli.main(args) == 1
     assert time.monotonic() - start < 10
     assert "check --base-url" in capsys.readouterr().err
     assert engine.stats()["created"] == 0 and not (tmp_path / "validation").exists()
@@ -740,7 +737,6 @@ def test_leaderboard_format_is_bfcl_s_own_prompt(fake_llm, live_service, tmp_pat
     server.scripts = {task_id: gt_texts(task_id, fmt) for task_id in TASKS}
     split = tmp_path / "split.json"
     split.write_text(json.dumps({"eval": TASKS, "train": []}))
-    cli = load_script("eval_endpoint")
     LLAMA_TOKENIZER.save_pretrained(tmp_path / "tokenizer")
     args = ["--base-url", base_url, "--model", "Team-ACE/ToolACE-2-8B", "--quiet"]
     args += ["--split-file", str(split), "--env-url", live_service[0], "--out-dir", str(tmp_path)]

@@ -1,7 +1,10 @@
-"""Training metrics log: round trip, resume truncation, crash leftovers, key names of the producers."""
+"""Training metrics log: round trip, resume truncation, crash leftovers, the wandb sink, key
+names of the producers."""
 
 import json
 import math
+import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -149,3 +152,47 @@ def test_key_names_match_what_the_capability_state_apatch_and_the_loss_emit():
         ref_log_prob=log_prob,
     )
     assert {M.LOSS_POLICY, M.LOSS_KL} <= loss_metrics.keys()
+
+
+class FakeWandb:
+    """Stands for the wandb module: records what the writer asks of it."""
+
+    def __init__(self):
+        self.inits, self.logged, self.finished = [], [], 0
+
+    def init(self, **kwargs):
+        self.inits.append(kwargs)
+        return SimpleNamespace(
+            log=lambda row, step: self.logged.append((step, row)), finish=self.finish
+        )
+
+    def finish(self):
+        self.finished += 1
+
+
+def test_rows_also_go_to_wandb_offline_without_a_key(tmp_path, monkeypatch):
+    fake = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    settings = M.WandbSettings("online", "proj", {"lr": 0.1})
+    with M.MetricsWriter(tmp_path / "run", wandb=settings) as log:
+        log.write(1, {M.REWARD_MEAN: 0.5})
+        log.write(2, {M.REWARD_MEAN: float("nan")})
+    [init] = fake.inits
+    assert init["mode"] == "offline" and init["project"] == "proj" and init["name"] == "run"
+    assert init["config"] == {"lr": 0.1} and init["dir"] == str(tmp_path / "run")
+    assert fake.logged[0] == (1, {M.REWARD_MEAN: 0.5}) and fake.logged[1][0] == 2
+    assert fake.finished == 1
+    assert [row["step"] for row in M.read_metrics(tmp_path / "run")] == [1, 2]  # and the file
+
+    monkeypatch.setenv("WANDB_API_KEY", "k")
+    M.MetricsWriter(tmp_path / "online", wandb=settings).close()
+    assert fake.inits[-1]["mode"] == "online"
+    M.MetricsWriter(tmp_path / "off", wandb=M.WandbSettings("disabled", "proj")).close()
+    assert len(fake.inits) == 2  # disabled: no wandb run
+
+
+def test_wandb_asked_for_but_missing_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb raises ImportError
+    with pytest.raises(RuntimeError, match="wandb is not installed"):
+        M.MetricsWriter(tmp_path, wandb=M.WandbSettings("offline", "proj"))

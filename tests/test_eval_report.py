@@ -223,6 +223,9 @@ def test_subset_of_the_split_is_flagged_as_not_comparable(tmp_path):
     write_validation(tmp_path)
     text = write_report(tmp_path).read_text()
     assert "380 missing" in text and "not comparable with the paper" in text
+    assert main([str(tmp_path), "--no-split-check"]) == 0  # a subset on purpose
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "380 missing" not in text and "not checked against a split" in text
 
 
 def test_capability_state_file_stands_in_for_epoch_summaries(tmp_path):

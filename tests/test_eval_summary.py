@@ -1,4 +1,5 @@
-"""Per-category summary: cells, averages, best step, split warnings, output formats, CLI."""
+"""Per-category summary: cells, averages, best step, split warnings, output formats, and
+`seal-report --table`, its command line."""
 
 import csv
 import io
@@ -24,7 +25,6 @@ from seal.runs.records import ValidationRecord, write_step
 from seal.tocf.tags import CATEGORIES
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "scripts" / "stats_validation_bfcl.py"
 # The paper's SEAL row for Qwen2.5-7B-Instruct, as passed/total per category.
 SEAL_7B_COUNTS = {
     "multi_turn_base": (58, 100),
@@ -214,24 +214,29 @@ def test_json_gives_numbers(two_steps):
     assert [row["best"] for row in rows] == [False, True]
 
 
-def run_script(*args):
+def run_table(*args):
+    """`seal-report --table` as a user runs it (stdout and stderr apart)."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, cwd=REPO
+        [sys.executable, "-m", "seal.eval.report", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
     )
 
 
-def test_script_prints_the_table_and_warns_on_stderr(tmp_path):
+def test_report_table_prints_the_table_and_warns_on_stderr(tmp_path):
     val_dir = tmp_path / "val"
     split = tmp_path / "split.json"
     records = step_records(10, counts_with_rates(1, 1, 0, 0, total=2))
     split.write_text(json.dumps({"eval": [r.task_id for r in records[1:]]}), encoding="utf-8")
     write_step(val_dir, 10, records)
 
-    result = run_script("--val-dir", str(val_dir), "--split", str(split), "--format", "csv")
+    result = run_table("--val-dir", str(val_dir), "--split", str(split), "--table", "csv")
     assert result.returncode == 0, result.stderr
     [row] = list(csv.DictReader(io.StringIO(result.stdout)))
     assert row["multi_turn_base"] == "0.5000 (1/2)" and row["average"] == "0.2500"
@@ -241,15 +246,25 @@ def test_script_prints_the_table_and_warns_on_stderr(tmp_path):
     )
 
 
-def test_script_fails_naming_the_malformed_file_and_line(tmp_path):
+def test_report_table_fails_naming_the_malformed_file_and_line(tmp_path):
     (tmp_path / "step_000000.jsonl").write_text("not json\n", encoding="utf-8")
-    result = run_script("--val-dir", str(tmp_path), "--no-split-check")
+    result = run_table("--val-dir", str(tmp_path), "--no-split-check", "--table", "markdown")
     assert result.returncode == 1
     assert f"{tmp_path / 'step_000000.jsonl'}:1:" in result.stderr
     assert result.stdout == ""
 
 
-def test_script_fails_on_an_empty_directory(tmp_path):
-    result = run_script("--val-dir", str(tmp_path))
+def test_report_table_fails_on_an_empty_directory(tmp_path):
+    result = run_table("--val-dir", str(tmp_path), "--table", "json")
     assert result.returncode == 1
     assert "no step_*.jsonl files" in result.stderr
+
+
+def test_report_table_reads_the_run_directory_and_needs_one(tmp_path):
+    write_step(tmp_path / "validation", 3, step_records(3, counts_with_rates(1, 0, 0, 0, total=1)))
+    result = run_table(str(tmp_path), "--table", "json", "--no-split-check")
+    assert result.returncode == 0, result.stderr
+    assert [row["step"] for row in json.loads(result.stdout)] == [3]
+    assert not (tmp_path / "report").exists()  # --table writes nothing
+    result = run_table("--table", "json", "--compare", str(tmp_path))
+    assert result.returncode == 2 and "--table goes with a run directory" in result.stderr

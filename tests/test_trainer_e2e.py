@@ -22,6 +22,7 @@ from seal.runs.records import read_val_dir
 from seal.tocf.state import STATE_FILENAME, CapabilityState
 from seal.trainer.config import TrainerConfig
 from seal.trainer.local import LocalTrainer
+from seal.trainer.seal_step import BEST_FILE
 
 NO_LAYERS = {"schema_cues": 0, "type_hints": 0, "recovery_feedback": 0, "guidelines": 0}
 
@@ -96,6 +97,8 @@ def test_train_two_steps_then_resume(live_service, serve_app, tmp_path):
         tiny_config(total_steps=3, checkpoint={"resume": True}), serve_app(recorder), run_dir
     )
     assert resumed.state.step == 2
+    best_at_2 = json.loads((ckpt.latest_checkpoint(run_dir) / BEST_FILE).read_text())
+    assert best_at_2["step"] in (0, 2) and resumed.seal.best == best_at_2
     expected = CapabilityState.load(ckpt.latest_checkpoint(run_dir) / STATE_FILENAME)
     expected_profile = expected.failure_profile()
     assert expected_profile["tags"], "the test needs a profile with guidelines to push"
@@ -107,7 +110,16 @@ def test_train_two_steps_then_resume(live_service, serve_app, tmp_path):
     assert sorted(read_val_dir(run_dir / "validation")) == [0, 2, 3]
     assert CapabilityState.load(run_dir / STATE_FILENAME).run.num_trajectories == 3 * 2 * 2
     saved = json.loads((ckpt.latest_checkpoint(run_dir) / "trainer_state.json").read_text())
-    assert saved["step"] == 3 and [h["step"] for h in saved["history"]] == [0, 2, 3]
+    assert saved == {"step": 3, "epoch": saved["epoch"]}
+    # The best step, carried over the resume: the earliest of the highest val/average over
+    # the validations of both parts of the run (steps 0, 2 and 3).
+    validated = [r for r in read_metrics(run_dir / "metrics.jsonl") if "val/average" in r]
+    top = max(r["val/average"] for r in validated)
+    best = {"step": min(r["step"] for r in validated if r["val/average"] == top)}
+    best |= {"metric": "val/average", "value": top}
+    assert [r["step"] for r in validated] == [0, 2, 3]
+    assert resumed.seal.best == best
+    assert json.loads((ckpt.latest_checkpoint(run_dir) / BEST_FILE).read_text()) == best
 
 
 def test_a_training_step_goes_on_when_the_service_fails_one_task(serve_app, tmp_path):

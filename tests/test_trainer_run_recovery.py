@@ -42,6 +42,7 @@ from seal.runs.checks import UNFINISHED_DIR, check_run_dir
 from seal.runs.data_order import DATA_ORDER_FILENAME, DataOrderChanged
 from seal.runs.metrics_log import read_metrics
 from seal.tocf.state import STATE_FILENAME, CapabilityState
+from seal.trainer.seal_step import BEST_FILE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -142,6 +143,7 @@ def outcome(run_dir: Path) -> dict:
         "trainer_state": json.loads(
             (ckpt.latest_checkpoint(run_dir) / "trainer_state.json").read_text()
         )["step"],
+        "best": json.loads((ckpt.latest_checkpoint(run_dir) / BEST_FILE).read_text()),
     }
 
 
@@ -288,6 +290,7 @@ STATE_FILES = [
     STATE_FILENAME,  # the run directory's copy; the checkpoint's is the one resumed
     f"{CHECKPOINT}/{STATE_FILENAME}",
     f"{CHECKPOINT}/trainer_state.json",
+    f"{CHECKPOINT}/{BEST_FILE}",
     f"checkpoints/{ckpt.LATEST}",
     DATA_ORDER_FILENAME,
     "metrics.jsonl",
@@ -323,6 +326,8 @@ def test_a_resume_after_a_state_file_is_damaged_continues_exactly_or_names_it(
         saved = ckpt.load_trainer_state(uninterrupted / CHECKPOINT)
         assert name == STATE_FILENAME, f"a damaged {name} was taken as good"
         assert trainer.state == saved and trainer.state.step == 2
+        best = json.loads((uninterrupted / CHECKPOINT / BEST_FILE).read_text())
+        assert trainer.seal.best == best and best["step"] is not None
         want = CapabilityState.load(uninterrupted / CHECKPOINT / STATE_FILENAME).to_dict()
         assert trainer.capability.to_dict() == want
         assert CapabilityState.load(run_dir / STATE_FILENAME).to_dict() == want  # repaired

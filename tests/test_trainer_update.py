@@ -13,8 +13,11 @@ from transformers import Qwen2ForCausalLM
 
 from seal.algos.loss import PolicyLossConfig
 from seal.runs import checkpoint as ckpt
+from seal.runs.atomic_file import StateFileError
 from seal.runs.data_order import epoch_order
-from seal.tocf.state import CapabilityState
+from seal.tocf.state import STATE_FILENAME
+from seal.trainer.config import TrainerConfig
+from seal.trainer.seal_step import BEST_FILE, SealStep
 from seal.trainer.update import batch_logprobs, collate, policy_update, response_logprobs
 
 PAD = 151643
@@ -100,9 +103,10 @@ def test_checkpoint_round_trip(tmp_path):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
     optimizer.step()
-    state = ckpt.TrainerState(step=7, epoch=1, best_metric=0.25, best_step=5)
-    capability = CapabilityState()
-    path = ckpt.save_checkpoint(tmp_path, state, model, optimizer, capability)
+    state = ckpt.TrainerState(step=7, epoch=1)
+    saved_into = []
+    path = ckpt.save_checkpoint(tmp_path, state, model, optimizer, saved_into.append)
+    assert saved_into == [path.with_name(path.name + ".tmp")]  # inside, before the rename
     assert ckpt.latest_checkpoint(tmp_path) == path
     assert ckpt.load_trainer_state(path) == state
     restored = Qwen2ForCausalLM.from_pretrained(path)
@@ -116,13 +120,41 @@ def test_checkpoint_round_trip(tmp_path):
 
 
 def test_prune_keeps_best_and_latest(tmp_path):
-    model, capability = tiny_qwen2(), CapabilityState()
+    model = tiny_qwen2()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for step in (1, 2, 3):
-        ckpt.save_checkpoint(tmp_path, ckpt.TrainerState(step=step), model, optimizer, capability)
-    ckpt.prune_checkpoints(tmp_path, ckpt.TrainerState(step=3, best_step=1))
+    for step in (1, 2, 3, 4):
+        state = ckpt.TrainerState(step=step)
+        ckpt.save_checkpoint(tmp_path, state, model, optimizer, lambda folder: None)
+    ckpt.prune_checkpoints(tmp_path, 3, best_step=1)
     kept = sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*"))
     assert kept == ["step_000001", "step_000003"]
+    ckpt.prune_checkpoints(tmp_path, 3, best_step=None)  # no validation yet: the latest only
+    assert [p.name for p in (tmp_path / "checkpoints").glob("step_*")] == ["step_000003"]
+
+
+def test_the_seal_step_keeps_its_capability_state_and_best_step_in_a_checkpoint(tmp_path):
+    """The best step lives in the SEAL step alone (both trainers); a checkpoint holds it."""
+    cfg = TrainerConfig()
+    seal = SealStep(tmp_path / "run", cfg, "http://127.0.0.1:1")  # no request is made
+    seal.start()
+    assert seal.validated(2, {"val/average": 0.25})
+    assert not seal.validated(4, {"val/average": 0.25})  # a tie keeps the earlier step
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    seal.save(folder)
+    resumed = SealStep(tmp_path / "run", cfg, "http://127.0.0.1:1")
+    resumed.restore(folder)
+    assert resumed.best == {"step": 2, "metric": "val/average", "value": 0.25}
+    assert resumed.capability.to_dict() == seal.capability.to_dict()
+    assert not resumed.validated(6, {"val/average": 0.2})  # the restored best still counts
+
+    (folder / BEST_FILE).write_text('{"step": 2}')
+    with pytest.raises(StateFileError, match=BEST_FILE):
+        SealStep(tmp_path / "run", cfg, "http://127.0.0.1:1").restore(folder)
+    (folder / BEST_FILE).unlink()
+    with pytest.raises(StateFileError, match="no such file"):
+        SealStep(tmp_path / "run", cfg, "http://127.0.0.1:1").restore(folder)
+    assert (folder / STATE_FILENAME).exists()
 
 
 def test_epoch_order_is_a_function_of_seed_and_epoch():

@@ -199,7 +199,7 @@ def test_each_step_logs_the_seal_metrics_and_validation_records(smoke):
 
 def test_reports_read_the_run(smoke, tmp_path):
     stats = subprocess.run(
-        [sys.executable, "scripts/stats_validation_bfcl.py", "--val-dir", str(smoke.run_dir / "validation")],
+        [sys.executable, "-m", "seal.eval.report", str(smoke.run_dir), "--table", "markdown"],
         cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip
     table = [line for line in stats.stdout.splitlines() if line.startswith("| ")]

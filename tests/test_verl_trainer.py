@@ -28,10 +28,10 @@ from seal.tocf.apatch import APatchConfig  # noqa: E402
 from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state  # noqa: E402
 from seal.tocf.tags import PASS  # noqa: E402
 from seal.trainer.reweight import SampleOutcome, observe_and_reweight  # noqa: E402
+from seal.trainer.seal_step import BEST_FILE  # noqa: E402
 from seal.trainer.verl.config import compose_verl_config  # noqa: E402
 from seal.trainer.verl.trainer import (  # noqa: E402
     BEST_DIR,
-    BEST_FILE,
     EnvServiceUnavailable,
     SealPPOTrainer,
     link_checkpoint,

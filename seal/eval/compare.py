@@ -1,7 +1,7 @@
 """Runs side by side, with honest statistics: `seal-report --compare RUN [RUN ...]`.
 
 Each RUN is a training run's directory, an endpoint evaluation's output directory
-(`scripts/eval_endpoint.py --out-dir`) or a directory of `step_*.jsonl` records
+(`seal-eval --out-dir`) or a directory of `step_*.jsonl` records
 (seal.eval.run_source); `RUN@STEP` picks a validation step, else the run's best (the
 highest average of the four categories, the earliest on a tie). The page shows every run's
 pass rates per category and average, the paper's rows of the runs' backbones beside them,

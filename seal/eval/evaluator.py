@@ -9,8 +9,8 @@ the episode (its last answer carries the evaluation; at `max_generations` replie
 the episode itself). The conversation goes to the chat API as messages (the Qwen2.5
 format, whose messages any chat template renders) or, rendered whole by the tool format,
 to the completions API (any format; bfcl-eval's own prompt with `leaderboard`). Results
-are validation records (``seal.runs.records``), so ``scripts/stats_validation_bfcl.py``
-and ``seal-report`` read them like a trainer's.
+are validation records (``seal.runs.records``), so ``seal-report`` (and its
+``--table``) reads them like a trainer's.
 
 The context budget is validation's in training (seal/rollout/driver.py, whose rule this
 calls): each request's `max_tokens` is min(max_new_tokens, the room left); observations

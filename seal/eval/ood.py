@@ -1,7 +1,7 @@
 """The paper's Table 2 (out of distribution) for evaluated checkpoints: BFCL V4 agentic and
 tau2-bench, the paper's rows beside them.
 
-- BFCL V4, from an endpoint evaluation's records (scripts/eval_endpoint.py --split agentic):
+- BFCL V4, from an endpoint evaluation's records (seal-eval --split agentic):
   as bfcl-eval's leaderboard summarises its agentic categories, web search is the
   unweighted mean of `web_search_base` and `web_search_no_snippet`, memory the mean of
   `memory_kv`, `memory_vector` and `memory_rec_sum`, and the average the mean of the two

@@ -25,6 +25,13 @@ compares runs instead (seal.eval.compare): per category at each run's best (or g
 RUN@STEP) step, the paper's rows beside them, and the differences to the baseline with a
 95% paired bootstrap interval and an exact McNemar p-value.
 
+    seal-report RUN_DIR --table {markdown,csv,json} [--val-dir DIR] [--no-split-check]
+
+prints the per-category pass rates of each validation step instead, in the paper's format
+with the best step marked (seal.eval.summary), and writes nothing; warnings about task ids
+that differ from the split go to stderr, so the table on stdout stays machine-readable. With
+--val-dir, RUN_DIR may be left out.
+
     seal-report --table2 RUN [RUN ...] [--out-dir DIR]
 
 writes the paper's Table 2 (out of distribution) for evaluated checkpoints instead
@@ -55,6 +62,7 @@ from seal.eval.paper import (
 )
 from seal.eval.run_source import paper_row, run_model
 from seal.eval.summary import (
+    RENDERERS,
     StepSummary,
     best_step,
     load_split_ids,
@@ -269,12 +277,14 @@ def _rate_pct(rate) -> float:
 
 
 def validation_sections(
-    run_dir: Path, run: RunData, label: str, split: Path, out_dir: Path
+    run_dir: Path, run: RunData, label: str, split: Path | None, out_dir: Path
 ) -> list[str]:
     """The paper table and the pass-rate figure with the per-step table."""
     summaries = summarize(run.validation)
     best = best_step(summaries)
-    if split.exists():
+    if split is None:
+        run.notes.append("task ids not checked against a split (--no-split-check)")
+    elif split.exists():
         expected = load_split_ids(split, "eval")
         for step, records in run.validation.items():
             warning = split_mismatch(step, records, expected)
@@ -406,9 +416,11 @@ def write_report(
     out_dir: Path | None = None,
     val_dir: Path | None = None,
     label: str | None = None,
-    split: Path = DEFAULT_SPLIT,
+    split: Path | None = DEFAULT_SPLIT,
 ) -> Path:
-    """Write the PNGs and ``report.md`` to `out_dir` (default RUN_DIR/report); return the page."""
+    """Write the PNGs and ``report.md`` to `out_dir` (default RUN_DIR/report); return the
+    page. `split`: the split file whose "eval" ids each step is checked against (None: no
+    check)."""
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir else run_dir / REPORT_DIRNAME
     label = label or run_dir.resolve().name
@@ -435,6 +447,22 @@ def write_report(
     return page
 
 
+def print_table(val_dir: Path, fmt: str, split: Path | None) -> None:
+    """The per-category pass rates of each validation step on stdout, in `fmt` (a key of
+    seal.eval.summary.RENDERERS); steps whose task ids differ from the split's "eval" ids
+    are named on stderr (`split` None: not checked)."""
+    steps = read_val_dir(val_dir) if val_dir.is_dir() else {}
+    if not steps:
+        raise EmptyRunError(f"no step_*.jsonl files in {val_dir}")
+    if split is not None:
+        expected = load_split_ids(split, "eval")
+        for step, records in steps.items():
+            warning = split_mismatch(step, records, expected)
+            if warning:
+                print(f"warning: {warning}", file=sys.stderr)
+    sys.stdout.write(RENDERERS[fmt](summarize(steps)))
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="seal-report", description="Plots and a Markdown report of a SEAL run directory."
@@ -450,7 +478,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         nargs="+",
         metavar="RUN",
         help="compare runs instead: training run directories, endpoint evaluations "
-        "(scripts/eval_endpoint.py --out-dir) or directories of step_*.jsonl; RUN@STEP "
+        "(seal-eval --out-dir) or directories of step_*.jsonl; RUN@STEP "
         "picks a step (default: each run's best)",
     )
     parser.add_argument(
@@ -458,8 +486,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         nargs="+",
         metavar="RUN",
         help="the paper's Table 2 (out of distribution) instead: BFCL V4 agentic from each "
-        "RUN's records (scripts/eval_endpoint.py --split agentic; RUN@STEP picks a step), "
+        "RUN's records (seal-eval --split agentic; RUN@STEP picks a step), "
         "tau2-bench from the results files in RUN/tau2/; the paper's rows beside them",
+    )
+    parser.add_argument(
+        "--table",
+        choices=sorted(RENDERERS),
+        help="print the per-category pass rates of each validation step in this format "
+        "instead (json: numbers rather than text cells); writes nothing",
     )
     parser.add_argument(
         "--baseline",
@@ -495,11 +529,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         default=DEFAULT_SPLIT,
         help="split file whose 'eval' ids each validation step is checked against; "
-        "differences are noted on the page (default: %(default)s)",
+        "differences are noted on the page (with --table: on stderr) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--no-split-check",
+        action="store_true",
+        help="do not check task ids against the split (e.g. a validation on a subset)",
     )
     args = parser.parse_args(argv)
-    if sum(x is not None for x in (args.run_dir, args.compare, args.table2)) != 1:
+    # --table reads only validation records, so --val-dir can stand for the run directory.
+    run = args.run_dir if args.run_dir is not None or not args.table else args.val_dir
+    if sum(x is not None for x in (run, args.compare, args.table2)) != 1:
         parser.error("give a run directory, --compare RUN [RUN ...] or --table2 RUN [RUN ...]")
+    if args.table and run is None:
+        parser.error("--table goes with a run directory or --val-dir")
+    if args.no_split_check:
+        args.split = None
     if args.baseline and not args.compare:
         parser.error("--baseline goes with --compare")
     return args
@@ -514,6 +559,9 @@ def compare_main(args: argparse.Namespace) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        if args.table:
+            print_table(args.val_dir or args.run_dir / "validation", args.table, args.split)
+            return 0
         if args.compare:
             page = compare_main(args)
         elif args.table2:

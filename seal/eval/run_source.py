@@ -1,7 +1,7 @@
 """Where a run's validation records are, and which of the paper's rows the run reproduces.
 
 Reads a training run's directory (``validation/``, ``config.yaml`` as the launcher saves
-it) or an endpoint evaluation's output directory (``scripts/eval_endpoint.py --out-dir``:
+it) or an endpoint evaluation's output directory (``seal-eval --out-dir``:
 ``validation/`` whose records name the model in ``extra["model"]``), or a bare directory
 of ``step_*.jsonl`` files. Used by ``seal-report`` for one run and for ``--compare``.
 """

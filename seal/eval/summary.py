@@ -5,7 +5,7 @@ cells, and the paper's average (the unweighted mean of the four category rates).
 step is the one with the highest average, the earliest on a tie: all four categories count,
 not one alone as in the original release. Steps whose task ids differ from the expected split are
 reported, since their rates are not comparable with the paper's 400 held-out tasks.
-``scripts/stats_validation_bfcl.py`` is the command line for this module.
+``seal-report --table`` (seal.eval.report) is the command line for this module.
 """
 
 import csv

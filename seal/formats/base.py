@@ -46,7 +46,7 @@ class Conversation:
 
 class ToolFormat(ABC):
     name: str
-    """The value of `trainer.model.tool_format` (and eval_endpoint's --tool-format)."""
+    """The value of `trainer.model.tool_format` (and seal-eval's --tool-format)."""
     end_of_turn: str
     """The token that closes an assistant turn (where generation stops)."""
 

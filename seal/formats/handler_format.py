@@ -16,7 +16,7 @@ Two uses:
   service's system-prompt sections as the task's system message (BFCL's own way of
   adding a test case's system message), and a call the text attempts but the decoder
   cannot read answered as a malformed call;
-- `leaderboard(registry_name)` (scripts/eval_endpoint.py --leaderboard-format): the
+- `leaderboard(registry_name)` (seal-eval --leaderboard-format): the
   model's own handler from bfcl-eval's model map, no system message of ours (a BFCL V4
   agentic task's own system message is kept, as bfcl-eval keeps it), and BFCL's
   rule for text it cannot decode (the turn ends), so a base model's score is

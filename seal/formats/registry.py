@@ -1,4 +1,4 @@
-"""Tool formats by name (`trainer.model.tool_format`, eval_endpoint's --tool-format), and
+"""Tool formats by name (`trainer.model.tool_format`, seal-eval's --tool-format), and
 the default for a model.
 
     qwen2.5      Qwen2.5 / Hermes `<tool_call>` JSON blocks (the shipped Qwen2.5 template)
@@ -60,7 +60,7 @@ def default_format(model: str) -> str:
         return by_handler[entry.handler_class]
     raise ValueError(
         f"no default tool format for model {model!r}: set trainer.model.tool_format "
-        f"(eval_endpoint: --tool-format) to one of {', '.join(FORMATS)}"
+        f"(seal-eval: --tool-format) to one of {', '.join(FORMATS)}"
     )
 
 

@@ -1,8 +1,9 @@
 """Checkpoints of the local trainer: save, find the latest, resume exactly, keep the best.
 
 A checkpoint directory `checkpoints/step_000010/` holds the policy (Hugging Face
-`save_pretrained`, safetensors), the optimizer state, the capability state and
-`trainer_state.json` (step, epoch, best metric so far, RNG states). The data order is a
+`save_pretrained`, safetensors), the optimizer state, `trainer_state.json` (step, epoch),
+the RNG states and what the SEAL step keeps (the capability state and the best validated
+step so far: seal/trainer/seal_step.py, which the verl trainer's checkpoints hold too). The data order is a
 function of the seed, the epoch and the step, so restoring the step restores it.
 `latest` names the newest complete checkpoint; it is written last, atomically, so a
 crash while saving leaves the previous checkpoint as the latest, and a failed write
@@ -15,7 +16,8 @@ from __future__ import annotations
 import os
 import random
 import shutil
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -30,10 +32,6 @@ class TrainerState:
     step: int = 0
     """Steps completed."""
     epoch: int = 0
-    best_metric: float | None = None
-    best_step: int | None = None
-    history: list[dict] = field(default_factory=list)
-    """Validation metrics per validated step, for choosing the best checkpoint."""
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
@@ -46,9 +44,10 @@ class CheckpointWriteError(OSError):
 
 
 def save_checkpoint(
-    run_dir: Path, state: TrainerState, policy, optimizer, capability_state
+    run_dir: Path, state: TrainerState, policy, optimizer, save_seal: Callable[[Path], None]
 ) -> Path:
-    """Write the checkpoint of `state.step`: into `step_N.tmp`, flushed to disk, renamed to
+    """Write the checkpoint of `state.step` (`save_seal(folder)` writes the SEAL step's
+    files into it: SealStep.save): into `step_N.tmp`, flushed to disk, renamed to
     `step_N`, then `latest` is pointed at it. Killed anywhere (kill -9, power), `latest`
     still names the previous complete checkpoint; failing (ENOSPC), the partial copy is
     removed to give its space back and CheckpointWriteError says what to do."""
@@ -60,7 +59,7 @@ def save_checkpoint(
         policy.save_pretrained(tmp, safe_serialization=True)
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
-        capability_state.save(tmp / "capability_state.json")
+        save_seal(tmp)
         write_json_atomic(tmp / "trainer_state.json", asdict(state))
         _sync_tree(tmp)  # on disk before `latest` can name it
         shutil.rmtree(path, ignore_errors=True)
@@ -150,11 +149,11 @@ def restore_rng(path: Path) -> None:
     random.setstate(rng["python"])
 
 
-def prune_checkpoints(run_dir: Path, state: TrainerState) -> None:
-    """Delete every checkpoint but the best and the latest."""
-    keep = {checkpoint_dir(run_dir, state.step).name}
-    if state.best_step is not None:
-        keep.add(checkpoint_dir(run_dir, state.best_step).name)
+def prune_checkpoints(run_dir: Path, step: int, best_step: int | None) -> None:
+    """Delete every checkpoint but the best (`best_step`, None: none yet) and the latest."""
+    keep = {checkpoint_dir(run_dir, step).name}
+    if best_step is not None:
+        keep.add(checkpoint_dir(run_dir, best_step).name)
     for path in (run_dir / "checkpoints").glob("step_*"):
         if path.name not in keep:
             shutil.rmtree(path)

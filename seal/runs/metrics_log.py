@@ -6,12 +6,15 @@
 non-finite value (a NaN loss) is written as ``null``, which plots show as a gap, because
 ``NaN`` is not JSON and other readers (jq, pandas) would choke on it.
 
-The trainer opens the log with ``MetricsWriter(run_dir)`` for a new run and
-``MetricsWriter(run_dir, resume_step=N)`` when it resumes from the checkpoint of step N:
+Both trainers write it through ``MetricsWriter``: ``MetricsWriter(run_dir)`` for a new run
+and ``MetricsWriter(run_dir, resume_step=N)`` when it resumes from the checkpoint of step N:
 rows of steps after N were written by the run that crashed after its last checkpoint and
 are about to be produced again, so they are dropped (the file is rewritten atomically
 first). Each row is flushed and synced as it is written; a line cut short by a crash has no
-final newline, and both the reader and a resume ignore such a last line.
+final newline, and both the reader and a resume ignore such a last line. The same rows can
+also go to Weights & Biases (``wandb=WandbSettings(...)``, the local trainer's
+``trainer.logging``; offline without a key, so a run never needs credentials); the verl
+trainer leaves it off, verl's own tracking logs there.
 
 The metric names are made here and nowhere else: the constants and `*_key` builders
 below, `outcome_metrics` (a training batch's outcomes, both trainers) and
@@ -27,6 +30,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from numbers import Integral, Real
 from pathlib import Path
 
@@ -230,10 +234,45 @@ def _json_value(key: str, value: object) -> float | int | None:
     return value if math.isfinite(value) else None
 
 
-class MetricsWriter:
-    """Appends one row per training step to ``RUN_DIR/metrics.jsonl``; see the module doc."""
+@dataclass(frozen=True)
+class WandbSettings:
+    """Where the rows also go in Weights & Biases (the local trainer's `trainer.logging`)."""
 
-    def __init__(self, run_dir: str | Path, resume_step: int | None = None):
+    mode: str
+    """offline | online (offline when $WANDB_API_KEY is unset) | disabled."""
+    project: str
+    config: dict = field(default_factory=dict)
+    """The run's settings, shown beside its curves."""
+
+
+def _open_wandb(run_dir: Path, settings: WandbSettings):
+    """A wandb run in `run_dir`, resumed if one of that name exists there."""
+    try:
+        import wandb
+    except ImportError:
+        raise RuntimeError(
+            f"logging.wandb={settings.mode!r} but wandb is not installed; "
+            "pip install wandb, or set logging.wandb=disabled"
+        ) from None
+    mode = settings.mode
+    if mode == "online" and not os.environ.get("WANDB_API_KEY"):
+        mode = "offline"  # a run never needs credentials; `wandb sync` uploads it later
+    return wandb.init(
+        project=settings.project, dir=str(run_dir), mode=mode, config=settings.config,
+        name=run_dir.name, resume="allow",
+    )  # fmt: skip
+
+
+class MetricsWriter:
+    """Appends one row per training step to ``RUN_DIR/metrics.jsonl`` (and to wandb with
+    `wandb` settings whose mode is not "disabled"); see the module doc."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        resume_step: int | None = None,
+        wandb: WandbSettings | None = None,
+    ):
         self.path = Path(run_dir) / METRICS_FILENAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.last_step: int | None = None
@@ -245,6 +284,9 @@ class MetricsWriter:
                 )
         elif self.path.exists():
             self._truncate_after(resume_step)
+        self.wandb_run = None
+        if wandb is not None and wandb.mode != "disabled":
+            self.wandb_run = _open_wandb(self.path.parent, wandb)
         self._file = self.path.open("a", encoding="utf-8")
 
     def _truncate_after(self, resume_step: int) -> None:
@@ -266,9 +308,13 @@ class MetricsWriter:
         # One fsync per training step (minutes apart) costs nothing and survives a power cut.
         os.fsync(self._file.fileno())
         self.last_step = step
+        if self.wandb_run is not None:
+            self.wandb_run.log(dict(metrics), step=step)
 
     def close(self) -> None:
         self._file.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
 
     def __enter__(self) -> MetricsWriter:
         return self

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -45,7 +46,6 @@ from seal.runs.data_order import epoch_order, task_ids_of
 from seal.runs.records import ValidationRecord, read_val_dir, write_step
 from seal.runs.run import Run, open_run
 from seal.trainer.config import TrainerConfig
-from seal.trainer.metrics import MetricsLogger
 from seal.trainer.model import frozen_copy, gpu_peak_gb, load_policy, load_tokenizer
 from seal.trainer.seal_step import SealStep
 from seal.trainer.update import batch_logprobs, policy_update, response_mask_matrix
@@ -124,7 +124,10 @@ class LocalTrainer:
         self.val_ids = task_ids_of(cfg.data.val_file, cfg.data.max_val_tasks)
         self.steps_per_epoch = max(1, len(self.train_ids) // cfg.data.train_batch_size)
         self.total_steps = cfg.total_steps or cfg.total_epochs * self.steps_per_epoch
-        self.log = MetricsLogger(run_dir, cfg, resume_step=self.state.step if resume_from else None)
+        wandb = M.WandbSettings(cfg.logging.wandb, cfg.logging.project, asdict(cfg))
+        resume_step = self.state.step if resume_from else None
+        self.log = M.MetricsWriter(run_dir, resume_step=resume_step, wandb=wandb)
+        """The run's metrics.jsonl (and wandb, `trainer.logging`)."""
 
     def _new_optimizer(self) -> torch.optim.Optimizer:
         o = self.cfg.optim
@@ -134,7 +137,7 @@ class LocalTrainer:
         """Make the current weights the training's starting point: its KL reference (when
         the loss has one) becomes a frozen copy of them and the optimizer starts afresh.
         For weights changed outside training before it starts (the learning check's
-        supervised warm-up, scripts/learning_check.py)."""
+        supervised warm-up, seal/trainer/learning_check.py)."""
         if self.reference is not None:
             self.reference = frozen_copy(self.policy)
         self.optimizer = self._new_optimizer()
@@ -143,8 +146,7 @@ class LocalTrainer:
         optimizer_state = ckpt.load_torch_file(path / "optimizer.pt", "optimizer state")
         self.optimizer.load_state_dict(optimizer_state)
         self.state = ckpt.load_trainer_state(path)
-        self.seal.best |= {"step": self.state.best_step, "value": self.state.best_metric}
-        self.seal.restore(path)
+        self.seal.restore(path)  # the capability state and the best step so far
         ckpt.restore_rng(path)
         print(f"[trainer] resumed from {path} at step {self.state.step}")
 
@@ -282,18 +284,15 @@ class LocalTrainer:
         return state
 
     def _after_validation(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
-        state = self.state
-        if self.seal.validated(step, metrics):
-            state.best_metric, state.best_step = self.seal.best["value"], step
-        state.history.append({"step": step, **metrics})
+        self.seal.validated(step, metrics)  # keeps the best step (`self.seal.best`)
         if step == 0:
             self.log.write(0, metrics)
         return metrics
 
     def _save(self) -> None:
-        ckpt.save_checkpoint(self.run_dir, self.state, self.policy, self.optimizer, self.capability)
+        ckpt.save_checkpoint(self.run_dir, self.state, self.policy, self.optimizer, self.seal.save)
         if self.cfg.checkpoint.keep_only_best:
-            ckpt.prune_checkpoints(self.run_dir, self.state)
+            ckpt.prune_checkpoints(self.run_dir, self.state.step, self.seal.best["step"])
 
     @property
     def pad_id(self) -> int:
@@ -303,13 +302,14 @@ class LocalTrainer:
 def run_local_training(cfg, env_url: str, run: Run, split_file: Path) -> None:
     """The launcher's `local` job: train, then print validation pass rates per category."""
     client = OmegaConf.to_object(cfg.service.client)
-    state = LocalTrainer(cfg.trainer, env_url, run, client=client).fit()
-    run_dir = run.dir
+    trainer = LocalTrainer(cfg.trainer, env_url, run, client=client)
+    trainer.fit()
+    best, run_dir = trainer.seal.best, run.dir
     summaries = summarize(read_val_dir(run_dir / "validation"))
     print(f"\nvalidation pass rates per category ({run_dir / 'validation'}):\n")
     print(render_markdown(summaries))
     print(
-        f"\nbest step {state.best_step} ({cfg.trainer.checkpoint.best_metric} = {state.best_metric:.4f}); "
+        f"\nbest step {best['step']} ({best['metric']} = {best['value']:.4f}); "
         f"checkpoints in {run_dir / 'checkpoints'}; report: seal-report {run_dir}"
     )
 

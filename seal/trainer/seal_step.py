@@ -5,13 +5,15 @@ each run their own rollouts, GRPO advantages and actor update; around them SEAL 
 same in both, here:
 
 - the capability state: opened fresh (`start`) or restored from a checkpoint (`restore`),
-  and saved to the run directory after every step;
+  and saved to the run directory after every step; a checkpoint holds it and the best
+  validated step (`save`), so a resumed run goes on with both;
 - its epoch windows (`begin_epoch`), each closed by a summary in `tocf/` (`finish`);
 - the reweighting of a step's advantages (`reweight`: the capability state observes every
   sample's tags, A-Patch scales its advantages, seal/trainer/reweight.py), with the step's
   outcome metrics and interface record;
 - the failure profile pushed to the service (`close_loop`, `push_profile`): the closed loop;
-- the best validated step (`validated`, by `trainer.checkpoint.best_metric`).
+- the best validated step (`validated`, by `trainer.checkpoint.best_metric`): `best` is the
+  one record of it in either trainer.
 """
 
 from __future__ import annotations
@@ -22,11 +24,15 @@ from pathlib import Path
 import torch
 
 from seal.rollout.env_client import EnvClientSettings, push_profile
+from seal.runs.atomic_file import StateFileError, read_json, write_json_atomic
 from seal.runs.metrics_log import outcome_metrics
 from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state
 from seal.tocf.summary import write_epoch_summary
 from seal.trainer.config import TrainerConfig
 from seal.trainer.reweight import SampleOutcome, observe_and_reweight, record_interface
+
+BEST_FILE = "seal_best.json"
+"""The best validated step so far and its metric (`SealStep.best`), in each checkpoint."""
 
 
 class SealStep:
@@ -57,12 +63,25 @@ class SealStep:
             self.run_dir, self.cfg.capability, resume=False
         )
 
+    def save(self, checkpoint: Path) -> None:
+        """Write the capability state and the best step so far into `checkpoint` (a folder)."""
+        self.capability.save(checkpoint / STATE_FILENAME)
+        write_json_atomic(checkpoint / BEST_FILE, self.best)
+
     def restore(self, checkpoint: Path) -> None:
-        """The capability state of the checkpoint in `checkpoint` (a folder)."""
+        """The capability state and the best step so far of the checkpoint in `checkpoint`
+        (a folder, written by `save`)."""
         # The checkpoint's state is the one to continue from: the run directory's copy is
         # saved every step, so it may be ahead of the checkpoint (or damaged).
         self.capability = CapabilityState.load(checkpoint / STATE_FILENAME, self.cfg.capability)
         self.capability.save(self.capability_path)
+        best = read_json(checkpoint / BEST_FILE, "best validated step")
+        if not isinstance(best, dict) or set(best) != set(self.best):
+            raise StateFileError(
+                f"{checkpoint / BEST_FILE}: expected an object with keys {sorted(self.best)}, "
+                f"got {best!r:.200}"
+            )
+        self.best = best
 
     def begin_epoch(self, epoch: int) -> None:
         """Open `epoch`'s window, summarising the previous epoch's first."""

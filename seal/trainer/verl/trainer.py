@@ -11,10 +11,12 @@ adds what SEAL needs, each through an overridden hook that calls verl's own firs
 - `_dump_generations` (validation): writes the project's validation records
   (seal/runs/records.py, as the local trainer) and keeps the best checkpoint.
 - `_save_checkpoint` / `_load_checkpoint`: the capability state and the best-so-far
-  travel with verl's checkpoints, so a resumed run continues the same weights.
+  travel with verl's checkpoints (`SealStep.save` / `restore`, as in the local trainer's),
+  so a resumed run continues the same weights.
 - `on_step_begin`: opens the capability state's epoch window (epoch summaries in tocf/).
 - `_compute_metrics`: the step's numeric metrics also go to `{run_dir}/metrics.jsonl`
-  (seal/runs/metrics_log.py), so `seal-report` reads a verl run like a local one.
+  (seal/runs/metrics_log.py's writer, the local trainer's; wandb off there, since verl's
+  own tracking logs to wandb), so `seal-report` reads a verl run like a local one.
 
 The run directory was opened (locked, checked) by the launcher, whose process holds it
 while verl runs; this trainer, in a Ray process, writes into it.
@@ -44,17 +46,14 @@ from seal.rollout.env_client import is_healthy
 from seal.runs.atomic_file import write_json_atomic
 from seal.runs.metrics_log import MetricsWriter, validation_metrics
 from seal.runs.records import ValidationRecord, write_step
-from seal.tocf.state import STATE_FILENAME
 from seal.trainer.reweight import SampleOutcome
-from seal.trainer.seal_step import SealStep
+from seal.trainer.seal_step import BEST_FILE, SealStep
 from seal.trainer.verl.agent_loop import TAG_SEPARATOR
 from seal.trainer.verl.section import SealSection
 
 TRAINER_MODE = "seal_sync"
 BEST_DIR = "best"
 """checkpoints/best: hard links to the files of the best validated checkpoint."""
-BEST_FILE = "seal_best.json"
-"""Best step and metric so far, saved in each checkpoint and in checkpoints/best."""
 
 
 def _of_seal_step(name: str) -> property:
@@ -208,22 +207,20 @@ class SealPPOTrainer(PPOTrainerSync):
 
     def _save_checkpoint(self):
         super()._save_checkpoint()
-        folder = self._checkpoint_folder(self.global_steps)
-        self.capability.save(folder / STATE_FILENAME)
-        (folder / BEST_FILE).write_text(json.dumps(self.best))
+        self.seal_step.save(self._checkpoint_folder(self.global_steps))
 
     def _load_checkpoint(self):
         super()._load_checkpoint()  # sets global_steps (0 on a fresh start)
         self._resumed_from_step = self.global_steps
         resumed = self.global_steps > 0
         resume_step = self.global_steps if resumed else None
+        # No wandb settings: verl's Tracking (trainer.logger) logs the same metrics there.
         self.metrics_log = MetricsWriter(self.run_dir, resume_step=resume_step)
         if not resumed:  # refuses a run_dir that holds another run's state
             self.seal_step.start()
         else:
             folder = self._checkpoint_folder(self.global_steps)
-            self.seal_step.restore(folder)
-            self.seal_step.best = json.loads((folder / BEST_FILE).read_text())
+            self.seal_step.restore(folder)  # the capability state and the best step
             # The service may be a fresh one: give it the profile the next step's
             # training episodes would have had in the uninterrupted run.
             if self.trainer_cfg.rollout.push_profile:

@@ -1,4 +1,5 @@
-"""Score an OpenAI-compatible chat endpoint on BFCL multi-turn or BFCL V4 agentic tasks (seal/eval/evaluator.py).
+"""`seal-eval`: score an OpenAI-compatible chat endpoint on BFCL multi-turn or BFCL V4 agentic
+tasks (seal/eval/evaluator.py); also `python -m seal.eval.score_endpoint`.
 
 Runs every task of the split as a validate-mode episode of the environment service (the
 unevolved benchmark, up to 20 generations, temperature 0, 4096 tokens per generation, a
@@ -9,7 +10,7 @@ checks the endpoint first. Run it again with the same arguments to retry failed 
 finish an interrupted run.
 
     python -m env_service --port 8082 &        # or pass --start-env (a token: $SEAL_ENV_TOKEN)
-    python scripts/eval_endpoint.py --base-url http://127.0.0.1:8000/v1 \\
+    seal-eval --base-url http://127.0.0.1:8000/v1 \\
         --model Qwen/Qwen2.5-7B-Instruct --out-dir outputs/eval/qwen7b
 
 By default the conversation goes to the chat API in the Qwen2.5 format. --tool-format
@@ -18,7 +19,7 @@ NAME sends the prompt a tool format renders (as in training) to the completions 
 bfcl-eval's model map, e.g. Team-ACE/ToolACE-2-8B), so a base model's score compares
 with the leaderboard's:
 
-    python scripts/eval_endpoint.py --base-url http://127.0.0.1:8000/v1 \\
+    seal-eval --base-url http://127.0.0.1:8000/v1 \\
         --model Team-ACE/ToolACE-2-8B --tokenizer Team-ACE/ToolACE-2-8B --leaderboard-format
 
 Out of distribution (the paper's Table 2, BFCL V4 agentic): --split agentic scores the
@@ -30,7 +31,7 @@ memory snapshots in OUT_DIR/memory_snapshots and gets a step time budget that ho
 search; web search reads the SerpAPI key from $SERPAPI_API_KEY (README: "Out of
 distribution" for tau2-bench and the dependencies, pip install -e '.[ood]'):
 
-    python scripts/eval_endpoint.py --base-url http://127.0.0.1:8000/v1 \\
+    seal-eval --base-url http://127.0.0.1:8000/v1 \\
         --model Qwen/Qwen2.5-7B-Instruct --split agentic --start-env --out-dir outputs/ood/qwen7b
 
 Exit status: 0 when every task was scored, 1 when any failed (listed in
@@ -74,13 +75,15 @@ from seal.launch.service import new_token, start_service
 from seal.rollout.env_client import TOKEN_ENV
 from seal.rollout.protocol import EpisodeLimits
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 AGENTIC_SPLITS = ("agentic", "memory", "web_search", *AGENTIC_CATEGORIES)
 DEFAULT_SPLIT_FILE = REPO / "data" / "seal_split.json"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="seal-eval", description="Score an OpenAI-compatible chat endpoint on BFCL tasks."
+    )
     parser.add_argument(
         "--base-url",
         required=True,

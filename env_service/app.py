@@ -1,8 +1,7 @@
 """The FastAPI application: both protocols over one engine, errors mapped to statuses.
 
-Requests pass env_service/http_guard.py first (the token, the body limit), then the hot
-routes (env_service/hot_routes.py: creates and steps, served without FastAPI's routing),
-then FastAPI. The engine's worker processes start with the app and stop with it. A
+Requests pass env_service/http_guard.py first (the token, the body limit), then FastAPI's
+one router. The engine's worker processes start with the app and stop with it. A
 background task drops idle episodes every few seconds so a crashed client leaks nothing
 even when no new episode is created. Every error is JSON in its protocol's shape, a bug
 included (500, logged): env_service/errors.py. The OpenAPI schema is at /openapi.json and
@@ -20,7 +19,6 @@ from fastapi import FastAPI
 from env_service import api_native, errors
 from env_service.config import ServiceConfig
 from env_service.engine import EnvEngine
-from env_service.hot_routes import HotRoutes
 from env_service.http_guard import Guard
 from env_service.release import api as release_api
 from seal.bfcl.backends import preload_backends
@@ -82,8 +80,6 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         return path in wire_paths
 
     errors.install(app, on_wire)
-    # Added first, so it runs inside Guard (the last added is outermost).
-    app.add_middleware(HotRoutes, engine=engine)
     app.add_middleware(
         Guard,
         token=cfg.token,

@@ -11,8 +11,8 @@ API's `{"detail": message}`. The kinds of error, each answered in its request's 
 - an HTTP error (404 for an unknown path, 405, and http_guard.Guard's 401 and 413);
 - a bug in the service: 500, logged with its traceback.
 
-`install(app, on_wire)` installs the handlers that answer them; http_guard.Guard and
-hot_routes.HotRoutes answer before FastAPI runs, with `reply` and `bug_reply`.
+`install(app, on_wire)` installs the handlers that answer them; http_guard.Guard answers
+before FastAPI runs, with `reply`.
 """
 
 from __future__ import annotations

@@ -278,6 +278,38 @@ def test_malformed_bodies(service):
     assert svc.http.post("/v1/episodes", json={"episode_id": "x"}).status_code == 422
 
 
+@pytest.mark.parametrize(
+    ("what", "body"),
+    [
+        ("not an object", b"[1, 2]"),
+        ("no content", b'{"tool_calls": []}'),
+        ("seq below 1", b'{"content": "", "tool_calls": [], "seq": 0}'),
+        ("huge integer", b'{"content": "", "tool_calls": [], "seq": 1' + b"1" * 5000 + b"}"),
+    ],
+)
+def test_malformed_steps_are_422_and_leave_the_episode_as_it_was(service, what, body):
+    svc = service()
+    episode_id, _ = svc.create("multi_turn_base_0")
+    path = f"/v1/episodes/{episode_id}/steps"
+    reply = svc.http.post(path, content=body, headers={"content-type": "application/json"})
+    assert reply.status_code == 422 and "detail" in reply.json(), what
+    assert svc.http.get(f"/v1/episodes/{episode_id}").json()["steps"] == 0
+
+
+def test_a_bug_in_a_step_is_a_500_naming_it(service, monkeypatch):
+    async def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    svc = service()
+    monkeypatch.setattr(svc.engine, "astep", broken)
+    # Starlette's test client re-raises a server's exception unless told not to.
+    monkeypatch.setattr(svc.http._transport, "raise_server_exceptions", False)
+    episode_id, _ = svc.create("multi_turn_base_0")
+    reply = svc.http.post(f"/v1/episodes/{episode_id}/steps", json={"content": "", "tool_calls": []})
+    assert reply.status_code == 500
+    assert reply.json() == {"detail": "internal error: RuntimeError: a bug"}
+
+
 def test_unknown_task(service):
     svc = service()
     unknown = svc.http.post("/v1/episodes", json={"task_id": "multi_turn_base_999"})

@@ -210,3 +210,24 @@ def test_a_failing_model_is_a_generation_error_for_every_request(tokenizer, prom
 
     errors = asyncio.run(main())
     assert all(isinstance(e, GenerationError) and "device-side assert" in str(e) for e in errors)
+
+
+def test_generation_leaves_cudnn_attention_out(tokenizer, prompts):
+    # cuDNN's attention plans each new shape, and decoding makes one per token.
+    seen = []
+
+    class Recorder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+
+        def generate(self, input_ids, **kwargs):
+            seen.append(
+                (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled())
+            )
+            return torch.cat([input_ids, input_ids[:, -1:]], dim=1)
+
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # PyTorch's default, restored after
+    gather(HFGenerator(Recorder(), tokenizer, with_logprobs=False), prompts)
+    assert seen == [(False, True)]
+    assert torch.backends.cuda.cudnn_sdp_enabled()

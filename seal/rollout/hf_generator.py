@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from seal.rollout.generation import Generation, GenerationError, SamplingParams
@@ -36,6 +37,12 @@ _NEUTRAL_PROCESSORS = {
     "num_beams": 1,
     "renormalize_logits": False,
 }
+# Attention kernels generation may use: all but cuDNN's. cuDNN's attention builds an
+# execution plan for each new shape, and decoding makes one at every token (the cache
+# grows by one) in every batch (each pads to its own width), so on Hopper GPUs, where
+# PyTorch prefers it, the plans cost more than the attention (docs/benchmarks.md, "The
+# local trainer on a GPU"). The others need no plan; on the CPU none of this applies.
+GENERATION_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 # Only applied when sampling (and flagged as unused by transformers when greedy).
 _NEUTRAL_WARPERS = {
     "top_k": 0,
@@ -204,7 +211,7 @@ class HFGenerator:
             **sampling_knobs,
             **_NEUTRAL_PROCESSORS,
         )
-        with torch.inference_mode():
+        with torch.inference_mode(), sdpa_kernel(GENERATION_ATTENTION):
             output = model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),

@@ -42,23 +42,16 @@ Simplifications, named:
   (the HF generator batches concurrent episodes as they arrive, so batch composition
   and hence the random stream depend on timing). Success rates are noisy estimates.
 
-Cost on 2 CPU cores (hidden 64): ~4.5 s per warm-up step (forward + backward over four
-~4.6k-token episodes), ~120 steps to partial success (~9-10 min); ~1 min per GRPO step
-(32 episodes + update) and ~1.5 min per evaluation (128 episodes): ~22 min for GRPO.
 `--warm-policy OUT/warm_policy.pt` reuses a previous warm-up (same --hidden/--layers/--k)
 and only runs GRPO.
 
-Observed (defaults, one warm-up, GRPO seeds 0-2, 128 eval episodes per point): eval
-success 0.076 +- 0.014 at step 0 -> 0.195 (step 4) -> 0.242 (step 8) -> 0.258 +- 0.021
-at step 12, higher in 3/3 seeds; with lr 0 (no update) it stays flat. Two settings
-fail, for reasons named: at --lr 1e-3 the first update moved this fragile, just-memorised
-policy too far (ppo_kl 0.135) and success fell to 0, where all-zero rewards give zero
-advantages and nothing recovers it; with --guidelines (an optional layer of the paper's interface; at 1e-4,
-and at 3e-4 before) success fell to 0 from step 2, the first step whose prompts carry
-the guideline section that the failure profile of step 1 switched on: the memorising tiny model breaks on the changed
-system prompt (its dominant tag went from 56% to 71% empty turns) before any update
-could matter. Hence lr 1e-4 and guidelines off by default (as in the paper's headline
-run). The guideline layer is exercised by the tests; this check is about the optimisation.
+Defaults chosen from runs (their figures: README, "Learning check"; costs:
+docs/benchmarks.md): lr 1e-4, because at 1e-3 the first update moved the just-memorised
+policy too far and success fell to 0, where all-zero rewards give zero advantages and
+nothing recovers it; guidelines off (as in the paper's headline run), because the
+memorising tiny model breaks on the changed system prompt of the first step that carries
+them, before any update could matter. The guideline layer is exercised by the tests; this
+check is about the optimisation.
 """
 
 from __future__ import annotations

@@ -305,7 +305,9 @@ def test_a_bug_in_a_step_is_a_500_naming_it(service, monkeypatch):
     # Starlette's test client re-raises a server's exception unless told not to.
     monkeypatch.setattr(svc.http._transport, "raise_server_exceptions", False)
     episode_id, _ = svc.create("multi_turn_base_0")
-    reply = svc.http.post(f"/v1/episodes/{episode_id}/steps", json={"content": "", "tool_calls": []})
+    reply = svc.http.post(
+        f"/v1/episodes/{episode_id}/steps", json={"content": "", "tool_calls": []}
+    )
     assert reply.status_code == 500
     assert reply.json() == {"detail": "internal error: RuntimeError: a bug"}
 

@@ -1,4 +1,4 @@
-"""seal.trainer.learning_check's `seeds` command: the per-seed table and the between-run
+"""seal.learning_check's `seeds` command: the per-seed table and the between-run
 statistics; its command line."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from seal import learning_check as lc
 from seal.runs.metrics_log import read_metrics
-from seal.trainer import learning_check as lc
 
 
 def write_curve(path, evals: dict[int, float]):

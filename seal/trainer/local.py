@@ -137,7 +137,7 @@ class LocalTrainer:
         """Make the current weights the training's starting point: its KL reference (when
         the loss has one) becomes a frozen copy of them and the optimizer starts afresh.
         For weights changed outside training before it starts (the learning check's
-        supervised warm-up, seal/trainer/learning_check.py)."""
+        supervised warm-up, seal/learning_check.py)."""
         if self.reference is not None:
             self.reference = frozen_copy(self.policy)
         self.optimizer = self._new_optimizer()

@@ -5,7 +5,7 @@
     seal-learning-check table OUT/curve.json      # redraw a saved run's table and figure
     seal-learning-check seeds OUT_*/curve.json [--label NAME ...] [--png FILE]
                                                   # combine several seeds
-    (or python -m seal.trainer.learning_check ...)
+    (or python -m seal.learning_check ...)
 
 What `run` shows: on K easy BFCL training tasks that the policy can partly solve, GRPO with
 the project's own machinery (LocalTrainer.train_step: rollouts through the real

@@ -46,7 +46,7 @@ from env_service.execution import (
     RunResult,
     StepBudget,
 )
-from seal.bfcl import agentic, prompt, web_search
+from seal.bfcl import agentic, paper_prompt, prompt, web_search
 from seal.bfcl.backends import is_tool_error
 from seal.bfcl.calls import (
     ArgumentsTooDeep,
@@ -131,41 +131,46 @@ class EpisodeFinishedError(RuntimeError):
 
 
 @functools.lru_cache(maxsize=4096)
-def _cued_tools(task_id: str, hints: bool) -> tuple[dict, ...]:
-    return tuple(evolution.add_schema_cues(d, hints) for d in load_task(task_id).tools)
+def _cued_tools(task_id: str, prompt_name: str, hints: bool) -> tuple[dict, ...]:
+    cue = evolution.TEXTS[prompt_name].cue
+    return tuple(cue(d, hints) for d in load_task(task_id).tools)
 
 
-def _first_tools(task: BfclTask, cues: bool, hints: bool) -> list[dict]:
+def _first_tools(task: BfclTask, prompt_name: str, cues: bool, hints: bool) -> list[dict]:
     """The docs of the tools available from turn 0, with the cues when on (cued once per
     task and settings: 20-30 KB of docs per create)."""
     if not cues:
         return task.tools
     if task is load_task(task.task_id):
-        return list(_cued_tools(task.task_id, hints))
-    return [evolution.add_schema_cues(d, hints) for d in task.tools]  # a modified copy (tests)
-
-
-@functools.lru_cache(maxsize=4096)
-def _wire_system_prompt_cached(
-    task_id: str, cues: bool, hints: bool, sections: tuple[str, ...]
-) -> str:
-    return _render_wire_system_prompt(load_task(task_id), cues, hints, sections)
+        return list(_cued_tools(task.task_id, prompt_name, hints))
+    cue = evolution.TEXTS[prompt_name].cue
+    return [cue(d, hints) for d in task.tools]  # a modified copy (tests)
 
 
 def _render_wire_system_prompt(
-    task: BfclTask, cues: bool, hints: bool, sections: tuple[str, ...]
+    task: BfclTask, prompt_name: str, cues: bool, hints: bool, sections: tuple[str, ...]
 ) -> str:
-    tools = [prompt.to_tool(d) for d in _first_tools(task, cues, hints)]
+    docs = _first_tools(task, prompt_name, cues, hints)
+    if prompt_name == "paper":
+        return paper_prompt.system_message(docs, sections)
+    tools = [prompt.to_tool(d) for d in prompt.language_hinted(docs)]
     return prompt.system_content(sections, tools)
 
 
-def _wire_system_prompt(task: BfclTask, cues: bool, hints: bool, sections: tuple[str, ...]) -> str:
+@functools.lru_cache(maxsize=4096)
+def _wire_system_prompt_cached(task_id: str, *settings) -> str:
+    return _render_wire_system_prompt(load_task(task_id), *settings)
+
+
+def _wire_system_prompt(
+    task: BfclTask, prompt_name: str, cues: bool, hints: bool, sections: tuple[str, ...]
+) -> str:
     """The wire protocol's system message, rendered once per task and settings:
     serialising 20-30 KB of tool signatures on every create was most of an episode's
     creation cost."""
     if task is load_task(task.task_id):
-        return _wire_system_prompt_cached(task.task_id, cues, hints, sections)
-    return _render_wire_system_prompt(task, cues, hints, sections)  # a modified copy (tests)
+        return _wire_system_prompt_cached(task.task_id, prompt_name, cues, hints, sections)
+    return _render_wire_system_prompt(task, prompt_name, cues, hints, sections)  # tests
 
 
 class Episode:
@@ -179,6 +184,8 @@ class Episode:
         self.task = task
         self.settings = settings
         self.layers = settings.effective_evolution
+        self.texts = evolution.TEXTS[settings.prompt]
+        """The texts this episode's prompt is written in (the paper's or the rich prompt's)."""
         self.caps = caps or EpisodeCaps.of(ServiceConfig())
         self.lock = asyncio.Lock()
         """Held by the engine's async paths for a step or an evaluation: one at a time."""
@@ -200,7 +207,7 @@ class Episode:
         self._held_back = frozenset(d["name"] for docs in task.held_out.values() for d in docs)
         self._available = {d["name"]: d for d in task.tools_until(0)}
         self.guidelines: list[tuple[str, str]] = (
-            evolution.guidelines_for(profile, self.layers.max_guidelines)
+            self.texts.guidelines_for(profile, self.layers.max_guidelines)
             if self.layers.guidelines
             else []
         )
@@ -212,14 +219,16 @@ class Episode:
         self.turn_steps = 0
         self._memory_saved_at: int | None = None
         self.system: list[str] | None = None
-        """The system prompt's sections: instructions (an agentic task: its own system
-        message), then the layers' sections. None until a memory episode knows its
+        """The system prompt's sections: the prompt's instructions (an agentic task: its own
+        system message), then the layers' sections. None until a memory episode knows its
         memory (`set_memory_context`)."""
         if self.agentic is None:
-            self.system = prompt.system_sections(self._extra_sections())
+            self.system = [*self.texts.instructions, *self._extra_sections()]
         elif not self.agentic.is_memory:
             self._agentic_system(None)
-        self.tools = _first_tools(task, self.layers.schema_cues, self.layers.type_hints)
+        self.tools = _first_tools(
+            task, settings.prompt, self.layers.schema_cues, self.layers.type_hints
+        )
         """Docs of the tools available from turn 0, as the model sees them."""
         self.first_messages = self.turn_messages(0)
 
@@ -233,16 +242,16 @@ class Episode:
         """The memory the episode's backend loaded, as its dump for the prompt."""
         self._agentic_system(memory_content)
 
-    def _doc(self, doc: dict) -> dict:
-        if self.layers.schema_cues:
-            return evolution.add_schema_cues(doc, type_hints=self.layers.type_hints)
+    def _revealed_doc(self, doc: dict) -> dict:
+        if self.layers.schema_cues and self.texts.cue_revealed:
+            return self.texts.cue(doc, self.layers.type_hints)
         return doc
 
     def _extra_sections(self) -> list[str]:
         sections = []
         if self.layers.schema_cues:
-            sections.append(evolution.CONSTRAINT_NOTE)
-        if section := evolution.guideline_section(self.guidelines):
+            sections.append(self.texts.note)
+        if section := self.texts.guideline_section(self.guidelines):
             sections.append(section)
         return sections
 
@@ -262,16 +271,24 @@ class Episode:
         """The user messages that open `turn` (observation messages, as data)."""
         revealed = self.task.held_out.get(turn)
         if revealed:
-            return [{"role": "user", "content": "", "tools": [self._doc(d) for d in revealed]}]
+            return [
+                {"role": "user", "content": "", "tools": [self._revealed_doc(d) for d in revealed]}
+            ]
         return [{"role": m["role"], "content": m["content"]} for m in self.task.questions[turn]]
 
     @property
     def initial_messages(self) -> list[dict]:
-        """The first messages as Qwen2.5 text (the wire protocol): the system message with
-        the tool signatures, then the first question."""
-        cues, hints = self.layers.schema_cues, self.layers.type_hints
-        system = _wire_system_prompt(self.task, cues, hints, tuple(self.system))
-        return [{"role": "system", "content": system}, *prompt.chat_messages(self.first_messages)]
+        """The first messages as text (the wire protocol): the system message with the
+        tool signatures, then the first question."""
+        name, cues, hints = self.settings.prompt, self.layers.schema_cues, self.layers.type_hints
+        system = _wire_system_prompt(self.task, name, cues, hints, tuple(self.system))
+        return [{"role": "system", "content": system}, *self.wire_messages(self.first_messages)]
+
+    def wire_messages(self, observation: list[dict]) -> list[dict]:
+        """Observation messages as the wire protocol's text."""
+        if self.settings.prompt == "paper":
+            return paper_prompt.chat_messages(observation)
+        return prompt.chat_messages(observation)
 
     def available_tools(self) -> list[str]:
         """Names of the tools the model may call in the current turn."""

@@ -38,11 +38,11 @@ from env_service.engine import EnvEngine, ServiceConfig
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
 from seal.bfcl.tasks import load_task
 from seal.formats.base import ToolFormat
-from seal.formats.registry import HERMES, get_format
+from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.env_client import call_body
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
 
-QWEN_FORMAT = get_format(HERMES)
+QWEN_FORMAT = get_format(PAPER_QWEN)
 """The tool format the harness writes and parses assistant texts in (Qwen2.5's)."""
 
 
@@ -248,7 +248,7 @@ def service_process():
 def gt_turns(task_id: str, tool_format: ToolFormat | None = None) -> list[list[str]]:
     """Per turn, the assistant texts of the ground-truth policy of `task_id`, its calls
     written as `tool_format` writes them (Qwen2.5's Hermes format by default)."""
-    call_text = (tool_format or get_format(HERMES)).call_text
+    call_text = (tool_format or get_format(PAPER_QWEN)).call_text
     return assistant_messages(ground_truth_trajectory(load_task(task_id)), call_text)
 
 

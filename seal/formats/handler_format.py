@@ -13,9 +13,10 @@ seal/bfcl/calls.py turns into data (literals only).
 
 Two uses:
 - training formats (`qwen3`, `llama3.1`, `bfcl_prompt`): one handler each, the
-  service's system-prompt sections as the task's system message (BFCL's own way of
-  adding a test case's system message), and a call the text attempts but the decoder
-  cannot read answered as a malformed call;
+  service's system-prompt sections (the paper's texts: the layers' note and guidelines,
+  no instructions of ours) as the task's system message (BFCL's own way of adding a test
+  case's system message), and a call the text attempts but the decoder cannot read
+  answered as a malformed call;
 - `leaderboard(registry_name)` (seal-eval --leaderboard-format): the
   model's own handler from bfcl-eval's model map, no system message of ours (a BFCL V4
   agentic task's own system message is kept, as bfcl-eval keeps it), and BFCL's
@@ -35,6 +36,7 @@ from bfcl_eval.constants.default_prompts import (
 )
 
 from seal.bfcl.calls import CallParseError, ToolCall, parse_call_string
+from seal.bfcl.prompt import language_hinted
 from seal.formats.base import Conversation, ParsedCalls, ToolFormat
 from seal.formats.bfcl_handlers import RegistryEntry, build_handler, registry_entry
 
@@ -65,7 +67,10 @@ class HandlerFormat(ToolFormat):
         # (BFCL V4 agentic: bfcl-eval puts it first in the question).
         if created["system"] and (not self.leaderboard or created.get("system_from_task")):
             first.insert(0, {"role": "system", "content": "\n\n".join(created["system"])})
-        entry = {"id": created["task_id"], "function": list(created["tools"]), "question": [first]}
+        # BFCL's loader adds its language hint to the docs available from the start (the
+        # service sends them bare); its inference shows revealed docs without it.
+        docs = language_hinted(created["tools"])
+        entry = {"id": created["task_id"], "function": docs, "question": [first]}
         data = self.handler._pre_query_processing_prompting(entry)
         data = self.handler.add_first_turn_message_prompting(data, entry["question"][0])
         return Conversation(data["message"], data["function"])

@@ -39,6 +39,7 @@ _STRICT = ConfigDict(extra="forbid")
 """pydantic reads this off a stdlib dataclass: unknown keys in a request are a 422."""
 
 ROLLOUT_MODES = ("sample", "validate")
+PROMPTS = ("paper", "rich")
 
 TOKEN_ENV = "SEAL_ENV_TOKEN"
 """Environment variable holding the service's bearer token: the service reads it when
@@ -154,6 +155,13 @@ class EpisodeSettings:
 
     mode: str = "sample"
     """`sample` (training: evolution allowed) or `validate` (the plain benchmark)."""
+    prompt: str = "paper"
+    """Whose texts the service writes (env_service/evolution.py TEXTS): `paper`, the
+    original release's (Appendix D: no instructions, ` [required]` on required parameters,
+    its D.2 note, D.4 guidelines), or `rich`, this project's (instructions before the
+    tools, [required]/[optional] markers, allowed values read from BFCL's prose, its own
+    note and guidelines; beyond the paper). A client's tool format asks for the one its
+    prompt is made for (seal.formats.base.ToolFormat.prompt)."""
     evolution: EvolutionSettings = field(default_factory=EvolutionSettings)
     evolve_in_validation: bool = False
     """Apply the evolution layers in validate mode too (off: validation is the benchmark)."""
@@ -163,6 +171,8 @@ class EpisodeSettings:
     def __post_init__(self):
         if self.mode not in ROLLOUT_MODES:
             raise ValueError(f"mode must be one of {ROLLOUT_MODES}, not {self.mode!r}")
+        if self.prompt not in PROMPTS:
+            raise ValueError(f"prompt must be one of {PROMPTS}, not {self.prompt!r}")
 
     @property
     def effective_evolution(self) -> EvolutionSettings:
@@ -243,12 +253,12 @@ class EpisodeCreated(BaseModel):
     category: str
     num_turns: int
     system: list[str]
-    """The system prompt's sections in order: the instructions, then the training
-    layers' constraint note and guidelines when they are on. The client's format lays
-    them out with the tools."""
+    """The system prompt's sections in order: the `rich` prompt's instructions (the paper's
+    has none), then the training layers' note and guidelines when they are on. The
+    client's format lays them out with the tools."""
     tools: list[dict]
-    """BFCL's docs of the tools available from the first turn, with the schema cues when
-    they are on."""
+    """BFCL's docs of the tools available from the first turn, bare (no language hint:
+    the format adds it where its prompt has it), with the schema cues when they are on."""
     messages: list[ObservationMessage]
     """The first turn's user messages."""
     interface: EpisodeInterface = Field(default_factory=EpisodeInterface)

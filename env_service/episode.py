@@ -46,7 +46,7 @@ from env_service.execution import (
     RunResult,
     StepBudget,
 )
-from seal.bfcl import agentic, paper_prompt, prompt, web_search
+from seal.bfcl import agentic, paper_calls, paper_prompt, prompt, web_search
 from seal.bfcl.backends import is_tool_error
 from seal.bfcl.calls import (
     ArgumentsTooDeep,
@@ -98,6 +98,9 @@ class StepPlan:
     """argument_size of each call in `to_run`."""
     ends_turn: bool
     """The message has no calls: it ends the user turn."""
+    checked: frozenset[int] = frozenset()
+    """Indices in `to_run` of calls already counted as invalid (the paper's rules run them
+    anyway, for the backend's own error): their error is not counted again."""
 
 
 @dataclass
@@ -306,7 +309,10 @@ class Episode:
         """Count the step and answer every call that may not run (malformed, unknown or
         unavailable tool, bad arguments, over a cap); the others are to run, in order.
         `calls`: the message's tool calls as the client parsed them (the native API; []
-        ends the user turn); None: parse `content` as Qwen2.5 text (the wire protocol)."""
+        ends the user turn); None: parse `content` as Qwen2.5 text (the wire protocol).
+        Under the paper's prompt, its rules (seal.bfcl.paper_calls): one malformed block or
+        unavailable tool answers the whole message with one error, and calls with argument
+        names that do not fit run for the backend's own error."""
         if self.terminated:
             raise EpisodeFinishedError(f"episode of {self.task.task_id} has already ended")
         self.counters.steps += 1
@@ -317,9 +323,11 @@ class Episode:
         parse_hint = "parse" if calls is None else "parse_any_format"
         # Calls past the message's cap are answered without being read: the event loop's
         # work on a message is bounded by the cap, not by the message's 7,000 blocks.
-        if calls is None:
+        paper = self.settings.prompt == "paper"
+        if calls is None and not paper:
             calls, more = parse_first_tool_calls(content, caps.max_calls_per_step)
         else:
+            calls = paper_calls.parse(content) if calls is None else calls
             calls, more = (
                 calls[: caps.max_calls_per_step],
                 max(0, len(calls) - caps.max_calls_per_step),
@@ -327,7 +335,10 @@ class Episode:
         if not calls:
             self.answer = content
             return StepPlan([], [], [], ends_turn=True)
+        if paper and (refusal := self._paper_refusal(calls)):
+            return StepPlan([refusal], [], [], ends_turn=False)
         answers: list[dict | int] = []
+        checked: set[int] = set()
         to_run: list[ToolCall] = []
         sizes: list[int] = []
         calls_left = caps.max_calls_per_episode - self.counters.tool_calls
@@ -338,7 +349,10 @@ class Episode:
                 answers.append(self._tool(None, self._reject("parse", message, hint=parse_hint)))
                 continue
             rejection = check_call(item, self._available, self._held_back)
-            if rejection is not None:
+            if rejection is not None and paper:
+                self._count_invalid(rejection.kind)  # it runs: the backend's error answers
+                checked.add(len(to_run))
+            elif rejection is not None:
                 message = self._reject(rejection.kind, f"Error: {rejection.message}")
                 answers.append(self._tool(item.name, message))
                 continue
@@ -369,7 +383,24 @@ class Episode:
             self.counters.invalid_calls += more - 1
             self.counters.invalid_by_kind["call_limit"] += more - 1
             answers.extend([refused] * more)
-        return StepPlan(answers, to_run, sizes, ends_turn=False)
+        return StepPlan(answers, to_run, sizes, ends_turn=False, checked=frozenset(checked))
+
+    def _paper_refusal(self, calls: list[ToolCall | CallParseError]) -> dict | None:
+        """The paper's one answer to a message none of whose calls may run, or None."""
+        errors = [c for c in calls if isinstance(c, CallParseError)]
+        if errors:
+            for _ in errors:
+                self._count_invalid("parse")
+            message = paper_calls.parse_error_message(errors)
+            if self.layers.recovery_feedback:
+                message = evolution.paper_parse_hint(message, [d["name"] for d in self.tools])
+            return self._env(message)
+        message = paper_calls.admission_error(calls, set(self._available))
+        if message is None:
+            return None
+        first = next(c for c in calls if c.name not in self._available)
+        self._count_invalid("unavailable_tool" if first.name in self._held_back else "unknown_tool")
+        return self._env(message)
 
     def finish_step(self, plan: StepPlan, run: RunResult | None) -> StepOutcome:
         """Answer the calls that ran (`run`: their results) and advance the episode."""
@@ -391,7 +422,8 @@ class Episode:
 
     def _answer(self, plan: StepPlan, run: RunResult) -> list[dict]:
         messages, executed = [], []
-        for answer in plan.answers:
+        # `position`: the call's place in its message (the paper's hints name it by that).
+        for position, answer in enumerate(plan.answers, start=1):
             if isinstance(answer, dict):
                 messages.append(answer)
                 continue
@@ -407,12 +439,15 @@ class Episode:
                 # The search backend gave up: not the model's doing (seal/bfcl/web_search.py).
                 self.aborted = web_search.ABORTED
                 self.terminated = True
-            if is_tool_error(result):
+            hint = None
+            if is_tool_error(result) and answer not in plan.checked:
                 self.counters.tool_errors += 1
                 self._signal(TOOL_ERROR)
-                if self.layers.recovery_feedback:
-                    result = evolution.with_hint(result, "tool_error")
-            messages.append(self._tool(call.name, result))
+            if self.layers.recovery_feedback and self.settings.prompt == "paper":
+                hint = evolution.paper_tool_hint(result, call.name, position, self.tools)
+            elif self.layers.recovery_feedback and is_tool_error(result):
+                result = evolution.with_hint(result, "tool_error")
+            messages.append(self._tool(call.name, result, hint))
         if executed:
             self.model_turns[self.turn].append(executed)
         if run.stopped in (STEP_TIME_BUDGET, REBUILD_TIME_BUDGET):
@@ -442,8 +477,13 @@ class Episode:
         return f"Error: not run: the step ran over the service's time budget of {budget} s, so the episode has ended"
 
     @staticmethod
-    def _tool(name: str | None, content: str) -> dict:
-        return {"role": "tool", "name": name, "content": content}
+    def _tool(name: str | None, content: str, hint: str | None = None) -> dict:
+        return {"role": "tool", "name": name, "content": content, "hint": hint}
+
+    @staticmethod
+    def _env(content: str) -> dict:
+        """The environment's own answer to a message (the paper's error message)."""
+        return {"role": "env", "content": content}
 
     def _next_turn(self) -> list[dict]:
         self.turn += 1
@@ -458,10 +498,13 @@ class Episode:
         signals = self.turn_signals[self.turn]
         signals[kind] = signals.get(kind, 0) + 1
 
-    def _reject(self, kind: str, message: str, hint: str | None = None) -> str:
+    def _count_invalid(self, kind: str) -> None:
         self.counters.invalid_calls += 1
         self.counters.invalid_by_kind[kind] = self.counters.invalid_by_kind.get(kind, 0) + 1
         self._signal(kind)
+
+    def _reject(self, kind: str, message: str, hint: str | None = None) -> str:
+        self._count_invalid(kind)
         if not self.layers.recovery_feedback:
             return message
         return evolution.with_hint(message, hint or kind)

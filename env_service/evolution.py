@@ -58,6 +58,91 @@ def add_paper_cues(doc: dict, type_hints: bool) -> dict:
     return {**doc, "parameters": {**params, "properties": properties}}
 
 
+def paper_parse_hint(message: str, tool_names: list[str]) -> str:
+    """The paper's D.3 feedback on a message with malformed calls: the error, then hint
+    lines on the call syntax and the tools available from the first turn (at most 12)."""
+    shown = tool_names[:12] + (
+        [f"... (+{len(tool_names) - 12} more)"] if len(tool_names) > 12 else []
+    )
+    lines = [
+        message,
+        "[Hint] Each tool call MUST be a JSON object inside <tool_call>...</tool_call> tags with "
+        'both "name" and "arguments" keys, e.g. <tool_call>{"name": "<tool>", "arguments": '
+        '{"<arg>": <value>}}</tool_call>.',
+    ]
+    if shown:
+        lines.append("[Hint] Available tools: " + ", ".join(shown) + ".")
+    lines.append(
+        "[Hint] If no available tool can serve the user's request, reply in plain text "
+        "instead of producing a malformed tool_call."
+    )
+    return "\n".join(lines)
+
+
+def paper_tool_hint(result: str, name: str, position: int, tools: list[dict]) -> str | None:
+    """The paper's D.3 hint on a tool result that is a JSON object with an "error" text,
+    or None. The release names the call by its id in the message, `<tool>_<position>`."""
+    error = _json_error(result).strip()
+    if not error:
+        return None
+    tool, low = f"{name}_{position}", error.lower()
+    if m := re.search(
+        r"missing\s+\d+\s+required\s+(?:positional|keyword)\s+argument(?:s)?:\s*(.+)", low
+    ):
+        return (
+            f"Required argument(s) {m.group(1).strip().rstrip('.')} for `{tool}` were missing. "
+            "Re-emit the tool_call with these keys present in `arguments`."
+        )
+    if m := re.search(r"unexpected\s+keyword\s+argument\s*['\"]?([\w_]+)", low):
+        return (
+            f"`{tool}` does not accept argument `{m.group(1)}`. "
+            "Drop it and only use arguments listed in the tool schema."
+        )
+    if "no such directory" in low or "no such file" in low:
+        return (
+            f"The path you passed to `{tool}` does not exist in the current state. "
+            "Inspect the latest state with a read/list-style tool first, then retry."
+        )
+    if "you cannot use path" in low or "use a single component" in low:
+        return f"`{tool}` rejects multi-component paths. Issue one navigation step at a time."
+    if "not authenticated" in low or ("login" in low and "required" in low):
+        return (
+            "An authentication step is required before this call can succeed. "
+            "Authenticate first, then retry."
+        )
+    if "tool not found" in low or "no such tool" in low or "unknown function" in low:
+        names = ", ".join(d["name"] for d in tools[:8])
+        tail = f" Available tools start with: {names}." if names else ""
+        return (
+            f"`{tool}` is not in the available tool list.{tail} If no listed tool matches "
+            "the user's request, reply in plain text."
+        )
+    if "expected" in low and "got" in low:
+        return (
+            f"`{tool}` rejected an argument type. "
+            "Re-check argument types in the tool schema (string vs int vs list)."
+        )
+    if len(error) < 200:
+        return (
+            f"`{tool}` returned an error. "
+            "Re-read the tool's parameter schema and retry with corrected arguments."
+        )
+    return None
+
+
+def _json_error(result: str) -> str:
+    """The "error" text of a result that is a JSON object holding one, else ""."""
+    text = result.strip()
+    if not (text.startswith("{") and '"error"' in text):
+        return ""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return ""
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    return error if isinstance(error, str) else ""
+
+
 PAPER_GUIDELINES = {
     T.SPURIOUS_TOOL_CALL: "[Cautious-call] If no available function clearly matches the user's request, respond in plain text rather than fabricating a tool call.",
     T.EMPTY_TURN_MODEL_RESPONSE: "[Active-respond] When the user's request CAN be served by an available function, you MUST emit a tool_call rather than only replying in plain text.",

@@ -84,6 +84,28 @@ GUIDELINE_STATE = {
 SAMPLE_PER_CATEGORY = 2
 HASH_CHARS = 16
 
+# Messages that break the release's rules, played before the ground truth of a few tasks
+# (`probes` in the file, in full, with and without the D.3 feedback): each is answered
+# without changing the backends' state. `{tool}` is the task's first tool.
+PROBES = (
+    '<tool_call>\n{{"name": "{tool}", "arguments": {{"a": }}}}\n</tool_call>',
+    '<tool_call>\n{{"name": "{tool}"}}\n</tool_call>',
+    '<tool_call>\n{{"name": "{tool}", "arguments": "not json"}}\n</tool_call>',
+    '<tool_call>\n{{"name": "{tool}", "arguments": [1]}}\n</tool_call>',
+    "I will call <tool_call> once I know more.",
+    '<tool_call>\n{{"name": "no_such_tool", "arguments": {{}}}}\n</tool_call>',
+    '<tool_call>\n{{"name": "", "arguments": {{}}}}\n</tool_call>',
+    '<tool_call>\n{{"name": "{tool}", "arguments": {{"bogus_argument": 1}}}}\n</tool_call>\n'
+    '<tool_call>\n{{"name": "{tool}", "arguments": {{"a": }}}}\n</tool_call>',
+    '<tool_call>\n{{"name": "{tool}", "arguments": {{"bogus_argument": 1}}}}\n</tool_call>',
+)
+# A call whose backend answers with a JSON error, for the tasks whose tools include it.
+ERROR_RESULT_CALL = (
+    '<tool_call>\n{"name": "cd", "arguments": {"folder": "no_such_folder"}}\n</tool_call>'
+)
+PROBE_SETTINGS = ("train", "full")
+PROBES_PER_CATEGORY = 2
+
 
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:HASH_CHARS]
@@ -144,6 +166,30 @@ def play(bfcl_env, task, params: dict, texts: list[str]) -> list[dict]:
     return messages
 
 
+def probe_texts(task) -> list[str]:
+    texts = [p.format(tool=task.tools[0]["name"]) for p in PROBES]
+    if any(d["name"] == "cd" for d in task.tools):
+        texts.append(ERROR_RESULT_CALL)
+    return texts
+
+
+def probe_tasks(by_category: dict[str, list[str]]) -> list[str]:
+    """The first eval-split tasks of each category whose ground truth leaves room for the
+    probes within the paper's 20 generations."""
+    from seal.bfcl.ground_truth import ground_truth_texts
+    from seal.bfcl.tasks import load_task
+
+    chosen = []
+    for ids in by_category.values():
+        fits = [
+            t
+            for t in ids
+            if len(probe_texts(load_task(t)) + ground_truth_texts(load_task(t))) <= 20
+        ]
+        chosen += fits[:PROBES_PER_CATEGORY]
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -183,7 +229,14 @@ def main(argv: list[str] | None = None) -> int:
         settings = {name: {**base, **s} for name, s in SETTINGS.items()}
         settings["full"]["diagnostic_evolution"] = {"enable": True, "state_path": str(state_file)}
 
-        tasks, full_text = {}, {}
+        tasks, full_text, probes = {}, {}, {}
+        for task_id in probe_tasks(by_category):
+            task = load_task(task_id)
+            texts = probe_texts(task) + ground_truth_texts(task)
+            probes[task_id] = {
+                name: {"texts": texts, "messages": play(bfcl_env, task, settings[name], texts)}
+                for name in PROBE_SETTINGS
+            }
         for task_id in tqdm(task_ids()[: args.limit], desc="tasks", unit="task"):
             task = load_task(task_id)
             texts = ground_truth_texts(task)
@@ -209,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         "guideline_state": GUIDELINE_STATE,
         "tasks": tasks,
         "full_text": full_text,
+        "probes": probes,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(args.out, "wt", encoding="utf-8") as f:

@@ -21,6 +21,7 @@ from env_service.release import state
 from seal.bfcl.ground_truth import ground_truth_texts
 from seal.bfcl.tasks import load_task, task_ids
 from seal.formats.registry import get_format
+from seal.rollout.env_client import call_body
 from seal.rollout.protocol import EpisodeSettings, EvolutionSettings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -116,8 +117,9 @@ def paper_service(tmp_path_factory, request):
         yield http
 
 
-def native_messages(http, task_id: str, setting: str) -> list[dict]:
-    """What the `bfcl_qwen_fc` format shows the model for the ground-truth policy."""
+def native_messages(http, task_id: str, setting: str, texts: list[str] | None = None) -> list[dict]:
+    """What the `bfcl_qwen_fc` format shows the model for `texts` (default: the ground-truth
+    policy's)."""
     settings = SETTINGS[setting]
     body = {"task_id": task_id, "settings": json.loads(_dump(settings))}
     created = http.post("/v1/episodes", json=body)
@@ -125,8 +127,8 @@ def native_messages(http, task_id: str, setting: str) -> list[dict]:
     reply = created.json()
     episode_id = reply["episode_id"]
     messages = list(PAPER.start(reply).messages)
-    for text in ground_truth_texts(load_task(task_id)):
-        calls = [{"name": c.name, "arguments": c.kwargs} for c in PAPER.parse(text)]
+    for text in texts or ground_truth_texts(load_task(task_id)):
+        calls = [call_body(c) for c in PAPER.parse(text)]
         step = http.post(
             f"/v1/episodes/{episode_id}/steps", json={"content": text, "tool_calls": calls}
         )
@@ -139,7 +141,7 @@ def native_messages(http, task_id: str, setting: str) -> list[dict]:
     return messages
 
 
-def wire_messages(http, task_id: str, setting: str) -> list[dict]:
+def wire_messages(http, task_id: str, setting: str, texts: list[str] | None = None) -> list[dict]:
     """What the wire protocol answers the release's own client with."""
     wire = WireClient(http)
     params = dict(golden()["settings"][setting])
@@ -151,7 +153,7 @@ def wire_messages(http, task_id: str, setting: str) -> list[dict]:
     )
     instance_id, data = wire.create(task_id, **params)
     messages = [{"role": m["role"], "content": m["content"]} for m in data["state"]]
-    for text in ground_truth_texts(load_task(task_id)):
+    for text in texts or ground_truth_texts(load_task(task_id)):
         state_ = wire.step(instance_id, text)["state"]
         messages += [{"role": m["role"], "content": m["content"]} for m in state_]
     wire.wire("/release", instance_id=instance_id)
@@ -184,6 +186,20 @@ def test_a_sample_of_tasks_shows_the_releases_prompt(paper_service, protocol):
 def test_all_800_tasks_show_the_releases_prompt(paper_service, protocol):
     problems = check(paper_service, task_ids(), protocol)
     assert not problems, f"{len(problems)} of 2400 episodes differ; first:\n" + problems[0]
+
+
+@pytest.mark.parametrize("protocol", [native_messages, wire_messages])
+def test_calls_the_release_would_not_run_are_answered_as_it_answers_them(paper_service, protocol):
+    """Malformed blocks, tools not available, calls without a name, argument names that do
+    not fit, a backend's JSON error: the release's answers, with and without D.3's hints."""
+    probes = golden()["probes"]
+    assert len(probes) == 8
+    for task_id, by_setting in probes.items():
+        for setting, played in by_setting.items():
+            got = protocol(paper_service, task_id, setting, played["texts"])
+            want = [{"role": m["role"], "content": m["content"]} for m in played["messages"]]
+            for k, (g, w) in enumerate(zip(got, want, strict=True)):
+                assert g == w, (task_id, setting, k)
 
 
 @pytest.mark.parametrize("name,setting", sorted(PAPER_CONFIGS.items()))

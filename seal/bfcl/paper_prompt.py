@@ -9,7 +9,9 @@ message itself and hands the chat template plain messages (no `tools=`):
   each after a blank line;
 - a miss_func reveal turn: the revealed docs as one JSON list (these with BFCL's language
   hint), a newline, then BFCL's own "I have updated some more functions ..." question;
-- tool results: one user message, a `<tool_response>` block per result, each ending in `\\n`.
+- tool results: one user message, a `<tool_response>` block per result, each ending in `\\n`;
+- a message none of whose calls may run (a malformed block, a tool not available yet): one
+  user message, the release's error (seal/bfcl/paper_calls.py).
 
 docs/paper_prompt.md quotes a whole prompt and lists how it differs from BFCL's pipeline
 and from the `qwen2.5` format (seal/bfcl/prompt.py). tests/test_paper_prompt.py holds this
@@ -61,9 +63,14 @@ def reveal_message(docs: Sequence[dict]) -> str:
     return REVEAL_PROMPT.format(functions=json.dumps(language_hinted(docs), ensure_ascii=False))
 
 
-def tool_results_message(results: Sequence[str]) -> str:
-    """One step's tool results as one user message."""
-    return "".join(f"<tool_response>\n{r}\n</tool_response>\n" for r in results)
+def tool_results_message(results: Sequence[dict]) -> str:
+    """One step's tool results (observation messages) as one user message: each result's
+    block, then its recovery hint when it has one (the paper's D.3, `[ToolHint] ...`)."""
+    return "".join(
+        f"<tool_response>\n{m['content']}\n</tool_response>\n"
+        + (f"[ToolHint] {m['hint']}\n" if m.get("hint") else "")
+        for m in results
+    )
 
 
 chat_messages = functools.partial(

@@ -46,24 +46,25 @@ def language_hinted(docs: Sequence[dict]) -> list[dict]:
 
 def group_observation(
     observation: Sequence[dict],
-    results_message: Callable[[list[str]], str],
+    results_message: Callable[[list[dict]], str],
     reveal_message: Callable[[list[dict]], str],
 ) -> list[dict]:
     """Observation messages (seal.rollout.protocol.ObservationMessage as dicts) as chat
-    messages: consecutive tool results as one user message (`results_message`), a reveal
-    turn's docs as `reveal_message`, questions as they are."""
+    messages: consecutive tool results as one user message (`results_message` of their
+    messages), a reveal turn's docs as `reveal_message`, the environment's own answer
+    (`env`) and questions as user messages."""
     out: list[dict] = []
-    results: list[str] = []
+    results: list[dict] = []
     for message in observation:
         if message["role"] == "tool":
-            results.append(message["content"])
+            results.append(message)
             continue
         if results:
             out.append({"role": "user", "content": results_message(results)})
             results = []
         revealed = message.get("tools")
         content = reveal_message(revealed) if revealed else message["content"]
-        out.append({"role": message["role"], "content": content})
+        out.append({"role": "user", "content": content})
     if results:
         out.append({"role": "user", "content": results_message(results)})
     return out
@@ -151,7 +152,7 @@ def tool_response_message(results: list[str]) -> str:
 
 chat_messages = functools.partial(
     group_observation,
-    results_message=tool_response_message,
+    results_message=lambda messages: tool_response_message([m["content"] for m in messages]),
     reveal_message=lambda docs: holdout_message([to_tool(d) for d in docs]),
 )
 """Observation messages as this prompt's chat messages (`group_observation`)."""

@@ -80,9 +80,12 @@ class HandlerFormat(ToolFormat):
         data = {"message": []}
         if results:
             decoded = {"model_responses_decoded": [m.get("name") for m in results]}
-            self.handler._add_execution_results_prompting(
-                data, [m["content"] for m in results], decoded
-            )
+            # A result's recovery hint (the paper's D.3) follows it in its content here.
+            contents = [
+                m["content"] + (f"\n[ToolHint] {m['hint']}" if m.get("hint") else "")
+                for m in results
+            ]
+            self.handler._add_execution_results_prompting(data, contents, decoded)
         users = self._user_messages([m for m in messages if m["role"] != "tool"])
         if users:
             self.handler._add_next_turn_user_message_prompting(data, users)
@@ -90,12 +93,13 @@ class HandlerFormat(ToolFormat):
 
     @staticmethod
     def _user_messages(messages: list[dict]) -> list[dict]:
-        """Questions as they are; a holdout turn as BFCL's prompt-mode message (the
-        revealed functions as a Python list, then a request to continue)."""
+        """Questions (and the environment's own answers) as user messages; a holdout turn
+        as BFCL's prompt-mode message (the revealed functions as a Python list, then a
+        request to continue)."""
         return [
             {"role": "user", "content": HOLDOUT_PROMPT.format(functions=m["tools"])}
             if m.get("tools")
-            else {"role": m["role"], "content": m["content"]}
+            else {"role": "user", "content": m["content"]}
             for m in messages
         ]
 

@@ -1,7 +1,8 @@
 """The `qwen2.5` format: this project's richer Qwen2.5 prompt (beyond the paper's).
 
-Calls, parsing and the chat template are the paper format's (seal/formats/paper_qwen.py);
-the prompt is this project's (`prompt: rich`): the service's instructions and layer texts,
+Calls and the chat template are the paper format's (seal/formats/paper_qwen.py), parsing
+is this project's stricter per-block parser (seal/bfcl/calls.py); the prompt is this
+project's (`prompt: rich`): the service's instructions and layer texts,
 then the tool signatures as Qwen2.5's template writes them for `tools=` (with BFCL's
 language hint), tool results as the template renders `tool` messages (seal/bfcl/prompt.py,
 shared with the wire protocol's `rich` prompt). docs/paper_prompt.md compares the two.
@@ -10,7 +11,8 @@ shared with the wire protocol's `rich` prompt). docs/paper_prompt.md compares th
 from __future__ import annotations
 
 from seal.bfcl import prompt
-from seal.formats.base import Conversation
+from seal.bfcl.calls import parse_tool_calls
+from seal.formats.base import Conversation, ParsedCalls
 from seal.formats.paper_qwen import PaperQwenFormat
 
 
@@ -25,3 +27,6 @@ class HermesFormat(PaperQwenFormat):
 
     def observation(self, messages: list[dict]) -> list[dict]:
         return prompt.chat_messages(messages)
+
+    def parse(self, text: str) -> ParsedCalls:
+        return parse_tool_calls(text)

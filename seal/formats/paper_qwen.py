@@ -4,7 +4,7 @@ The system message, reveal turns and tool results are the release's text
 (seal/bfcl/paper_prompt.py, with the service's `paper` texts); the conversation goes
 through the shipped Qwen2.5 chat template (seal/assets/qwen2.5-tokenizer, Apache-2.0) as
 plain messages, no `tools=`, as the release renders it. Calls are `<tool_call>` JSON
-blocks, parsed by seal/bfcl/calls.py. tests/test_paper_prompt.py holds the whole prompt to
+blocks, parsed as the release parses them (seal/bfcl/paper_calls.py). tests/test_paper_prompt.py holds the whole prompt to
 the release's own renderings.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from transformers.utils.chat_template_utils import render_jinja_template
 
-from seal.bfcl import paper_prompt
-from seal.bfcl.calls import ToolCall, parse_tool_calls
+from seal.bfcl import paper_calls, paper_prompt
+from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import tool_call_text
 from seal.formats.base import Conversation, ParsedCalls, ToolFormat
 
@@ -50,7 +50,7 @@ class PaperQwenFormat(ToolFormat):
         return rendered[0]
 
     def parse(self, text: str) -> ParsedCalls:
-        return parse_tool_calls(text)
+        return paper_calls.parse(text)
 
     def call_text(self, calls: list[ToolCall]) -> str:
         return tool_call_text(calls)

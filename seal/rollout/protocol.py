@@ -187,11 +187,16 @@ class EpisodeSettings:
 class ObservationMessage(BaseModel):
     """One message the episode shows the model, in no model's format."""
 
-    role: Literal["user", "tool"]
+    role: Literal["user", "tool", "env"]
     content: str = ""
-    """A question, or a tool's result (an error text for a call that could not run)."""
+    """A question, a tool's result (an error text for a call that could not run), or the
+    environment's own answer (`env`: under the paper's prompt, the one error that answers
+    a message none of whose calls may run; formats show it as a user message)."""
     name: str | None = None
     """`tool`: the tool the call named (None when the call could not be parsed)."""
+    hint: str | None = None
+    """`tool`, under the paper's prompt with recovery feedback: its hint on this result
+    (the paper's D.3), which the format shows after it; None: no hint."""
     tools: list[dict] | None = None
     """`user` on a miss_func holdout turn: the tool docs revealed now (content empty)."""
 

@@ -1,4 +1,4 @@
-"""Prompt rendering: JSON-Schema tools, the system prompt, and byte-equality with Qwen2.5's
+"""The rich prompt's rendering (seal/bfcl/prompt.py): JSON-Schema tools, the system prompt, and byte-equality with Qwen2.5's
 chat template (tools in the system message, tool results as one user message)."""
 
 import copy
@@ -95,10 +95,10 @@ def test_tool_response_and_holdout_messages():
 @pytest.mark.parametrize("task_id", ONE_PER_CATEGORY)
 def test_system_prompt_renders_like_the_template_with_tools(tokenizer, task_id):
     task = load_task(task_id)
-    episode = Episode(task, EpisodeSettings(mode="validate"))
+    episode = Episode(task, EpisodeSettings(mode="validate", prompt="rich"))
     system, user = episode.initial_messages
     ours = tokenizer.apply_chat_template([system, user], tokenize=False)
-    tools = [prompt.to_tool(d) for d in task.tools]
+    tools = [prompt.to_tool(d) for d in prompt.language_hinted(task.tools)]
     native = tokenizer.apply_chat_template(
         [{"role": "system", "content": prompt.BASE_INSTRUCTIONS}, user], tools=tools, tokenize=False
     )

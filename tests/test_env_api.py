@@ -14,7 +14,6 @@ from conftest import gt_texts, gt_turns, results
 from env_service.app import create_app
 from env_service.engine import EnvEngine, ServiceConfig
 from env_service.errors import NotFoundError
-from seal.bfcl import prompt
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import tool_call_text
 from seal.bfcl.tasks import load_task
@@ -67,9 +66,19 @@ def test_holdout_tool_is_refused_before_its_turn_and_works_after(service):
 
     turns = gt_turns(task.task_id)
     svc.play(episode_id, turns[:2])
-    # Turn 2 asks for sorting, but sort is not available yet: a clear refusal.
+    # Turn 2 asks for sorting, but sort is not available yet: a clear refusal (the
+    # paper's; the rich prompt's: test_env_evolution's BAD_CALLS).
     refused = svc.step(episode_id, call_text("sort", file_name="final_report.pdf"))
-    assert results(refused) == ["Error: tool 'sort' is not available yet"]
+    assert refused["messages"] == [
+        {
+            "role": "env",
+            "content": "[ERROR] Invalid tool call format: "
+            "Tool 'sort' is not available in the current tool list.",
+            "name": None,
+            "hint": None,
+            "tools": None,
+        }
+    ]
     reveal = svc.step(episode_id, "I cannot sort without a sort tool.")
     assert reveal["turn"] == 3
     [holdout] = reveal["messages"]
@@ -119,10 +128,13 @@ def native_step(text: str, seq: int | None) -> dict:
 
 def test_native_steps_take_structured_calls(service):
     """The native API runs the calls it is given, whatever text came with them; a call
-    the client could not parse is answered with its error and counted; a step without
-    `tool_calls` or with a call that is neither is refused."""
+    the client could not parse is answered with its error and counted (here under the
+    rich prompt's rules, which answer each call); a step without `tool_calls` or with a
+    call that is neither is refused."""
     http = service().http
-    http.post("/v1/episodes", json={"task_id": "multi_turn_base_0", "episode_id": "s"})
+    rich = {"prompt": "rich"}
+    body = {"task_id": "multi_turn_base_0", "episode_id": "s", "settings": rich}
+    http.post("/v1/episodes", json=body)
     calls = [{"name": "pwd"}, {"error": "bad JSON at char 3"}, {"name": "cd", "arguments": {}}]
     body = {"content": "[pwd(), ...] in any format", "tool_calls": calls, "seq": 1}
     reply = http.post("/v1/episodes/s/steps", json=body).json()
@@ -156,7 +168,7 @@ def test_native_ground_truth_scores_one(service, task_id):
     created = response.json()
     assert created["episode_id"] == "ep-1"
     assert [m["role"] for m in created["messages"]] == ["user"]
-    assert created["system"] == [prompt.BASE_INSTRUCTIONS]  # validation: no layer sections
+    assert created["system"] == []  # the paper's prompt, no layer: no sections
     assert created["tools"] == task.tools  # BFCL's docs, as data
     assert created["num_turns"] == task.num_turns
 
@@ -378,7 +390,7 @@ def test_oversized_message(service):
 
 def test_unparseable_calls_are_observations_not_http_failures(service):
     svc = service()
-    episode_id, _ = svc.create("multi_turn_base_1", mode="validate")
+    episode_id, _ = svc.create("multi_turn_base_1", mode="validate", prompt="rich")
     text = (
         '<tool_call>\n{"name": "ls", "arguments": {"a": true}\n</tool_call>\n'
         '<tool_call>\n{"name": "mv", "arguments": {"source": "x"}}\n</tool_call>\n'

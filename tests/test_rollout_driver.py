@@ -7,6 +7,7 @@ special tokens (the ids differ from Llama's, the token bookkeeping is the same).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -72,12 +73,14 @@ class RecordingEpisode(Episode):
 
 
 def play(base_url, tokenizer, task_id, generator, limits=None, tool_format=None):
+    tool_format = tool_format or get_format(PAPER_QWEN)
+
     async def main():
         async with RecordingEnv(base_url) as env:
+            episode_settings = dataclasses.replace(settings(limits), prompt=tool_format.prompt)
             sample = await run_episode(
-                env, generator, tokenizer, task_id, settings(limits),
-                tool_format=tool_format or get_format(PAPER_QWEN),
-            )  # fmt: skip
+                env, generator, tokenizer, task_id, episode_settings, tool_format=tool_format
+            )
             return sample, env
 
     return asyncio.run(main())
@@ -335,6 +338,10 @@ _QWEN_MALFORMED = {
     '<tool_call>\n{"name": "cd", "arguments": {}}\n</tool_call>': "missing_argument",
 }
 MALFORMED = {
+    "bfcl_qwen_fc": {
+        **_QWEN_MALFORMED,
+        '<tool_call>\n{"name": "__import__(\'os\')", "arguments": {}}\n</tool_call>': "unknown_tool",
+    },
     "qwen2.5": _QWEN_MALFORMED,
     "qwen3": {
         **_QWEN_MALFORMED,
@@ -363,7 +370,9 @@ def test_malformed_output_is_a_scored_tagged_failure_and_the_episode_is_released
 ):
     """Bad JSON or syntax, unknown tools, missing arguments, calls after the answer and
     code in the arguments: each is answered with an error, counted by kind, the episode
-    plays on, is scored 0 with its tags, and is released; nothing runs as code."""
+    plays on, is scored 0 with its tags, and is released; nothing runs as code. Under the
+    paper's rules (every format but qwen2.5) a message that would not run is answered
+    with one error, and a call missing an argument runs for the backend's own error."""
     fmt, (base_url, engine) = get_format(name), live_service
     tokenizer = tokenizer_for(name, request)
     end = turn_tokenizer(tokenizer, fmt).end_of_turn_id
@@ -376,15 +385,26 @@ def test_malformed_output_is_a_scored_tagged_failure_and_the_episode_is_released
 
     assert (sample.stop_reason, sample.num_generations) == ("terminated", len(texts))
     assert (sample.accuracy, sample.reward) == (0, 0.0)
-    assert sample.failure_tags == ["empty_turn_model_response"] * len(answers)
+    paper = fmt.prompt == "paper"
+    ran = sum(k == "missing_argument" for k in MALFORMED[name].values()) if paper else 0
+    # A call that ran in turn 0 makes it a turn with calls: its state is compared.
+    first = "state_mismatch" if ran else "empty_turn_model_response"
+    assert sample.failure_tags == [first] + ["empty_turn_model_response"] * (len(answers) - 1)
     expected: dict[str, int] = {}
     for kind in MALFORMED[name].values():
         expected[kind] = expected.get(kind, 0) + 1
     assert sample.report["invalid_by_kind"] == expected
-    assert sample.report["tool_calls"] == 0
-    for observation in env.observations[: len(MALFORMED[name])]:
-        assert [m["role"] for m in observation] == ["tool"]
-        assert observation[0]["content"].startswith("Error: ")
+    assert sample.report["tool_calls"] == ran
+    for observation, kind in zip(env.observations, MALFORMED[name].values(), strict=False):
+        if paper and kind == "missing_argument":
+            assert [m["role"] for m in observation] == ["tool"]
+            assert observation[0]["content"].startswith("Error during execution: ")
+        elif paper:
+            assert [m["role"] for m in observation] == ["env"]
+            assert observation[0]["content"].startswith("[ERROR] Invalid tool call format: ")
+        else:
+            assert [m["role"] for m in observation] == ["tool"]
+            assert observation[0]["content"].startswith("Error: ")
     assert_sequence_is_what_the_model_saw(generator, sample)
     assert engine.stats()["live_episodes"] == 0
     assert not SENTINEL.exists()

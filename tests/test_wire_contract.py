@@ -274,7 +274,7 @@ def test_a_release_setting_that_cannot_be_honoured_is_refused(release, params, n
 def test_tool_feedback_evolution_is_recovery_feedback(release):
     _, trainer = release()
     feedback = {"enable": True, "apply_to_validation": False}
-    bad_call = tool_call_text([ToolCall("cd", {"dir": "x"})])
+    bad_call = tool_call_text([ToolCall("cd", {"folder": "no_such_folder"})])
     replies = {}
     for mode in ("sample", "validate"):
         instance_id = f"fb-{mode}"
@@ -282,7 +282,7 @@ def test_tool_feedback_evolution_is_recovery_feedback(release):
             "multi_turn_base_1", instance_id, seal_params(mode, tool_feedback_evolution=feedback)
         )
         replies[mode] = trainer.step(instance_id, bad_call)["state"][0]["content"]
-    hint = evolution.RECOVERY_HINTS["unexpected_argument"]
+    hint = "[ToolHint] The path you passed to `cd_1` does not exist in the current state."
     assert hint in replies["sample"] and hint not in replies["validate"]
 
 
@@ -302,7 +302,9 @@ def release_state(tags: dict[str, tuple[int, float]]) -> dict:
 def guidelines_in(prompt: str) -> list[str]:
     """The failure tags whose guideline text appears in the prompt, in prompt order."""
     found = [
-        (prompt.find(text), tag) for tag, text in evolution.GUIDELINES.items() if text in prompt
+        (prompt.find(text), tag)
+        for tag, text in evolution.PAPER_GUIDELINES.items()
+        if text in prompt
     ]
     return [tag for _, tag in sorted(found)]
 

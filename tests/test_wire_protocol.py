@@ -30,12 +30,13 @@ TOKEN = "wire-test-token"
 
 @pytest.fixture
 def wire_service(service):
-    """A factory: `wire_service(**config)` -> the service, spoken to on the wire protocol
-    (a WireClient with the service's engine)."""
+    """A factory: `wire_service(prompt=None, **config)` -> the service, spoken to on the wire
+    protocol (a WireClient with the service's engine; `prompt`: the prompt its episodes
+    ask for, None for the default, the paper's)."""
 
-    def start(**config) -> WireClient:
+    def start(prompt: str | None = None, **config) -> WireClient:
         svc = service(**config)
-        return WireClient(svc.http, svc.engine)
+        return WireClient(svc.http, svc.engine, prompt)
 
     return start
 
@@ -135,7 +136,7 @@ def test_the_ground_truth_scores_one_in_the_releases_shapes(wire_service, task_i
     task = load_task(task_id)
     instance_id, data = svc.create(task_id, rollout_mode="validate")
     assert [m["role"] for m in data["state"]] == ["system", "user"]
-    assert data["state"][0]["content"].startswith(prompt.BASE_INSTRUCTIONS)
+    assert data["state"][0]["content"].startswith("# Tools\n")  # the paper's prompt
     assert data["state"][1]["content"] == task.questions[0][0]["content"]
     assert (data["reward"], data["is_terminated"]) == (0.0, False)
     assert data["info"]["num_turns"] == task.num_turns
@@ -173,12 +174,8 @@ def test_tool_calls_answer_with_one_user_message_of_results(wire_service):
     assert data["state"] == [
         {
             "role": "user",
-            "content": prompt.tool_response_message(
-                [
-                    '{"current_working_directory": "/alex"}',
-                    '{"current_directory_content": ["workspace"]}',
-                ]
-            ),
+            "content": '<tool_response>\n{"current_working_directory": "/alex"}\n</tool_response>\n'
+            '<tool_response>\n{"current_directory_content": ["workspace"]}\n</tool_response>\n',
             "tool_calls": [],
         }
     ]
@@ -194,17 +191,18 @@ def test_a_holdout_tool_is_listed_and_announced_in_text_once_revealed(wire_servi
 
     turns = gt_turns(task.task_id)
     svc.play(instance_id, turns[:2])
-    # Turn 2 asks for sorting, but sort is not available yet: a clear refusal.
+    # Turn 2 asks for sorting, but sort is not available yet: the release's refusal.
     refused = svc.step(instance_id, call_text("sort", file_name="final_report.pdf"))
     assert refused["state"][0]["content"] == (
-        "<tool_response>\nError: tool 'sort' is not available yet\n</tool_response>"
+        "[ERROR] Invalid tool call format: Tool 'sort' is not available in the current tool list."
     )
     reveal = svc.step(instance_id, "I cannot sort without a sort tool.")
     assert reveal["info"]["turn"] == 3
     [holdout] = reveal["state"]
     assert holdout["role"] == "user"
-    assert holdout["content"].startswith(prompt.HOLDOUT_NOTICE)
-    assert json.dumps(prompt.to_tool(task.held_out[3][0]), ensure_ascii=False) in holdout["content"]
+    revealed, ask = holdout["content"].split("\n")
+    assert [d["name"] for d in json.loads(revealed)] == ["sort"]
+    assert ask == "I have updated some more functions you can choose from. What about now?"
     assert "sort" in svc.tools(instance_id)
 
     replies = svc.play(instance_id, turns[3:])
@@ -224,8 +222,8 @@ def test_get_info_lists_the_tools_and_healthz_answers(wire_service):
     assert (health["live_episodes"], health["created"]) == (1, 1)
 
 
-def test_the_service_parses_qwen_tool_call_blocks_and_answers_each(wire_service):
-    svc = wire_service()
+def test_the_rich_prompt_answers_each_tool_call_block(wire_service):
+    svc = wire_service(prompt="rich")
     instance_id, _ = svc.create("multi_turn_base_1", rollout_mode="validate")
     text = (
         '<tool_call>\n{"name": "ls", "arguments": {"a": true}\n</tool_call>\n'
@@ -337,19 +335,24 @@ def block(name, arguments):
         ("exec", "unknown tool 'exec'"),
     ],
 )
+@pytest.mark.parametrize("prompt_name", ["paper", "rich"])
 def test_code_in_a_tool_name_in_the_text_is_refused(
-    wire_service, tmp_path, monkeypatch, name, reason
+    wire_service, tmp_path, monkeypatch, name, reason, prompt_name
 ):
-    """The service's parser of Qwen2.5's text (tests/test_env_security.py: the same names
-    sent as calls on the native API)."""
+    """The service's parsers of Qwen2.5's text, the paper's and the rich prompt's
+    (tests/test_env_security.py: the same names sent as calls on the native API)."""
     monkeypatch.chdir(tmp_path)  # where a relative marker would be written
-    svc = wire_service()
+    svc = wire_service(prompt=prompt_name)
     instance_id, _ = svc.create(FS_TASK, rollout_mode="validate")
     svc.step(instance_id, block("mkdir", {"dir_name": "kept"}))
     arguments = {"scenario": {"root": {}}} if name == "_load_scenario" else {}
     content = svc.step(instance_id, block(name, arguments))["state"][0]["content"]
-    assert content.startswith("<tool_response>\nError: ")
-    assert reason in content
+    if prompt_name == "paper":
+        refusal = f"Tool '{name}' is not available in the current tool list."
+        assert content == "[ERROR] Invalid tool call format: " + refusal
+    else:
+        assert content.startswith("<tool_response>\nError: ")
+        assert reason in content
     # `_load_scenario` would have wiped the file system: it is untouched.
     assert "kept" in svc.step(instance_id, block("ls", {}))["state"][0]["content"]
     report = svc.evaluate(instance_id)
@@ -371,7 +374,7 @@ def test_the_wire_protocol_refuses_agentic_tasks(wire_service, tmp_path):
     assert "native API" in json.dumps(payload)
 
 
-# --- the observation layers in the release's prompt text ----------------------------------------
+# --- the observation layers in the rich prompt's text (the paper's: test_paper_prompt.py) -------
 
 WIRE_LAYERS = {
     "observation_lite": True,
@@ -395,7 +398,7 @@ def system_prompt(svc, task_id, **params):
 
 
 def test_schema_cues_in_the_prompt_text_and_their_two_names(wire_service):
-    svc = wire_service()
+    svc = wire_service(prompt="rich")
     plain = system_prompt(svc, "multi_turn_base_0")
     cued = system_prompt(svc, "multi_turn_base_0", observation_lite=True)
     assert evolution.CONSTRAINT_NOTE not in plain and "[required]" not in plain
@@ -418,7 +421,7 @@ def test_schema_cues_in_the_prompt_text_and_their_two_names(wire_service):
 
 
 def test_revealed_tools_in_the_holdout_text_get_cues(wire_service):
-    svc = wire_service()
+    svc = wire_service(prompt="rich")
     instance_id, _ = svc.create("multi_turn_miss_func_0", observation_lite=True)
     turns = gt_turns("multi_turn_miss_func_0")
     replies = svc.play(instance_id, turns[:3])
@@ -429,7 +432,7 @@ def test_revealed_tools_in_the_holdout_text_get_cues(wire_service):
 
 
 def test_guidelines_in_the_prompt_text(wire_service):
-    svc = wire_service()
+    svc = wire_service(prompt="rich")
     without = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True)
     assert without == system_prompt(svc, "multi_turn_base_0")  # no profile yet
     assert svc.http.put("/v1/profile", json=PROFILE).status_code == 200
@@ -441,7 +444,7 @@ def test_guidelines_in_the_prompt_text(wire_service):
         f"- {evolution.GUIDELINES[T.SPURIOUS_TOOL_CALL]}"
     )
     assert guided == prompt.BASE_INSTRUCTIONS + "\n\n" + section + prompt.tools_block(
-        [prompt.to_tool(d) for d in load_task("multi_turn_base_0").tools]
+        [prompt.to_tool(d) for d in prompt.language_hinted(load_task("multi_turn_base_0").tools)]
     )
     one = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True, max_guidelines=1)
     assert evolution.GUIDELINES[T.STATE_MISMATCH] in one
@@ -455,21 +458,21 @@ def test_guidelines_in_the_prompt_text(wire_service):
 
 @pytest.mark.parametrize("task_id", ONE_PER_CATEGORY)
 def test_validation_text_is_the_plain_benchmark_byte_for_byte(wire_service, task_id):
-    svc = wire_service()
+    svc = wire_service(prompt="rich")
     svc.http.put("/v1/profile", json=PROFILE)  # guidelines would apply if allowed
     _, plain = svc.create(task_id, rollout_mode="sample")
     _, validate = svc.create(task_id, rollout_mode="validate", **WIRE_LAYERS)
     _, evolved = svc.create(task_id, rollout_mode="sample", **WIRE_LAYERS)
     assert json.dumps(validate["state"]) == json.dumps(plain["state"])
     assert validate["state"][0]["content"] == prompt.system_prompt(
-        [prompt.to_tool(d) for d in load_task(task_id).tools]
+        [prompt.to_tool(d) for d in prompt.language_hinted(load_task(task_id).tools)]
     )
     assert evolved["state"][0]["content"] != plain["state"][0]["content"]
     assert evolved["state"][1:] == plain["state"][1:]  # the user's words are never evolved
 
 
 def test_validation_holdout_text_and_errors_are_plain(wire_service):
-    svc = wire_service()
+    svc = wire_service(prompt="rich")
     plain_id, _ = svc.create("multi_turn_miss_func_0")
     validate_id, _ = svc.create("multi_turn_miss_func_0", rollout_mode="validate", **WIRE_LAYERS)
     turns = gt_turns("multi_turn_miss_func_0")
@@ -485,7 +488,7 @@ def test_validation_holdout_text_and_errors_are_plain(wire_service):
 
 
 def test_a_block_that_does_not_parse_gets_the_qwen_format_hint(wire_service):
-    svc = wire_service()
+    svc = wire_service(prompt="rich")
     hinted_id, _ = svc.create("multi_turn_base_1", recovery_feedback=True)
     plain_id, _ = svc.create("multi_turn_base_1")
     text = "<tool_call>\nnot json\n</tool_call>"

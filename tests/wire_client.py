@@ -9,10 +9,12 @@ import httpx
 
 
 class WireClient:
-    def __init__(self, http: httpx.Client, engine=None):
+    def __init__(self, http: httpx.Client, engine=None, prompt: str | None = None):
         self.http = http
         self.engine = engine
         """The service's EnvEngine, when it runs in the test's process."""
+        self.prompt = prompt
+        """The `prompt` param every create sends (None: the service's default, the paper's)."""
 
     def wire(self, path: str, expect: int = 200, **body) -> dict:
         """POST a wire-protocol body; check the status and the `success` flag."""
@@ -23,6 +25,8 @@ class WireClient:
         return payload
 
     def create(self, task_id: str, instance_id: str | None = None, **params) -> tuple[str, dict]:
+        if self.prompt is not None:
+            params = {"prompt": self.prompt, **params}
         body = {"env_type": "bfcl", "task_id": task_id, "params": params}
         if instance_id is not None:
             body["instance_id"] = instance_id

@@ -223,3 +223,31 @@ def test_the_guideline_state_selects_three_guidelines():
     ]
     system = golden()["full_text"]["multi_turn_miss_func_49"]["full"][0]["content"]
     assert "# Behavioral guidelines (env-evolved from recent failures):\n- [State-aware]" in system
+
+
+def test_the_trainers_profile_selects_the_guidelines_the_release_selects():
+    """The failure profile the trainer pushes (seal.tocf.state) picks and orders tags as the
+    release's environment did from its state file, for the same statistics."""
+    from seal.tocf.state import Tally, build_failure_profile
+
+    stats = {  # tag: (count, reward sum)
+        "pass": (300, 270.0),
+        "correct_abstention": (50, 40.0),
+        "state_mismatch": (40, 20.0),
+        "spurious_tool_call": (30, 0.0),
+        "empty_turn_model_response": (20, 14.0),
+        "response_mismatch": (5, 0.0),
+        "instance_mismatch": (9, 0.9),
+    }
+    tallies = {tag: Tally(count=n, reward_sum=r) for tag, (n, r) in stats.items()}
+    ours = build_failure_profile(
+        tallies, step=1, epoch=0, min_share=0.10, min_count=8, max_mean_reward=0.6, top_k=5
+    )
+    release = {"window_tags": {t: {"count": n, "reward_sum": r} for t, (n, r) in stats.items()}}
+    theirs = state.release_profile(release, "multi_turn_base")
+    assert [e["tag"] for e in ours["tags"]] == [e["tag"] for e in theirs["tags"]]
+    assert [e["tag"] for e in ours["tags"]] == [
+        "spurious_tool_call",  # less prevalent than state_mismatch, never solved
+        "state_mismatch",
+    ]  # empty turns: solved enough (mean 0.7); response and instance: too rare
+    assert [e["share"] for e in ours["tags"]] == pytest.approx([e["share"] for e in theirs["tags"]])

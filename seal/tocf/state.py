@@ -27,9 +27,12 @@ The failure profile (the contract between trainer and service, a plain JSON dict
     {"step": 12, "epoch": 1, "num_turns": 1024,
      "tags": [{"tag": "state_mismatch", "share": 0.31, "count": 317, "mean_reward": 0.12}, ...]}
 
-lists at most `profile_top_k` failure tags (FAILURE_TAGS) whose share is at least
-`profile_min_share`, seen at least `profile_min_count` times, whose trajectories' mean
-reward is below `profile_max_mean_reward` (still unsolved), largest share first.
+lists at most `profile_top_k` failure tags (FAILURE_TAGS) whose share of the window's
+failing turns (those tagged with a failure tag) is at least `profile_min_share`, seen at
+least `profile_min_count` times, whose trajectories' mean reward is below
+`profile_max_mean_reward` (still unsolved), most pressing first (share x (1 - mean
+reward)): the original release's guideline selection, so the guidelines a run shows are
+the paper's for the same statistics.
 
 The state lives in its run directory (`open_capability_state`): a new run refuses a
 directory that already holds a state, and resuming one is asked for explicitly, so a
@@ -71,14 +74,14 @@ class CapabilityConfig:
     fixed_tags: list[str] = field(default_factory=lambda: [PASS])
     """Tags that keep their base weight whatever the statistics say. Default ["pass"]."""
     profile_min_share: float = 0.10
-    """A failure tag enters the profile when its share of the window's turns is at least
-    this. Default 0.10."""
+    """A failure tag enters the profile when its share of the window's failing turns is at
+    least this. Default 0.10."""
     profile_min_count: int = 8
     """... and it was seen at least this many times. Default 8."""
     profile_max_mean_reward: float = 0.6
     """... and its trajectories' mean reward is below this (still unsolved). Default 0.6."""
     profile_top_k: int = 3
-    """Tags in the profile at most (largest share first). Default 3."""
+    """Tags in the profile at most (most pressing first). Default 3."""
 
 
 # --- tallies --------------------------------------------------------------------------
@@ -206,17 +209,23 @@ def build_failure_profile(
     top_k: int,
 ) -> dict:
     num_turns = sum(t.count for t in by_tag.values())
+    # The paper's selection (the original release's environment): a tag's prevalence among
+    # the failing turns (pass and correct abstention left out), most pressing first, where
+    # pressure = prevalence x (1 - mean reward).
+    failing = sum(by_tag[t].count for t in FAILURE_TAGS if t in by_tag)
     entries = []
+    if not failing:
+        return {"step": step, "epoch": epoch, "num_turns": num_turns, "tags": entries}
     for tag in FAILURE_TAGS:
         tally = by_tag.get(tag)
         if tally is None or tally.count < min_count:
             continue
-        share = tally.count / num_turns
+        share = tally.count / failing
         if share >= min_share and tally.mean_reward < max_mean_reward:
             entries.append(
                 {"tag": tag, "share": share, "count": tally.count, "mean_reward": tally.mean_reward}
             )
-    entries.sort(key=lambda e: (-e["share"], e["tag"]))
+    entries.sort(key=lambda e: (-e["share"] * (1.0 - e["mean_reward"]), e["tag"]))
     return {"step": step, "epoch": epoch, "num_turns": num_turns, "tags": entries[:top_k]}
 
 

@@ -79,6 +79,10 @@ GUIDELINE_STATE = {
     }
 }
 
+# The paper's clip of an observation (its trainer's, not its environment's): contents over
+# this many tokens are cut by the release's context manager before the model sees them.
+MAX_ENV_TOKENS = 4096
+
 # Tasks whose messages are stored in full (the rest as hashes): the first two eval-split
 # tasks of each category, and the miss_func task whose tool is needed before it is revealed.
 SAMPLE_PER_CATEGORY = 2
@@ -132,11 +136,26 @@ def import_release(release: Path):
     sys.modules["bfcl_eval.eval_checker.eval_runner_helper"].load_file = load_file
     # The release's top-level `env_service` package must win over this project's.
     sys.path.insert(0, str(release))
+    from agentevolver.module.context_manager.cmt_base import ExtendedMessage
     from env_service.environments.bfcl import bfcl_dataprocess, bfcl_env
 
     if not bfcl_env.__file__.startswith(str(release)):
         raise SystemExit(f"imported {bfcl_env.__file__}, not the release's module under {release}")
-    return bfcl_env, bfcl_dataprocess
+    return bfcl_env, bfcl_dataprocess, ExtendedMessage
+
+
+def release_clip(extended_message, tokenizer, content: str) -> str:
+    """What the release's trainer shows of an observation (its context manager's clip)."""
+    message = extended_message(
+        author="env",
+        role="user",
+        content=content,
+        clip=True,
+        clip_token_limit=MAX_ENV_TOKENS,
+        tokenizer=tokenizer,
+        token_generator="manual",
+    )
+    return message.content_for_future
 
 
 def play(bfcl_env, task, params: dict, texts: list[str]) -> list[dict]:
@@ -199,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, help="only the first N tasks (a quick look)")
     args = p.parse_args(argv)
     release = args.release.resolve()
-    bfcl_env, bfcl_dataprocess = import_release(release)
+    bfcl_env, bfcl_dataprocess, extended_message = import_release(release)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(ROOT / "seal/assets/qwen2.5-tokenizer")
 
     from bfcl_eval.constants.eval_config import POSSIBLE_ANSWER_PATH
 
@@ -229,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = {name: {**base, **s} for name, s in SETTINGS.items()}
         settings["full"]["diagnostic_evolution"] = {"enable": True, "state_path": str(state_file)}
 
-        tasks, full_text, probes = {}, {}, {}
+        tasks, full_text, probes, clips = {}, {}, {}, {}
         for task_id in probe_tasks(by_category):
             task = load_task(task_id)
             texts = probe_texts(task) + ground_truth_texts(task)
@@ -244,6 +266,11 @@ def main(argv: list[str] | None = None) -> int:
             for name, params in settings.items():
                 messages = play(bfcl_env, task, params, texts)
                 record[name] = [[m["role"], digest(m["content"])] for m in messages]
+                for k, m in enumerate(messages[1:], start=1):  # observations (and questions)
+                    if name == "validate" and len(m["content"].encode()) > MAX_ENV_TOKENS:
+                        clipped = release_clip(extended_message, tokenizer, m["content"])
+                        if clipped != m["content"]:
+                            clips.setdefault(task_id, {})[str(k)] = digest(clipped)
                 if task_id in sample:
                     full_text.setdefault(task_id, {})[name] = messages
             tasks[task_id] = record
@@ -263,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
         "tasks": tasks,
         "full_text": full_text,
         "probes": probes,
+        "clips": {
+            "max_tokens": MAX_ENV_TOKENS,
+            "tokenizer": "seal/assets/qwen2.5-tokenizer",
+            "by_task": clips,
+        },
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(args.out, "wt", encoding="utf-8") as f:

@@ -251,3 +251,21 @@ def test_the_trainers_profile_selects_the_guidelines_the_release_selects():
         "state_mismatch",
     ]  # empty turns: solved enough (mean 0.7); response and instance: too rare
     assert [e["share"] for e in ours["tags"]] == pytest.approx([e["share"] for e in theirs["tags"]])
+
+
+def test_long_observations_are_clipped_as_the_releases_trainer_clips_them(
+    paper_service, tokenizer
+):
+    """The paper's tool-response clip (4096 tokens), as the bfcl_qwen_fc format's driver
+    applies it, equals the release's context manager's on every observation it clips."""
+    from seal.rollout.turn_tokens import turn_tokenizer
+
+    clips = golden()["clips"]
+    tokens = turn_tokenizer(tokenizer, PAPER)
+    assert PAPER.clip == "release" and len(clips["by_task"]) >= 40
+    for task_id, by_index in clips["by_task"].items():
+        messages = native_messages(paper_service, task_id, "validate")
+        for index, want in by_index.items():
+            content = messages[int(index)]["content"]
+            clipped = tokens.clip_like_the_release(content, clips["max_tokens"])
+            assert clipped != content and digest(clipped) == want, (task_id, index)

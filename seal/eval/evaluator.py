@@ -247,7 +247,9 @@ async def run_episode(
                 break
             observation = []
             for message in fmt.observation(step.messages):
-                content = tokens.clip(message["content"], limits.max_observation_tokens)
+                content = tokens.clip_as(
+                    fmt.clip, message["content"], limits.max_observation_tokens
+                )
                 clipped += content != message["content"]
                 observation.append({**message, "content": content})
             messages = [*conversation.messages, assistant, *observation]

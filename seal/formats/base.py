@@ -51,6 +51,10 @@ class ToolFormat(ABC):
     """The token that closes an assistant turn (where generation stops)."""
     prompt: str = "paper"
     """The service texts this format's prompt is made for (EpisodeSettings.prompt)."""
+    clip: str = "tokens"
+    """How a long observation is cut to `max_observation_tokens`: `tokens` (exactly, with
+    a marker saying how many were cut) or `release` (the paper's: by characters, in
+    proportion; seal.rollout.turn_tokens)."""
 
     @abstractmethod
     def start(self, created: dict) -> Conversation:

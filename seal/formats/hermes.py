@@ -19,6 +19,7 @@ from seal.formats.paper_qwen import PaperQwenFormat
 class HermesFormat(PaperQwenFormat):
     name = "qwen2.5"
     prompt = "rich"
+    clip = "tokens"
 
     def start(self, created: dict) -> Conversation:
         tools = [prompt.to_tool(d) for d in prompt.language_hinted(created["tools"])]

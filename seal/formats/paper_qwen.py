@@ -34,6 +34,7 @@ class PaperQwenFormat(ToolFormat):
     name = "bfcl_qwen_fc"
     end_of_turn = "<|im_end|>"
     prompt = "paper"
+    clip = "release"
 
     def start(self, created: dict) -> Conversation:
         content = paper_prompt.system_message(created["tools"], created["system"])

@@ -26,6 +26,9 @@ SHIPPED_TOKENIZER = Path(__file__).resolve().parent.parent / "assets" / "qwen2.5
 """The Qwen2.5 tokenizer and chat template shipped with the package (Apache-2.0)."""
 CLIP_MARKER = "\n... [truncated {dropped} tokens]"
 """Appended to a clipped content; `{dropped}` is the number of tokens cut."""
+RELEASE_CLIP_MARKER = "... truncate ..."
+RELEASE_CLIP_MARGIN = 100
+"""The paper's clip (its release's trainer): tokens left for the marker and the cut's error."""
 
 
 @dataclass
@@ -74,6 +77,24 @@ class TextTokens:
             keep -= 1
         raise ValueError(f"max_tokens {max_tokens} leaves no room for the clip marker")
 
+    def clip_as(self, rule: str, content: str, max_tokens: int) -> str:
+        """`content` clipped by a format's rule (ToolFormat.clip)."""
+        if rule == "release":
+            return self.clip_like_the_release(content, max_tokens)
+        return self.clip(content, max_tokens)
+
+    def clip_like_the_release(self, content: str, max_tokens: int) -> str:
+        """The paper's clip: a content of more than `max_tokens` tokens keeps the share
+        (max_tokens - 100) / its tokens of its characters, then "... truncate ..." (close
+        to `max_tokens - 100` tokens; the release cuts characters, not tokens)."""
+        if len(content.encode()) <= max_tokens:
+            return content
+        n_tokens = len(self.encode(content))
+        if n_tokens <= max_tokens:
+            return content
+        keep = int(len(content) * max(0, max_tokens - RELEASE_CLIP_MARGIN) / n_tokens)
+        return content[:keep] + RELEASE_CLIP_MARKER
+
 
 class TurnTokenizer(TextTokens):
     """Renders the first prompt and each later observation of one tool format as ids."""
@@ -109,7 +130,7 @@ class TurnTokenizer(TextTokens):
         tokens before merging)."""
         clipped, count = [], 0
         for message in messages:
-            content = self.clip(message["content"], max_content_tokens)
+            content = self.clip_as(self.format.clip, message["content"], max_content_tokens)
             count += content is not message["content"]
             clipped.append({**message, "content": content})
         return Observation(self.encode(self.format.observation_text(clipped)), count)

@@ -320,7 +320,7 @@ def test_binary_reward_and_capped_partial_credit():
 
 
 def test_episode_report_counts_and_replays_only_executed_calls():
-    episode = EngineEpisode(BASE, EpisodeSettings())
+    episode = EngineEpisode(BASE, EpisodeSettings(prompt="rich"))  # each call answered
     turns = gt.assistant_messages(clean(BASE))
     bad = (
         "<tool_call>\nnot json\n</tool_call>\n"

@@ -55,13 +55,20 @@ def test_refused_call_replays_identically_in_the_diagnosis():
     assert diagnosis.accuracy == 0
 
 
-def test_returned_error_dicts_count_as_tool_errors(service):
+@pytest.mark.parametrize("prompt", ["paper", "rich"])
+def test_returned_error_dicts_count_as_tool_errors(service, prompt):
     svc = service()
-    episode_id, _ = svc.create("multi_turn_base_150", evolution={"recovery_feedback": True})
+    episode_id, _ = svc.create(
+        "multi_turn_base_150", prompt=prompt, evolution={"recovery_feedback": True}
+    )
     # TravelAPI answers a bad token with {..., "error": ...} instead of raising.
     arguments = {"access_token": "nope", "booking_id": "1"}
-    [observation] = results(svc.call(episode_id, "cancel_booking", arguments))
-    assert '"error": "Invalid access token"' in observation and "Hint:" in observation
+    [message] = svc.call(episode_id, "cancel_booking", arguments)["messages"]
+    assert '"error": "Invalid access token"' in message["content"]
+    if prompt == "paper":  # the paper's hint follows the result (its D.3)
+        assert message["hint"].startswith("`cancel_booking_1` returned an error.")
+    else:
+        assert "Hint:" in message["content"]
     assert svc.evaluate(episode_id)["tool_errors"] == 1
 
 

@@ -56,13 +56,18 @@ def filesystem(svc, episode_id):
         "exec",
     ],
 )
-def test_code_in_the_tool_name(service, sandbox, name):
+@pytest.mark.parametrize("prompt", ["paper", "rich"])
+def test_code_in_the_tool_name(service, sandbox, name, prompt):
     svc = service()
-    episode_id, _ = svc.create(TASK, mode="validate")
+    episode_id, _ = svc.create(TASK, mode="validate", prompt=prompt)
     svc.call(episode_id, "mkdir", {"dir_name": "kept"})
     arguments = {"scenario": {"root": {}}} if name == "_load_scenario" else {}
-    [content] = results(svc.call(episode_id, name, arguments))
-    assert content == f"Error: unknown tool {name!r}"
+    [message] = svc.call(episode_id, name, arguments)["messages"]
+    if prompt == "paper":  # the release's refusal of the whole message
+        refusal = f"Tool '{name}' is not available in the current tool list."
+        assert message["content"] == "[ERROR] Invalid tool call format: " + refusal
+    else:
+        assert message["content"] == f"Error: unknown tool {name!r}"
     # `_load_scenario` would have wiped the file system: it is untouched.
     assert "kept" in listing(svc, episode_id)
     report = svc.evaluate(episode_id)
@@ -71,9 +76,12 @@ def test_code_in_the_tool_name(service, sandbox, name):
         assert not sandbox(f"pwned_name_{k}").exists()
 
 
-def test_code_in_argument_keys(service, sandbox, tmp_path):
+@pytest.mark.parametrize("prompt", ["paper", "rich"])
+def test_code_in_argument_keys(service, sandbox, tmp_path, prompt):
+    """The rich prompt refuses keys outside the signature; the paper's rules run the call
+    for the backend's own error, as the release did, but as data: the key is never code."""
     svc = service(workers=0)
-    episode_id, _ = svc.create(TASK, mode="validate")
+    episode_id, _ = svc.create(TASK, mode="validate", prompt=prompt)
     absolute = tmp_path / "pwned_key_abs"
     attempts = [
         {f"x=__import__('os').system('touch {absolute}')": 1},
@@ -83,11 +91,16 @@ def test_code_in_argument_keys(service, sandbox, tmp_path):
     ]
     for arguments in attempts:
         [content] = results(svc.call(episode_id, "cd", arguments))
-        assert content.startswith("Error: cd got unexpected argument(s) [")
-        assert "allowed: ['folder']" in content
+        if prompt == "paper":
+            assert content.startswith(
+                "Error during execution: GorillaFileSystem.cd() got an unexpected keyword argument"
+            )
+        else:
+            assert content.startswith("Error: cd got unexpected argument(s) [")
+            assert "allowed: ['folder']" in content
     report = svc.evaluate(episode_id)
     assert report["invalid_by_kind"] == {"unexpected_argument": len(attempts)}
-    assert report["tool_calls"] == 0
+    assert report["tool_calls"] == (len(attempts) if prompt == "paper" else 0)
     assert filesystem(svc, episode_id)._current_dir.name == "alex"  # no cd ran
     assert not absolute.exists()
 

@@ -66,7 +66,9 @@ def test_a_passed_episode_has_no_label():
         # the invalid call, the priority's first.
         ([[[UNKNOWN]]], [T.EMPTY_TURN_MODEL_RESPONSE], T.INVALID_TOOL_CALL),
         ([[[MALFORMED]]], [T.EMPTY_TURN_MODEL_RESPONSE], T.INVALID_TOOL_CALL),
-        ([[[BAD_ARGUMENT]]], [T.EMPTY_TURN_MODEL_RESPONSE], T.ARGUMENT_MISMATCH),
+        # A bad argument name runs for the backend's error (the paper's rules): the turn
+        # has a call, which changed nothing.
+        ([[[BAD_ARGUMENT]]], [T.STATE_MISMATCH], T.ARGUMENT_MISMATCH),
         ([[WRONG_MKDIR]], [T.STATE_MISMATCH], T.STATE_MISMATCH_LABEL),
         # Turn 1 with a failing look-up beside cd: the error came back, the turn still
         # misses grep's result.

@@ -253,9 +253,7 @@ def test_the_trainers_profile_selects_the_guidelines_the_release_selects():
     assert [e["share"] for e in ours["tags"]] == pytest.approx([e["share"] for e in theirs["tags"]])
 
 
-def test_long_observations_are_clipped_as_the_releases_trainer_clips_them(
-    paper_service, tokenizer
-):
+def test_long_observations_are_clipped_as_the_releases_trainer_clips_them(paper_service, tokenizer):
     """The paper's tool-response clip (4096 tokens), as the bfcl_qwen_fc format's driver
     applies it, equals the release's context manager's on every observation it clips."""
     from seal.rollout.turn_tokens import turn_tokenizer

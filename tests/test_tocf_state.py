@@ -143,7 +143,8 @@ def test_failure_profile_lists_prevalent_unsolved_failures():
     assert profile["step"] == 1 and profile["epoch"] == 0 and profile["num_turns"] == 8
     assert [e["tag"] for e in profile["tags"]] == ["state_mismatch", "spurious_tool_call"]
     first = profile["tags"][0]
-    assert first["share"] == pytest.approx(3 / 8) and first["count"] == 3
+    # Shares of the failing turns (4 of the 8: pass left out), as the paper's selection.
+    assert first["share"] == pytest.approx(3 / 4) and first["count"] == 3
     assert first["mean_reward"] == pytest.approx(1 / 6)
     json.dumps(profile)  # the service receives it as JSON
 
@@ -153,12 +154,12 @@ def test_failure_profile_thresholds():
     assert state.failure_profile()["tags"] == []  # default min_count 8: too few turns
     top = state.failure_profile(min_count=1, top_k=1)["tags"]
     assert [e["tag"] for e in top] == ["state_mismatch"]
-    # share of spurious_tool_call is 1/8 = 0.125
-    assert [e["tag"] for e in state.failure_profile(min_count=1, min_share=0.2)["tags"]] == [
+    # share of spurious_tool_call is 1/4 of the failing turns
+    assert [e["tag"] for e in state.failure_profile(min_count=1, min_share=0.3)["tags"]] == [
         "state_mismatch"
     ]
     assert state.failure_profile(min_count=1, max_mean_reward=0.1)["tags"] == [
-        {"tag": "spurious_tool_call", "share": 0.125, "count": 1, "mean_reward": 0.0}
+        {"tag": "spurious_tool_call", "share": 0.25, "count": 1, "mean_reward": 0.0}
     ]
 
 

@@ -226,10 +226,11 @@ def test_cpu_smoke_widths_hold_its_prompts(tmp_path):
     prompt still fits the prompt width, with room left for an episode in the context."""
     from scripts_loader import load_script
 
-    _, config = verl_config("verl_cpu_smoke", tmp_path)
+    run_cfg, config = verl_config("verl_cpu_smoke", tmp_path)
     rollout = config.actor_rollout_ref.rollout
     smoke = [t for ids in load_script("prepare_data").SMOKE_TASKS.values() for t in ids]
-    longest = max(tokens(text) for text in first_prompts("qwen2.5", smoke))
+    fmt = OmegaConf.to_object(run_cfg.trainer.model).resolved_tool_format().name
+    longest = max(tokens(text) for text in first_prompts(fmt, smoke))
     assert 2000 < longest <= rollout.prompt_length - 256
     assert rollout.prompt_length + rollout.response_length <= 8192  # not the paper's 24k
 
@@ -248,8 +249,8 @@ def first_prompts(tool_format: str, ids) -> list[str]:
     layers = EvolutionSettings(
         schema_cues=True, type_hints=True, guidelines=True, max_guidelines=len(GUIDELINES)
     )
-    settings = EpisodeSettings(mode="sample", evolution=layers)
     fmt, texts = get_format(tool_format), []
+    settings = EpisodeSettings(mode="sample", prompt=fmt.prompt, evolution=layers)
 
     async def create_all():
         for task_id in ids:
@@ -291,16 +292,17 @@ def test_prompt_length_holds_every_bfcl_prompt(tmp_path, name):
     tool_format = model.resolved_tool_format().name  # `auto` for the 7B configs
     longest = longest_first_prompt(tool_format)
     assert 6000 < longest <= config.actor_rollout_ref.rollout.prompt_length
-    if tool_format == "qwen2.5":
+    if tool_format == "bfcl_qwen_fc":
         assert config.actor_rollout_ref.rollout.prompt_length == 8192  # the paper's
 
 
 def test_each_row_uses_its_model_s_format(tmp_path):
     models = {n: launcher.compose(REPO / f"exp/{n}.yaml", []).trainer.model for n in PAPER_CONFIGS}
-    assert models["SEAL"].tool_format == "auto" and default_format(models["SEAL"].path) == "qwen2.5"
+    assert models["SEAL"].tool_format == "auto"
+    assert default_format(models["SEAL"].path) == "bfcl_qwen_fc"
     assert models["SEAL_toolace2_8b"].tool_format == "bfcl_prompt"
     assert models["SEAL_qwen3_4b"].tool_format == "qwen3"
-    assert models["SEAL_qwen2.5_3b"].tool_format == "qwen2.5"
+    assert models["SEAL_qwen2.5_3b"].tool_format == "bfcl_qwen_fc"
     for model in models.values():  # written out, each is what `auto` picks
         assert model.tool_format in ("auto", default_format(model.path))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 
-from seal.bfcl.calls import CallParseError, ToolCall
+from seal.bfcl.calls import CallParseError, ToolCall, checked_call, json_failure
 
 ERROR_PREFIX = "[ERROR] Invalid tool call format: "
 """How the release's environment answers a message whose calls it would not run."""
@@ -44,8 +44,8 @@ def _call(raw: str) -> ToolCall | CallParseError:
         data = json.loads(raw)
     except json.JSONDecodeError as e:
         return CallParseError(raw, f"Invalid tool call JSON: {e}")
-    except (ValueError, RecursionError) as e:  # Python's own limits (digits, depth)
-        return CallParseError(raw, f"Invalid tool call JSON: {e}")
+    except (ValueError, RecursionError) as e:  # Python's limits (digits, depth): the release
+        return CallParseError(raw, f"Invalid tool call JSON: {json_failure(e)}")  # crashed
     if "name" not in data or "arguments" not in data:
         return CallParseError(raw, "Tool call JSON must contain both 'name' and 'arguments'.")
     name, arguments = data["name"], data["arguments"]
@@ -56,7 +56,9 @@ def _call(raw: str) -> ToolCall | CallParseError:
             return CallParseError(raw, f"Tool '{name}' has non-JSON string arguments.")
     if not isinstance(arguments, dict):
         return CallParseError(raw, f"Tool '{name}' arguments must be a JSON object.")
-    return ToolCall(str(name) if name else "", arguments)
+    # Arguments nested past MAX_ARGUMENT_DEPTH are malformed here (not in the release):
+    # no later step may hit Python's recursion limit, and no client sends a body too deep.
+    return checked_call(str(name) if name else "", arguments, raw)
 
 
 def parse_error_message(errors: list[CallParseError]) -> str:

@@ -52,9 +52,13 @@ def tools_block(docs: Sequence[dict]) -> str:
     return "\n".join([*TOOLS_HEAD, *(json.dumps(d) for d in docs), *TOOLS_TAIL])
 
 
-def system_message(docs: Sequence[dict], sections: Sequence[str] = ()) -> str:
-    """The system message: the tool section, then each section after a blank line."""
-    return "\n\n".join([tools_block(docs), *sections])
+def system_message(
+    docs: Sequence[dict], sections: Sequence[str] = (), before: Sequence[str] = ()
+) -> str:
+    """The system message: `before` (a BFCL V4 agentic task's own system message, which
+    bfcl-eval puts first; the paper has no such task), the tool section, then each section,
+    each after a blank line."""
+    return "\n\n".join([*before, tools_block(docs), *sections])
 
 
 def reveal_message(docs: Sequence[dict]) -> str:

@@ -37,7 +37,9 @@ class PaperQwenFormat(ToolFormat):
     clip = "release"
 
     def start(self, created: dict) -> Conversation:
-        content = paper_prompt.system_message(created["tools"], created["system"])
+        sections = created["system"]
+        own = sections[:1] if created.get("system_from_task") else []  # BFCL V4 agentic
+        content = paper_prompt.system_message(created["tools"], sections[len(own) :], own)
         system = {"role": "system", "content": content}
         return Conversation([system, *paper_prompt.chat_messages(created["messages"])])
 

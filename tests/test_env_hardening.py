@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import results
 
 from env_service.evolution import add_schema_cues, allowed_values
 from seal.bfcl.backends import ERROR_PREFIX, Backends, cost_error, is_tool_error

@@ -466,20 +466,26 @@ def test_observations_are_clipped_with_the_drivers_marker(fake_llm, live_service
     assert max(len(TOKENS.encode(m["content"])) for m in transcript) > 100
     assert full.extra["clipped_observations"] == 0
 
-    limits = EpisodeLimits(max_observation_tokens=100)
+    # The paper format's clip (the release's trainer's) keeps nothing under 100 tokens.
+    limit = 300
+    limits = EpisodeLimits(max_observation_tokens=limit)
     outcome = evaluate(base_url, env_url, tmp_path / "clip", task_ids=[LONG_TASK], limits=limits)
 
-    # Every observation clipped as the driver clips it (turn_tokens), and sent so.
+    # Every observation clipped as the driver clips it (turn_tokens, the format's rule),
+    # and sent so.
+    rule = get_format(PAPER_QWEN).clip
     clipped = [
-        m if m["role"] == "assistant" else {**m, "content": TOKENS.clip(m["content"], 100)}
+        m
+        if m["role"] == "assistant"
+        else {**m, "content": TOKENS.clip_as(rule, m["content"], limit)}
         for m in transcript
     ]
     record = outcome.records[LONG_TASK]
     assert json.loads(record.output) == clipped
     assert server.requests_of(LONG_TASK)[-1]["messages"][2:] == clipped[:-1]
     cut = [m for m, original in zip(clipped, transcript, strict=True) if m != original]
-    assert cut and all("\n... [truncated " in m["content"] for m in cut)
-    assert all(len(TOKENS.encode(m["content"])) <= 100 for m in cut)
+    assert cut and all(m["content"].endswith("... truncate ...") for m in cut)
+    assert all(len(TOKENS.encode(m["content"])) <= limit for m in cut)
     assert record.extra["clipped_observations"] == len(cut)
 
 

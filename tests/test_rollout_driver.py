@@ -282,15 +282,21 @@ def test_a_prompt_too_long_for_one_generation_gives_an_empty_response(live_servi
     assert engine.stats()["live_episodes"] == 0
 
 
-def test_long_observations_are_clipped_and_marked(live_service, tokenizer):
-    task_id, limit = LONG_TASK, 60
-    generator = ScriptedGenerator.from_texts(tokenizer, gt_texts(task_id), record_prompts=True)
-    sample, env = play(
-        live_service[0], tokenizer, task_id, generator, EpisodeLimits(max_observation_tokens=limit)
-    )
+# Each format's clip: the rich prompt's exact token clip, and the paper's (its release's
+# trainer's: a share of the characters; it keeps nothing under 100 tokens, so a wider limit).
+CLIPS = {"qwen2.5": (60, "\n... [truncated"), "bfcl_qwen_fc": (300, "... truncate ...")}
+
+
+@pytest.mark.parametrize("name", list(CLIPS))
+def test_long_observations_are_clipped_and_marked(live_service, tokenizer, name):
+    (task_id, (limit, marker)), fmt = (LONG_TASK, CLIPS[name]), get_format(name)
+    texts = gt_texts(task_id, fmt)
+    generator = ScriptedGenerator.from_texts(tokenizer, texts, record_prompts=True)
+    limits = EpisodeLimits(max_observation_tokens=limit)
+    sample, env = play(live_service[0], tokenizer, task_id, generator, limits, tool_format=fmt)
     assert sample.accuracy == 1
     assert_sequence_is_what_the_model_saw(generator, sample)
-    observations = [get_format(PAPER_QWEN).observation(obs) for obs in env.observations]
+    observations = [fmt.observation(obs) for obs in env.observations]
     grep_answer = next(
         m["content"] for obs in observations for m in obs if "matching_lines" in m["content"]
     )
@@ -299,12 +305,12 @@ def test_long_observations_are_clipped_and_marked(live_service, tokenizer):
     clipped = [
         part.split("<|im_end|>")[0]
         for part in sample.output_text.split("<|im_start|>user\n")[1:]
-        if "[truncated" in part
+        if marker in part
     ]
     assert len(clipped) >= 1
     for content in clipped:
         assert len(tokenizer.encode(content)) <= limit
-        kept = content.split("\n... [truncated")[0]
+        kept = content.split(marker)[0]
         assert any(m["content"].startswith(kept) for obs in observations for m in obs)
     seen = [m["content"] for obs in observations[: sample.num_generations - 1] for m in obs]
     short = [c for c in seen if len(tokenizer.encode(c)) <= limit]

@@ -33,27 +33,16 @@ from pathlib import Path
 
 from bfcl_official import fresh_backends
 from tqdm import tqdm
+from wire_client import SEAL_YAML_BFCL
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "tests/data/release_prompts.json.gz"
 
-# The release's exp/SEAL.yaml `env_service.bfcl` block (observation_lite as its paper-era
-# bfcl_seal_04_full_seal.yaml sets it), and the two optional layers of Appendix D.3/D.4 on
-# top of it (this project's exp/SEAL_full_interface.yaml).
-OBSERVATION_LITE = {
-    "enable": True,
-    "apply_to_validation": False,
-    "add_required_hint": True,
-    "add_type_hint": False,
-    "add_enum_hint": True,
-    "hide_optional": False,
-}
-COMMON = {
-    "strict_tool_parser": True,
-    "enforce_available_tools": True,
-    "tool_prompt_mode": "bfcl_qwen_fc",
-    "tool_result_mode": "bfcl_tool_response",
-}
+# The release's exp/SEAL.yaml `env_service.bfcl` block (SEAL_YAML_BFCL: observation_lite
+# as its paper-era bfcl_seal_04_full_seal.yaml sets it), and the two optional layers of
+# Appendix D.3/D.4 on top of it (this project's exp/SEAL_full_interface.yaml).
+COMMON = {k: v for k, v in SEAL_YAML_BFCL.items() if k != "observation_lite"}
+OBSERVATION_LITE = SEAL_YAML_BFCL["observation_lite"]
 SETTINGS = {
     "validate": {"rollout_mode": "validate", "observation_lite": OBSERVATION_LITE},
     "train": {"rollout_mode": "sample", "observation_lite": OBSERVATION_LITE},

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from wire_client import WireClient
+from wire_client import SEAL_YAML_BFCL, WireClient
 
 from env_service.release import state
 from seal.bfcl.ground_truth import ground_truth_texts
@@ -144,13 +144,7 @@ def native_messages(http, task_id: str, setting: str, texts: list[str] | None = 
 def wire_messages(http, task_id: str, setting: str, texts: list[str] | None = None) -> list[dict]:
     """What the wire protocol answers the release's own client with."""
     wire = WireClient(http)
-    params = dict(golden()["settings"][setting])
-    params.update(
-        strict_tool_parser=True,
-        enforce_available_tools=True,
-        tool_prompt_mode="bfcl_qwen_fc",
-        tool_result_mode="bfcl_tool_response",
-    )
+    params = {**SEAL_YAML_BFCL, **golden()["settings"][setting]}
     instance_id, data = wire.create(task_id, **params)
     messages = [{"role": m["role"], "content": m["content"]} for m in data["state"]]
     for text in texts or ground_truth_texts(load_task(task_id)):

@@ -17,7 +17,7 @@ import threading
 import httpx
 import pytest
 from conftest import gt_texts, gt_turns
-from wire_client import WireClient
+from wire_client import SEAL_YAML_BFCL, WireClient
 
 from env_service import __main__ as service_main
 from env_service import evolution
@@ -28,23 +28,6 @@ from seal.bfcl.ground_truth import END_OF_TURN_TEXT, ground_truth_trajectory, to
 from seal.bfcl.tasks import load_task, task_ids
 from seal.rollout.env_client import call_body
 from seal.tocf import tags as T
-
-# exp/SEAL.yaml of the release: env_service.bfcl, which its env worker merges into the
-# /create params after is_open_query and rollout_mode.
-SEAL_YAML_BFCL = {
-    "strict_tool_parser": True,
-    "enforce_available_tools": True,
-    "tool_prompt_mode": "bfcl_qwen_fc",
-    "tool_result_mode": "bfcl_tool_response",
-    "observation_lite": {
-        "enable": True,
-        "apply_to_validation": False,
-        "add_required_hint": True,
-        "add_type_hint": False,
-        "add_enum_hint": True,
-        "hide_optional": False,
-    },
-}
 
 
 def seal_params(mode: str = "sample", **bfcl) -> dict:

@@ -7,6 +7,23 @@ from __future__ import annotations
 
 import httpx
 
+# exp/SEAL.yaml of the release: env_service.bfcl, which its env worker merges into the
+# /create params after is_open_query and rollout_mode.
+SEAL_YAML_BFCL = {
+    "strict_tool_parser": True,
+    "enforce_available_tools": True,
+    "tool_prompt_mode": "bfcl_qwen_fc",
+    "tool_result_mode": "bfcl_tool_response",
+    "observation_lite": {
+        "enable": True,
+        "apply_to_validation": False,
+        "add_required_hint": True,
+        "add_type_hint": False,
+        "add_enum_hint": True,
+        "hide_optional": False,
+    },
+}
+
 
 class WireClient:
     def __init__(self, http: httpx.Client, engine=None, prompt: str | None = None):

@@ -143,6 +143,13 @@ def load_torch_file(file: Path, what: str):
         ) from error
 
 
+def seed_rng(seed: int) -> None:
+    """A fresh run's random state (what a checkpoint's `rng.pt` saves): sampling starts
+    from `seed` rather than from whatever state model loading left."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+
+
 def restore_rng(path: Path) -> None:
     rng = load_torch_file(path / "rng.pt", "random number generator states")
     torch.set_rng_state(rng["torch"])

@@ -43,6 +43,7 @@ from seal.runs import checkpoint as ckpt
 from seal.runs import metrics_log as M
 from seal.runs.atomic_file import StateFileError
 from seal.runs.data_order import epoch_order, task_ids_of
+from seal.runs.export import export_hint
 from seal.runs.records import ValidationRecord, read_val_dir, write_step
 from seal.runs.run import Run, open_run
 from seal.runs.run_record import model_identity, record_base_model, weights_sha256
@@ -301,7 +302,9 @@ class LocalTrainer:
         return metrics
 
     def _save(self) -> None:
-        ckpt.save_checkpoint(self.run_dir, self.state, self.policy, self.optimizer, self.seal.save)
+        ckpt.save_checkpoint(
+            self.run_dir, self.state, self.policy, self.optimizer, self.seal.save, self.tokenizer
+        )
         if self.cfg.checkpoint.keep_only_best:
             ckpt.prune_checkpoints(self.run_dir, self.state.step, self.seal.best["step"])
 
@@ -323,6 +326,7 @@ def run_local_training(cfg, env_url: str, run: Run, split_file: Path) -> None:
         f"\nbest step {best['step']} ({best['metric']} = {best['value']:.4f}); "
         f"checkpoints in {run_dir / 'checkpoints'}; report: seal-report {run_dir}"
     )
+    print(export_hint(run_dir))
 
 
 # --- helpers -------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
 from seal.eval.summary import render_markdown, summarize
+from seal.runs.export import export_hint
 from seal.runs.records import read_val_dir
 from seal.runs.run import Run
 from seal.runs.run_record import model_identity, record_base_model
@@ -90,6 +91,8 @@ def run_verl_training(cfg, env_url: str, run: Run | Path, split_file: Path) -> N
     val_dir = run_dir / "validation"
     if not val_dir.is_dir():  # trainer.validation.before_train=false and test_freq=0
         print("\nno validation ran (trainer.validation): no pass rates to show")
+        print(export_hint(run_dir))
         return
     print(f"\nvalidation pass rates per category ({val_dir}):\n")
     print(render_markdown(summarize(read_val_dir(val_dir))))
+    print(export_hint(run_dir))

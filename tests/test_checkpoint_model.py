@@ -172,3 +172,28 @@ def test_a_server_error_is_reported_with_the_server_s_message(run, tmp_path, cap
     assert seal_eval([*args, "--out-dir", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
     assert "HTTP 500" in err and "tokenizer.chat_template is not set" in err, err
+
+
+def test_a_verl_run_s_checkpoint_exports_or_names_verl_s_merge_command(tmp_path, capsys):
+    """verl's checkpoints keep the model as Hugging Face files in actor/huggingface (its
+    checkpoint manager saves the tokenizer there always, the weights with
+    verl.export_hf_weights); the export finds the best or the latest one, and without
+    weights names verl's own merge command."""
+    from seal.runs.export import main as seal_export
+    from seal.trainer.config import ModelSettings
+    from seal.trainer.model import save_tiny_qwen2
+
+    run_dir = tmp_path / "verl_run"
+    step2 = run_dir / "checkpoints/global_step_2/actor/huggingface"
+    save_tiny_qwen2(ModelSettings(path="tiny-qwen2"), step2)
+    best = run_dir / "checkpoints/best"
+    shutil.copytree(run_dir / "checkpoints/global_step_2", best)
+    (best / "seal_best.json").write_text(json.dumps({"step": 2, "metric": "m", "value": 0.5}))
+    assert seal_export([str(run_dir), str(tmp_path / "best")]) == 0
+    assert json.loads((tmp_path / "best/seal_export.json").read_text())["step"] == 2
+    assert len(AutoTokenizer.from_pretrained(tmp_path / "best")) == len(shipped_tokenizer())
+    for weights in step2.glob("*.safetensors"):
+        weights.unlink()
+    assert seal_export([str(run_dir), str(tmp_path / "latest"), "--step", "latest"]) == 1
+    err = capsys.readouterr().err
+    assert "verl.export_hf_weights was off" in err and "python -m verl.model_merger merge" in err

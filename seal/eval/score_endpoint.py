@@ -444,6 +444,10 @@ def main(argv: list[str] | None = None) -> int:
         if code and (cause := server_error(server_log)):
             print(f"the model server's log ({server_log}) ends with: {cause}", file=sys.stderr)
         return code
+    except KeyboardInterrupt:  # the servers it started are stopped on the way out
+        print("\ninterrupted: run the same command again to finish (finished tasks are kept)",
+              file=sys.stderr)  # fmt: skip
+        return 130
     # EnvServiceError and a service that will not start are RuntimeErrors.
     except (OSError, ValueError, RuntimeError) as error:
         print(f"error: {error}", file=sys.stderr)

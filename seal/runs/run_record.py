@@ -160,11 +160,9 @@ def model_identity(path: str) -> dict:
     return {"path": path, "kind": "hub", "revision": snapshot.name, "blobs": blobs}
 
 
-def record_base_model(attempt: Path | None, identity: dict) -> None:
-    """Write the base checkpoint's identity into the attempt's folder (None: the run was
-    opened without the launcher, which keeps no attempt record)."""
-    if attempt is not None:
-        write_json_atomic(Path(attempt) / BASE_MODEL_FILENAME, identity)
+def record_base_model(attempt: Path, identity: dict) -> None:
+    """Write the base checkpoint's identity into the attempt's folder."""
+    write_json_atomic(Path(attempt) / BASE_MODEL_FILENAME, identity)
 
 
 def read_record(attempt: Path) -> dict:

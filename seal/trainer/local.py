@@ -113,8 +113,9 @@ class LocalTrainer:
             else None
         )
         self.optimizer = self._new_optimizer()
-        # Before the random state is seeded or restored: building the tiny model seeds it.
-        record_base_model(self.run.attempt, base_model_identity(cfg.model, self.tokenizer))
+        if self.run.attempt is not None:  # the launcher's run keeps the attempt's record
+            # Before the random state is seeded or restored: building the tiny model seeds it.
+            record_base_model(self.run.attempt, base_model_identity(cfg.model, self.tokenizer))
         # No log-probs from generation: the update recomputes them (as verl does).
         self.generator = HFGenerator(
             self.policy,

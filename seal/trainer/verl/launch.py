@@ -78,8 +78,9 @@ def run_verl_training(cfg, env_url: str, run: Run | Path, split_file: Path) -> N
     try:
         if cfg.verl.preflight:
             preflight(cfg, config, run_dir)
-        if isinstance(run, Run):  # the base checkpoint (the preflight fetched its config)
-            record_base_model(run.attempt, model_identity(model_path(cfg, run_dir)))
+        attempt = run.attempt if isinstance(run, Run) else None
+        if attempt is not None:  # the base checkpoint (the preflight fetched its config)
+            record_base_model(attempt, model_identity(model_path(cfg, run_dir)))
         run_ppo(config, task_runner_class=TaskRunnerV1)  # Ray is up: verl uses it as it is
     finally:
         ray.shutdown()

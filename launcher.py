@@ -1,23 +1,31 @@
 """SEAL-repro launcher: compose a run's config, start the environment service, run the job.
 
     python launcher.py [--conf exp/cpu_default.yaml] [--with-bfcl] [-- key=value ...]
-    python launcher.py --explain          # every config key, its default and meaning
+    python launcher.py --resume outputs/NAME [-- key=value ...]   # continue a run
+    python launcher.py --explain [--conf X.yaml]   # every config key, its value and meaning
     python launcher.py --conf exp/SEAL.yaml --preflight   # a verl run's checks only
 
 The config is `exp/NAME.yaml` merged onto the documented defaults in
-seal/launch/config.py, then the `key=value` overrides. In order, before the job runs:
+seal/launch/config.py, then the `key=value` overrides (a misspelt key is refused with the
+closest valid names). `--resume RUN_DIR` takes the run's own recorded config instead of a
+file; a resume whose config differs from the recorded one in a key that changes the
+experiment is refused with the differences (seal/launch/resume.py). In order, before the
+job runs (and before the job's heavy imports):
 1. the run is opened once (seal/runs/run.py): its directory is locked (a second run of the
    same name is refused, naming the holder's pid) and a training job's directory checked
-   (a fresh run refuses an earlier run's state, a resumed one needs its state and the same
-   data order);
+   (a fresh run refuses an earlier run's state, a resumed one needs its state, the same
+   data order and the recorded config);
 2. the run's environment service is started on a free port (or `service.port`) with a
    fresh bearer token, or an already running one is adopted if it answers with the
    run's token (seal/launch/service.py);
-3. only then are the resolved config (token redacted), the code version and the data
-   order written, so a refused start leaves an earlier run's files as they were.
+3. only then is the attempt recorded (seal/runs/run_record.py: its config, the command as
+   given, seeds, code and uncommitted diff, package versions) with the data order, so a
+   refused start leaves an earlier run's files as they were.
 The job gets the opened run (`Run`, path-like); the local trainer uses it as it is.
-The service the launcher starts is stopped on every exit: return, error, Ctrl-C,
-SIGTERM, and kill -9 of the launcher (the service watches a pipe from it). The job gets
+The service the launcher starts is stopped on every exit: return, error, Ctrl-C (which
+reaches the launcher only: the service has a process group of its own; a training run
+prints its resume command), SIGTERM, and kill -9 of the launcher (the service watches a
+pipe from it). The job gets
 the token through $SEAL_ENV_TOKEN, as do the processes it starts (verl's Ray workers get
 it through Ray's runtime environment: seal/trainer/verl/ray_init.py). `--preflight` runs a
 verl job's checks (seal/trainer/verl/preflight.py) instead of the job, writing no run files
@@ -31,21 +39,25 @@ import copy
 import importlib
 import os
 import signal
-import subprocess
 import sys
 import traceback
 from pathlib import Path
 
 from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError
 
 from seal.launch.config import RunConfig
-from seal.launch.config_docs import render
+from seal.launch.config_docs import closest_keys, render
+from seal.launch.resume import ACCEPT_FLAG, check_resume, recorded_config
 from seal.launch.service import service_for_run
 from seal.rollout.env_client import TOKEN_ENV
+from seal.runs.checks import unfinished_attempt
 from seal.runs.run import Run, open_run
+from seal.runs.run_record import start_attempt
 from seal.trainer.verl.cpu import PLATFORM_ENV as CPU_PLATFORM_ENV
 
 REPO_ROOT = Path(__file__).resolve().parent
+DEFAULT_CONF = REPO_ROOT / "exp/cpu_default.yaml"
 # Imported when chosen: the trainers pull in torch and transformers (verl: also Ray),
 # the replay job none of them.
 JOBS = {
@@ -65,9 +77,17 @@ class Terminated(BaseException):
     the lock's release) runs, as for Ctrl-C."""
 
 
+class UnknownConfigKey(KeyError):
+    """A key no config section has; the message names the closest valid ones."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def job_function(name: str, preflight: bool = False):
-    if preflight and name != "verl":
-        raise ValueError(f"--preflight checks verl runs; this config's job is {name!r}")
+    """The job's entry point, imported now (the trainers' modules import torch,
+    transformers and verl: only once the run is locked)."""
+    check_job(name, preflight)
     module, function = (PREFLIGHT if preflight else JOBS[name]).split(":")
     try:
         return getattr(importlib.import_module(module), function)
@@ -80,57 +100,147 @@ def job_function(name: str, preflight: bool = False):
         raise
 
 
-def code_version() -> str:
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)\n"
-    return f"{commit}{' (with uncommitted changes)' if dirty else ''}\n"
+def check_job(name: str, preflight: bool = False) -> None:
+    if name not in JOBS:
+        raise ValueError(f"unknown job {name!r}; choose from {sorted(JOBS)}")
+    if preflight and name != "verl":
+        raise ValueError(f"--preflight checks verl runs; this config's job is {name!r}")
 
 
-def compose(conf: Path, overrides: list[str]):
-    if not conf.exists():
-        raise FileNotFoundError(f"config file {conf} does not exist")
-    cfg = OmegaConf.merge(
-        OmegaConf.structured(RunConfig), OmegaConf.load(conf), OmegaConf.from_dotlist(overrides)
+def _unknown_key(error: ConfigKeyError, conf: Path | None, overrides: list[str]) -> str:
+    prefix = str(error.full_key or error.key)
+    given = next(
+        (o.split("=", 1)[0] for o in overrides if o.split("=", 1)[0].startswith(prefix)), None
     )
-    if cfg.job not in JOBS:
-        raise ValueError(f"unknown job {cfg.job!r}; choose from {sorted(JOBS)}")
+    key, where = (given, "the command line") if given else (prefix, str(conf or "the config"))
+    near = closest_keys(key, RunConfig)
+    hint = f"; did you mean {' or '.join(near)}?" if near else ""
+    return (
+        f"unknown config key {key!r} (in {where}){hint} "
+        "(`python launcher.py --explain` lists every key)"
+    )
+
+
+def compose(conf: Path | None, overrides: list[str], base=None):
+    """The run config: the documented defaults, then `base` (a run's recorded config, for
+    a resume), the file `conf`, then the `key=value` overrides."""
+    layers = [OmegaConf.structured(RunConfig)]
+    if base is not None:
+        layers.append(base)
+    if conf is not None:
+        if not conf.exists():
+            raise FileNotFoundError(f"config file {conf} does not exist")
+        layers.append(OmegaConf.load(conf))
+    layers.append(OmegaConf.from_dotlist(overrides))
+    try:
+        cfg = OmegaConf.merge(*layers)
+    except ConfigKeyError as error:
+        raise UnknownConfigKey(_unknown_key(error, conf, overrides)) from None
+    check_job(cfg.job)
     return cfg
 
 
-def save_run_files(cfg, run: Run) -> None:
+def load_recorded(path: Path):
+    """A run's recorded config as a layer to compose on: its redacted token removed (the
+    token comes from the environment or a fresh one, as at the start)."""
+    recorded = OmegaConf.load(path)
+    if OmegaConf.select(recorded, "service.token") == REDACTED:
+        recorded.service.token = ""
+    return recorded
+
+
+def configure(args: argparse.Namespace):
+    """(the run config, the run's recorded config or None, its path): from `--resume
+    RUN_DIR` (the recorded config, the overrides on top) or from `--conf` and the
+    overrides; a resume of a recorded run is checked against it once the run is locked."""
+    if args.resume:
+        run_dir = Path(args.resume)
+        path = recorded_config(run_dir)
+        if path is None:
+            raise FileNotFoundError(
+                f"--resume {run_dir}: no recorded config there ({run_dir / 'config.yaml'}); "
+                "check the path, or resume with --conf and trainer.checkpoint.resume=true"
+            )
+        where = [f"output_dir={run_dir.parent}", f"name={run_dir.name}"]
+        resume = ["trainer.checkpoint.resume=true"]
+        cfg = compose(None, [*where, *args.overrides, *resume], base=load_recorded(path))
+        return cfg
+    return compose(args.conf or DEFAULT_CONF, args.overrides)
+
+
+def resume_command(run_dir: Path) -> str:
+    return f"python launcher.py --resume {run_dir}"
+
+
+def attempt_record(args: argparse.Namespace, cfg, accepted: list) -> dict:
+    """What the launcher knows of the attempt (seal/runs/run_record.py adds the code and
+    the environment): the command as given and the seeds every sampling uses."""
+    t = cfg.trainer
+    seeds = {"trainer.rollout.seed": t.rollout.seed, "trainer.data.seed": t.data.seed}
+    if t.model.path == "tiny-qwen2":
+        seeds["trainer.model.tiny.seed"] = t.model.tiny.seed
+    if cfg.job == "replay":
+        seeds = {"replay.seed": cfg.replay.seed}
+    resumed = cfg.job in TRAINING_JOBS and t.checkpoint.resume
+    return {
+        "command": {
+            "argv": list(args.argv),
+            "conf": None if args.resume else str(args.conf or DEFAULT_CONF),
+            "resume": args.resume and str(args.resume),
+            "overrides": list(args.overrides),
+        },
+        "accepted_changes": [str(change) for change in accepted],
+        "seeds": seeds,
+        "sampling": (
+            "a resumed attempt continues the random state its checkpoint saved"
+            if resumed
+            else "seeded with trainer.rollout.seed before the first rollout"
+        ),
+    }
+
+
+def save_run_files(cfg, run: Run, record: dict) -> None:
     saved = copy.deepcopy(cfg)
     if saved.service.token:
         saved.service.token = REDACTED  # the token never goes to disk in clear
-    OmegaConf.save(saved, run.dir / "config.yaml", resolve=True)
-    (run.dir / "code_version.txt").write_text(code_version())
+    text = OmegaConf.to_yaml(saved, resolve=True)
+    run.attempt = start_attempt(run.dir, text, record, REPO_ROOT)
     if cfg.job in TRAINING_JOBS:
         run.record_data_order(cfg.trainer)
 
 
+def _check_resume_config(args, cfg, run_dir: Path, backend: str, accepted: list) -> None:
+    """Refuse a resume that changes the experiment (seal/launch/resume.py), under the
+    run's lock and before anything is written; a run that restarts from step 0 (it never
+    reached a checkpoint) may start with any config."""
+    path = recorded_config(run_dir)
+    if path is None or unfinished_attempt(run_dir, backend) is not None:
+        return
+    recorded = compose(None, [], base=load_recorded(path))
+    accepted += check_resume(recorded, cfg, path, args.accept_config_change)
+    for change in accepted:
+        print(f"[launcher] resuming with a changed config (accepted): {change}")
+
+
 def run(args: argparse.Namespace) -> None:
-    cfg = compose(args.conf, args.overrides)
-    job_function(cfg.job, preflight=args.preflight)  # an unknown or missing job fails here
+    cfg = configure(args)
+    check_job(cfg.job, preflight=args.preflight)  # imports nothing: the lock comes first
     run_dir = Path(cfg.output_dir) / cfg.name
     training = cfg.job in TRAINING_JOBS
     trainer = cfg.trainer if training else None
-    with open_run(run_dir, trainer, cfg.job if training else None, "launcher") as run:
+    accepted: list = []
+
+    def check_config() -> None:
+        if training and cfg.trainer.checkpoint.resume:
+            _check_resume_config(args, cfg, run_dir, cfg.job, accepted)
+
+    with open_run(run_dir, trainer, cfg.job if training else None, "launcher", check_config) as run:
         start = cfg.service.start or args.with_bfcl
         with service_for_run(cfg.service, start, run_dir / "env_service.log") as service:
             if args.preflight:
                 print(f"[launcher] preflight of the {cfg.job!r} job of {run_dir}")
             else:
-                save_run_files(cfg, run)
+                save_run_files(cfg, run, attempt_record(args, cfg, accepted))
                 print(f"[launcher] job {cfg.job!r}, outputs in {run_dir}")
             # The job's clients, and the processes it starts, read the token from here.
             previous = os.environ.get(TOKEN_ENV)
@@ -141,6 +251,10 @@ def run(args: argparse.Namespace) -> None:
             try:
                 job = job_function(cfg.job, preflight=args.preflight)
                 job(cfg, service.url, run, REPO_ROOT / "data/seal_split.json")
+            except (KeyboardInterrupt, Terminated):
+                if training and not args.preflight:
+                    print(f"\n[launcher] resume with: {resume_command(run_dir)}", file=sys.stderr)
+                raise
             finally:  # for callers in this process (tests): the run's token was the run's
                 if previous is None:
                     os.environ.pop(TOKEN_ENV, None)
@@ -156,11 +270,22 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument(
-        "--conf",
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "--conf", type=Path, help="experiment config (default: exp/cpu_default.yaml)"
+    )
+    source.add_argument(
+        "--resume",
         type=Path,
-        default=REPO_ROOT / "exp/cpu_default.yaml",
-        help="experiment config (default: exp/cpu_default.yaml)",
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR with its own recorded config; overrides may "
+        "change only the keys a resume may change (seal/launch/resume.py)",
+    )
+    p.add_argument(
+        ACCEPT_FLAG,
+        action="store_true",
+        help="resume although the config differs from the run's recorded one in keys that "
+        "change the experiment; the attempt's record lists the changes",
     )
     p.add_argument(
         "--with-bfcl",
@@ -171,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--explain",
         action="store_true",
-        help="print every config key with its default and documentation, then exit",
+        help="print every config key with its value (with --conf and overrides: theirs, "
+        "beside the default), documentation, then exit",
     )
     p.add_argument(
         "--preflight",
@@ -183,8 +309,14 @@ def main(argv: list[str] | None = None) -> int:
         "overrides", nargs="*", help="config overrides after '--', e.g. service.port=8090"
     )
     args = p.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)
     if args.explain:
-        print(render(RunConfig))
+        try:
+            values = None if args.conf is None and not args.overrides else configure(args)
+        except (OSError, ValueError, KeyError) as error:
+            print(f"[launcher] error: {type(error).__name__}: {error}", file=sys.stderr)
+            return 1
+        print(render(RunConfig, values))
         return 0
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:

@@ -182,7 +182,7 @@ def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerCo
             },
         },
         "data": {"train_batch_size": args.k, "seed": args.seed},
-        "rollout": {"n": args.n, "temperature": 1.0, "max_batch_size": 64},
+        "rollout": {"n": args.n, "temperature": 1.0, "max_batch_size": 64, "seed": args.seed},
         "limits": {
             "max_generations": max_generations,
             "max_new_tokens": max_new_tokens,

@@ -192,6 +192,21 @@ def test_rows_also_go_to_wandb_offline_without_a_key(tmp_path, monkeypatch):
     assert len(fake.inits) == 2  # disabled: no wandb run
 
 
+def test_a_resumed_run_logs_into_its_first_wandb_run(tmp_path, monkeypatch):
+    """A resume opens the wandb run of the first start (its id kept in the run
+    directory), not a second one; another run directory gets another id."""
+    fake = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    settings = M.WandbSettings("offline", "proj")
+    with M.MetricsWriter(tmp_path / "run", wandb=settings) as log:
+        log.write(1, {M.REWARD_MEAN: 0.5})
+    M.MetricsWriter(tmp_path / "run", resume_step=1, wandb=settings).close()
+    M.MetricsWriter(tmp_path / "other", wandb=settings).close()
+    first, resumed, other = fake.inits
+    assert first["id"] and resumed["id"] == first["id"] and other["id"] != first["id"]
+    assert resumed["resume"] in ("allow", "must")
+
+
 def test_wandb_asked_for_but_missing_is_an_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb raises ImportError
     with pytest.raises(RuntimeError, match="wandb is not installed"):

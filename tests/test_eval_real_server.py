@@ -21,15 +21,12 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from agentic_scripts import agentic_service, notetaker
-from conftest import free_port, shipped_tokenizer
+from conftest import shipped_tokenizer
 
 from seal.bfcl.agentic import ANSWER_NOT_FOUND, NO_FINAL_ANSWER, PASS, missing_dependency
 from seal.bfcl.tasks import load_task
@@ -52,16 +49,6 @@ LIMITS = EpisodeLimits(max_generations=4, max_new_tokens=16)
 TOKENIZER = shipped_tokenizer()  # the tiny model's
 
 
-def _healthy(url: str) -> bool:
-    try:
-        import urllib.request
-
-        with urllib.request.urlopen(url, timeout=2) as reply:
-            return reply.status == 200
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     from seal.trainer.config import ModelSettings
@@ -76,38 +63,26 @@ def tiny_model(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def transformers_server(tiny_model, tmp_path_factory):
-    """(base_url, model name) of `transformers serve` serving the tiny model."""
+    """(base_url, model name) of `transformers serve` serving the tiny model, started as
+    `seal-eval --model-dir` starts it (seal/eval/model_server.py)."""
+    from seal.eval.model_server import ModelServerError, serve_model
+
     missing = [m for m in ("openai", "fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:
         pytest.skip(
             f"transformers serve needs transformers[serving] ({', '.join(missing)} missing): "
             "pip install 'transformers[serving]'"
         )
-    port = free_port()
     log = tmp_path_factory.mktemp("server") / "transformers_serve.log"
-    command = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(tiny_model)]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    with log.open("wb") as out:
-        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
-        deadline = time.monotonic() + STARTUP_S
-        while not _healthy(f"http://127.0.0.1:{port}/health"):
-            if server.poll() is not None or time.monotonic() > deadline:
-                tail = log.read_text(errors="replace")[-1500:]
-                state = f"exited ({server.returncode})" if server.poll() is not None else (
-                    f"did not answer /health within {STARTUP_S} s"
-                )  # fmt: skip
-                pytest.skip(f"transformers serve {state}; its log ends:\n{tail}")
-            time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}/v1", str(tiny_model)
+        server = serve_model(tiny_model, log, device="cpu", startup_timeout_s=STARTUP_S)
+        started = server.__enter__()
+    except ModelServerError as error:
+        pytest.skip(f"{error}; its log ends:\n{log.read_text(errors='replace')[-1500:]}")
+    try:
+        yield started.base_url, started.model
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        server.__exit__(None, None, None)
 
 
 def evaluate(base_url, model, env_url, out_dir, task_ids=TASKS, limits=LIMITS):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from seal.bfcl.tasks import category_of
 from seal.eval.summary import (
     best_step,
     load_split_ids,
@@ -199,10 +200,17 @@ def test_markdown_is_a_pipe_table_with_one_row_per_step(two_steps):
     assert len({len(line) for line in lines}) == 1  # columns are aligned
 
 
-def test_csv_parses_to_the_same_cells(two_steps):
+def test_csv_cells_are_numbers(two_steps):
+    """Every cell parses as a number (a spreadsheet or pandas reads rates, not text like
+    "0.4025 (161/400)"): a rate, its passed and total counts, the average, best as 1/0."""
     rows = list(csv.DictReader(io.StringIO(render_csv(two_steps))))
-    assert rows == table_rows(two_steps)
-    assert rows[1]["overall"] == "0.4025 (161/400)"
+    for row in rows:
+        for cell in row.values():
+            float(cell)  # raises on text
+    assert float(rows[1]["overall"]) == 0.4025
+    assert (rows[1]["overall_passed"], rows[1]["overall_total"]) == ("161", "400")
+    assert (rows[1]["multi_turn_base_passed"], rows[1]["multi_turn_base_total"]) == ("58", "100")
+    assert float(rows[1]["average"]) == 0.4025 and [r["best"] for r in rows] == ["0", "1"]
 
 
 def test_json_gives_numbers(two_steps):
@@ -239,11 +247,44 @@ def test_report_table_prints_the_table_and_warns_on_stderr(tmp_path):
     result = run_table("--val-dir", str(val_dir), "--split", str(split), "--table", "csv")
     assert result.returncode == 0, result.stderr
     [row] = list(csv.DictReader(io.StringIO(result.stdout)))
-    assert row["multi_turn_base"] == "0.5000 (1/2)" and row["average"] == "0.2500"
+    assert row["multi_turn_base"] == "0.5" and row["average"] == "0.25"
     assert result.stderr == (
         "warning: step 10: task ids differ from the expected split: "
         "1 extra (e.g. multi_turn_base_0)\n"
     )
+
+
+def test_the_split_warning_comes_once_and_not_for_a_run_s_chosen_subset(tmp_path):
+    """Two steps on the same 8 of the 400 held-out tasks: one warning, not one per step;
+    and none when the run's config chose those 8 (`trainer.data.max_val_tasks`, as
+    exp/cpu_default.yaml does): every default run used to warn "392 missing" per step."""
+    from omegaconf import OmegaConf
+
+    split = load_split_ids(REPO / "data/seal_split.json", "eval")
+    chosen = [t for c in CATEGORIES for t in [i for i in split if category_of(i) == c][:2]]
+    run = tmp_path / "run"
+    for step in (0, 3):
+        write_step(run / "validation", step, [_record(t, step) for t in chosen])
+    result = run_table(str(run), "--table", "csv")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("warning") == 1 and result.stderr.startswith(
+        "warning: steps 0, 3: task ids differ from the expected split: 392 missing"
+    ), result.stderr
+
+    OmegaConf.save({"job": "local", "trainer": {"data": {"max_val_tasks": 8}}}, run / "config.yaml")
+    result = run_table(str(run), "--table", "csv")
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    duplicated = [_record(t, 5) for t in chosen[:7] + chosen[:1]]
+    write_step(run / "validation", 5, duplicated)
+    result = run_table(str(run), "--table", "csv")  # not the chosen subset: warned
+    assert "step 5: task ids differ" in result.stderr and "steps 0" not in result.stderr
+
+
+def _record(task_id: str, step: int) -> ValidationRecord:
+    return ValidationRecord(
+        task_id=task_id, data_source=category_of(task_id), score=0, reward=0.0, step=step,
+        input="", output="", failure_tags=["pass"], turns=1,
+    )  # fmt: skip
 
 
 def test_report_table_fails_naming_the_malformed_file_and_line(tmp_path):

@@ -81,6 +81,45 @@ def test_unknown_key_and_missing_file_fail_clearly(tmp_path, capsys):
     assert "nn" in capsys.readouterr().err
 
 
+def test_a_misspelt_key_is_answered_with_the_closest_valid_names(capsys):
+    assert launcher.main(["--", "trainer.rollout.nn=3", "output_dir=/nonexistent"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown config key 'trainer.rollout.nn' (in the command line)" in err, err
+    assert "did you mean trainer.rollout.n" in err and "ConfigKeyError" not in err
+    assert launcher.main(["--", "trainer.apatch.enabled=false"]) == 1
+    assert "did you mean trainer.apatch.enable" in capsys.readouterr().err
+
+
+def test_explain_shows_the_values_of_the_given_config_beside_the_defaults(capsys):
+    assert launcher.main(["--explain"]) == 0
+    defaults = capsys.readouterr().out
+    # The paper's defaults, the nested sections' included (the evolution layers' default
+    # is the paper's interface, not the section class's own).
+    assert "trainer.evolution.schema_cues = True\n" in defaults
+    assert launcher.main(["--explain", "--conf", str(REPO / "exp/GRPO.yaml"),
+                          "trainer.rollout.n=4"]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert "trainer.evolution.schema_cues = False    (default: True)" in text
+    assert "trainer.apatch.enable = False    (default: True)" in text
+    assert "trainer.rollout.n = 4    (default: 8)" in text
+    assert "trainer.limits.max_generations = 20\n" in text
+
+
+def test_a_port_held_by_another_program_is_named(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        args = ["--conf", str(REPO / "exp/replay_demo.yaml"), f"output_dir={tmp_path}",
+                f"service.port={port}"]  # fmt: skip
+        assert launcher.main(args) == 1
+    err = capsys.readouterr().err
+    assert f"port {port} on 127.0.0.1 is in use by another program" in err, err
+    assert "exited with code" not in err
+
+
 def test_adopting_needs_a_port_a_token_and_a_service(tmp_path, capsys, monkeypatch):
     base = ["--conf", str(REPO / "exp/replay_demo.yaml"), "service.start=false",
             f"output_dir={tmp_path}"]  # fmt: skip

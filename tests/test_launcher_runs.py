@@ -160,3 +160,91 @@ def test_runs_of_different_names_have_their_own_services(tmp_path, runs):
     b.proc.send_signal(signal.SIGINT)
     assert b.finish() and b.proc.returncode == 130
     wait_until(lambda: process_gone(pid_b), 15, "Ctrl-C left the service running")
+
+
+IMPORTS_DRIVER = """
+import sys
+sys.path.insert(0, {repo!r})
+import launcher
+code = launcher.main(sys.argv[1:])
+print("IMPORTED", "seal.trainer.local" in sys.modules, "transformers" in sys.modules)
+sys.exit(code)
+"""
+
+
+def test_a_second_training_run_is_refused_before_the_trainers_imports(tmp_path):
+    """The run's lock comes before the job's imports (torch's trainer, transformers): a
+    second run of the same name is refused at once, not after a minute of imports."""
+    from seal.runs.lock import lock_run_dir
+
+    driver = tmp_path / "driver.py"
+    driver.write_text(IMPORTS_DRIVER.format(repo=str(REPO)))
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    with lock_run_dir(tmp_path / "same"):  # the first run, in this process
+        done = subprocess.run(
+            [sys.executable, str(driver), "--", f"output_dir={tmp_path}", "name=same"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 1 and "RunDirInUse" in done.stderr, done.stderr
+    assert "IMPORTED False False" in done.stdout, done.stdout
+
+
+PLAYING_DRIVER = """
+import asyncio, sys
+sys.path.insert(0, {repo!r})
+import launcher
+from seal.rollout.driver import play_batch
+from seal.rollout.env_client import EnvClient
+
+async def rollouts(url):
+    async with EnvClient(url) as env:
+        async def play(task_id):  # an open episode waiting for a (slow) model
+            async with env.episode(task_id):
+                await asyncio.sleep(3600)
+
+        print("PLAYING", flush=True)
+        await play_batch(play, ["multi_turn_long_context_0"] * 16, max_failed_share=0.05,
+                         what="sample", progress=False)
+
+def play(cfg, url, run, split_file):  # a training job's rollout, as the trainer plays it
+    asyncio.run(rollouts(url))
+
+launcher.JOBS["local"] = "__main__:play"
+sys.exit(launcher.main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_to_the_process_group_prints_the_resume_command_and_no_tracebacks(tmp_path):
+    """Ctrl-C at a terminal signals the whole foreground process group: the launcher and
+    (before) its service, which died under the job's requests, so the job's client printed
+    a screen of connection errors. Now the launcher alone gets it, stops the job, then the
+    service, and says how to resume."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(PLAYING_DRIVER.format(repo=str(REPO)))
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    proc = subprocess.Popen(
+        [sys.executable, "-u", str(driver), "--", f"output_dir={tmp_path}", "name=run"],
+        cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, as a shell's foreground job
+    )  # fmt: skip
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("PLAYING"):
+                break
+        assert lines and lines[-1].startswith("PLAYING"), "".join(lines)
+        started = next(line for line in lines if "environment service started" in line)
+        service_pid = int(started.split("(pid ")[1].split(",")[0])
+        time.sleep(2)  # episodes in flight
+        os.killpg(proc.pid, signal.SIGINT)
+        output = "".join(lines) + proc.stdout.read()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, output
+    assert f"resume with: python launcher.py --resume {tmp_path / 'run'}" in output, output
+    for noise in ("Traceback", "ClientConnectorError", "Cannot connect"):
+        assert noise not in output, output
+    wait_until(lambda: process_gone(service_pid), 15, "Ctrl-C left the service running")

@@ -567,3 +567,18 @@ def test_a_batch_retries_each_failed_episode_once_and_tolerates_a_small_share():
         asyncio.run(
             play_batch(play, tasks[1:11], max_failed_share=0.05, what="sample", progress=False)
         )
+
+
+def test_a_batch_s_progress_bar_in_a_log_ends_at_its_total(capsys):
+    """Written to a file (a run's log), the bar's last line shows every episode done;
+    it used to be cleared at the end, so a log stopped at whatever it showed last."""
+
+    async def play(task_id):
+        await asyncio.sleep(0.01 * int(task_id[-1]))
+        return fake_sample(task_id)
+
+    tasks = [f"ok{i % 10}" for i in range(16)]
+    asyncio.run(play_batch(play, tasks, max_failed_share=0.05, what="sample"))
+    err = capsys.readouterr().err  # not a terminal, as a log file
+    last = err.replace("\r", "\n").strip().splitlines()[-1]
+    assert last.startswith("sample: 100%") and "16/16" in last, err

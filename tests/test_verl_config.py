@@ -343,8 +343,10 @@ def test_verl_job_hands_the_validated_config_to_verl(tmp_path, monkeypatch, caps
     assert handed["runner"] is launch.TaskRunnerV1
     assert handed["preflight"]  # before verl's entry point, on the same config
     # The workers' environment goes to Ray, not into the config (saved and printed).
+    # A resumed run's wandb run is the first start's: its id, kept in the run directory.
     assert handed["worker_env"] == {
-        "SEAL_ENV_TOKEN": "the-run-token", "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)
+        "SEAL_ENV_TOKEN": "the-run-token", "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path),
+        "WANDB_RUN_ID": (tmp_path / "wandb_run_id.txt").read_text(), "WANDB_RESUME": "allow",
     }  # fmt: skip
     assert "the-run-token" not in (tmp_path / "verl_config.yaml").read_text()
     assert config.trainer.v1.trainer_mode == "seal_sync" and config.seal.env_url == URL

@@ -344,3 +344,9 @@ def test_checkpoints_hold_hugging_face_weights_of_the_trained_policy(smoke):
     ).state_dict()
     moved = [n for n, p in trained.state_dict().items() if not torch.equal(p, initial[n])]
     assert moved, "the exported weights are the initial ones"
+    # A model directory as it is: verl's checkpoint manager saves the tokenizer beside them.
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(exported)
+    initial_tokenizer = AutoTokenizer.from_pretrained(smoke.run_dir / "tiny_model")
+    assert len(tokenizer) == len(initial_tokenizer) and tokenizer.chat_template

@@ -60,14 +60,15 @@ from seal.eval.paper import (
     controlled_results,
     ood_results,
 )
-from seal.eval.run_source import paper_row, run_model
+from seal.eval.run_source import paper_row, run_model, validation_subset
 from seal.eval.summary import (
     RENDERERS,
     StepSummary,
     best_step,
+    is_chosen_subset,
     load_split_ids,
     render_markdown,
-    split_mismatch,
+    split_warnings,
     summarize,
 )
 from seal.eval.tables import markdown_table
@@ -286,10 +287,16 @@ def validation_sections(
         run.notes.append("task ids not checked against a split (--no-split-check)")
     elif split.exists():
         expected = load_split_ids(split, "eval")
-        for step, records in run.validation.items():
-            warning = split_mismatch(step, records, expected)
-            if warning:
-                run.notes.append(warning + " (rates not comparable with the paper's)")
+        subset = validation_subset(run_dir)
+        if subset and all(
+            is_chosen_subset(records, expected, subset) for records in run.validation.values()
+        ):
+            run.notes.append(
+                f"validated on {subset} of the split's {len(expected)} held-out tasks "
+                "(trainer.data.max_val_tasks): rates not comparable with the paper's"
+            )
+        for warning in split_warnings(run.validation, expected, subset):
+            run.notes.append(warning + " (rates not comparable with the paper's)")
     else:
         run.notes.append(f"split file `{split}` not found: task ids not checked")
     sections = []
@@ -447,19 +454,17 @@ def write_report(
     return page
 
 
-def print_table(val_dir: Path, fmt: str, split: Path | None) -> None:
+def print_table(val_dir: Path, fmt: str, split: Path | None, subset: int = 0) -> None:
     """The per-category pass rates of each validation step on stdout, in `fmt` (a key of
     seal.eval.summary.RENDERERS); steps whose task ids differ from the split's "eval" ids
-    are named on stderr (`split` None: not checked)."""
+    are named on stderr, once per difference, but for the run's chosen subset of `subset`
+    tasks (`split` None: not checked)."""
     steps = read_val_dir(val_dir) if val_dir.is_dir() else {}
     if not steps:
         raise EmptyRunError(f"no step_*.jsonl files in {val_dir}")
     if split is not None:
-        expected = load_split_ids(split, "eval")
-        for step, records in steps.items():
-            warning = split_mismatch(step, records, expected)
-            if warning:
-                print(f"warning: {warning}", file=sys.stderr)
+        for warning in split_warnings(steps, load_split_ids(split, "eval"), subset):
+            print(f"warning: {warning}", file=sys.stderr)
     sys.stdout.write(RENDERERS[fmt](summarize(steps)))
 
 
@@ -560,7 +565,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         if args.table:
-            print_table(args.val_dir or args.run_dir / "validation", args.table, args.split)
+            subset = validation_subset(args.run_dir) if args.run_dir else 0
+            print_table(args.val_dir or args.run_dir / "validation", args.table, args.split, subset)
             return 0
         if args.compare:
             page = compare_main(args)

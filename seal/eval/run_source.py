@@ -41,6 +41,15 @@ def run_model(run: Path, records: list[ValidationRecord]) -> tuple[str | None, d
     return (models.pop() if len(models) == 1 else None), None
 
 
+def validation_subset(run: Path) -> int:
+    """How many validation tasks a training run asked for (`trainer.data.max_val_tasks`;
+    0: all of them, or not a training run)."""
+    config = run / CONFIG_FILENAME
+    if not config.exists():
+        return 0
+    return OmegaConf.select(OmegaConf.load(config), "trainer.data.max_val_tasks", default=0) or 0
+
+
 def paper_row(run: Path, records: list[ValidationRecord]) -> PaperResult | None:
     """The paper's row this run reproduces, or None (another model or method)."""
     model, trainer = run_model(run, records)

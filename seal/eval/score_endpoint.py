@@ -1,5 +1,6 @@
-"""`seal-eval`: score an OpenAI-compatible chat endpoint on BFCL multi-turn or BFCL V4 agentic
-tasks (seal/eval/evaluator.py); also `python -m seal.eval.score_endpoint`.
+"""`seal-eval`: score an OpenAI-compatible chat endpoint, or a local model directory, on BFCL
+multi-turn or BFCL V4 agentic tasks (seal/eval/evaluator.py); also `python -m
+seal.eval.score_endpoint`.
 
 Runs every task of the split as a validate-mode episode of the environment service (the
 unevolved benchmark, up to 20 generations, temperature 0, 4096 tokens per generation, a
@@ -12,6 +13,12 @@ finish an interrupted run.
     python -m env_service --port 8082 &        # or pass --start-env (a token: $SEAL_ENV_TOKEN)
     seal-eval --base-url http://127.0.0.1:8000/v1 \\
         --model Qwen/Qwen2.5-7B-Instruct --out-dir outputs/eval/qwen7b
+
+A model directory (a checkpoint, `seal-export`'s output) needs no server of yours:
+--model-dir DIR starts `transformers serve DIR` on a free local port, scores through it as
+through a URL and stops it (seal/eval/model_server.py says why a server):
+
+    seal-eval --model-dir outputs/export/cpu_default --start-env --out-dir outputs/eval/mine
 
 By default the conversation goes to the chat API in the Qwen2.5 format. --tool-format
 NAME sends the prompt a tool format renders (as in training) to the completions API;
@@ -64,6 +71,7 @@ from seal.eval.evaluator import (
     evaluate_endpoint,
     load_tokenizer,
 )
+from seal.eval.model_server import serve_model, server_error
 from seal.eval.ood import Scores, bfcl_v4_scores, table2
 from seal.eval.paper import backbone_of
 from seal.eval.replay import split_task_ids
@@ -84,12 +92,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="seal-eval", description="Score an OpenAI-compatible chat endpoint on BFCL tasks."
     )
-    parser.add_argument(
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument(
         "--base-url",
-        required=True,
         help="the endpoint's API root, up to /v1 (requests go to BASE_URL/chat/completions)",
     )
-    parser.add_argument("--model", required=True, help="model name sent in each request")
+    target.add_argument(
+        "--model-dir",
+        type=Path,
+        help="a Hugging Face model directory (a checkpoint, seal-export's output) to score "
+        "through `transformers serve`, started on a free local port and stopped at the end "
+        "(its log: OUT_DIR/model_server.log)",
+    )
+    parser.add_argument(
+        "--model",
+        help="model name sent in each request (required with --base-url; default with "
+        "--model-dir: the directory)",
+    )
+    parser.add_argument(
+        "--server-device",
+        default="auto",
+        help="with --model-dir: where transformers serve runs the model (auto, cpu, cuda:0; "
+        "default: %(default)s)",
+    )
     parser.add_argument(
         "--split",
         choices=("eval", "train", "all", *AGENTIC_SPLITS),
@@ -228,6 +253,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
+    if args.base_url and not args.model:
+        parser.error("--base-url needs --model: the name the server serves")
+    if args.model_dir:
+        args.model = args.model or str(args.model_dir.resolve())
+        args.tokenizer = args.tokenizer or str(args.model_dir)
     if args.max_generations is None:
         args.max_generations = 21 if args.split in AGENTIC_SPLITS else 20
     if not args.start_env and (args.embedding_model or args.web_search_interval is not None):
@@ -387,26 +417,42 @@ def evaluate(args: argparse.Namespace, out_dir: Path, settings: EndpointSettings
     return 0
 
 
+def evaluate_with_service(args: argparse.Namespace, out_dir: Path, tokenizer) -> int:
+    settings = endpoint_settings(args)
+    if not args.start_env:
+        return evaluate(args, out_dir, settings, tokenizer)
+    env = urlsplit(args.env_url)
+    log = out_dir / "env_service.log"
+    extra = service_args(args, out_dir)
+    with start_service(env.hostname, env.port or 0, log, new_token(), extra_args=extra) as service:
+        os.environ[TOKEN_ENV] = service.token  # the evaluator's client reads it there
+        args.env_url = service.url
+        return evaluate(args, out_dir, settings, tokenizer)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out_dir = args.out_dir or REPO / "outputs" / "eval" / re.sub(r"[^\w.-]", "_", args.model)
+    server_log = out_dir / "model_server.log" if args.model_dir else None
     try:
-        settings = endpoint_settings(args)
         tokenizer = load_tokenizer(args.tokenizer, args.model)
-        if not args.start_env:
-            return evaluate(args, out_dir, settings, tokenizer)
-        env = urlsplit(args.env_url)
-        log = out_dir / "env_service.log"
-        extra = service_args(args, out_dir)
-        with start_service(
-            env.hostname, env.port or 0, log, new_token(), extra_args=extra
-        ) as service:
-            os.environ[TOKEN_ENV] = service.token  # the evaluator's client reads it there
-            args.env_url = service.url
-            return evaluate(args, out_dir, settings, tokenizer)
+        if args.model_dir is None:
+            return evaluate_with_service(args, out_dir, tokenizer)
+        with serve_model(args.model_dir, server_log, args.server_device) as server:
+            args.base_url = server.base_url
+            code = evaluate_with_service(args, out_dir, tokenizer)
+        if code and (cause := server_error(server_log)):
+            print(f"the model server's log ({server_log}) ends with: {cause}", file=sys.stderr)
+        return code
+    except KeyboardInterrupt:  # the servers it started are stopped on the way out
+        print("\ninterrupted: run the same command again to finish (finished tasks are kept)",
+              file=sys.stderr)  # fmt: skip
+        return 130
     # EnvServiceError and a service that will not start are RuntimeErrors.
     except (OSError, ValueError, RuntimeError) as error:
         print(f"error: {error}", file=sys.stderr)
+        if server_log is not None and (cause := server_error(server_log)):
+            print(f"the model server's log ({server_log}) ends with: {cause}", file=sys.stderr)
         return 1
 
 

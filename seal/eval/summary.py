@@ -95,10 +95,8 @@ def load_split_ids(path: str | Path, key: str) -> list[str]:
     return split[key]
 
 
-def split_mismatch(
-    step: int, records: Sequence[ValidationRecord], expected_ids: Sequence[str]
-) -> str | None:
-    """A warning naming missing, extra and duplicated task ids of a step; None if it matches."""
+def _mismatch(records: Sequence[ValidationRecord], expected_ids: Sequence[str]) -> str | None:
+    """Missing, extra and duplicated task ids of a step; None if it matches the split."""
     counts = Counter(record.task_id for record in records)
     expected = set(expected_ids)
     missing = [task_id for task_id in expected_ids if task_id not in counts]
@@ -110,9 +108,43 @@ def split_mismatch(
         if ids:
             examples = ", ".join(ids[:MAX_EXAMPLES]) + (", ..." if len(ids) > MAX_EXAMPLES else "")
             problems.append(f"{len(ids)} {label} (e.g. {examples})")
-    if not problems:
-        return None
-    return f"step {step}: task ids differ from the expected split: " + "; ".join(problems)
+    return "; ".join(problems) or None
+
+
+def split_mismatch(
+    step: int, records: Sequence[ValidationRecord], expected_ids: Sequence[str]
+) -> str | None:
+    """A warning naming missing, extra and duplicated task ids of a step; None if it matches."""
+    problems = _mismatch(records, expected_ids)
+    return problems and f"step {step}: task ids differ from the expected split: {problems}"
+
+
+def is_chosen_subset(
+    records: Sequence[ValidationRecord], expected_ids: Sequence[str], subset: int
+) -> bool:
+    """Whether a step validated `subset` distinct tasks of the split, as a run that asks for
+    a subset (`trainer.data.max_val_tasks`) does: no extra task, none twice."""
+    ids = [record.task_id for record in records]
+    return 0 < subset == len(ids) == len(set(ids)) and set(ids) <= set(expected_ids)
+
+
+def split_warnings(
+    steps: dict[int, Sequence[ValidationRecord]], expected_ids: Sequence[str], subset: int = 0
+) -> list[str]:
+    """The steps whose task ids differ from the split, one warning per difference (steps
+    that differ alike share it), leaving out steps that are the run's chosen subset of
+    `subset` tasks (`is_chosen_subset`): the run asked for them, and its tables count
+    the tasks."""
+    grouped: dict[str, list[int]] = {}
+    for step, records in steps.items():
+        problems = _mismatch(records, expected_ids)
+        if problems and not is_chosen_subset(records, expected_ids, subset):
+            grouped.setdefault(problems, []).append(step)
+    return [
+        f"step{'s' if len(group) > 1 else ''} {', '.join(map(str, group))}: task ids differ "
+        f"from the expected split: {problems}"
+        for problems, group in grouped.items()
+    ]
 
 
 def table_rows(summaries: Sequence[StepSummary]) -> list[dict[str, str]]:
@@ -139,11 +171,32 @@ def render_markdown(summaries: Sequence[StepSummary]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def csv_rows(summaries: Sequence[StepSummary]) -> list[dict[str, object]]:
+    """The summary as numbers, one dict per step: per category and overall the rate (empty
+    when no task was validated), `<column>_passed` and `<column>_total`; the average
+    (empty when a category is missing) and `best` (1 or 0)."""
+    best = best_step(summaries)
+    rows = []
+    for summary in summaries:
+        row: dict[str, object] = {"step": summary.step}
+        counts = {**summary.by_category, "overall": summary.overall}
+        for column, count in counts.items():
+            row[column] = "" if count.rate is None else float(count.rate)
+            row[f"{column}_passed"], row[f"{column}_total"] = count.passed, count.total
+        row["average"] = "" if summary.average is None else float(summary.average)
+        row["best"] = int(summary.step == best)
+        rows.append(row)
+    return rows
+
+
 def render_csv(summaries: Sequence[StepSummary]) -> str:
+    """Numeric cells (`csv_rows`), for spreadsheets and pandas."""
+    rows = csv_rows(summaries)
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else COLUMNS,
+                            lineterminator="\n")  # fmt: skip
     writer.writeheader()
-    writer.writerows(table_rows(summaries))
+    writer.writerows(rows)
     return buffer.getvalue()
 
 

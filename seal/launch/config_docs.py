@@ -5,19 +5,24 @@ under the field in its dataclass (the convention of CleanRL-style config classes
 keeps no such attribute docstrings at run time, so they are read with `ast`). A section
 field (a nested dataclass) may instead rely on its class's docstring.
 
-`python launcher.py --explain [--conf X.yaml]` prints the table; a test fails when any
-key reachable from the run config, or set in any `exp/*.yaml`, has no documentation.
+`python launcher.py --explain [--conf X.yaml]` prints the table (with `--conf`, the values
+that file and the overrides give, beside the defaults); a test fails when any key reachable
+from the run config, or set in any `exp/*.yaml`, has no documentation. `closest_keys`
+answers a misspelt key with the valid names nearest to it.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import functools
 import inspect
 import textwrap
 import typing
 from collections.abc import Iterator
+
+from omegaconf import OmegaConf
 
 
 @functools.cache
@@ -46,16 +51,20 @@ def _section_type(cls: type, name: str) -> type | None:
     return hint if dataclasses.is_dataclass(hint) else None
 
 
-def describe(cls: type, prefix: str = "") -> Iterator[tuple[str, object, str]]:
+def describe(
+    cls: type, prefix: str = "", defaults: object = None
+) -> Iterator[tuple[str, object, str]]:
     """(dotted key, default, documentation) of every leaf key under `cls`; a section
-    without a field docstring contributes its class docstring to its keys' context."""
+    without a field docstring contributes its class docstring to its keys' context.
+    A section's defaults are its parent's (`defaults`), which may differ from the section
+    class's own (`trainer.evolution` defaults to the paper's layers, not to none)."""
     docs = field_docs(cls)
-    defaults = cls()
+    defaults = cls() if defaults is None else defaults
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
         section = _section_type(cls, f.name)
         if section is not None:
-            yield from describe(section, key + ".")
+            yield from describe(section, key + ".", getattr(defaults, f.name))
         else:
             yield key, getattr(defaults, f.name), docs.get(f.name, "")
 
@@ -76,10 +85,51 @@ def undocumented(cls: type, prefix: str = "") -> list[str]:
     return missing
 
 
-def render(cls: type) -> str:
-    """The key reference as plain text, one key per paragraph."""
+def _plain(value: object) -> object:
+    """A composed config's value as Python data (lists and dicts, not OmegaConf nodes)."""
+    if OmegaConf.is_config(value):
+        return OmegaConf.to_container(value)
+    return value
+
+
+def render(cls: type, values=None) -> str:
+    """The key reference as plain text, one key per paragraph. `values`: a composed config
+    (OmegaConf) whose values are shown, each with its default where they differ."""
     lines = []
     for key, default, doc in describe(cls):
-        lines.append(f"{key} = {default!r}")
+        if values is None:
+            lines.append(f"{key} = {default!r}")
+        else:
+            value = _plain(OmegaConf.select(values, key))
+            differs = "" if value == _plain(default) else f"    (default: {default!r})"
+            lines.append(f"{key} = {value!r}{differs}")
         lines += [f"    {line}" for line in doc.splitlines()] or ["    (undocumented)"]
     return "\n".join(lines)
+
+
+def known_keys(cls: type) -> list[str]:
+    """Every dotted key a config may set: the leaves and the sections above them."""
+    keys = set()
+    for key, _, _ in describe(cls):
+        parts = key.split(".")
+        keys.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+    return sorted(keys)
+
+
+def closest_keys(key: str, cls: type, n: int = 3) -> list[str]:
+    """The valid keys nearest to a misspelt `key`, by the whole dotted name, then by its
+    last part alone (`trainer.rollout.nn` -> `trainer.rollout.n`); leaf keys first, the
+    sections when no leaf is near (a misspelt section in a YAML file)."""
+    leaves = [k for k, _, _ in describe(cls)]
+    sections = sorted(set(known_keys(cls)) - set(leaves))
+    last = key.rsplit(".", 1)[-1]
+    for keys in (leaves, sections):
+        found = difflib.get_close_matches(key, keys, n=n, cutoff=0.6)
+        by_last = [
+            k for k in keys if difflib.get_close_matches(last, [k.rsplit(".", 1)[-1]], 1, 0.75)
+        ]
+        by_last.sort(key=lambda k: -difflib.SequenceMatcher(None, key, k).ratio())
+        near = list(dict.fromkeys(found + by_last))[:n]
+        if near:
+            return near
+    return []

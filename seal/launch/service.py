@@ -8,7 +8,10 @@ A run talks only to the service meant for it, and says which:
   /v1/whoami with that token (a service of another run that got the port would not). It
   is stopped by its handle on every exit path: return, error, Ctrl-C, SIGTERM (which the
   launcher turns into an exception), and kill -9 of the launcher, for which it runs under
-  seal.launch.watch_parent and stops when the launcher's pipe closes.
+  seal.launch.watch_parent and stops when the launcher's pipe closes. It runs in a process
+  group of its own, so a Ctrl-C at the terminal (sent to the launcher's group) reaches the
+  launcher alone, which stops the service after its job has stopped, rather than killing
+  the service under the job's requests. A `port` another program holds is named as such.
 - an adopted one (`adopt_service`): already running, it must answer /v1/whoami with the
   run's token and refuse a request without one; otherwise the run is refused. It is
   left running.
@@ -17,6 +20,7 @@ A run talks only to the service meant for it, and says which:
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import socket
@@ -57,6 +61,36 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+class PortInUse(RuntimeError):
+    """The port the service was to listen on is held by another program."""
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise `PortInUse` when nothing could listen on `host`:`port` now (the service would
+    fail to bind it)."""
+    with socket.socket() as s:
+        # As uvicorn binds: a port whose last connections linger in TIME_WAIT is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE:
+                raise
+            raise PortInUse(
+                f"port {port} on {host} is in use by another program (not an environment "
+                "service of this project: it does not answer /healthz): choose another "
+                "service.port, or 0 for a free one"
+            ) from None
+
+
+def _log_tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return "\n  ".join(text[-lines:])
 
 
 def service_url(host: str, port: int) -> str:
@@ -144,6 +178,7 @@ def start_service(
         raise ServiceIdentityError(
             f"a service already answers at {url}: choose another port (0: a free one)"
         )
+    check_port_free(host, port)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable, "-m", "seal.launch.watch_parent",
@@ -152,15 +187,16 @@ def start_service(
     env = {**os.environ, TOKEN_ENV: token}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env
-        )
+            cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
+            process_group=0,
+        )  # fmt: skip
     try:
         deadline = time.monotonic() + startup_timeout_s
         while not is_healthy(url):
             if proc.poll() is not None:
                 raise RuntimeError(
                     f"the environment service exited with code {proc.returncode} during "
-                    f"start-up; see {log_path}"
+                    f"start-up; its log ({log_path}) ends:\n  {_log_tail(log_path)}"
                 )
             if time.monotonic() > deadline:
                 raise RuntimeError(

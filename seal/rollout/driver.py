@@ -42,7 +42,9 @@ leaves a token of room), so that it scores under the same budget.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -152,10 +154,20 @@ async def play_batch(
         except EpisodeError as second:
             return second
 
-    results = await tqdm_asyncio.gather(
-        *(once_more(t) for t in task_ids), desc=what, unit="episode", leave=False,
-        disable=not progress,
-    )  # fmt: skip
+    episodes = [asyncio.ensure_future(once_more(t)) for t in task_ids]
+    try:
+        # On a terminal the bar goes when done; in a log its last line must show the total.
+        leave = not sys.stderr.isatty()
+        results = await tqdm_asyncio.gather(
+            *episodes, desc=what, unit="episode", leave=leave, disable=not progress
+        )
+    except BaseException:
+        # Cancelled (Ctrl-C): stop the episodes too, so that each releases its episode and
+        # the client closes its connections before the loop ends, quietly.
+        for episode in episodes:
+            episode.cancel()
+        await asyncio.gather(*episodes, return_exceptions=True)
+        raise
     samples = [r for r in results if isinstance(r, EpisodeSample)]
     errors = [str(r) for r in results if isinstance(r, EpisodeError)]
     if len(errors) > max_failed_share * len(task_ids):

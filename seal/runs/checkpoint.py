@@ -1,7 +1,9 @@
 """Checkpoints of the local trainer: save, find the latest, resume exactly, keep the best.
 
 A checkpoint directory `checkpoints/step_000010/` holds the policy (Hugging Face
-`save_pretrained`, safetensors), the optimizer state, `trainer_state.json` (step, epoch),
+`save_pretrained`, safetensors) with its tokenizer and chat template, so the folder is a
+model directory as it is (`from_pretrained`, `transformers serve`, vLLM; `seal-export`
+copies the model's files alone: seal/runs/export.py), the optimizer state, `trainer_state.json` (step, epoch),
 the RNG states and what the SEAL step keeps (the capability state and the best validated
 step so far: seal/trainer/seal_step.py, which the verl trainer's checkpoints hold too). The data order is a
 function of the seed, the epoch and the step, so restoring the step restores it.
@@ -44,10 +46,16 @@ class CheckpointWriteError(OSError):
 
 
 def save_checkpoint(
-    run_dir: Path, state: TrainerState, policy, optimizer, save_seal: Callable[[Path], None]
+    run_dir: Path,
+    state: TrainerState,
+    policy,
+    optimizer,
+    save_seal: Callable[[Path], None],
+    tokenizer=None,
 ) -> Path:
     """Write the checkpoint of `state.step` (`save_seal(folder)` writes the SEAL step's
-    files into it: SealStep.save): into `step_N.tmp`, flushed to disk, renamed to
+    files into it: SealStep.save; the trainer's `tokenizer`, with its chat template, goes
+    beside the weights): into `step_N.tmp`, flushed to disk, renamed to
     `step_N`, then `latest` is pointed at it. Killed anywhere (kill -9, power), `latest`
     still names the previous complete checkpoint; failing (ENOSPC), the partial copy is
     removed to give its space back and CheckpointWriteError says what to do."""
@@ -57,6 +65,8 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         policy.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
         save_seal(tmp)
@@ -141,6 +151,13 @@ def load_torch_file(file: Path, what: str):
         raise StateFileError(
             f"{file}: cannot load the {what}: {type(error).__name__}: {error}"
         ) from error
+
+
+def seed_rng(seed: int) -> None:
+    """A fresh run's random state (what a checkpoint's `rng.pt` saves): sampling starts
+    from `seed` rather than from whatever state model loading left."""
+    torch.manual_seed(seed)
+    random.seed(seed)
 
 
 def restore_rng(path: Path) -> None:

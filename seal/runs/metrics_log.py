@@ -13,8 +13,11 @@ are about to be produced again, so they are dropped (the file is rewritten atomi
 first). Each row is flushed and synced as it is written; a line cut short by a crash has no
 final newline, and both the reader and a resume ignore such a last line. The same rows can
 also go to Weights & Biases (``wandb=WandbSettings(...)``, the local trainer's
-``trainer.logging``; offline without a key, so a run never needs credentials); the verl
-trainer leaves it off, verl's own tracking logs there.
+``trainer.logging``; offline without a key, so a run never needs credentials), into one
+wandb run per run directory: its id is made at the first start and kept in
+``wandb_run_id.txt`` (`wandb_run_id`), so a resumed run logs into the same wandb run. The
+verl trainer leaves it off, verl's own tracking logs there (with the same id, through
+$WANDB_RUN_ID: seal/trainer/verl/ray_init.py).
 
 The metric names are made here and nowhere else: the constants and `*_key` builders
 below, `outcome_metrics` (a training batch's outcomes, both trainers) and
@@ -28,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -245,8 +249,21 @@ class WandbSettings:
     """The run's settings, shown beside its curves."""
 
 
+WANDB_ID_FILENAME = "wandb_run_id.txt"
+
+
+def wandb_run_id(run_dir: str | Path) -> str:
+    """The wandb run id of the run in `run_dir`: made at its first start, then read."""
+    path = Path(run_dir) / WANDB_ID_FILENAME
+    if path.exists():
+        return path.read_text(encoding="utf-8").strip()
+    run_id = secrets.token_hex(8)  # wandb's ids: letters and digits, at most 64
+    write_text_atomic(path, run_id)
+    return run_id
+
+
 def _open_wandb(run_dir: Path, settings: WandbSettings):
-    """A wandb run in `run_dir`, resumed if one of that name exists there."""
+    """The wandb run of `run_dir`: created at the first start, resumed after."""
     try:
         import wandb
     except ImportError:
@@ -259,7 +276,7 @@ def _open_wandb(run_dir: Path, settings: WandbSettings):
         mode = "offline"  # a run never needs credentials; `wandb sync` uploads it later
     return wandb.init(
         project=settings.project, dir=str(run_dir), mode=mode, config=settings.config,
-        name=run_dir.name, resume="allow",
+        name=run_dir.name, id=wandb_run_id(run_dir), resume="allow",
     )  # fmt: skip
 
 

@@ -4,14 +4,17 @@
 locked (seal/runs/lock.py), and for a training run checked against what it holds
 (seal/runs/checks.py: a fresh run refuses an earlier run's state, a resume needs its state
 and the same data order), and the files of a resumed run that never reached its first
-checkpoint are set aside. The launcher opens the run and hands the `Run` to its job; a
-trainer built without the launcher (tests, the learning check) opens it through the same
-function. A `Run` is path-like (`Path(run)` is its directory), so jobs that only write
+checkpoint are set aside; a caller's own check (the launcher's: a resume keeps the
+recorded config, seal/launch/resume.py) runs under the lock before that first write. The
+launcher opens the run, records the attempt (`Run.attempt`, seal/runs/run_record.py) and
+hands the `Run` to its job; a trainer built without the launcher (tests, the learning
+check) opens it through the same function, without an attempt record. A `Run` is path-like (`Path(run)` is its directory), so jobs that only write
 files into it take it where they took a path.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +32,9 @@ class Run:
     dir: Path
     lock: RunDirLock
     """This process's claim on the directory, held until `release()`."""
+    attempt: Path | None = None
+    """This attempt's record folder (`attempts/NNN`), once the launcher wrote it; the job
+    adds what only it knows (the base model's identity)."""
 
     def record_data_order(self, cfg: TrainerConfig) -> None:
         """Write `data_order.json` (seal/runs/data_order.py): after the checks, with the
@@ -53,16 +59,20 @@ def open_run(
     trainer: TrainerConfig | None = None,
     backend: str | None = None,
     who: str = "run",
+    check: Callable[[], None] | None = None,
 ) -> Run:
     """Lock `run_dir` and, for a training run (`trainer` and its `backend`, `local` or
-    `verl`, given), refuse what does not fit it and set aside an unfinished attempt;
-    prints what it let through or moved, prefixed with `who`."""
+    `verl`, given), refuse what does not fit it, run `check` (raises to refuse) and set
+    aside an unfinished attempt; prints what it let through or moved, prefixed with `who`."""
     run_dir = Path(run_dir)
     lock = lock_run_dir(run_dir)
     try:
         if trainer is not None:
             for change in check_run_dir(run_dir, trainer, backend):
                 print(f"[{who}] resuming with a changed data order (allowed): {change}")
+        if check is not None:
+            check()
+        if trainer is not None:
             # The first write, after every refusal: a resumed run that never reached its
             # first checkpoint restarts from step 0 in a cleared directory (its files kept).
             moved = set_aside_unfinished_attempt(run_dir, trainer, backend)

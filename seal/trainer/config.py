@@ -116,6 +116,12 @@ class RolloutSettings:
     """Sampling temperature of training rollouts (validation: `validation.temperature`)."""
     top_p: float = 1.0
     """Nucleus sampling mass; 1.0 keeps the whole distribution."""
+    seed: int = 0
+    """Seed of the sampling of training rollouts. The local trainer seeds torch's and
+    Python's generators with it before a fresh run's first rollout (a resume continues the
+    random state its checkpoint saved); verl gives it to the rollout engine
+    (`actor_rollout_ref.rollout.seed`, vLLM's sampling seed). Recorded with each attempt
+    (seal/runs/run_record.py)."""
     max_batch_size: int = 64
     """Generations the Hugging Face generator batches together (local trainer only)."""
     push_profile: bool = True

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import torch
@@ -43,10 +43,19 @@ from seal.runs import checkpoint as ckpt
 from seal.runs import metrics_log as M
 from seal.runs.atomic_file import StateFileError
 from seal.runs.data_order import epoch_order, task_ids_of
+from seal.runs.export import export_hint
 from seal.runs.records import ValidationRecord, read_val_dir, write_step
 from seal.runs.run import Run, open_run
-from seal.trainer.config import TrainerConfig
-from seal.trainer.model import frozen_copy, gpu_peak_gb, load_policy, load_tokenizer
+from seal.runs.run_record import model_identity, record_base_model, weights_sha256
+from seal.trainer.config import ModelSettings, TrainerConfig
+from seal.trainer.model import (
+    TINY,
+    build_tiny_qwen2,
+    frozen_copy,
+    gpu_peak_gb,
+    load_policy,
+    load_tokenizer,
+)
 from seal.trainer.seal_step import SealStep
 from seal.trainer.update import batch_logprobs, policy_update, response_mask_matrix
 
@@ -104,6 +113,9 @@ class LocalTrainer:
             else None
         )
         self.optimizer = self._new_optimizer()
+        if self.run.attempt is not None:  # the launcher's run keeps the attempt's record
+            # Before the random state is seeded or restored: building the tiny model seeds it.
+            record_base_model(self.run.attempt, base_model_identity(cfg.model, self.tokenizer))
         # No log-probs from generation: the update recomputes them (as verl does).
         self.generator = HFGenerator(
             self.policy,
@@ -120,6 +132,7 @@ class LocalTrainer:
             self._restore(resume_from)
         else:
             self.seal.start()
+            ckpt.seed_rng(cfg.rollout.seed)
         self.train_ids = task_ids_of(cfg.data.train_file, cfg.data.max_train_tasks)
         self.val_ids = task_ids_of(cfg.data.val_file, cfg.data.max_val_tasks)
         self.steps_per_epoch = max(1, len(self.train_ids) // cfg.data.train_batch_size)
@@ -290,7 +303,9 @@ class LocalTrainer:
         return metrics
 
     def _save(self) -> None:
-        ckpt.save_checkpoint(self.run_dir, self.state, self.policy, self.optimizer, self.seal.save)
+        ckpt.save_checkpoint(
+            self.run_dir, self.state, self.policy, self.optimizer, self.seal.save, self.tokenizer
+        )
         if self.cfg.checkpoint.keep_only_best:
             ckpt.prune_checkpoints(self.run_dir, self.state.step, self.seal.best["step"])
 
@@ -312,6 +327,7 @@ def run_local_training(cfg, env_url: str, run: Run, split_file: Path) -> None:
         f"\nbest step {best['step']} ({best['metric']} = {best['value']:.4f}); "
         f"checkpoints in {run_dir / 'checkpoints'}; report: seal-report {run_dir}"
     )
+    print(export_hint(run_dir))
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -331,6 +347,19 @@ def _console_line(step: int, m: dict[str, float]) -> str:
     }
     parts = [f"{name} {m[key]:.4g}" for name, key in keys.items() if key in m]
     return f"[step {step}] " + "  ".join(parts)
+
+
+def base_model_identity(model: ModelSettings, tokenizer) -> dict:
+    """What the run started from (seal/runs/run_record.py): a named or local model's
+    revision or file hashes; the tiny model's settings and its weights' sha256 (it is
+    built again here: deterministic, and it seeds torch's generator, so call this before
+    the random state is set)."""
+    if model.path != TINY:
+        return model_identity(model.path)
+    weights = weights_sha256(build_tiny_qwen2(model, tokenizer).state_dict())
+    settings = {f.name: getattr(model.tiny, f.name) for f in fields(model.tiny)}
+    return {"path": TINY, "kind": "random Qwen2 built from config", "settings": settings,
+            "tokenizer": tokenizer.name_or_path, "weights_sha256": weights}  # fmt: skip
 
 
 def _record(s: EpisodeSample, step: int) -> ValidationRecord:

@@ -13,7 +13,7 @@ Mapping (run config -> verl), besides the fixed choices in `FIXED`:
   trainer.data.train_file/val_file    data.train_files / data.val_files
   trainer.data.train_batch_size, seed data.train_batch_size, data.seed
   trainer.data.max_train/val_tasks    data.train_max_samples / val_max_samples (0 -> -1)
-  trainer.rollout.n/temperature/top_p actor_rollout_ref.rollout.n/temperature/top_p
+  trainer.rollout.n/temperature/top_p/seed  actor_rollout_ref.rollout.n/temperature/top_p/seed
   trainer.limits.max_context_tokens   data.max_response_length (verl pads each episode's
                                       response to it; the agent loop requires it) and
                                       rollout.max_model_len (vLLM's context: without it vLLM
@@ -281,6 +281,7 @@ def mapped_keys(run_cfg, run_dir: Path, attention: Attention | None = None) -> d
         f"{r}.n": t.rollout.n,
         f"{r}.temperature": t.rollout.temperature,
         f"{r}.top_p": t.rollout.top_p,
+        f"{r}.seed": t.rollout.seed,
         f"{r}.tensor_model_parallel_size": v.tensor_parallel_size,
         f"{r}.gpu_memory_utilization": v.gpu_memory_utilization,
         # The driver never lets prompt + response exceed the context limit, so vLLM needs

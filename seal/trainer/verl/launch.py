@@ -19,11 +19,13 @@ from omegaconf import OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
 from seal.eval.summary import render_markdown, summarize
+from seal.runs.export import export_hint
 from seal.runs.records import read_val_dir
 from seal.runs.run import Run
+from seal.runs.run_record import model_identity, record_base_model
 from seal.trainer.model import TINY, save_tiny_qwen2
 from seal.trainer.verl.attention import choose_attention, flash_attn_version
-from seal.trainer.verl.config import compose_verl_config, tiny_model_dir
+from seal.trainer.verl.config import compose_verl_config, model_path, tiny_model_dir
 from seal.trainer.verl.cpu.shm import remove_new_segments, segments
 from seal.trainer.verl.plugin import check_registrations
 from seal.trainer.verl.preflight import PreflightFailed, blockers, render, run_preflight
@@ -76,6 +78,9 @@ def run_verl_training(cfg, env_url: str, run: Run | Path, split_file: Path) -> N
     try:
         if cfg.verl.preflight:
             preflight(cfg, config, run_dir)
+        attempt = run.attempt if isinstance(run, Run) else None
+        if attempt is not None:  # the base checkpoint (the preflight fetched its config)
+            record_base_model(attempt, model_identity(model_path(cfg, run_dir)))
         run_ppo(config, task_runner_class=TaskRunnerV1)  # Ray is up: verl uses it as it is
     finally:
         ray.shutdown()
@@ -87,6 +92,8 @@ def run_verl_training(cfg, env_url: str, run: Run | Path, split_file: Path) -> N
     val_dir = run_dir / "validation"
     if not val_dir.is_dir():  # trainer.validation.before_train=false and test_freq=0
         print("\nno validation ran (trainer.validation): no pass rates to show")
+        print(export_hint(run_dir))
         return
     print(f"\nvalidation pass rates per category ({val_dir}):\n")
     print(render_markdown(summarize(read_val_dir(val_dir))))
+    print(export_hint(run_dir))

@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
 from seal.rollout.env_client import TOKEN_ENV
+from seal.runs.metrics_log import wandb_run_id
 
 WANDB_MODE = "WANDB_MODE"
 WANDB_API_KEY = "WANDB_API_KEY"
@@ -29,13 +30,16 @@ WANDB_DIR = "WANDB_DIR"
 def worker_env(run_cfg, run_dir) -> dict[str, str]:
     """What every Ray worker of the run must have in its environment: the service's token
     (set by the launcher in its own environment), the tracking mode and where its files go
-    (the run directory, not the worker's working directory), and wandb's key when it logs
-    online (from the launcher's environment, never a file)."""
+    (the run directory, not the worker's working directory), the run's wandb id (a resumed
+    run logs into the same wandb run), and wandb's key when it logs online (from the
+    launcher's environment, never a file)."""
     token = os.environ.get(TOKEN_ENV)
     if not token:
         raise RuntimeError(f"${TOKEN_ENV} is not set: the launcher sets it for the run")
     mode = run_cfg.trainer.logging.wandb
     env = {TOKEN_ENV: token, WANDB_MODE: mode, WANDB_DIR: str(Path(run_dir).absolute())}
+    if mode != "disabled":
+        env |= {"WANDB_RUN_ID": wandb_run_id(run_dir), "WANDB_RESUME": "allow"}
     if mode == "online":
         if not os.environ.get(WANDB_API_KEY):
             raise RuntimeError(

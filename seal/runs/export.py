@@ -1,0 +1,224 @@
+"""`seal-export`: a run's checkpoint as a clean Hugging Face model directory.
+
+    seal-export RUN_DIR OUT_DIR [--step best|latest|N] [--tokenizer NAME_OR_DIR]
+
+A checkpoint of either trainer is already a model directory: the local trainer's
+`checkpoints/step_N/` holds the policy (safetensors, config, generation config) with its
+tokenizer and chat template beside the trainer's state, verl's
+`checkpoints/global_step_N/actor/huggingface/` (and `best/`) the same when
+`verl.export_hf_weights` is on (the default). The export copies the model's files and
+nothing of the trainer's (the optimizer state is twice the weights), hard-linked where
+the filesystem allows, records where they came from (`seal_export.json`), and loads the
+result's config and tokenizer to check it: what comes out loads with `from_pretrained`,
+`transformers serve`, vLLM, and `seal-eval --model-dir`. A checkpoint written before
+checkpoints held their tokenizer gets the run's (its config's `trainer.model.tokenizer`,
+the model's own, or the shipped Qwen2.5 one for the tiny model), said so; verl shards
+without Hugging Face weights are named with verl's own merge command, not converted here
+(seal/ imports no verl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from seal.runs import checkpoint as ckpt
+from seal.runs.atomic_file import read_json, write_json_atomic
+from seal.runs.run_record import CONFIG_FILENAME
+
+TRAINER_FILES = {
+    "optimizer.pt", "rng.pt", "trainer_state.json", "capability_state.json", "seal_best.json",
+}  # fmt: skip
+"""The local trainer's state in a checkpoint (seal/runs/checkpoint.py): not the model's."""
+TOKENIZER_CONFIG = "tokenizer_config.json"
+VERL_HF = Path("actor") / "huggingface"
+EXPORT_RECORD = "seal_export.json"
+
+
+class ExportError(ValueError):
+    """The run has no checkpoint to export as asked; the message says which it has."""
+
+
+def _step_of(folder: Path) -> int:
+    return int(folder.name.rsplit("_", 1)[1])
+
+
+def local_checkpoint(run_dir: Path, step: str) -> tuple[Path, int]:
+    """(folder, step) of a local run's checkpoint: `best` (the best validated step's),
+    `latest`, or a step number."""
+    latest = ckpt.latest_checkpoint(run_dir)
+    if latest is None:
+        raise ExportError(f"{run_dir} has no checkpoint (checkpoints/{ckpt.LATEST})")
+    if step == "latest":
+        return latest, _step_of(latest)
+    if step == "best":
+        best = read_json(latest / "seal_best.json", "best validated step")["step"]
+        if not best:  # None (never validated) or 0: the model before training
+            raise ExportError(
+                f"the best validated step of {run_dir} is {best}: the base model before any "
+                f"training, which has no checkpoint; export --step latest (step "
+                f"{_step_of(latest)}), or score the base model itself"
+            )
+        step = str(best)
+    folder = ckpt.checkpoint_dir(run_dir, int(step))
+    if not folder.is_dir():
+        kept = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*") if p.is_dir())
+        raise ExportError(f"{folder} does not exist (kept: {', '.join(kept)})")
+    return folder, int(step)
+
+
+def verl_checkpoint(run_dir: Path, step: str) -> tuple[Path, int | None]:
+    """(folder of the Hugging Face files, step) of a verl run's checkpoint."""
+    root = run_dir / "checkpoints"
+    if step == "best":
+        best = root / "best"
+        if not best.is_dir():
+            raise ExportError(f"{best} does not exist: no validated step had a checkpoint")
+        return best / VERL_HF, read_json(best / "seal_best.json", "best validated step")["step"]
+    steps = sorted((p for p in root.glob("global_step_*") if p.is_dir()), key=_step_of)
+    if not steps:
+        raise ExportError(f"{root} holds no global_step_N checkpoint")
+    folder = steps[-1] if step == "latest" else root / f"global_step_{step}"
+    if not folder.is_dir():
+        raise ExportError(f"{folder} does not exist (kept: {', '.join(p.name for p in steps)})")
+    return folder / VERL_HF, _step_of(folder)
+
+
+def find_checkpoint(run_dir: Path, step: str = "best") -> tuple[Path, int | None]:
+    """The model folder of `run_dir`'s checkpoint `step` (best, latest or N), either
+    trainer's; ExportError says what the run has instead."""
+    if (run_dir / "checkpoints" / ckpt.LATEST).exists():
+        return local_checkpoint(run_dir, step)
+    if (
+        any((run_dir / "checkpoints").glob("global_step_*"))
+        or (run_dir / "checkpoints" / "best").is_dir()
+    ):
+        return verl_checkpoint(run_dir, step)
+    raise ExportError(f"{run_dir} has no checkpoints (checkpoints/ of a training run)")
+
+
+def _weights(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin"))
+
+
+def run_tokenizer(run_dir: Path) -> str:
+    """The tokenizer the run trained with, from its config.yaml."""
+    from seal.rollout.turn_tokens import SHIPPED_TOKENIZER  # transformers only when needed
+
+    config = OmegaConf.load(run_dir / CONFIG_FILENAME)
+    model = config.trainer.model
+    if model.tokenizer:
+        return model.tokenizer
+    return str(SHIPPED_TOKENIZER) if model.path == "tiny-qwen2" else model.path
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another filesystem
+        shutil.copy2(source, target)
+
+
+def export(run_dir: Path, out_dir: Path, step: str = "best", tokenizer: str | None = None) -> Path:
+    """Write the checkpoint's model (see the module docstring) into `out_dir`, which must
+    not exist yet, and return it."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    folder, at_step = find_checkpoint(run_dir, step)
+    if not _weights(folder):
+        actor = folder.parent
+        raise ExportError(
+            f"{folder} holds no Hugging Face weights (verl.export_hf_weights was off): merge "
+            f"verl's FSDP shards with `python -m verl.model_merger merge --backend fsdp "
+            f"--local_dir {actor} --target_dir {out_dir}`"
+        )
+    if out_dir.exists():
+        raise ExportError(f"{out_dir} exists: export into a new directory")
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for file in sorted(folder.iterdir()):
+        if file.is_file() and file.name not in TRAINER_FILES:
+            _link_or_copy(file, tmp / file.name)
+    source = None
+    if tokenizer is not None or not (tmp / TOKENIZER_CONFIG).exists():
+        source = tokenizer or run_tokenizer(run_dir)
+        AutoTokenizer.from_pretrained(source).save_pretrained(tmp)
+        print(f"[seal-export] tokenizer and chat template from {source} "
+              f"({'asked' if tokenizer else 'the checkpoint has none: the run config'})")  # fmt: skip
+    loaded = AutoTokenizer.from_pretrained(tmp)
+    vocab = AutoConfig.from_pretrained(tmp).vocab_size
+    if len(loaded) < 2 or len(loaded) > vocab or not loaded.chat_template:
+        raise ExportError(
+            f"{tmp}: the tokenizer does not fit the model ({len(loaded)} tokens for a "
+            f"vocabulary of {vocab}, chat template {'set' if loaded.chat_template else 'missing'})"
+        )
+    write_json_atomic(
+        tmp / EXPORT_RECORD,
+        {"run": str(run_dir.resolve()), "step": at_step, "checkpoint": str(folder.resolve()),
+         "tokenizer_from": source or "the checkpoint"},
+    )  # fmt: skip
+    tmp.rename(out_dir)
+    return out_dir
+
+
+def export_hint(run_dir: Path) -> str:
+    """The run's last lines: which checkpoint is a model directory and the commands that
+    export and score it (the best validated step's, else the latest's)."""
+    run_dir = Path(run_dir)
+    try:
+        folder, step = find_checkpoint(run_dir, "best")
+        which = "--step best"
+    except ExportError as error:
+        try:
+            folder, step = find_checkpoint(run_dir, "latest")
+        except ExportError:
+            return f"no checkpoint to export: {error}"
+        which = "--step latest"
+    out = run_dir.parent / "export" / run_dir.name
+    weights = "" if _weights(folder) else " (no Hugging Face weights: seal-export says how)"
+    return (
+        f"model of step {step}: {folder}{weights}, a Hugging Face model directory (tokenizer and "
+        f"chat template included). Export it alone: seal-export {run_dir} {out} {which}; "
+        f"score it: seal-eval --model-dir {out} --start-env"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="seal-export", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path, help="a training run's directory")
+    parser.add_argument("out_dir", type=Path, help="the model directory to write (new)")
+    parser.add_argument(
+        "--step",
+        default="best",
+        help="best (the best validated step's checkpoint), latest, or a step number "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        help="tokenizer to write beside the model (default: the checkpoint's own)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        out = export(args.run_dir, args.out_dir, args.step, args.tokenizer)
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    record = json.loads((out / EXPORT_RECORD).read_text())
+    print(
+        f"exported step {record['step']} of {args.run_dir} to {out}: a Hugging Face model "
+        f"directory (from_pretrained, `transformers serve {out}`, vLLM); score it with "
+        f"`seal-eval --model-dir {out} --start-env`"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -63,7 +63,8 @@ def test_paper_configs_validate_against_verl(name, tmp_path):
     # The paper's hyperparameters, through the mapping.
     assert actor.optim.lr == t.optim.lr == 1e-6
     assert actor.loss_agg_mode == "token-mean"  # the release's
-    assert rollout.n == 8 and config.data.train_batch_size == 32
+    batch = 16 if "3b" in name else 32  # the release's 3B runs: 16 tasks per step
+    assert rollout.n == 8 and config.data.train_batch_size == batch
     assert actor.ppo_mini_batch_size == t.optim.mini_batch_size
     assert actor.use_kl_loss and actor.kl_loss_coef == 0.001
     assert (actor.clip_ratio_low, actor.clip_ratio_high) == (0.2, 0.2)

@@ -2,7 +2,7 @@
 
     python launcher.py [--conf exp/cpu_default.yaml] [--with-bfcl] [-- key=value ...]
     python launcher.py --explain          # every config key, its default and meaning
-    python launcher.py --conf exp/SEAL.yaml --preflight   # a verl run's checks only
+    python launcher.py --conf exp/SEAL.yaml --preflight   # a training run's checks only
 
 The config is `exp/NAME.yaml` merged onto the documented defaults in
 seal/launch/config.py, then the `key=value` overrides. In order, before the job runs:
@@ -20,8 +20,8 @@ The service the launcher starts is stopped on every exit: return, error, Ctrl-C,
 SIGTERM, and kill -9 of the launcher (the service watches a pipe from it). The job gets
 the token through $SEAL_ENV_TOKEN, as do the processes it starts (verl's Ray workers get
 it through Ray's runtime environment: seal/trainer/verl/ray_init.py). `--preflight` runs a
-verl job's checks (seal/trainer/verl/preflight.py) instead of the job, writing no run files
-but the verl config; exit status 1 on a blocker.
+training job's checks (seal/trainer/verl/preflight.py, seal/trainer/local_preflight.py)
+instead of the job, writing no run files but the verl config; exit status 1 on a blocker.
 """
 
 from __future__ import annotations
@@ -53,8 +53,11 @@ JOBS = {
     "local": "seal.trainer.local:run_local_training",
     "verl": "seal.trainer.verl.launch:run_verl_training",
 }
-PREFLIGHT = "seal.trainer.verl.launch:run_verl_preflight"
-"""What `--preflight` runs instead of a verl job."""
+PREFLIGHT = {
+    "verl": "seal.trainer.verl.launch:run_verl_preflight",
+    "local": "seal.trainer.local_preflight:run_local_preflight",
+}
+"""What `--preflight` runs instead of a training job."""
 # Jobs that train: their run directory is checked before the start (seal/runs/checks.py).
 TRAINING_JOBS = ("local", "verl")
 REDACTED = "***"
@@ -66,9 +69,9 @@ class Terminated(BaseException):
 
 
 def job_function(name: str, preflight: bool = False):
-    if preflight and name != "verl":
-        raise ValueError(f"--preflight checks verl runs; this config's job is {name!r}")
-    module, function = (PREFLIGHT if preflight else JOBS[name]).split(":")
+    if preflight and name not in PREFLIGHT:
+        raise ValueError(f"--preflight checks training runs; this config's job is {name!r}")
+    module, function = (PREFLIGHT[name] if preflight else JOBS[name]).split(":")
     try:
         return getattr(importlib.import_module(module), function)
     except ModuleNotFoundError as error:
@@ -176,8 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--preflight",
         action="store_true",
-        help="check a verl run (GPUs, driver, memory, disk, model, Ray CPUs, the service from "
-        "every node, shared filesystem, tracking) and exit: 1 on a blocker",
+        help="check a verl run (GPUs, driver, memory, disk, the model on every node, Ray CPUs, "
+        "the service from every node, shared filesystem, tracking) or a local run (GPU memory) "
+        "and exit: 1 on a blocker",
     )
     p.add_argument(
         "overrides", nargs="*", help="config overrides after '--', e.g. service.port=8090"

@@ -11,11 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import shipped_tokenizer
+from conftest import qwen25_7b_config, shipped_tokenizer
 
 pytest.importorskip("verl")
 
-from transformers import Qwen2Config  # noqa: E402
 
 import launcher  # noqa: E402
 from seal.formats.registry import get_format  # noqa: E402
@@ -42,12 +41,7 @@ from seal.trainer.verl.preflight import (  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 1024**3
 H100 = Gpu("NVIDIA H100 80GB HBM3", 79.6, "580.65.06")
-QWEN25_7B = Qwen2Config(
-    vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-    num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
-    tie_word_embeddings=False,
-)  # fmt: skip
-"""Qwen2.5-7B-Instruct's shape (its config.json)."""
+QWEN25_7B = qwen25_7b_config()
 
 
 def node(name="gpu0", cpus=32.0, gpus=(H100,) * 4, **facts) -> NodeFacts:

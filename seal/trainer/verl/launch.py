@@ -21,12 +21,13 @@ from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from seal.eval.summary import render_markdown, summarize
 from seal.runs.records import read_val_dir
 from seal.runs.run import Run
+from seal.trainer.checks import raise_on_blockers, render
 from seal.trainer.model import TINY, save_tiny_qwen2
 from seal.trainer.verl.attention import choose_attention, flash_attn_version
 from seal.trainer.verl.config import compose_verl_config, tiny_model_dir
 from seal.trainer.verl.cpu.shm import remove_new_segments, segments
 from seal.trainer.verl.plugin import check_registrations
-from seal.trainer.verl.preflight import PreflightFailed, blockers, render, run_preflight
+from seal.trainer.verl.preflight import run_preflight
 from seal.trainer.verl.ray_init import start_ray, worker_env
 
 
@@ -48,12 +49,7 @@ def preflight(cfg, config, run_dir: Path) -> None:
     """Print the preflight's table; raise PreflightFailed on a blocker."""
     checks = run_preflight(cfg, config, run_dir)
     print(render(checks))
-    found = blockers(checks)
-    if found:
-        raise PreflightFailed(
-            f"the preflight found {len(found)} blocker(s): {', '.join(c.name for c in found)} "
-            "(table above; verl.preflight=false skips the check)"
-        )
+    raise_on_blockers(checks, "verl.preflight=false skips the check")
     print(f"[verl] preflight passed: no blocker in {len(checks)} checks")
 
 

@@ -31,8 +31,9 @@ from seal.trainer.verl.preflight import run_preflight
 from seal.trainer.verl.ray_init import start_ray, worker_env
 
 
-def prepare(cfg, env_url: str, run_dir: Path):
-    """The validated verl config, saved as verl_config.yaml; Ray started or joined."""
+def prepare(cfg, env_url: str, run_dir: Path, dashboard: bool = True):
+    """The validated verl config, saved as verl_config.yaml; Ray started or joined (a Ray
+    started here without its dashboard unless `dashboard`)."""
     if cfg.verl.device == "cpu" and cfg.trainer.model.path == TINY:
         save_tiny_qwen2(cfg.trainer.model, tiny_model_dir(run_dir))
     attention = choose_attention(cfg.verl.device, flash_attn_version())
@@ -41,7 +42,7 @@ def prepare(cfg, env_url: str, run_dir: Path):
     OmegaConf.save(config, run_dir / "verl_config.yaml")
     print(f"[verl] resolved verl config: {run_dir / 'verl_config.yaml'}")
     check_registrations()  # verl swallows plugin import errors; fail here instead
-    start_ray(config, worker_env(cfg, run_dir))
+    start_ray(config, worker_env(cfg, run_dir), dashboard)
     return config
 
 
@@ -56,7 +57,7 @@ def preflight(cfg, config, run_dir: Path) -> None:
 def run_verl_preflight(cfg, env_url: str, run: Run | Path, split_file: Path) -> None:
     """`launcher.py --preflight`: the checks only; raises on a blocker (exit 1)."""
     run_dir = Path(run)
-    config = prepare(cfg, env_url, run_dir)
+    config = prepare(cfg, env_url, run_dir, dashboard=False)
     try:
         preflight(cfg, config, run_dir)
     finally:

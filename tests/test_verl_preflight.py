@@ -31,6 +31,7 @@ from seal.trainer.verl.node_facts import (  # noqa: E402
     NodeFacts,
     local_model_dir,
     model_presence,
+    this_node_facts,
 )
 from seal.trainer.verl.preflight import (  # noqa: E402
     BLOCKER,
@@ -253,3 +254,22 @@ def test_the_model_is_looked_for_on_disk_only(tmp_path, monkeypatch):
         == f"{tmp_path / 'nowhere'} is not a folder on this node"
     )
     assert looked_up == []
+
+
+def test_a_one_node_preflight_probes_in_its_own_process_with_the_workers_environment(
+    tmp_path, monkeypatch
+):
+    """`launcher.py --preflight` on one node starts no Ray: the probe runs here, and sees
+    the variables Ray's runtime environment would give the workers, not the launcher's."""
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("SEAL_ENV_TOKEN", raising=False)
+    folder = tmp_path / "model"
+    QWEN25_7B.save_pretrained(folder)
+    (folder / "model.safetensors").write_bytes(b"")
+    workers = {"SEAL_ENV_TOKEN": "t", "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
+    [facts] = this_node_facts("http://127.0.0.1:9", tmp_path, str(folder), workers, cpus=16)
+    assert facts.cpus == 16 and facts.sees_run_dir and facts.model == OK
+    assert facts.env["WANDB_MODE"] == "offline"
+    assert facts.service.startswith("unreachable")  # with the token: it tried the request
+    assert check_tracking([facts], "offline").status == OK
+    assert list(tmp_path.glob(".preflight_*")) == []  # the marker file is gone

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,12 +113,16 @@ def model_presence(path: str) -> str:
     return OK
 
 
-def probe_node(env_url: str, marker: str, nonce: str, model_path: str) -> dict:
-    """Run on one node by a Ray task: what that node's workers see."""
+def probe_node(
+    env_url: str, marker: str, nonce: str, model_path: str, env: dict[str, str] | None = None
+) -> dict:
+    """Run on one node by a Ray task: what that node's workers see (`env`: variables the
+    workers would have on top of this process's, for a probe run outside Ray)."""
     from seal.http import HttpError, RetryPolicy, request_once
     from seal.rollout.env_client import TOKEN_ENV, auth_headers
 
-    token = os.environ.get(TOKEN_ENV)
+    environ = {**os.environ, **(env or {})}
+    token = environ.get(TOKEN_ENV)
     if not token:
         service = f"${TOKEN_ENV} is not set in the worker"
     else:
@@ -139,8 +144,8 @@ def probe_node(env_url: str, marker: str, nonce: str, model_path: str) -> dict:
         "gpus": [vars(g) for g in nvidia_gpus()],
         "service": service,
         "env": {
-            "WANDB_MODE": os.environ.get("WANDB_MODE"),
-            "WANDB_API_KEY": "set" if os.environ.get("WANDB_API_KEY") else None,
+            "WANDB_MODE": environ.get("WANDB_MODE"),
+            "WANDB_API_KEY": "set" if environ.get("WANDB_API_KEY") else None,
         },
         "sees_run_dir": sees,
         "model": model_presence(model_path),
@@ -154,22 +159,43 @@ def _node_ip() -> str:
     return ray.util.get_node_ip_address()
 
 
+def _facts(seen: dict, cpus: float) -> NodeFacts:
+    return NodeFacts(
+        node=seen["node"],
+        cpus=cpus,
+        gpus=[Gpu(**g) for g in seen["gpus"]],
+        service=seen["service"],
+        env=seen["env"],
+        sees_run_dir=seen["sees_run_dir"],
+        model=seen["model"],
+    )
+
+
+@contextmanager
+def _marker(run_dir: Path):
+    """A fresh file in the run directory and its content, removed after."""
+    marker = Path(run_dir).absolute() / f".preflight_{uuid.uuid4().hex}"
+    nonce = uuid.uuid4().hex
+    marker.write_text(nonce)
+    try:
+        yield str(marker), nonce
+    finally:
+        marker.unlink(missing_ok=True)
+
+
 def gather_node_facts(env_url: str, run_dir: Path, model_path: str) -> list[NodeFacts]:
     """One probe task on every alive node of the running Ray (num_cpus=0: it runs even on a
     node whose CPUs are all reserved)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    marker = Path(run_dir).absolute() / f".preflight_{uuid.uuid4().hex}"
-    nonce = uuid.uuid4().hex
-    marker.write_text(nonce)
     probe = ray.remote(num_cpus=0)(probe_node)
-    try:
+    with _marker(run_dir) as (marker, nonce):
         nodes = [n for n in ray.nodes() if n["Alive"]]
         tasks = [
             probe.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-            ).remote(env_url, str(marker), nonce, model_path)
+            ).remote(env_url, marker, nonce, model_path)
             for n in nodes
         ]
         facts = []
@@ -180,20 +206,18 @@ def gather_node_facts(env_url: str, run_dir: Path, model_path: str) -> list[Node
             except Exception as error:  # noqa: BLE001 - a probe that fails is the finding
                 facts.append(NodeFacts(node["NodeManagerAddress"], cpus, error=first_line(error)))
                 continue
-            facts.append(
-                NodeFacts(
-                    node=seen["node"],
-                    cpus=cpus,
-                    gpus=[Gpu(**g) for g in seen["gpus"]],
-                    service=seen["service"],
-                    env=seen["env"],
-                    sees_run_dir=seen["sees_run_dir"],
-                    model=seen["model"],
-                )
-            )
+            facts.append(_facts(seen, cpus))
         return facts
-    finally:
-        marker.unlink(missing_ok=True)
+
+
+def this_node_facts(
+    env_url: str, run_dir: Path, model_path: str, env: dict[str, str], cpus: float
+) -> list[NodeFacts]:
+    """The probe run in this process, on the one node of a run that starts its own Ray:
+    `env` is what Ray's runtime environment would give its workers (ray_init.worker_env),
+    `cpus` the CPUs that Ray would get."""
+    with _marker(run_dir) as (marker, nonce):
+        return [_facts(probe_node(env_url, marker, nonce, model_path, env), cpus)]
 
 
 def first_line(error: BaseException) -> str:

@@ -20,9 +20,10 @@ minutes of worker start-up (or after gigabytes of downloads, or hours into train
 Each check is a small function of facts (`NodeFacts`, `ModelShape`, byte counts), so the
 tests inject a node with an old driver, a full disk, no model or no token; node_facts.py
 gets the facts with one Ray task per node (the same Ray, and so the same runtime
-environment, the run uses: seal/trainer/verl/ray_init.py). No check touches the network
-but the service's: a hub that cannot be reached made the model's config load retry for
-minutes.
+environment, the run uses: seal/trainer/verl/ray_init.py); `launcher.py --preflight` on one
+node, where the run would start its own Ray, probes in its own process with the environment
+that Ray would give the workers. No check touches the network but the service's: a hub that
+cannot be reached made the model's config load retry for minutes.
 
 The memory estimate (bf16 compute, fp32 master weights, AdamW; seal/trainer/memory.py for
 the shared terms, docs/gpu.md for their sources; an estimate to catch what cannot fit, not
@@ -72,6 +73,7 @@ from seal.trainer.verl.node_facts import (
     free_bytes,
     gather_node_facts,
     local_model_dir,
+    this_node_facts,
 )
 
 MIN_DRIVER = 580
@@ -475,14 +477,22 @@ def model_checks(config, tool_format) -> tuple[ModelShape | None, Check]:
     return ModelShape.from_hf_config(hf_config), check_chat_template(tokenizer, tool_format)
 
 
-def run_preflight(run_cfg, config, run_dir: Path) -> list[Check]:
-    """Every check of the module docstring, against the running Ray (ray_init.start_ray)."""
+def run_preflight(
+    run_cfg, config, run_dir: Path, probe_env: dict[str, str] | None = None
+) -> list[Check]:
+    """Every check of the module docstring, against the running Ray (ray_init.start_ray);
+    with `probe_env` (the workers' environment), on this node alone, probed in this process
+    (a one-node run's preflight before its Ray starts)."""
     from omegaconf import OmegaConf
 
     t = OmegaConf.to_object(run_cfg.trainer)
     run = RunShape.from_config(config)
     model_path = config.actor_rollout_ref.model.path
-    all_nodes = gather_node_facts(config.seal.env_url, run_dir, model_path)
+    if probe_env is None:
+        all_nodes = gather_node_facts(config.seal.env_url, run_dir, model_path)
+    else:
+        cpus = config.ray_kwargs.ray_init.num_cpus
+        all_nodes = this_node_facts(config.seal.env_url, run_dir, model_path, probe_env, cpus)
     nodes = [n for n in all_nodes if not n.error]  # what the probes saw
     shape, template = model_checks(config, t.model.resolved_tool_format())
     seen = [

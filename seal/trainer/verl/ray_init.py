@@ -71,17 +71,14 @@ def ray_init_kwargs(config, env: dict[str, str]) -> dict:
     return {**init, "runtime_env": runtime_env}
 
 
-def start_ray(config, env: dict[str, str], dashboard: bool = True) -> None:
-    """Start or join Ray for the run (see the module docstring) and say which. `dashboard`
-    False: a Ray started here runs without its dashboard (the preflight's: seconds less)."""
+def start_ray(config, env: dict[str, str]) -> None:
+    """Start or join Ray for the run (see the module docstring) and say which."""
     if ray.is_initialized():
         raise RuntimeError(
             "Ray is already initialised in this process: its workers would not get the "
             "run's environment"
         )
     kwargs = ray_init_kwargs(config, env)
-    if not dashboard and not joins_cluster(config):
-        kwargs["include_dashboard"] = False
     try:
         ray.init(**kwargs)
     except ConnectionError as error:

@@ -111,8 +111,11 @@ def versions(device) -> dict:
         p = torch.cuda.get_device_properties(device)
         facts |= {"gpu": p.name, "capability": f"{p.major}.{p.minor}",
                   "gpu_memory_gib": round(p.total_memory / 1024**3, 1)}  # fmt: skip
-    order = torch._C._get_sdp_priority_order()  # no public accessor in torch 2.11-2.13
-    facts["sdpa_priority"] = [SDPBackend(i).name for i in order]
+    # No public accessor in torch 2.11-2.13; said when this one lacks the private one.
+    order = getattr(torch._C, "_get_sdp_priority_order", None)
+    facts["sdpa_priority"] = (
+        [SDPBackend(i).name for i in order()] if order else "unknown: no _get_sdp_priority_order"
+    )
     facts["sdpa_enabled"] = {
         "flash": torch.backends.cuda.flash_sdp_enabled(),
         "efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
@@ -365,23 +368,25 @@ def tiny_loop(shape: dict, device, steps: int = 2) -> list[dict]:
 
 def table(result: dict) -> str:
     lines = [f"{'part':<11} {'what':<58} value", "-" * 100]
-    for key, value in result["versions"].items():
+    for key, value in result.get("versions", {}).items():
         lines.append(f"{'versions':<11} {key:<58} {value}")
     for size, rows in result["generation"].items():
         for r in rows:
             what = f"{size}: {r['variant']}, cuDNN {'on' if r['cudnn'] else 'off'}, {r['width']}"
             lines.append(f"{'generation':<11} {what:<58} {r['ms_per_step']:.2f} ms/step "
                          f"({r['steps']} steps, {r['batch']} x {r['prompt_width']})")  # fmt: skip
-    for key, share in result["update"].items():
+    for key, share in result.get("update", {}).items():
         lines.append(f"{'update':<11} {'weights moved by one step at lr 1e-6, ' + key:<58} "
                      f"{share:.2%}")  # fmt: skip
-    for r in result["loop"]:
+    for r in result.get("loop", []):
         gb = lambda x: "n/a" if x is None else f"{x:.2f} GB"  # noqa: E731
         lines.append(f"{'loop':<11} {'step ' + str(r['step']) + ': rollout / update':<58} "
                      f"{r['rollout_s']:.2f} s ({gb(r['rollout_peak_gb'])}) / {r['update_s']:.2f}"
                      f" s ({gb(r['update_peak_gb'])}), {r['episodes']} episodes")  # fmt: skip
     for what, why in result["not_run"].items():
         lines.append(f"{'not run':<11} {what:<58} {why}")
+    for what, error in result["failed"].items():
+        lines.append(f"{'FAILED':<11} {what:<58} {error}")
     lines.append(f"{'total':<11} {'seconds':<58} {result['seconds']:.1f}")
     return "\n".join(lines)
 
@@ -402,22 +407,34 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     shape = SHAPES["quick" if args.quick else "full"]
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    result = {"mode": "quick" if args.quick else "full", "shapes": shape,
-              "versions": versions(device), "generation": {}}  # fmt: skip
-    sizes = ["quick"] if args.quick else args.sizes
-    for size in sizes:
-        model = random_qwen2(MODELS[size], shape["vocab"], device).to(dtype).eval()
-        result["generation"][size] = generation(model, shape, full_matrix=size != "0.5b")
-        del model
-    result["update"] = update_share(shape, device)
-    result["loop"] = tiny_loop(shape, device)
-    result["not_run"] = NOT_RUN
-    result["seconds"] = round(time.perf_counter() - start, 1)
     out = args.out or Path(os.environ.get("OUT", ".")) / "gpu_check.json"
-    out.write_text(json.dumps(result, indent=2))
+    result = {"mode": "quick" if args.quick else "full", "shapes": shape, "not_run": NOT_RUN,
+              "failed": {}, "generation": {}}  # fmt: skip
+
+    def part(key: str, run, into: dict = result) -> None:
+        """One part into `into[key]`; its error, if any, into result["failed"] (the check
+        goes on with the others and exits 1). The JSON is rewritten after each part, so a
+        run cut short by its time limit keeps what it measured."""
+        try:
+            into[key] = run()
+        except Exception as error:  # noqa: BLE001 - a failing part is a finding, said below
+            result["failed"][key] = f"{type(error).__name__}: {error}"
+        result["seconds"] = round(time.perf_counter() - start, 1)
+        out.write_text(json.dumps(result, indent=2))
+
+    part("versions", lambda: versions(device))
+    for size in ["quick"] if args.quick else args.sizes:
+
+        def timed(size=size):
+            model = random_qwen2(MODELS[size], shape["vocab"], device).to(dtype).eval()
+            return generation(model, shape, full_matrix=size != "0.5b")
+
+        part(size, timed, into=result["generation"])
+    part("update", lambda: update_share(shape, device))
+    part("loop", lambda: tiny_loop(shape, device))
     print(table(result))
     print(f"\nwrote {out}")
-    return 0
+    return 1 if result["failed"] else 0
 
 
 if __name__ == "__main__":

@@ -26,3 +26,18 @@ def test_the_device_check_runs_quick_on_the_cpu(tmp_path, capsys):
     assert "verl's vLLM rollout" in result["not_run"]
     printed = capsys.readouterr().out
     assert "HFGenerator (worker thread), cuDNN off, warm" in printed and str(out) in printed
+
+
+def test_a_failing_part_is_reported_and_the_others_still_run(tmp_path, monkeypatch, capsys):
+    check = load_script("gpu_check")
+
+    def broken(shape, device):
+        raise RuntimeError("CUDA out of memory (planted)")
+
+    monkeypatch.setattr(check, "update_share", broken)
+    out = tmp_path / "gpu_check.json"
+    assert check.main(["--quick", "--out", str(out)]) == 1
+    result = json.loads(out.read_text())
+    assert result["failed"] == {"update": "RuntimeError: CUDA out of memory (planted)"}
+    assert [r["step"] for r in result["loop"]] == [1, 2]  # the part after it ran
+    assert "FAILED      update" in capsys.readouterr().out

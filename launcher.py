@@ -3,7 +3,7 @@
     python launcher.py [--conf exp/cpu_default.yaml] [--with-bfcl] [-- key=value ...]
     python launcher.py --resume outputs/NAME [-- key=value ...]   # continue a run
     python launcher.py --explain [--conf X.yaml]   # every config key, its value and meaning
-    python launcher.py --conf exp/SEAL.yaml --preflight   # a verl run's checks only
+    python launcher.py --conf exp/SEAL.yaml --preflight   # a training run's checks only
 
 The config is `exp/NAME.yaml` merged onto the documented defaults in
 seal/launch/config.py, then the `key=value` overrides (a misspelt key is refused with the
@@ -28,8 +28,8 @@ prints its resume command), SIGTERM, and kill -9 of the launcher (the service wa
 pipe from it). The job gets
 the token through $SEAL_ENV_TOKEN, as do the processes it starts (verl's Ray workers get
 it through Ray's runtime environment: seal/trainer/verl/ray_init.py). `--preflight` runs a
-verl job's checks (seal/trainer/verl/preflight.py) instead of the job, writing no run files
-but the verl config; exit status 1 on a blocker.
+training job's checks (seal/trainer/verl/preflight.py, seal/trainer/local_preflight.py)
+instead of the job, writing no run files but the verl config; exit status 1 on a blocker.
 """
 
 from __future__ import annotations
@@ -65,8 +65,11 @@ JOBS = {
     "local": "seal.trainer.local:run_local_training",
     "verl": "seal.trainer.verl.launch:run_verl_training",
 }
-PREFLIGHT = "seal.trainer.verl.launch:run_verl_preflight"
-"""What `--preflight` runs instead of a verl job."""
+PREFLIGHT = {
+    "verl": "seal.trainer.verl.launch:run_verl_preflight",
+    "local": "seal.trainer.local_preflight:run_local_preflight",
+}
+"""What `--preflight` runs instead of a training job."""
 # Jobs that train: their run directory is checked before the start (seal/runs/checks.py).
 TRAINING_JOBS = ("local", "verl")
 REDACTED = "***"
@@ -88,7 +91,7 @@ def job_function(name: str, preflight: bool = False):
     """The job's entry point, imported now (the trainers' modules import torch,
     transformers and verl: only once the run is locked)."""
     check_job(name, preflight)
-    module, function = (PREFLIGHT if preflight else JOBS[name]).split(":")
+    module, function = (PREFLIGHT[name] if preflight else JOBS[name]).split(":")
     try:
         return getattr(importlib.import_module(module), function)
     except ModuleNotFoundError as error:
@@ -103,8 +106,8 @@ def job_function(name: str, preflight: bool = False):
 def check_job(name: str, preflight: bool = False) -> None:
     if name not in JOBS:
         raise ValueError(f"unknown job {name!r}; choose from {sorted(JOBS)}")
-    if preflight and name != "verl":
-        raise ValueError(f"--preflight checks verl runs; this config's job is {name!r}")
+    if preflight and name not in PREFLIGHT:
+        raise ValueError(f"--preflight checks training runs; this config's job is {name!r}")
 
 
 def _unknown_key(error: ConfigKeyError, conf: Path | None, overrides: list[str]) -> str:
@@ -302,8 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--preflight",
         action="store_true",
-        help="check a verl run (GPUs, driver, memory, disk, model, Ray CPUs, the service from "
-        "every node, shared filesystem, tracking) and exit: 1 on a blocker",
+        help="check a verl run (GPUs, driver, memory, disk, the model on every node, Ray CPUs, "
+        "the service from every node, shared filesystem, tracking) or a local run (GPU memory) "
+        "and exit: 1 on a blocker",
     )
     p.add_argument(
         "overrides", nargs="*", help="config overrides after '--', e.g. service.port=8090"

@@ -126,6 +126,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--warmup-low", type=float, default=0.1, help="stop warm-up at >= (0.1)")
     p.add_argument("--warmup-high", type=float, default=0.6, help="... and <= this (0.6)")
+    p.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="the trainer's compute dtype (float32); bfloat16 checks mixed precision: float32 "
+        "master weights, generation and the update in bf16 (slow on a CPU)",
+    )
     p.add_argument("--hidden", type=int, default=64, help="tiny Qwen2 hidden size (64)")
     p.add_argument("--layers", type=int, default=2, help="tiny Qwen2 layers (2)")
     p.add_argument(
@@ -172,7 +179,7 @@ def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerCo
         "total_steps": args.steps,
         "model": {
             "path": "tiny-qwen2",
-            "dtype": "float32",
+            "dtype": args.dtype,
             "device": "cpu",
             "tiny": {
                 "hidden_size": args.hidden,

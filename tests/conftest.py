@@ -317,6 +317,17 @@ def tiny_qwen2_config(**overrides):
     return Qwen2Config(**(shape | overrides))
 
 
+def qwen25_7b_config():
+    """Qwen2.5-7B-Instruct's shape (its config.json), for the memory estimates."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+        num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
+        tie_word_embeddings=False,
+    )  # fmt: skip
+
+
 def tiny_qwen2(seed: int = 0, **overrides):
     """A randomly initialised `tiny_qwen2_config(**overrides)` model, the same for a seed."""
     import torch

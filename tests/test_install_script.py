@@ -104,8 +104,11 @@ def run_sourced(script: str, tmp_path: Path, env: dict) -> subprocess.CompletedP
 
 NVIDIA_SMI = """case "$*" in
   *driver_version*) echo "{driver}" ;;
+  *compute_cap*) echo "9.0"; echo "9.0" ;;
   -L) echo "GPU 0: NVIDIA H100"; echo "GPU 1: NVIDIA H100" ;;
 esac"""
+BROKEN_NVIDIA_SMI = 'echo "Failed to initialize NVML: Driver/library version mismatch"; exit 18'
+"""What nvidia-smi does after a driver update until the next reboot."""
 
 
 def test_the_driver_check_passes_a_cuda_13_driver(tmp_path):
@@ -162,20 +165,20 @@ def test_flash_attn_wheels_match_torch_cuda_and_python():
 
 # pip that records its arguments and fails for the URLs/packages listed in $FAIL_FOR.
 FAKE_PIP = (
-    'pip=(sh -c \'echo "$*" >> calls.log; for f in $FAIL_FOR; do case "$*" in *$f*) '
-    'echo "ERROR: no $f" >&2; exit 1;; esac; done\' --)'
+    'pip=(sh -c \'echo "$* archs=${FLASH_ATTN_CUDA_ARCHS:-}" >> calls.log; for f in $FAIL_FOR; '
+    'do case "$*" in *$f*) echo "ERROR: no $f" >&2; exit 1;; esac; done\' --)'
 )
 FACTS = "torch_facts() { echo cp311 2.11.0+cu130 13.0 TRUE x86_64; }"
 
 
-def decide(tmp_path: Path, fail_for: str, nvcc: str | None, mode: str = "auto"):
-    scripts = {}
+def decide(tmp_path: Path, fail_for: str, nvcc: str | None, mode: str = "auto", **env_vars: str):
+    scripts = {"nvidia-smi": NVIDIA_SMI.format(driver="580.65.06")}
     if nvcc is not None:
         scripts["nvcc"] = f'echo "Cuda compilation tools, release {nvcc}, V{nvcc}.88"'
     env = fake_commands(tmp_path, **scripts)
     if nvcc is None:
         env["PATH"] = f"{tmp_path / 'bin'}:/usr/bin:/bin"
-    env |= {"FAIL_FOR": fail_for, "SEAL_FLASH_ATTN": mode}
+    env |= {"FAIL_FOR": fail_for, "SEAL_FLASH_ATTN": mode, **env_vars}
     (tmp_path / "calls.log").unlink(missing_ok=True)
     done = run_sourced(f"{FAKE_PIP}; {FACTS}; install_flash_attn", tmp_path, env)
     calls = (
@@ -217,3 +220,82 @@ def test_flash_attn_left_out_when_neither_works(tmp_path):
     assert done.returncode == 1 and "could not be installed" in done.stderr
     done, calls = decide(tmp_path, fail_for="", nvcc="13.0", mode="none")
     assert done.returncode == 0 and calls == [] and "skipped" in done.stdout
+
+
+def test_a_failing_nvidia_smi_is_said_not_a_silent_exit(tmp_path):
+    """nvidia-smi exits 18 when the driver and its library do not match: the whole script
+    with --gpu stops with a message naming it (it exited 18 with no word before)."""
+    env = fake_commands(tmp_path, **{"nvidia-smi": BROKEN_NVIDIA_SMI, "python3": "exit 99"})
+    work = tmp_path / "repo"
+    work.mkdir()
+    (work / "install.sh").write_text(INSTALL_SH.read_text())
+    env.pop("PYTHON")
+    done = subprocess.run(
+        ["bash", str(work / "install.sh"), "--gpu"], capture_output=True, text=True, timeout=30,
+        cwd=work, env=env,
+    )  # fmt: skip
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert "`nvidia-smi --query-gpu=driver_version --format=csv,noheader` failed (exit 18)" in (
+        done.stderr
+    )
+    assert "Driver/library version mismatch" in done.stderr and "reboot" in done.stderr
+    assert not (work / ".venv").exists()
+    # The GPU count and the architectures go through the same probe.
+    lists_no_gpus = 'case "$*" in *driver_version*) echo 580.65.06 ;; *) exit 9 ;; esac'
+    env = fake_commands(tmp_path, **{"nvidia-smi": lists_no_gpus})
+    done = run_sourced("check_driver", tmp_path, env)
+    assert done.returncode == 1 and "`nvidia-smi -L` failed (exit 9)" in done.stderr
+    done = run_sourced("flash_attn_archs", tmp_path, env)
+    assert done.returncode == 1 and "compute_cap" in done.stderr
+
+
+def test_a_source_build_compiles_this_machines_architectures_only(tmp_path):
+    done, calls = decide(tmp_path, fail_for="Dao-AILab mjun0812", nvcc="13.0")
+    build = [c for c in calls if "--no-build-isolation" in c]
+    assert build and build[0].endswith("archs=90"), calls  # two H100s: one architecture
+    assert "FLASH_ATTN_CUDA_ARCHS=90" in done.stdout
+    mixed = 'case "$*" in *compute_cap*) echo 8.9; echo 9.0; echo 8.0 ;; esac'
+    env = fake_commands(tmp_path, **{"nvidia-smi": mixed})
+    assert run_sourced("flash_attn_archs", tmp_path, env).stdout == "80;90\n"
+    old = 'case "$*" in *compute_cap*) echo 7.0 ;; esac'
+    done = run_sourced("flash_attn_archs", tmp_path, fake_commands(tmp_path, **{"nvidia-smi": old}))
+    assert done.returncode == 1 and "8.0 and newer, not 7.0" in done.stderr
+    env["FLASH_ATTN_CUDA_ARCHS"] = "100"  # the user's choice stays
+    assert run_sourced("flash_attn_archs", tmp_path, env).stdout == "100\n"
+
+
+def test_a_wheel_carried_in_by_hand_is_the_only_one_tried(tmp_path):
+    wheel = tmp_path / "flash_attn-2.8.3+cu130torch2.11-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"")
+    done, calls = decide(tmp_path, fail_for="", nvcc="13.0", SEAL_FLASH_ATTN_WHEEL=str(wheel))
+    assert done.returncode == 0, done.stderr
+    assert calls[0].startswith(f"--no-deps {wheel}") and not any("github" in c for c in calls)
+    assert f"installed from {wheel}" in done.stdout
+    done, calls = decide(
+        tmp_path, fail_for="", nvcc="13.0", SEAL_FLASH_ATTN_WHEEL=str(tmp_path / "none.whl")
+    )
+    assert done.returncode == 1 and calls == [] and "none.whl: no such file" in done.stderr
+    done, calls = decide(tmp_path, fail_for="flash_attn-", nvcc="13.0",
+                         SEAL_FLASH_ATTN_WHEEL=str(wheel))  # fmt: skip
+    assert done.returncode == 1 and len(calls) == 1 and "did not install" in done.stderr
+
+
+def test_a_python_without_venv_is_told_which_package_to_install(tmp_path):
+    """A stock Ubuntu Python: `python3 -m venv` fails until python3.X-venv is installed."""
+    no_venv = (
+        'case "$*" in *"-m venv"*) echo "The virtual environment was not created successfully '
+        'because ensurepip is not available." >&2; exit 1 ;; -c*) echo 3.12 ;; esac'
+    )
+    env = fake_commands(tmp_path, python3=no_venv)
+    env.pop("PYTHON")
+    work = tmp_path / "repo"
+    work.mkdir()
+    (work / "install.sh").write_text(INSTALL_SH.read_text())
+    done = subprocess.run(
+        ["bash", str(work / "install.sh")], capture_output=True, text=True, timeout=30,
+        cwd=work, env=env,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "ensurepip is not available" in done.stderr  # Python's own words, then ours
+    assert "sudo apt install python3.12-venv" in done.stderr
+    assert not (work / ".venv").exists()

@@ -17,6 +17,7 @@ from seal.runs.atomic_file import StateFileError
 from seal.runs.data_order import epoch_order
 from seal.tocf.state import STATE_FILENAME
 from seal.trainer.config import TrainerConfig
+from seal.trainer.precision import MixedPrecision
 from seal.trainer.seal_step import BEST_FILE, SealStep
 from seal.trainer.update import batch_logprobs, collate, policy_update, response_logprobs
 
@@ -79,7 +80,7 @@ def run_update(micro_batch_size: int, agg: str) -> dict[str, torch.Tensor]:
     old = batch_logprobs(model, SAMPLES, width, 4, 1024, PAD)
     config = PolicyLossConfig(loss_agg_mode=agg, use_kl_loss=False)
     metrics = policy_update(
-        model, optimizer, SAMPLES, advantages, old, None, config,
+        MixedPrecision(model, torch.float32), optimizer, SAMPLES, advantages, old, None, config,
         samples_per_mini_batch=4, micro_batch_size=micro_batch_size, chunk_tokens=1024,
         grad_clip=1e9, pad_id=PAD,
     )  # fmt: skip

@@ -330,7 +330,7 @@ def test_verl_job_hands_the_validated_config_to_verl(tmp_path, monkeypatch, caps
     def fake_start_ray(config, env):
         handed["worker_env"] = env
 
-    def fake_preflight(run_cfg, config, run_dir):
+    def fake_preflight(run_cfg, config, run_dir, probe_env=None):
         handed["preflight"] = True
         return []
 

@@ -2,25 +2,37 @@
 facts, so every blocker is shown here with the facts of a machine that has it (an old
 driver, too few GPUs or CPUs, a full disk, a worker that cannot reach the service, a node
 that does not share the run directory, a model whose chat template the tool format does not
-know), next to the facts of one that passes. The paper's configs are checked with the facts
-of a 4 x H100 node. The CPU smoke run (tests/test_verl_cpu_smoke.py) runs them all against
+know, a node without the model's files), next to the facts of one that passes. The paper's
+configs are checked with the facts of a 4 x H100 node. The CPU smoke run (tests/test_verl_cpu_smoke.py) runs them all against
 a real Ray and service, and must pass them, as every verl run does before it starts."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import socket
 from pathlib import Path
 
 import pytest
-from conftest import shipped_tokenizer
+from conftest import qwen25_7b_config, shipped_tokenizer
 
 pytest.importorskip("verl")
 
-from transformers import Qwen2Config  # noqa: E402
+from huggingface_hub import constants as hf_constants  # noqa: E402
+from transformers import LlamaConfig  # noqa: E402
 
 import launcher  # noqa: E402
 from seal.formats.registry import get_format  # noqa: E402
 from seal.trainer.verl.config import compose_verl_config  # noqa: E402
-from seal.trainer.verl.node_facts import OK, Gpu, NodeFacts  # noqa: E402
+from seal.trainer.verl.node_facts import (  # noqa: E402
+    OK,
+    Gpu,
+    ModelNotLocal,
+    NodeFacts,
+    local_model_dir,
+    model_presence,
+    this_node_facts,
+)
 from seal.trainer.verl.preflight import (  # noqa: E402
     BLOCKER,
     WARN,
@@ -32,6 +44,7 @@ from seal.trainer.verl.preflight import (  # noqa: E402
     check_driver,
     check_gpus,
     check_memory,
+    check_model_files,
     check_service,
     check_shared_fs,
     check_tracking,
@@ -42,12 +55,7 @@ from seal.trainer.verl.preflight import (  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 1024**3
 H100 = Gpu("NVIDIA H100 80GB HBM3", 79.6, "580.65.06")
-QWEN25_7B = Qwen2Config(
-    vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-    num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
-    tie_word_embeddings=False,
-)  # fmt: skip
-"""Qwen2.5-7B-Instruct's shape (its config.json)."""
+QWEN25_7B = qwen25_7b_config()
 
 
 def node(name="gpu0", cpus=32.0, gpus=(H100,) * 4, **facts) -> NodeFacts:
@@ -156,3 +164,112 @@ def test_an_unknown_chat_template_is_a_blocker(tokenizer):
     other.chat_template = None  # a base model's tokenizer
     check = check_chat_template(other, qwen)
     assert check.status == BLOCKER and "has none" in check.detail
+
+
+LLAMA31_8B = LlamaConfig(
+    vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+    num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
+    tie_word_embeddings=False,
+)  # fmt: skip
+"""ToolACE-2-8B's shape (Llama 3.1 8B's config.json)."""
+
+
+@pytest.fixture(scope="module")
+def toolace_run(tmp_path_factory) -> RunShape:
+    run_cfg = launcher.compose(ROOT / "exp/SEAL_toolace2_8b.yaml", [])
+    config = compose_verl_config(run_cfg, "http://127.0.0.1:1", tmp_path_factory.mktemp("ta"))
+    return RunShape.from_config(config)
+
+
+@pytest.mark.parametrize("which", ["seal", "toolace"])
+def test_the_paper_configs_memory_rows_count_every_term_and_say_their_margin(
+    which, seal_run, toolace_run
+):
+    run, hf = (seal_run, QWEN25_7B) if which == "seal" else (toolace_run, LLAMA31_8B)
+    training, rollout, kv = check_memory(ModelShape.from_hf_config(hf), [node()], run)
+    assert [training.status, rollout.status] == [OK, OK]
+    # The terms a desk audit found missing: CUDA contexts, NCCL, FSDP's root unit.
+    assert "2 CUDA contexts and NCCL (3.0)" in training.detail
+    assert "FSDP's root unit whole" in training.detail
+    assert "its CUDA context and NCCL (2.0)" in rollout.detail
+    # Held against a share of the card, not all of it; the margin said in GiB.
+    assert "of 71.6 (90% of 79.6): margin +" in training.detail
+    assert "of 75.6 (95% of 79.6): margin +" in rollout.detail
+    # The rollout phase as the audit estimated it (~71 GiB for SEAL.yaml, worse for 8B).
+    need = float(rollout.detail.split()[0].lstrip("~"))
+    assert 70 < need < 75, rollout.detail
+    assert "largest verl.gpu_memory_utilization that fits: 0.6" in rollout.detail
+    assert "episodes of max_model_len 16384" in kv.detail
+
+
+def test_a_rollout_over_the_card_names_the_utilization_that_fits(seal_run):
+    shape = ModelShape.from_hf_config(QWEN25_7B)
+    greedy = dataclasses.replace(seal_run, gpu_memory_utilization=0.8)
+    _, rollout, _ = check_memory(shape, [node()], greedy)
+    assert rollout.status == BLOCKER and "margin -" in rollout.detail
+    assert "verl.gpu_memory_utilization=0.65 fits" in rollout.detail
+
+
+def test_sdpa_adds_its_mask(seal_run):
+    shape = ModelShape.from_hf_config(QWEN25_7B)
+    flash, _, _ = check_memory(shape, [node()], dataclasses.replace(seal_run, remove_padding=True))
+    sdpa, _, _ = check_memory(shape, [node()], dataclasses.replace(seal_run, remove_padding=False))
+    assert "sdpa's mask (0.8)" in sdpa.detail and "sdpa" not in flash.detail
+
+
+def test_a_model_missing_on_a_node_is_a_blocker():
+    why = "Qwen/Qwen2.5-7B-Instruct is not in this node's Hugging Face cache (/home/x/hub)"
+    check = check_model_files([node("head"), node("worker", model=why)], "Qwen/Qwen2.5-7B-Instruct")
+    assert check.status == BLOCKER and check.detail.startswith(f"worker: {why}")
+    assert "hf download Qwen/Qwen2.5-7B-Instruct` on every node" in check.detail
+    assert "HF_HOME on the shared filesystem" in check.detail
+    assert check_model_files([node("head")], "Qwen/Qwen2.5-7B-Instruct").status == OK
+
+
+def test_the_model_is_looked_for_on_disk_only(tmp_path, monkeypatch):
+    """No name lookup, no download: a model not on the disk is reported at once (the hub's
+    retries without a network made the preflight take minutes)."""
+    looked_up = []
+
+    def no_network(*args, **kwargs):
+        looked_up.append(args[0])
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "empty_cache"))
+    with pytest.raises(ModelNotLocal, match="not in this node's Hugging Face cache"):
+        local_model_dir("Qwen/Qwen2.5-7B-Instruct")
+    folder = tmp_path / "model"
+    QWEN25_7B.save_pretrained(folder)
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors",
+                            "b": "model-00002-of-00002.safetensors"}}  # fmt: skip
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    (folder / "model-00001-of-00002.safetensors").write_bytes(b"")
+    with pytest.raises(ModelNotLocal, match="lacks model-00002-of-00002.safetensors"):
+        local_model_dir(str(folder))  # a download cut short
+    (folder / "model-00002-of-00002.safetensors").write_bytes(b"")
+    assert local_model_dir(str(folder)) == folder
+    assert (
+        model_presence(str(tmp_path / "nowhere"))
+        == f"{tmp_path / 'nowhere'} is not a folder on this node"
+    )
+    assert looked_up == []
+
+
+def test_a_one_node_preflight_probes_in_its_own_process_with_the_workers_environment(
+    tmp_path, monkeypatch
+):
+    """`launcher.py --preflight` on one node starts no Ray: the probe runs here, and sees
+    the variables Ray's runtime environment would give the workers, not the launcher's."""
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("SEAL_ENV_TOKEN", raising=False)
+    folder = tmp_path / "model"
+    QWEN25_7B.save_pretrained(folder)
+    (folder / "model.safetensors").write_bytes(b"")
+    workers = {"SEAL_ENV_TOKEN": "t", "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
+    [facts] = this_node_facts("http://127.0.0.1:9", tmp_path, str(folder), workers, cpus=16)
+    assert facts.cpus == 16 and facts.sees_run_dir and facts.model == OK
+    assert facts.env["WANDB_MODE"] == "offline"
+    assert facts.service.startswith("unreachable")  # with the token: it tried the request
+    assert check_tracking([facts], "offline").status == OK
+    assert list(tmp_path.glob(".preflight_*")) == []  # the marker file is gone

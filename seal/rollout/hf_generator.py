@@ -40,8 +40,9 @@ _NEUTRAL_PROCESSORS = {
 # Attention kernels generation may use: all but cuDNN's. cuDNN's attention builds an
 # execution plan for each new shape, and decoding makes one at every token (the cache
 # grows by one) in every batch (each pads to its own width), so on Hopper GPUs, where
-# PyTorch prefers it, the plans cost more than the attention (docs/benchmarks.md, "The
-# local trainer on a GPU"). The others need no plan; on the CPU none of this applies.
+# PyTorch prefers it, the plans may cost more than the attention (docs/benchmarks.md, "The
+# local trainer on a GPU": a guess until scripts/gpu_check.py measures it). The others need
+# no plan; on the CPU none of this applies.
 GENERATION_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 # Only applied when sampling (and flagged as unused by transformers when greedy).
 _NEUTRAL_WARPERS = {
@@ -104,8 +105,11 @@ class HFGenerator:
         max_batch_size: int = 8,
         stop_token_ids: list[int] | None = None,
         with_logprobs: bool = True,
+        attention: list[SDPBackend] | None = None,
     ):
         self.model = model
+        self.attention = GENERATION_ATTENTION if attention is None else attention
+        """The SDPA kernels generation may use (scripts/gpu_check.py compares cuDNN's)."""
         self.with_logprobs = with_logprobs
         """Record each generated id's log-probability. That costs a vocabulary-wide
         log-softmax per decoded token (151,936 wide for Qwen2.5); the local trainer
@@ -211,7 +215,7 @@ class HFGenerator:
             **sampling_knobs,
             **_NEUTRAL_PROCESSORS,
         )
-        with torch.inference_mode(), sdpa_kernel(GENERATION_ATTENTION):
+        with torch.inference_mode(), sdpa_kernel(self.attention):
             output = model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),

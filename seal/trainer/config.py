@@ -63,7 +63,11 @@ class ModelSettings:
     """Tokenizer name or path; empty = the model's own, or the shipped Qwen2.5 tokenizer
     (seal/assets/qwen2.5-tokenizer) for `tiny-qwen2`."""
     dtype: str = "bfloat16"
-    """float32 | bfloat16 | float16. Use float32 on CPU."""
+    """Compute dtype: float32 | bfloat16 | float16. The local trainer keeps float32 master
+    weights and optimizer state whatever this says, and generates and runs the update's
+    passes on a copy in this dtype (seal/trainer/precision.py), as verl's mixed precision
+    does; its KL reference is held in it. float32 on CPU (bf16 matmuls are slow there);
+    float16 has no loss scaling here (small gradients underflow): prefer bfloat16."""
     device: str = "auto"
     """auto (cuda if available, else cpu) | cpu | cuda | cuda:N."""
     gradient_checkpointing: bool = False

@@ -16,9 +16,13 @@ SealStep both trainers call (seal/trainer/seal_step.py). Before its first rollou
 pushes the failure profile to the service: a resumed run may meet a fresh service that
 never saw it, and its next step must get the guidelines the uninterrupted run's got.
 
-Simplifications, named: generation and training share one model object (no weight
-sync), old log-probs are recomputed by the actor before the update (as verl does), and
-one pass is made over the samples per step (ppo_epochs = 1, the paper's setting).
+The optimizer updates float32 master weights; generation and the update's passes run on
+their copy in `trainer.model.dtype` (seal/trainer/precision.py, as verl's mixed precision).
+
+Simplifications, named: generation and training share that one compute copy (no weight
+sync to another engine), old log-probs are recomputed by the actor before the update (as
+verl does), and one pass is made over the samples per step (ppo_epochs = 1, the paper's
+setting).
 """
 
 from __future__ import annotations
@@ -48,14 +52,17 @@ from seal.runs.records import ValidationRecord, read_val_dir, write_step
 from seal.runs.run import Run, open_run
 from seal.runs.run_record import model_identity, record_base_model, weights_sha256
 from seal.trainer.config import ModelSettings, TrainerConfig
+from seal.trainer.local_preflight import refuse_if_it_cannot_fit
 from seal.trainer.model import (
     TINY,
     build_tiny_qwen2,
+    compute_dtype,
     frozen_copy,
     gpu_peak_gb,
     load_policy,
     load_tokenizer,
 )
+from seal.trainer.precision import MixedPrecision
 from seal.trainer.seal_step import SealStep
 from seal.trainer.update import batch_logprobs, policy_update, response_mask_matrix
 
@@ -95,6 +102,7 @@ class LocalTrainer:
         self.tool_format = cfg.model.resolved_tool_format()
         end_of_turn = turn_tokenizer(self.tokenizer, self.tool_format).end_of_turn_id
         resume_from = ckpt.latest_checkpoint(run_dir) if cfg.checkpoint.resume else None
+        refuse_if_it_cannot_fit(cfg)  # on a GPU: from the model's config, before its weights
         try:
             self.policy = load_policy(cfg.model, self.tokenizer, resume_from)
         except Exception as error:
@@ -106,19 +114,23 @@ class LocalTrainer:
                 f"{resume_from}: cannot load the policy from {', '.join(map(str, files))}: "
                 f"{type(error).__name__}: {error}"
             ) from error
+        dtype = compute_dtype(cfg.model)
+        self.weights = MixedPrecision(self.policy, dtype)
+        """The float32 master weights (`self.policy`: the optimizer's, the checkpoints') and
+        the copy in `trainer.model.dtype` that generation and the update compute with."""
         # The KL reference is the base model, on a resume too.
-        self.reference = (
-            frozen_copy(load_policy(cfg.model, self.tokenizer))
-            if needs_reference(cfg.loss)
-            else None
-        )
+        self.reference = None
+        if needs_reference(cfg.loss):
+            fresh = resume_from is None  # then the compute copy holds the base weights
+            base = self.weights.compute if fresh else load_policy(cfg.model, self.tokenizer)
+            self.reference = frozen_copy(base, dtype)
         self.optimizer = self._new_optimizer()
         if self.run.attempt is not None:  # the launcher's run keeps the attempt's record
             # Before the random state is seeded or restored: building the tiny model seeds it.
             record_base_model(self.run.attempt, base_model_identity(cfg.model, self.tokenizer))
         # No log-probs from generation: the update recomputes them (as verl does).
         self.generator = HFGenerator(
-            self.policy,
+            self.weights.compute,
             self.tokenizer,
             max_batch_size=cfg.rollout.max_batch_size,
             stop_token_ids=[end_of_turn],
@@ -151,8 +163,9 @@ class LocalTrainer:
         the loss has one) becomes a frozen copy of them and the optimizer starts afresh.
         For weights changed outside training before it starts (the learning check's
         supervised warm-up, seal/learning_check.py)."""
+        self.weights.sync()
         if self.reference is not None:
-            self.reference = frozen_copy(self.policy)
+            self.reference = frozen_copy(self.weights.compute, self.weights.dtype)
         self.optimizer = self._new_optimizer()
 
     def _restore(self, path: Path) -> None:
@@ -205,10 +218,10 @@ class LocalTrainer:
     def _update(self, samples: list[EpisodeSample], advantages: torch.Tensor, width: int):
         o = self.cfg.optim
         logprob_args = (samples, width, o.micro_batch_size, o.logprob_chunk_tokens, self.pad_id)
-        old = batch_logprobs(self.policy, *logprob_args)
+        old = batch_logprobs(self.weights.compute, *logprob_args)
         ref = None if self.reference is None else batch_logprobs(self.reference, *logprob_args)
         return policy_update(
-            self.policy, self.optimizer, samples, advantages, old, ref, self.cfg.loss,
+            self.weights, self.optimizer, samples, advantages, old, ref, self.cfg.loss,
             samples_per_mini_batch=o.mini_batch_size * self.cfg.rollout.n,
             micro_batch_size=o.micro_batch_size,
             chunk_tokens=o.logprob_chunk_tokens,
@@ -224,7 +237,8 @@ class LocalTrainer:
         """n episodes per task; failed ones are left out (see rollout.max_failed_share)
         and counted in `self.failed_episodes`."""
         settings = self.cfg.episode_settings(mode)
-        self.policy.eval()
+        self.weights.sync()  # the master weights may have changed outside the update too
+        self.weights.compute.eval()
         with torch.no_grad():
             samples, errors = asyncio.run(self._rollout(task_ids, n, settings, temperature, mode))
         self.failed_episodes = len(errors)

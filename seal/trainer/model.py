@@ -1,4 +1,8 @@
-"""Loading the policy, its frozen reference and the tokenizer for the local trainer."""
+"""Loading the policy, its frozen reference and the tokenizer for the local trainer.
+
+The policy is loaded as float32 master weights whatever `trainer.model.dtype` says; that key
+is the compute dtype of the copy generation and the update run on (precision.py), and of
+the frozen reference."""
 
 from __future__ import annotations
 
@@ -6,10 +10,17 @@ import copy
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
 from seal.trainer.config import ModelSettings
+from seal.trainer.precision import MASTER_DTYPE, cast_parameters
 
 TINY = "tiny-qwen2"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -26,10 +37,10 @@ def load_tokenizer(cfg: ModelSettings):
     return AutoTokenizer.from_pretrained(source)
 
 
-def build_tiny_qwen2(cfg: ModelSettings, tokenizer) -> Qwen2ForCausalLM:
-    """A randomly initialised Qwen2 whose vocabulary matches the Qwen2.5 tokenizer."""
+def tiny_qwen2_config(cfg: ModelSettings, tokenizer=None) -> Qwen2Config:
+    """The tiny model's config (`cfg.tiny`); its end and padding ids from `tokenizer`."""
     tiny = cfg.tiny
-    config = Qwen2Config(
+    return Qwen2Config(
         vocab_size=tiny.vocab_size,
         hidden_size=tiny.hidden_size,
         num_hidden_layers=tiny.num_hidden_layers,
@@ -37,10 +48,22 @@ def build_tiny_qwen2(cfg: ModelSettings, tokenizer) -> Qwen2ForCausalLM:
         num_key_value_heads=tiny.num_key_value_heads,
         intermediate_size=tiny.intermediate_size,
         tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=getattr(tokenizer, "eos_token_id", None),
+        pad_token_id=getattr(tokenizer, "pad_token_id", None),
     )
-    torch.manual_seed(tiny.seed)
+
+
+def model_config(cfg: ModelSettings):
+    """The policy's Hugging Face config, without its weights (the tiny model's from `cfg`)."""
+    if cfg.path == TINY:
+        return tiny_qwen2_config(cfg)
+    return AutoConfig.from_pretrained(cfg.path)
+
+
+def build_tiny_qwen2(cfg: ModelSettings, tokenizer) -> Qwen2ForCausalLM:
+    """A randomly initialised Qwen2 whose vocabulary matches the Qwen2.5 tokenizer."""
+    config = tiny_qwen2_config(cfg, tokenizer)
+    torch.manual_seed(cfg.tiny.seed)
     return Qwen2ForCausalLM(config)
 
 
@@ -53,9 +76,14 @@ def save_tiny_qwen2(cfg: ModelSettings, directory: Path) -> Path:
     return directory
 
 
+def compute_dtype(cfg: ModelSettings) -> torch.dtype:
+    return DTYPES[cfg.dtype]
+
+
 def load_policy(cfg: ModelSettings, tokenizer, checkpoint: Path | None = None) -> torch.nn.Module:
-    """The policy from `checkpoint` if given, else from `cfg.path` (or the tiny model)."""
-    dtype = DTYPES[cfg.dtype]
+    """The policy's float32 master weights from `checkpoint` if given, else from `cfg.path`
+    (or the tiny model)."""
+    dtype = MASTER_DTYPE
     if checkpoint is not None:
         model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype)
     elif cfg.path == TINY:
@@ -78,9 +106,10 @@ def gpu_peak_gb(model: torch.nn.Module) -> float | None:
     return peak
 
 
-def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """The reference policy for the KL loss: the starting weights, never updated."""
-    reference = copy.deepcopy(model).eval()
+def frozen_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """The reference policy for the KL loss: the starting weights in the compute dtype,
+    never updated."""
+    reference = cast_parameters(copy.deepcopy(model), dtype).eval()
     for p in reference.parameters():
         p.requires_grad_(False)
     return reference

@@ -13,10 +13,11 @@ gather run over chunks of response positions, each under activation checkpointin
 the backward pass recomputes a chunk's logits instead of keeping every chunk's
 [tokens, vocab] activations alive.
 
-`policy_update` makes one pass over the samples: each mini-batch is one optimizer step,
-its micro-batches are forwarded and backpropagated one at a time, each loss aggregated
-with the mini-batch's token and sequence counts, so the accumulated gradient is exactly
-the mini-batch loss's gradient whatever the micro-batch size.
+`policy_update` makes one pass over the samples: each mini-batch is one optimizer step (of
+the float32 master weights, seal/trainer/precision.py), its micro-batches are forwarded
+and backpropagated one at a time, each loss aggregated with the mini-batch's token and
+sequence counts, so the accumulated gradient is exactly the mini-batch loss's gradient
+whatever the micro-batch size.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from seal.algos.loss import PolicyLossConfig, actor_loss
+from seal.trainer.precision import MixedPrecision
 
 # --- padding -----------------------------------------------------------------------------
 
@@ -163,7 +165,7 @@ def batch_logprobs(
 
 
 def policy_update(
-    policy: torch.nn.Module,
+    weights: MixedPrecision,
     optimizer: torch.optim.Optimizer,
     samples: Sequence,
     advantages: torch.Tensor,
@@ -177,7 +179,10 @@ def policy_update(
     grad_clip: float,
     pad_id: int,
 ) -> dict[str, float]:
-    """One pass over the samples in order; returns metrics averaged over mini-batches."""
+    """One pass over the samples in order; returns metrics averaged over mini-batches.
+    Forward and backward run on `weights.compute`; `optimizer` steps `weights.master`,
+    whose gradients add up in float32, and the compute copy follows each step."""
+    policy = weights.compute
     device = next(policy.parameters()).device
     mask = response_mask_matrix(samples, advantages.shape[1]).to(advantages.dtype)
     sums: dict[str, float] = defaultdict(float)
@@ -208,6 +213,7 @@ def policy_update(
                 **counts,
             )
             loss.backward()
+            weights.accumulate_grads()
             share = len(index) / len(mini)
             for key, value in metrics.items():
                 # Loss terms already carry the global normalisation and add up; rates average.
@@ -216,7 +222,8 @@ def policy_update(
                     if "loss" in key
                     else value * share / len(mini_batches)
                 )
-        grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(weights.master.parameters(), grad_clip)
         optimizer.step()
+        weights.sync()
         sums["actor/grad_norm"] += float(grad_norm) / len(mini_batches)
     return dict(sums)

@@ -23,17 +23,18 @@ from seal.runs.export import export_hint
 from seal.runs.records import read_val_dir
 from seal.runs.run import Run
 from seal.runs.run_record import model_identity, record_base_model
+from seal.trainer.checks import raise_on_blockers, render
 from seal.trainer.model import TINY, save_tiny_qwen2
 from seal.trainer.verl.attention import choose_attention, flash_attn_version
 from seal.trainer.verl.config import compose_verl_config, model_path, tiny_model_dir
 from seal.trainer.verl.cpu.shm import remove_new_segments, segments
 from seal.trainer.verl.plugin import check_registrations
-from seal.trainer.verl.preflight import PreflightFailed, blockers, render, run_preflight
-from seal.trainer.verl.ray_init import start_ray, worker_env
+from seal.trainer.verl.preflight import run_preflight
+from seal.trainer.verl.ray_init import joins_cluster, start_ray, worker_env
 
 
 def prepare(cfg, env_url: str, run_dir: Path):
-    """The validated verl config, saved as verl_config.yaml; Ray started or joined."""
+    """The validated verl config, saved as verl_config.yaml."""
     if cfg.verl.device == "cpu" and cfg.trainer.model.path == TINY:
         save_tiny_qwen2(cfg.trainer.model, tiny_model_dir(run_dir))
     attention = choose_attention(cfg.verl.device, flash_attn_version())
@@ -42,27 +43,28 @@ def prepare(cfg, env_url: str, run_dir: Path):
     OmegaConf.save(config, run_dir / "verl_config.yaml")
     print(f"[verl] resolved verl config: {run_dir / 'verl_config.yaml'}")
     check_registrations()  # verl swallows plugin import errors; fail here instead
-    start_ray(config, worker_env(cfg, run_dir))
     return config
 
 
-def preflight(cfg, config, run_dir: Path) -> None:
+def preflight(cfg, config, run_dir: Path, probe_env: dict[str, str] | None = None) -> None:
     """Print the preflight's table; raise PreflightFailed on a blocker."""
-    checks = run_preflight(cfg, config, run_dir)
+    checks = run_preflight(cfg, config, run_dir, probe_env=probe_env)
     print(render(checks))
-    found = blockers(checks)
-    if found:
-        raise PreflightFailed(
-            f"the preflight found {len(found)} blocker(s): {', '.join(c.name for c in found)} "
-            "(table above; verl.preflight=false skips the check)"
-        )
+    raise_on_blockers(checks, "verl.preflight=false skips the check")
     print(f"[verl] preflight passed: no blocker in {len(checks)} checks")
 
 
 def run_verl_preflight(cfg, env_url: str, run: Run | Path, split_file: Path) -> None:
-    """`launcher.py --preflight`: the checks only; raises on a blocker (exit 1)."""
+    """`launcher.py --preflight`: the checks only; raises on a blocker (exit 1). Joining a
+    cluster, every node is probed through Ray; on one node, where the run would start its
+    own Ray, this process probes the node with the environment the run's workers get (no
+    Ray to start and stop: seconds less)."""
     run_dir = Path(run)
     config = prepare(cfg, env_url, run_dir)
+    if not joins_cluster(config):
+        preflight(cfg, config, run_dir, probe_env=worker_env(cfg, run_dir))
+        return
+    start_ray(config, worker_env(cfg, run_dir))
     try:
         preflight(cfg, config, run_dir)
     finally:
@@ -74,6 +76,7 @@ def run_verl_training(cfg, env_url: str, run: Run | Path, split_file: Path) -> N
     processes write into the directory)."""
     run_dir = Path(run)
     config = prepare(cfg, env_url, run_dir)
+    start_ray(config, worker_env(cfg, run_dir))
     shm_before = segments()
     try:
         if cfg.verl.preflight:

@@ -1,21 +1,26 @@
 """What a verl run's preflight learns from the cluster: one Ray task on every node reports
-what that node's workers see (GPUs and driver, the environment service with the token the
-worker got, the tracking variables, the run directory), and the free disk where the
-checkpoints go. preflight.py turns these facts into checks; its tests build them by hand.
-"""
+what that node's workers see (GPUs and driver, the model's files, the environment service
+with the token the worker got, the tracking variables, the run directory), and the free
+disk where the checkpoints go. preflight.py turns these facts into checks; its tests build
+them by hand. Nothing here touches the network but the request to the service: a model
+is looked for on the node's disk only (a hub that cannot be reached costs minutes of
+retries, and a run must not start downloading 15 GB on each node)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-OK = "ok"
+from seal.trainer.checks import OK
+
 PROBE_TIMEOUT_S = 120.0
 """A node whose probe has not answered by then is reported as failed."""
 
@@ -43,6 +48,8 @@ class NodeFacts:
     """WANDB_MODE as the node's workers have it, and whether WANDB_API_KEY is set."""
     sees_run_dir: bool = True
     """Whether the node read the launcher's fresh file in the run directory."""
+    model: str = OK
+    """OK, or why the model's files are not complete on the node's disk (`local_model_dir`)."""
     error: str = ""
     """Why the probe itself failed on the node (then the other fields are unknown)."""
 
@@ -63,12 +70,59 @@ def nvidia_gpus() -> list[Gpu]:
     return gpus
 
 
-def probe_node(env_url: str, marker: str, nonce: str) -> dict:
-    """Run on one node by a Ray task: what that node's workers see."""
+class ModelNotLocal(LookupError):
+    """The model's files are not (all) on this node's disk; the message says what is missing."""
+
+
+def local_model_dir(path: str) -> Path:
+    """The folder holding the model `path` (a folder, or a Hugging Face name looked up in this
+    node's cache, $HF_HOME), with its config and every weight file its index lists; never
+    downloads. Raises ModelNotLocal saying what is missing."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    folder = Path(path)
+    if not folder.is_dir():
+        if folder.is_absolute() or path.startswith("."):
+            raise ModelNotLocal(f"{path} is not a folder on this node")
+        try:
+            folder = Path(snapshot_download(path, local_files_only=True))
+        except (LocalEntryNotFoundError, ValueError) as error:
+            raise ModelNotLocal(
+                f"{path} is not in this node's Hugging Face cache ({constants.HF_HUB_CACHE}): "
+                f"{type(error).__name__}"
+            ) from error
+    missing = [name for name in ("config.json",) if not (folder / name).is_file()]
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        missing += [shard for shard in shards if not (folder / shard).is_file()]
+    elif not any(folder.glob("*.safetensors")) and not any(folder.glob("pytorch_model*.bin")):
+        missing.append("weights (*.safetensors)")
+    if missing:
+        raise ModelNotLocal(f"{folder} lacks {', '.join(missing)}")
+    return folder
+
+
+def model_presence(path: str) -> str:
+    """OK, or why the model is not complete on this node (ModelNotLocal's message)."""
+    try:
+        local_model_dir(path)
+    except ModelNotLocal as error:
+        return str(error)
+    return OK
+
+
+def probe_node(
+    env_url: str, marker: str, nonce: str, model_path: str, env: dict[str, str] | None = None
+) -> dict:
+    """Run on one node by a Ray task: what that node's workers see (`env`: variables the
+    workers would have on top of this process's, for a probe run outside Ray)."""
     from seal.http import HttpError, RetryPolicy, request_once
     from seal.rollout.env_client import TOKEN_ENV, auth_headers
 
-    token = os.environ.get(TOKEN_ENV)
+    environ = {**os.environ, **(env or {})}
+    token = environ.get(TOKEN_ENV)
     if not token:
         service = f"${TOKEN_ENV} is not set in the worker"
     else:
@@ -90,10 +144,11 @@ def probe_node(env_url: str, marker: str, nonce: str) -> dict:
         "gpus": [vars(g) for g in nvidia_gpus()],
         "service": service,
         "env": {
-            "WANDB_MODE": os.environ.get("WANDB_MODE"),
-            "WANDB_API_KEY": "set" if os.environ.get("WANDB_API_KEY") else None,
+            "WANDB_MODE": environ.get("WANDB_MODE"),
+            "WANDB_API_KEY": "set" if environ.get("WANDB_API_KEY") else None,
         },
         "sees_run_dir": sees,
+        "model": model_presence(model_path),
         "python": sys.executable,
     }
 
@@ -104,22 +159,43 @@ def _node_ip() -> str:
     return ray.util.get_node_ip_address()
 
 
-def gather_node_facts(env_url: str, run_dir: Path) -> list[NodeFacts]:
+def _facts(seen: dict, cpus: float) -> NodeFacts:
+    return NodeFacts(
+        node=seen["node"],
+        cpus=cpus,
+        gpus=[Gpu(**g) for g in seen["gpus"]],
+        service=seen["service"],
+        env=seen["env"],
+        sees_run_dir=seen["sees_run_dir"],
+        model=seen["model"],
+    )
+
+
+@contextmanager
+def _marker(run_dir: Path):
+    """A fresh file in the run directory and its content, removed after."""
+    marker = Path(run_dir).absolute() / f".preflight_{uuid.uuid4().hex}"
+    nonce = uuid.uuid4().hex
+    marker.write_text(nonce)
+    try:
+        yield str(marker), nonce
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+def gather_node_facts(env_url: str, run_dir: Path, model_path: str) -> list[NodeFacts]:
     """One probe task on every alive node of the running Ray (num_cpus=0: it runs even on a
     node whose CPUs are all reserved)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    marker = Path(run_dir).absolute() / f".preflight_{uuid.uuid4().hex}"
-    nonce = uuid.uuid4().hex
-    marker.write_text(nonce)
     probe = ray.remote(num_cpus=0)(probe_node)
-    try:
+    with _marker(run_dir) as (marker, nonce):
         nodes = [n for n in ray.nodes() if n["Alive"]]
         tasks = [
             probe.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-            ).remote(env_url, str(marker), nonce)
+            ).remote(env_url, marker, nonce, model_path)
             for n in nodes
         ]
         facts = []
@@ -130,19 +206,18 @@ def gather_node_facts(env_url: str, run_dir: Path) -> list[NodeFacts]:
             except Exception as error:  # noqa: BLE001 - a probe that fails is the finding
                 facts.append(NodeFacts(node["NodeManagerAddress"], cpus, error=first_line(error)))
                 continue
-            facts.append(
-                NodeFacts(
-                    node=seen["node"],
-                    cpus=cpus,
-                    gpus=[Gpu(**g) for g in seen["gpus"]],
-                    service=seen["service"],
-                    env=seen["env"],
-                    sees_run_dir=seen["sees_run_dir"],
-                )
-            )
+            facts.append(_facts(seen, cpus))
         return facts
-    finally:
-        marker.unlink(missing_ok=True)
+
+
+def this_node_facts(
+    env_url: str, run_dir: Path, model_path: str, env: dict[str, str], cpus: float
+) -> list[NodeFacts]:
+    """The probe run in this process, on the one node of a run that starts its own Ray:
+    `env` is what Ray's runtime environment would give its workers (ray_init.worker_env),
+    `cpus` the CPUs that Ray would get."""
+    with _marker(run_dir) as (marker, nonce):
+        return [_facts(probe_node(env_url, marker, nonce, model_path, env), cpus)]
 
 
 def first_line(error: BaseException) -> str:

@@ -8,107 +8,79 @@ minutes of worker start-up (or after gigabytes of downloads, or hours into train
 |---|---|
 | GPUs | GPUs each node shows (nvidia-smi) vs `verl.n_gpus_per_node` on `verl.nnodes` nodes |
 | driver | the NVIDIA driver on every node vs 580 (CUDA 13: torch 2.11, vLLM 0.24) |
-| memory: training / rollout / KV cache | a per-GPU estimate for the model and config (below) vs each GPU's memory |
+| memory: training / rollout / KV cache | a per-GPU estimate for the model and config (below) vs a share of each GPU's memory, with the margin |
 | disk | the checkpoints the retention policy keeps vs the free space where they go |
-| model and chat template | the model's config and tokenizer load; its chat template closes an assistant turn with the tool format's end-of-turn token, which is one token |
+| model files | the model's config and every weight file on every node's disk (never downloaded here) |
+| model and chat template | the model's config and tokenizer load from this node's disk; its chat template closes an assistant turn with the tool format's end-of-turn token, which is one token |
 | Ray CPUs | what verl reserves (config.py: 3 per GPU, TransferQueue) vs the cluster's CPUs |
 | service from workers | a Ray task on every node reaches the environment service with the token it got |
 | shared filesystem | every node reads a file the launcher just wrote in the run directory |
 | tracking | every node's WANDB_MODE (and key, online) is the run's |
 
 Each check is a small function of facts (`NodeFacts`, `ModelShape`, byte counts), so the
-tests inject a node with an old driver, a full disk or no token; node_facts.py gets the
-facts with one Ray task per node (the same Ray, and so the same runtime environment, the run
-uses: seal/trainer/verl/ray_init.py).
+tests inject a node with an old driver, a full disk, no model or no token; node_facts.py
+gets the facts with one Ray task per node (the same Ray, and so the same runtime
+environment, the run uses: seal/trainer/verl/ray_init.py); `launcher.py --preflight` on one
+node, where the run would start its own Ray, probes in its own process with the environment
+that Ray would give the workers. No check touches the network but the service's: a hub that
+cannot be reached made the model's config load retry for minutes.
 
-The memory estimate (bf16 compute, fp32 master weights, AdamW; an estimate to catch what
-cannot fit, not a measurement): training keeps 16 bytes per parameter (weights, gradients,
-two Adam moments) sharded over all GPUs, less what is offloaded, plus the logits of one
-micro-batch (4 bytes per token per vocabulary entry) and the activations (with gradient
-checkpointing, each layer's input; without, ~10 tensors per layer); the rollout phase keeps
-the actor's weights and optimizer on the GPU (12 bytes per parameter, sharded) while vLLM
-takes `gpu_memory_utilization` of the GPU for its weights (2 bytes per parameter / TP), a
-fixed overhead and the KV cache, whose capacity in tokens is compared with one episode at the
-context limit (vLLM refuses to start below that) and with the episodes one replica serves
-at once (below that, it queues them).
+The memory estimate (bf16 compute, fp32 master weights, AdamW; seal/trainer/memory.py for
+the shared terms, docs/gpu.md for their sources; an estimate to catch what cannot fit, not
+a measurement): training keeps 16 bytes per parameter (weights, gradients, two Adam
+moments) sharded over all GPUs, less what is offloaded, plus the logits of one micro-batch
+(4 bytes per token per vocabulary entry), the activations (with gradient checkpointing,
+each layer's input; without, ~10 tensors per layer), FSDP's root unit gathered whole (the
+embeddings and output layer, bf16 weights and gradients), with sdpa the micro-batch's
+attention mask, two CUDA contexts (the FSDP worker, vLLM asleep) and NCCL's buffers; it is
+held against 90% of the card. The rollout phase keeps the actor's weights and optimizer on
+the GPU (12 bytes per parameter, sharded), the worker's CUDA context and NCCL buffers,
+while vLLM takes `gpu_memory_utilization` of the GPU for its weights (2 bytes per parameter
+/ TP), a fixed overhead and the KV cache, held against 95% of the card (fixed pools); the
+row names the largest utilization that fits. The KV cache's capacity in tokens is compared
+with one episode at the context limit (vLLM refuses to start below that) and with the
+episodes one replica serves at once (below that, it queues them).
 """
 
 from __future__ import annotations
 
 import math
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from seal.trainer.checks import (
+    BLOCKER,
+    OK,
+    SKIP,
+    WARN,
+    Check,
+)
+from seal.trainer.memory import (
+    CUDA_CONTEXT_GIB,
+    DYNAMIC_HEADROOM,
+    GIB,
+    NCCL_GIB,
+    POOL_HEADROOM,
+    MemoryNeed,
+    ModelShape,
+    activation_bytes,
+)
 from seal.trainer.verl.config import CPUS_PER_GPU, reserved_cpus
 from seal.trainer.verl.node_facts import (
-    OK,
+    ModelNotLocal,
     NodeFacts,
     first_line,
     free_bytes,
     gather_node_facts,
+    local_model_dir,
+    this_node_facts,
 )
 
-WARN, BLOCKER, SKIP = "warn", "BLOCKER", "skip"
 MIN_DRIVER = 580
 """CUDA 13.0's minimum Linux driver (install.sh checks it too)."""
-GIB = 1024**3
 VLLM_OVERHEAD_GIB = 2.5
-"""vLLM's non-KV memory besides the weights (profiling activations, CUDA graphs)."""
-TRAINING_HEADROOM = 0.95
-"""Share of a GPU's memory the training phase may fill (allocator fragmentation, CUDA context)."""
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What the memory estimate needs from a model's Hugging Face config."""
-
-    params: int
-    layers: int
-    hidden: int
-    intermediate: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    max_positions: int
-
-    @classmethod
-    def from_hf_config(cls, c) -> ModelShape:
-        c = getattr(c, "text_config", None) or c
-        heads = c.num_attention_heads
-        kv_heads = getattr(c, "num_key_value_heads", None) or heads
-        head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
-        h, inter, layers, vocab = (
-            c.hidden_size,
-            c.intermediate_size,
-            c.num_hidden_layers,
-            c.vocab_size,
-        )
-        attention = h * heads * head_dim * 2 + h * kv_heads * head_dim * 2
-        per_layer = attention + 3 * h * inter + 2 * h
-        embeddings = vocab * h * (1 if getattr(c, "tie_word_embeddings", False) else 2)
-        return cls(
-            params=embeddings + layers * per_layer + h,
-            layers=layers,
-            hidden=h,
-            intermediate=inter,
-            kv_heads=kv_heads,
-            head_dim=head_dim,
-            vocab=vocab,
-            max_positions=getattr(c, "max_position_embeddings", 0) or 0,
-        )
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """Keys and values of every layer in bf16."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * 2
+"""vLLM's non-KV memory besides the weights, inside its share (its CUDA context, profiling
+activations, CUDA graphs)."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +102,8 @@ class RunShape:
     storage_units: int
     rollout_replicas: int
     """Standalone rollout replicas (their own CPU bundles): the CPU test backend's one."""
+    remove_padding: bool = True
+    """verl's use_remove_padding (flash-attn); off (sdpa), a micro-batch is padded and masked."""
 
     @classmethod
     def from_config(cls, config) -> RunShape:
@@ -155,6 +129,7 @@ class RunShape:
             optimizer_offload=actor.fsdp_config.optimizer_offload,
             storage_units=config.transfer_queue.backend.SimpleStorage.num_data_storage_units,
             rollout_replicas=0 if tr.device != "cpu" else 1,
+            remove_padding=arr.model.use_remove_padding,
         )
 
     @property
@@ -198,31 +173,58 @@ def check_driver(nodes: list[NodeFacts], run: RunShape) -> Check:
     return Check(name, OK, ", ".join(f"{node}: {d}" for node, d in drivers.items()))
 
 
-def memory_estimate(model: ModelShape, run: RunShape, gpu_gib: float) -> dict[str, float]:
-    """GiB per GPU of the training and rollout phases, and the KV cache's capacity in tokens
-    (see the module docstring for the model)."""
+def memory_estimate(model: ModelShape, run: RunShape, gpu_gib: float) -> dict:
+    """Per GPU: the training and rollout phases (MemoryNeed), the KV cache's capacity in
+    tokens, and the largest gpu_memory_utilization whose rollout phase fits (see the module
+    docstring for the model)."""
     p = model.params
     state = (
         4 * (not run.param_offload) + 4 + 8 * (not run.optimizer_offload)
     )  # weights, grads, Adam
     resident = 4 * (not run.param_offload) + 8 * (not run.optimizer_offload)  # between steps
-    logits = max(run.update_tokens, run.logprob_tokens) * model.vocab * 4
-    per_layer = 2 * model.hidden * 2  # bf16 input of each layer, kept for the recompute
-    layer_full = (20 * model.hidden + 4 * model.intermediate) * 2
-    activations = run.update_tokens * (
-        model.layers * per_layer + layer_full
-        if run.gradient_checkpointing
-        else model.layers * layer_full
-    )
+    tokens = max(run.update_tokens, run.logprob_tokens)
+    logits = tokens * model.vocab * 4
+    activations = activation_bytes(model, run.update_tokens, run.gradient_checkpointing)
+    root = model.outer_params * (2 + 2)  # gathered whole: bf16 weights and gradients
+    # sdpa with padding: the micro-batch's 4D mask, boolean and as the bf16 bias it becomes.
+    mask = 0 if run.remove_padding else 3 * tokens**2
+    contexts = 2 * CUDA_CONTEXT_GIB * GIB  # the FSDP worker and vLLM asleep
+    training = state * p / run.n_gpus + logits + activations + root + mask + contexts
+    training += NCCL_GIB * GIB
+    sharded = f"{state} bytes per parameter over {run.n_gpus} GPUs"
+    padding = "" if run.remove_padding else f", sdpa's mask ({mask / GIB:.1f})"
     weights_vllm = 2 * p / run.tensor_parallel
     vllm = run.gpu_memory_utilization * gpu_gib * GIB
-    kv = vllm - weights_vllm - VLLM_OVERHEAD_GIB * GIB
+    worker = resident * p / run.n_gpus + (CUDA_CONTEXT_GIB + NCCL_GIB) * GIB
+    largest = (POOL_HEADROOM * gpu_gib * GIB - worker) / (gpu_gib * GIB)
     return {
-        "training_gib": (state * p / run.n_gpus + logits + activations) / GIB,
-        "rollout_gib": (resident * p / run.n_gpus + vllm) / GIB,
+        "training": MemoryNeed(
+            training / GIB,
+            gpu_gib,
+            DYNAMIC_HEADROOM,
+            f"{sharded} ({state * p / run.n_gpus / GIB:.1f}), logits ({logits / GIB:.1f}) and "
+            f"activations ({activations / GIB:.1f}) of {tokens} tokens, FSDP's root unit "
+            f"whole ({root / GIB:.1f}){padding}, 2 CUDA contexts and NCCL "
+            f"({(contexts / GIB) + NCCL_GIB:.1f})",
+        ),
+        "rollout": MemoryNeed(
+            (worker + vllm) / GIB,
+            gpu_gib,
+            POOL_HEADROOM,
+            f"the actor's weights and optimizer ({resident * p / run.n_gpus / GIB:.1f}), its "
+            f"CUDA context and NCCL ({CUDA_CONTEXT_GIB + NCCL_GIB:.1f}) beside vLLM's "
+            f"{run.gpu_memory_utilization:.0%} ({vllm / GIB:.1f})",
+        ),
         "vllm_weights_gib": weights_vllm / GIB,
-        "kv_tokens": max(0.0, kv / model.kv_bytes_per_token),
+        "kv_tokens": kv_tokens_at(model, run, gpu_gib, run.gpu_memory_utilization),
+        "largest_utilization": math.floor(largest * 100) / 100,
     }
+
+
+def kv_tokens_at(model: ModelShape, run: RunShape, gpu_gib: float, utilization: float) -> float:
+    """The KV cache's capacity in tokens with vLLM at `utilization` of the card."""
+    kv = utilization * gpu_gib * GIB - 2 * model.params / run.tensor_parallel
+    return max(0.0, (kv - VLLM_OVERHEAD_GIB * GIB) / model.kv_bytes_per_token())
 
 
 def check_memory(model: ModelShape | None, nodes: list[NodeFacts], run: RunShape) -> list[Check]:
@@ -235,35 +237,35 @@ def check_memory(model: ModelShape | None, nodes: list[NodeFacts], run: RunShape
         return [Check(n, SKIP, why) for n in names]
     gib = min(g.memory_gib for g in gpus)
     e = memory_estimate(model, run, gib)
-    rows = []
-    status = OK if e["training_gib"] <= TRAINING_HEADROOM * gib else BLOCKER
-    rows.append(
+    training, rollout = e["training"], e["rollout"]
+    rows = [
         Check(
             names[0],
-            status,
-            f"~{e['training_gib']:.1f} of {gib:.1f} GiB per GPU ({model.params / 1e9:.2f}B "
-            f"parameters over {run.n_gpus} GPUs, micro-batches of {run.update_tokens}/"
-            f"{run.logprob_tokens} tokens, gradient checkpointing "
-            f"{'on' if run.gradient_checkpointing else 'off'})",
+            OK if training.fits else BLOCKER,
+            f"{training.describe()}; {model.params / 1e9:.2f}B parameters, gradient "
+            f"checkpointing {'on' if run.gradient_checkpointing else 'off'}"
+            + ("" if training.fits else " (offload, more GPUs, or smaller token budgets)"),
         )
-    )
-    status = OK if e["rollout_gib"] <= gib else BLOCKER
-    rows.append(
-        Check(
-            names[1],
-            status,
-            f"~{e['rollout_gib']:.1f} of {gib:.1f} GiB per GPU: the actor's weights and "
-            f"optimizer beside vLLM's {run.gpu_memory_utilization:.0%} "
-            "(lower verl.gpu_memory_utilization or offload if over)",
+    ]
+    largest = e["largest_utilization"]
+    fits_at = kv_tokens_at(model, run, gib, largest) >= run.max_model_len and largest > 0
+    if rollout.fits:
+        advice = f"largest verl.gpu_memory_utilization that fits: {largest:.2f}"
+    elif fits_at:
+        advice = (
+            f"verl.gpu_memory_utilization={largest:.2f} fits (KV cache ~"
+            f"{kv_tokens_at(model, run, gib, largest) / 1000:.0f}k tokens)"
         )
-    )
+    else:
+        advice = "no gpu_memory_utilization fits with one episode's KV cache: offload or more GPUs"
+    rows.append(Check(names[1], OK if rollout.fits else BLOCKER, f"{rollout.describe()}; {advice}"))
     per_replica = math.ceil(run.episodes_per_step / max(1, run.n_gpus // run.tensor_parallel))
     wanted = per_replica * run.max_model_len
     tokens = e["kv_tokens"]
     detail = (
         f"~{tokens / 1000:.0f}k tokens per replica after {e['vllm_weights_gib']:.1f} GiB of "
-        f"weights; one episode takes up to {run.max_model_len} (max_model_len), "
-        f"{per_replica} run at once per replica"
+        f"weights: {tokens / run.max_model_len:.1f} episodes of max_model_len "
+        f"{run.max_model_len}, {per_replica} run at once per replica"
     )
     if tokens < run.max_model_len:
         rows.append(
@@ -439,38 +441,65 @@ def check_probes(nodes: list[NodeFacts]) -> Check | None:
 # --- the whole preflight ----------------------------------------------------------------------
 
 
+def check_model_files(nodes: list[NodeFacts], path: str) -> Check:
+    name = "model files"
+    missing = {n.node: n.model for n in nodes if n.model != OK}
+    if missing:
+        return Check(
+            name,
+            BLOCKER,
+            "; ".join(f"{node}: {why}" for node, why in missing.items())
+            + f". Every node loads the weights from its own disk: download them first "
+            f"(`.venv/bin/hf download {path}` on every node, or once with HF_HOME on the shared "
+            "filesystem; docs/gpu.md)",
+        )
+    return Check(name, OK, f"{path}: config and weights on {len(nodes)} node(s)")
+
+
 def model_checks(config, tool_format) -> tuple[ModelShape | None, Check]:
-    """Load the model's config and tokenizer from the path verl gets, and check the tool
-    format against the tokenizer's chat template."""
+    """Load the model's config and tokenizer from this node's disk (never the network), and
+    check the tool format against the tokenizer's chat template."""
     from transformers import AutoConfig, AutoTokenizer
 
     model = config.actor_rollout_ref.model
-    path = model.get("tokenizer_path") or model.path
+    name = "model and chat template"
     try:
-        hf_config = AutoConfig.from_pretrained(
-            model.path, trust_remote_code=model.trust_remote_code
-        )
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model.trust_remote_code)
+        folder = local_model_dir(model.path)
+        tokenizer_path = model.get("tokenizer_path")
+        tokenizer_folder = local_model_dir(tokenizer_path) if tokenizer_path else folder
+        remote = model.trust_remote_code
+        hf_config = AutoConfig.from_pretrained(folder, trust_remote_code=remote)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder, trust_remote_code=remote)
+    except ModelNotLocal as error:
+        return None, Check(name, BLOCKER, f"not on this node: {error}")
     except Exception as error:  # noqa: BLE001 - any load failure is the finding
-        return None, Check(
-            "model and chat template", BLOCKER, f"{model.path} does not load: {first_line(error)}"
-        )
+        return None, Check(name, BLOCKER, f"{model.path} does not load: {first_line(error)}")
     return ModelShape.from_hf_config(hf_config), check_chat_template(tokenizer, tool_format)
 
 
-def run_preflight(run_cfg, config, run_dir: Path) -> list[Check]:
-    """Every check of the module docstring, against the running Ray (ray_init.start_ray)."""
+def run_preflight(
+    run_cfg, config, run_dir: Path, probe_env: dict[str, str] | None = None
+) -> list[Check]:
+    """Every check of the module docstring, against the running Ray (ray_init.start_ray);
+    with `probe_env` (the workers' environment), on this node alone, probed in this process
+    (a one-node run's preflight before its Ray starts)."""
     from omegaconf import OmegaConf
 
     t = OmegaConf.to_object(run_cfg.trainer)
     run = RunShape.from_config(config)
-    all_nodes = gather_node_facts(config.seal.env_url, run_dir)
+    model_path = config.actor_rollout_ref.model.path
+    if probe_env is None:
+        all_nodes = gather_node_facts(config.seal.env_url, run_dir, model_path)
+    else:
+        cpus = config.ray_kwargs.ray_init.num_cpus
+        all_nodes = this_node_facts(config.seal.env_url, run_dir, model_path, probe_env, cpus)
     nodes = [n for n in all_nodes if not n.error]  # what the probes saw
     shape, template = model_checks(config, t.model.resolved_tool_format())
     seen = [
         check_gpus(nodes, run),
         check_driver(nodes, run),
         *check_memory(shape, nodes, run),
+        check_model_files(nodes, model_path),
         check_service(nodes, config.seal.env_url),
         check_shared_fs(nodes, Path(run_dir).absolute()),
         check_tracking(nodes, t.logging.wandb),
@@ -489,28 +518,3 @@ def run_preflight(run_cfg, config, run_dir: Path) -> list[Check]:
         others.insert(0, check_disk(free, kept * size, where, kept))
     probes = check_probes(all_nodes)
     return ([probes] if probes else []) + seen + others
-
-
-def render(checks: list[Check]) -> str:
-    """The table, as rich draws it (plain text when the output is not a terminal)."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="preflight", show_lines=False)
-    for column in ("check", "status", "detail"):
-        table.add_column(column, overflow="fold")
-    colours = {OK: "green", WARN: "yellow", BLOCKER: "bold red", SKIP: "dim"}
-    for c in checks:
-        table.add_row(c.name, f"[{colours[c.status]}]{c.status}[/]", c.detail)
-    console = Console(width=max(120, shutil.get_terminal_size().columns), record=True)
-    with console.capture() as capture:
-        console.print(table)
-    return capture.get()
-
-
-def blockers(checks: list[Check]) -> list[Check]:
-    return [c for c in checks if c.status == BLOCKER]
-
-
-class PreflightFailed(RuntimeError):
-    """A preflight check found a blocker: the run would fail."""

@@ -1,0 +1,108 @@
+"""The local trainer's preflight: do the model and the `trainer` section fit the one GPU it
+trains on? Checked before any weight loads (LocalTrainer, on a CUDA device) and by
+`launcher.py --preflight` for a `local` job, from the model's config alone (memory.py's
+estimate). A refusal names what would fit: a model of at most so many parameters of this
+shape, or verl on one GPU with its parameters and optimizer offloaded to the CPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from seal.trainer.checks import BLOCKER, OK, SKIP, WARN, Check, raise_on_blockers, render
+from seal.trainer.memory import (
+    CUDA_CONTEXT_GIB,
+    GIB,
+    LocalShape,
+    ModelShape,
+    largest_local_model,
+    local_trainer_memory,
+)
+
+VERL_ON_ONE_GPU = (
+    "-- job=verl verl.n_gpus_per_node=1 verl.param_offload=true verl.optimizer_offload=true"
+)
+NAMES = ("memory: local update", "memory: local rollout")
+
+
+def check_local_memory(model: ModelShape, run: LocalShape, card_gib: float) -> list[Check]:
+    """The update's and the rollout's estimates against one card of `card_gib`."""
+    update, rollout = local_trainer_memory(model, run, card_gib)
+    rows = []
+    if update.fits:
+        rows.append(Check(NAMES[0], OK, update.describe()))
+    else:
+        largest = largest_local_model(model, run, card_gib)
+        rows.append(
+            Check(
+                NAMES[0],
+                BLOCKER,
+                f"{update.describe()}. Fits: a model of up to ~{largest:.1f}B parameters of "
+                f"this shape, or verl on this one GPU with offload ({VERL_ON_ONE_GPU})",
+            )
+        )
+    if rollout.fits:
+        rows.append(Check(NAMES[1], OK, rollout.describe()))
+    else:
+        kv_each = run.context_tokens * model.kv_bytes_per_token(run.compute_bytes)
+        room = rollout.limit_gib * GIB - model.params * run.weight_bytes()
+        batch = int((room - CUDA_CONTEXT_GIB * GIB) // kv_each)
+        status = WARN if batch >= 1 else BLOCKER
+        fix = (
+            f"at most {batch} generations at the context limit fit: "
+            f"trainer.rollout.max_batch_size={batch}"
+            if batch >= 1
+            else "not one generation at the context limit fits"
+        )
+        rows.append(Check(NAMES[1], status, f"{rollout.describe()}; {fix}"))
+    if model.max_positions and run.context_tokens > model.max_positions:
+        rows.append(
+            Check(
+                "context",
+                BLOCKER,
+                f"trainer.limits.max_context_tokens {run.context_tokens} exceeds the model's "
+                f"max_position_embeddings {model.max_positions}",
+            )
+        )
+    return rows
+
+
+def cuda_card(device) -> tuple[str, float]:
+    """The name and memory (GiB) of the CUDA device `device`."""
+    import torch
+
+    properties = torch.cuda.get_device_properties(device)
+    return properties.name, properties.total_memory / GIB
+
+
+def local_checks(t) -> list[Check]:
+    """The checks for the `trainer` section `t` on the device it resolves to (no GPU: the
+    rows say so)."""
+    from seal.trainer.model import model_config, resolve_device
+
+    device = resolve_device(t.model.device)
+    if device.type != "cuda":
+        return [Check(name, SKIP, f"device {device}: no GPU memory to check") for name in NAMES]
+    name, card = cuda_card(device)
+    shape = ModelShape.from_hf_config(model_config(t.model))
+    rows = [Check("GPU", OK, f"{device}: {name}, {card:.1f} GiB")]
+    return rows + check_local_memory(shape, LocalShape.from_trainer(t), card)
+
+
+def refuse_if_it_cannot_fit(t) -> None:
+    """Before the local trainer loads a model onto a GPU: the table and PreflightFailed on
+    a blocker; nothing on the CPU."""
+    checks = local_checks(t)
+    if any(c.status == BLOCKER for c in checks):
+        print(render(checks))
+    raise_on_blockers(checks, "estimates: seal/trainer/memory.py")
+
+
+def run_local_preflight(cfg, env_url: str, run, split_file: Path) -> None:
+    """`launcher.py --preflight` for a `local` job: the table; raises on a blocker."""
+    from omegaconf import OmegaConf
+
+    checks = local_checks(OmegaConf.to_object(cfg.trainer))
+    print(render(checks))
+    raise_on_blockers(checks, "estimates: seal/trainer/memory.py")
+    print(f"[local] preflight passed: no blocker in {len(checks)} checks")

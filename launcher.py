@@ -180,7 +180,7 @@ def attempt_record(args: argparse.Namespace, cfg, accepted: list) -> dict:
     the environment): the command as given and the seeds every sampling uses."""
     t = cfg.trainer
     seeds = {"trainer.rollout.seed": t.rollout.seed, "trainer.data.seed": t.data.seed}
-    if t.model.path == "tiny-qwen2":
+    if t.model.path in ("tiny-qwen2", "tiny-qwen3.5"):
         seeds["trainer.model.tiny.seed"] = t.model.tiny.seed
     if cfg.job == "replay":
         seeds = {"replay.seed": cfg.replay.seed}

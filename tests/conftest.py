@@ -35,7 +35,7 @@ from fastapi.testclient import TestClient
 
 from env_service.app import create_app
 from env_service.engine import EnvEngine, ServiceConfig
-from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
+from seal.bfcl.ground_truth import END_OF_TURN_TEXT, assistant_messages, ground_truth_trajectory
 from seal.bfcl.tasks import load_task
 from seal.formats.base import ToolFormat
 from seal.formats.registry import PAPER_QWEN, get_format
@@ -255,13 +255,41 @@ def service_process():
 def gt_turns(task_id: str, tool_format: ToolFormat | None = None) -> list[list[str]]:
     """Per turn, the assistant texts of the ground-truth policy of `task_id`, its calls
     written as `tool_format` writes them (Qwen2.5's Hermes format by default)."""
-    call_text = (tool_format or get_format(PAPER_QWEN)).call_text
-    return assistant_messages(ground_truth_trajectory(load_task(task_id)), call_text)
+    fmt = tool_format or get_format(PAPER_QWEN)
+    trajectory = ground_truth_trajectory(load_task(task_id))
+    return assistant_messages(trajectory, fmt.call_text, fmt.answer_text(END_OF_TURN_TEXT))
 
 
 def gt_texts(task_id: str, tool_format: ToolFormat | None = None) -> list[str]:
     """The texts of `gt_turns`, all turns in order (one per generation)."""
     return [text for turn in gt_turns(task_id, tool_format) for text in turn]
+
+
+STRIP_RULE = "{%- if loop.index0 > ns.last_query_index %}"
+"""The line of Qwen3.5's template that keeps an assistant turn's think block only after
+the last user question."""
+
+
+def full_render(fmt: ToolFormat, conversation) -> str:
+    """`fmt`'s full render of `conversation`, what the driver's ids must equal. Qwen3.5's
+    template drops the think blocks of assistant turns before the last user question,
+    which an append-only driver keeps (docs/tool_formats.md, "Qwen3.5"): for its formats,
+    the template with that one rule off, every turn's block kept."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    from seal.formats import qwen35
+
+    if not isinstance(fmt, qwen35.Qwen35Template):
+        return fmt.render(conversation)
+    assert qwen35.template().count(STRIP_RULE) == 1
+    keeping = qwen35.template().replace(STRIP_RULE, "{%- if true %}")
+    rendered, _ = render_jinja_template(
+        [conversation.messages],
+        tools=conversation.functions or None,
+        chat_template=keeping,
+        add_generation_prompt=True,
+    )
+    return rendered[0]
 
 
 LLAMA_SPECIAL_TOKENS = [
@@ -277,7 +305,7 @@ def shipped_tokenizer(llama_tokens: bool = False):
     """A new copy of the shipped Qwen2.5 tokenizer (the tiny model's). With `llama_tokens`,
     plus Llama 3's special tokens, for the Llama-layout formats: exact for the Qwen models,
     a close proxy for Llama 3's tokenizer (the context budget needs their end-of-turn token
-    as one token)."""
+    as one token). Qwen3.5's stand-in: `qwen35_tokenizer`."""
     # Imported here: transformers takes seconds to import, and most tests never need it.
     from transformers import AutoTokenizer
 
@@ -298,6 +326,15 @@ def tokenizer():
 def llama_tokenizer():
     """`tokenizer` plus Llama 3's special tokens (another object), one for the session."""
     return shipped_tokenizer(llama_tokens=True)
+
+
+@pytest.fixture(scope="session")
+def qwen35_tokenizer():
+    """tiny-qwen3.5's tokenizer, Qwen3.5's stand-in (seal/trainer/model.py), one for the
+    session."""
+    from seal.trainer.model import qwen35_stand_in_tokenizer
+
+    return qwen35_stand_in_tokenizer()
 
 
 def tiny_qwen2_config(**overrides):

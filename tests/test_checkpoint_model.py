@@ -181,11 +181,11 @@ def test_a_verl_run_s_checkpoint_exports_or_names_verl_s_merge_command(tmp_path,
     weights names verl's own merge command."""
     from seal.runs.export import main as seal_export
     from seal.trainer.config import ModelSettings
-    from seal.trainer.model import save_tiny_qwen2
+    from seal.trainer.model import save_tiny_model
 
     run_dir = tmp_path / "verl_run"
     step2 = run_dir / "checkpoints/global_step_2/actor/huggingface"
-    save_tiny_qwen2(ModelSettings(path="tiny-qwen2"), step2)
+    save_tiny_model(ModelSettings(path="tiny-qwen2"), step2)
     best = run_dir / "checkpoints/best"
     shutil.copytree(run_dir / "checkpoints/global_step_2", best)
     (best / "seal_best.json").write_text(json.dumps({"step": 2, "metric": "m", "value": 0.5}))

@@ -52,10 +52,10 @@ TOKENIZER = shipped_tokenizer()  # the tiny model's
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     from seal.trainer.config import ModelSettings
-    from seal.trainer.model import build_tiny_qwen2
+    from seal.trainer.model import build_tiny_model
 
     path = tmp_path_factory.mktemp("tiny-qwen2")
-    model = build_tiny_qwen2(ModelSettings(path="tiny-qwen2"), TOKENIZER)
+    model = build_tiny_model(ModelSettings(path="tiny-qwen2"), TOKENIZER)
     model.save_pretrained(path)
     TOKENIZER.save_pretrained(path)
     return path

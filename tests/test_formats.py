@@ -52,12 +52,13 @@ async def play_in_process(engine, task_id, texts, fmt, settings=VALIDATE):
     """The texts through the native API's create and step handlers, parsed by `fmt`.
     Returns the creation reply, the observation after each step and the evaluation."""
     created = await api_native.create(engine, CreateEpisode(task_id=task_id, settings=settings))
-    observations, evaluation = [], None
+    observations, evaluation, tools = [], None, list(created.tools)
     for seq, text in enumerate(texts, start=1):
-        calls = [call_body(c) for c in fmt.parse(text)]
+        calls = [call_body(c) for c in fmt.parse(text, tools)]
         body = StepRequest(content=text, tool_calls=calls, seq=seq)
         result = await api_native.step(engine, created.episode_id, body)
         observations.append([m.model_dump() for m in result.messages])
+        tools += [doc for m in observations[-1] for doc in m.get("tools") or []]
         if result.terminated:
             evaluation = result.evaluation.model_dump()
             break
@@ -187,14 +188,15 @@ def test_every_ground_truth_round_trips_and_scores_799_of_800(engine, name):
     fmt = get_format(name)
     failed = []
     for task_id in task_ids():
-        trajectory = ground_truth_trajectory(load_task(task_id))
+        task = load_task(task_id)
+        docs = task.tools + [doc for docs in task.held_out.values() for doc in docs]
         texts = []
-        for turn in trajectory:
+        for turn in ground_truth_trajectory(task):
             for calls in turn:
                 texts.append(fmt.call_text(calls))
-                assert fmt.parse(texts[-1]) == calls, (task_id, texts[-1])
-            texts.append("Done.")
-        assert fmt.parse("Done.") == []
+                assert fmt.parse(texts[-1], docs) == calls, (task_id, texts[-1])
+            texts.append(fmt.answer_text("Done."))
+        assert fmt.parse(texts[-1], docs) == []
         _, _, evaluation = asyncio.run(play_in_process(engine, task_id, texts, fmt))
         if not evaluation["accuracy"]:
             failed.append(task_id)
@@ -206,6 +208,8 @@ def test_auto_picks_the_format_by_model_name():
     assert default_format("Qwen/Qwen2.5-7B-Instruct") == "bfcl_qwen_fc"  # the paper's prompt
     assert default_format("Qwen/Qwen2.5-3B-Instruct") == "bfcl_qwen_fc"
     assert default_format("tiny-qwen2") == "bfcl_qwen_fc"
+    assert default_format("Qwen/Qwen3.5-4B") == "bfcl_qwen_fc_qwen3.5"  # as the release runs it
+    assert default_format("tiny-qwen3.5") == "bfcl_qwen_fc_qwen3.5"
     assert default_format("Team-ACE/ToolACE-2-8B") == "bfcl_prompt"
     assert default_format("Qwen/Qwen3-4B-Instruct-2507") == "qwen3"  # its -FC entry
     assert default_format("meta-llama/Llama-3.1-8B-Instruct") == "llama3.1"

@@ -11,10 +11,11 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from conftest import gt_texts
+from conftest import full_render, gt_texts
 
 from seal.bfcl.tasks import load_task
 from seal.formats.base import Conversation
+from seal.formats.qwen35 import EMPTY_THINKING, Qwen35Template
 from seal.formats.registry import FORMATS, PAPER_QWEN, get_format
 from seal.rollout.driver import (
     EpisodeError,
@@ -41,8 +42,12 @@ LONG_TASK = "multi_turn_long_context_0"  # a grep answer of several hundred toke
 
 
 def tokenizer_for(name: str, request) -> object:
-    """The shared tokenizer fixture a format needs: `llama_tokenizer` for Llama's layout."""
-    uses_llama = get_format(name).end_of_turn == "<|eot_id|>"
+    """The shared tokenizer fixture a format needs: `llama_tokenizer` for Llama's layout,
+    `qwen35_tokenizer` for Qwen3.5's template."""
+    fmt = get_format(name)
+    if isinstance(fmt, Qwen35Template):
+        return request.getfixturevalue("qwen35_tokenizer")
+    uses_llama = fmt.end_of_turn == "<|eot_id|>"
     return request.getfixturevalue("llama_tokenizer" if uses_llama else "tokenizer")
 
 
@@ -96,7 +101,8 @@ def conversation_before(fmt, env: RecordingEnv, k: int) -> Conversation:
 
 
 def full_render_ids(tokenizer, fmt, env, k) -> list[int]:
-    return tokenizer.encode(fmt.render(conversation_before(fmt, env, k)), add_special_tokens=False)
+    conversation = conversation_before(fmt, env, k)
+    return tokenizer.encode(full_render(fmt, conversation), add_special_tokens=False)
 
 
 def generated_spans(generator: ScriptedGenerator, sample: EpisodeSample):
@@ -135,11 +141,15 @@ def test_every_prompt_the_model_saw_is_the_format_s_full_render(
 ):
     """Token in, token out in every format: each generation continued exactly the ids of
     a full render of the conversation so far in the format's own rendering (observation
-    tokens from the format; generated ids appended as returned, masked 1)."""
+    tokens from the format; generated ids appended as returned, masked 1). Qwen3.5's
+    texts reason in a line: an empty think block renders as one "\n\n" token where the
+    model wrote two "\n" (tests/test_formats_qwen35.py)."""
     fmt, base_url = get_format(name), live_service[0]
     tokenizer = tokenizer_for(name, request)
     end = turn_tokenizer(tokenizer, fmt).end_of_turn_id
     texts = gt_texts(task_id, fmt)
+    if isinstance(fmt, Qwen35Template):
+        texts = [t.replace(EMPTY_THINKING, "Next.\n" + EMPTY_THINKING[1:], 1) for t in texts]
     generator = ScriptedGenerator.from_texts(tokenizer, texts, end, record_prompts=True)
     sample, env = play(base_url, tokenizer, task_id, generator, tool_format=fmt)
 
@@ -359,6 +369,21 @@ MALFORMED = {
         '{"name": "format_disk", "parameters": {}}': "unknown_tool",
         '{"name": "cd", "parameters": {}}': "missing_argument",
         f'{{"name": "ls", "parameters": {{"a": __import__("pathlib").Path("{SENTINEL}").touch()}}}}': "parse",
+    },
+    "bfcl_qwen_fc_qwen3.5": {
+        **_QWEN_MALFORMED,
+        # Reasoning, then a call it never closes: the content after </think> is parsed.
+        'I will list.\n</think>\n\n<tool_call>\n{"name": "ls", "arguments": {}}': "parse",
+    },
+    "qwen3.5": {
+        "<tool_call>\n<function=ls>\n<parameter=a>\ntrue\n</parameter>\n</function>": "parse",
+        "<tool_call>\n<function=ls\n<parameter=a>\ntrue\n</parameter>\n</function>\n</tool_call>": (
+            "parse"  # a function header without its '>' (verl's parser used to crash on it)
+        ),
+        "<function=ls>\n</function>": "parse",  # no <tool_call> around it
+        '<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>': "parse",  # Qwen3's JSON
+        "<tool_call>\n<function=format_disk>\n</function>\n</tool_call>": "unknown_tool",
+        "\n</think>\n\n<tool_call>\n<function=cd>\n</function>\n</tool_call>": "missing_argument",
     },
     "bfcl_prompt": {
         "[ls(a=True]": "parse",

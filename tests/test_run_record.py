@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 import launcher  # noqa: E402
 from seal.trainer.config import ModelSettings  # noqa: E402
-from seal.trainer.model import build_tiny_qwen2, load_tokenizer  # noqa: E402
+from seal.trainer.model import build_tiny_model, load_tokenizer  # noqa: E402
 
 VANILLA = [
     "trainer.apatch.enable=false",
@@ -130,7 +130,7 @@ def check_base_model(run_dir, overrides):
 
     base = json.loads((attempt(run_dir) / "base_model.json").read_text())
     model = ModelSettings(path="tiny-qwen2")
-    expected = weights_sha256(build_tiny_qwen2(model, load_tokenizer(model)).state_dict())
+    expected = weights_sha256(build_tiny_model(model, load_tokenizer(model)).state_dict())
     assert base["path"] == "tiny-qwen2" and base["weights_sha256"] == expected
     assert base["settings"]["seed"] == 0 and base["settings"]["hidden_size"] == 64
 

@@ -19,7 +19,7 @@ from conftest import free_port
 pytest.importorskip("verl")
 
 from seal.trainer.config import ModelSettings  # noqa: E402
-from seal.trainer.model import save_tiny_qwen2  # noqa: E402
+from seal.trainer.model import save_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ def update(model_dir: Path, out: Path, *mode: str) -> dict:
 
 @pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-mean"])
 def test_dynamic_batching_gives_the_micro_batch_1_gradient(tmp_path, loss_agg_mode):
-    model_dir = save_tiny_qwen2(ModelSettings(path="tiny-qwen2"), tmp_path / "tiny")
+    model_dir = save_tiny_model(ModelSettings(path="tiny-qwen2"), tmp_path / "tiny")
     packed = update(model_dir, tmp_path / "dynamic.pt", "dynamic", loss_agg_mode, str(BUDGET))
     single = update(model_dir, tmp_path / "micro1.pt", "micro1", loss_agg_mode)
     assert len(single["losses"]) == 8 and 1 < len(packed["losses"]) < 8  # really packed

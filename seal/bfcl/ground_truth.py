@@ -54,12 +54,14 @@ def tool_call_text(calls: list[ToolCall]) -> str:
 
 
 def assistant_messages(
-    trajectory: Trajectory, call_text: Callable[[list[ToolCall]], str] = tool_call_text
+    trajectory: Trajectory,
+    call_text: Callable[[list[ToolCall]], str] = tool_call_text,
+    end_text: str = END_OF_TURN_TEXT,
 ) -> list[list[str]]:
     """Per turn, the assistant texts to send: one per step (the calls as `call_text`
     writes them, Qwen2.5 text by default; a tool format's `call_text` for another),
-    then a text that ends the turn."""
-    return [[call_text(step) for step in steps] + [END_OF_TURN_TEXT] for steps in trajectory]
+    then `end_text`, which answers and so ends the turn."""
+    return [[call_text(step) for step in steps] + [end_text] for steps in trajectory]
 
 
 def ground_truth_texts(

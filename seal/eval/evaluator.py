@@ -239,7 +239,7 @@ async def run_episode(
             # A cut reply is stepped all the same, as the driver steps a cut generation.
             cut += reply.finish_reason == "length"
             context = used + len(tokens.encode(reply.text))
-            step = await episode.step(reply.text, fmt.parse(reply.text))
+            step = await episode.step(reply.text, fmt.parse(reply.text, episode.tools))
             assistant = fmt.assistant_message(reply.text)
             if step.terminated:
                 transcript += [assistant, *fmt.observation(step.messages)]

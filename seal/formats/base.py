@@ -11,11 +11,13 @@ empty one carrying the revealed tools). A `ToolFormat` is the client's half:
 - `observation(messages)`: an observation as the family's chat messages;
 - `render(conversation)`: the prompt text through the generation prompt, special
   tokens written out (the tokenizer only maps text to ids);
-- `parse(text)`: the calls in one generated message (`ToolCall` or, for a call the
-  text attempts but gets wrong, `CallParseError`); an empty list means the message
-  answers, which ends the user turn;
-- `call_text(calls)`: the message the family writes for these calls (ground-truth
-  replay, tests).
+- `parse(text, tools)`: the calls in one generated message (`ToolCall` or, for a call
+  the text attempts but gets wrong, `CallParseError`); an empty list means the message
+  answers, which ends the user turn. `tools` are the docs shown so far (the creation's
+  and every reveal's: `env_client.Episode.tools`), for a format whose calls write values
+  as bare text (Qwen3.5's XML), whose types only the docs tell; the others ignore them;
+- `call_text(calls)`: the message the family writes for these calls, and
+  `answer_text(text)` the one that answers with `text` (ground-truth replay, tests).
 
 `observation_text` is what the episode driver appends after a closed assistant turn.
 It is cut out of a render of a small probe conversation, so it is exactly the format's
@@ -25,6 +27,7 @@ own rendering of the new messages, whatever that rendering does to their content
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from seal.bfcl.calls import CallParseError, ToolCall
@@ -69,12 +72,18 @@ class ToolFormat(ABC):
         """The prompt text of `conversation`, ending with the generation prompt."""
 
     @abstractmethod
-    def parse(self, text: str) -> ParsedCalls:
-        """The tool calls of one generated message ([]: the message answers)."""
+    def parse(self, text: str, tools: Sequence[dict] = ()) -> ParsedCalls:
+        """The tool calls of one generated message ([]: the message answers); `tools`: the
+        BFCL docs shown so far (see the module docstring)."""
 
     @abstractmethod
     def call_text(self, calls: list[ToolCall]) -> str:
         """How this family writes `calls` as one assistant message."""
+
+    def answer_text(self, text: str) -> str:
+        """How this family writes a message that answers with `text` (a thinking family
+        closes its reasoning first)."""
+        return text
 
     def assistant_message(self, text: str) -> dict:
         """A generated message as a chat message, for a full re-render (evaluation)."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import Sequence
 from types import SimpleNamespace
 
 from bfcl_eval.constants.default_prompts import (
@@ -119,7 +120,7 @@ class HandlerFormat(ToolFormat):
             raise ValueError("no tool call")
         return [_as_call(s) for s in strings]
 
-    def parse(self, text: str) -> ParsedCalls:
+    def parse(self, text: str, tools: Sequence[dict] = ()) -> ParsedCalls:
         # BFCL's rule: what the decoder cannot read ends the turn.
         try:
             return self.decode(text)
@@ -153,7 +154,7 @@ class _TrainingFormat(HandlerFormat):
             self.name, registry_entry(self.REGISTRY_NAME), self.END_OF_TURN, leaderboard=False
         )
 
-    def parse(self, text: str) -> ParsedCalls:
+    def parse(self, text: str, tools: Sequence[dict] = ()) -> ParsedCalls:
         if not self.ATTEMPT.search(text):
             return []
         try:
@@ -178,7 +179,7 @@ class QwenFCFormat(_TrainingFormat):
     EXPECTED = 'write each call as <tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>'
     _BLOCK = re.compile(r"<tool_call>.*?(?:</tool_call>|$)", re.DOTALL)
 
-    def parse(self, text: str) -> ParsedCalls:
+    def parse(self, text: str, tools: Sequence[dict] = ()) -> ParsedCalls:
         calls: ParsedCalls = []
         for block in self._BLOCK.findall(text):
             try:

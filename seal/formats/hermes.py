@@ -10,6 +10,8 @@ shared with the wire protocol's `rich` prompt). docs/paper_prompt.md compares th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from seal.bfcl import prompt
 from seal.bfcl.calls import parse_tool_calls
 from seal.formats.base import Conversation, ParsedCalls
@@ -29,5 +31,5 @@ class HermesFormat(PaperQwenFormat):
     def observation(self, messages: list[dict]) -> list[dict]:
         return prompt.chat_messages(messages)
 
-    def parse(self, text: str) -> ParsedCalls:
+    def parse(self, text: str, tools: Sequence[dict] = ()) -> ParsedCalls:
         return parse_tool_calls(text)

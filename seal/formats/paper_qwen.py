@@ -11,6 +11,7 @@ the release's own renderings.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 
 from transformers.utils.chat_template_utils import render_jinja_template
@@ -52,7 +53,7 @@ class PaperQwenFormat(ToolFormat):
         )
         return rendered[0]
 
-    def parse(self, text: str) -> ParsedCalls:
+    def parse(self, text: str, tools: Sequence[dict] = ()) -> ParsedCalls:
         return paper_calls.parse(text)
 
     def call_text(self, calls: list[ToolCall]) -> str:

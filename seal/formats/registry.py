@@ -9,9 +9,13 @@ the default for a model.
     llama3.1     Llama 3.1 JSON tool calls, bfcl-eval's LlamaHandler_3_1
     bfcl_prompt  BFCL's prompt mode, Python-style call lists in Llama 3's layout
                  (bfcl-eval's LlamaHandler: ToolACE-2-8B, watt-tool-8B)
+    bfcl_qwen_fc_qwen3.5  the paper's prompt in Qwen3.5's template, as the release's
+                 current recipe runs Qwen3.5-4B (seal/formats/qwen35.py)
+    qwen3.5      Qwen3.5's own XML tool calls in its template (beyond the paper)
 
 `auto` picks by model name: Qwen2.5 models (and the tiny test model) use bfcl_qwen_fc, the
-paper's prompt (bfcl-eval does not rank Qwen2.5); any other model bfcl-eval ranks uses
+paper's prompt (bfcl-eval does not rank Qwen2.5), and Qwen3.5 models (and tiny-qwen3.5) the
+same prompt in their template, as the release runs them; any other model bfcl-eval ranks uses
 the format of its handler there, function-calling mode first (`<name>-FC`). Any other
 name needs an explicit one.
 """
@@ -30,9 +34,13 @@ FORMATS = {
     "qwen3": "seal.formats.handler_format:QwenFCFormat",
     "llama3.1": "seal.formats.handler_format:LlamaJsonFormat",
     "bfcl_prompt": "seal.formats.handler_format:PythonListFormat",
+    "bfcl_qwen_fc_qwen3.5": "seal.formats.qwen35:PaperQwen35Format",
+    "qwen3.5": "seal.formats.qwen35:Qwen35XmlFormat",
 }
 PAPER_QWEN = "bfcl_qwen_fc"
+PAPER_QWEN35 = "bfcl_qwen_fc_qwen3.5"
 TINY_MODEL = "tiny-qwen2"
+TINY_QWEN35 = "tiny-qwen3.5"
 
 
 def _format_class(name: str) -> type[ToolFormat]:
@@ -53,6 +61,8 @@ def default_format(model: str) -> str:
     """The format `auto` means for `model` (a Hugging Face name); see the module docstring."""
     if model == TINY_MODEL or "qwen2.5" in model.lower():
         return PAPER_QWEN
+    if model == TINY_QWEN35 or "qwen3.5" in model.lower():
+        return PAPER_QWEN35
     from seal.formats.bfcl_handlers import ranked_entry, registry_entry
 
     by_handler = {

@@ -252,7 +252,7 @@ class _Episode:
             generation = await generator.generate(self.ids, sampling)
             closed = self.append_generation(generation, sampling.max_new_tokens)
             text = self.chat.decode(generation.token_ids[:-1] if closed else generation.token_ids)
-            reply = await episode.step(text, self.chat.format.parse(text))
+            reply = await episode.step(text, self.chat.format.parse(text, episode.tools))
             if reply.terminated:
                 # The service ends the episode at max_generations too (truncated).
                 self.stop_reason = "max_generations" if reply.truncated else "terminated"

@@ -234,6 +234,9 @@ class Episode:
         self.category = ""
         self.created: dict = {}
         """The creation reply (EpisodeCreated): `system` sections, `tools`, first `messages`."""
+        self.tools: list[dict] = []
+        """The tool docs shown so far: the creation's, then each reveal turn's (what a tool
+        format that types call values by their docs parses with: ToolFormat.parse)."""
         self.steps = 0
         self.evaluation: dict | None = None
         self.released = False
@@ -259,6 +262,7 @@ class Episode:
             await self._release_quietly()  # usually there is nothing to release
             raise
         self.category = self.created["category"]
+        self.tools = list(self.created["tools"])
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
@@ -279,6 +283,8 @@ class Episode:
         result = reply.json(EnvServiceError)
         if result["terminated"]:
             self.evaluation, self.released = result["evaluation"], True
+        for message in result["messages"]:
+            self.tools += message.get("tools") or []
         return StepReply(result["messages"], result["terminated"], result["truncated"])
 
     async def finish(self) -> dict:

@@ -44,7 +44,7 @@ async def run_scripted_episode(
         for text in texts:
             if pause is not None:
                 await asyncio.sleep(pause())
-            reply = await episode.step(text, fmt.parse(text))
+            reply = await episode.step(text, fmt.parse(text, episode.tools))
             transcript += [fmt.assistant_message(text), *fmt.observation(reply.messages)]
             if reply.terminated:
                 break

@@ -33,8 +33,10 @@ from seal.tocf.state import CapabilityConfig
 
 @dataclass
 class TinyModelSettings:
-    """A random Qwen2 built from config with the shipped tokenizer: no download, for CPU
-    debugging. Its vocabulary (151,936) dominates the cost, not its depth."""
+    """A random model built from config with the shipped tokenizer, no download, for CPU
+    debugging: a Qwen2 (`tiny-qwen2`) or a Qwen3.5 (`tiny-qwen3.5`, Gated DeltaNet and
+    full-attention layers, seal/trainer/model.py). Its vocabulary (151,936) dominates the
+    cost, not its depth."""
 
     hidden_size: int = 64
     """Width of the residual stream."""
@@ -52,16 +54,25 @@ class TinyModelSettings:
     masks the ids past the tokenizer, its actor does not)."""
     seed: int = 0
     """Seed of the random initial weights."""
+    full_attention_interval: int = 4
+    """tiny-qwen3.5: every Nth layer is full attention, the others Gated DeltaNet (Qwen3.5's
+    3:1); num_hidden_layers must be at least N."""
+    linear_num_key_heads: int = 2
+    """tiny-qwen3.5: Gated DeltaNet query/key heads (head width: hidden_size /
+    num_attention_heads, as the attention layers')."""
+    linear_num_value_heads: int = 4
+    """tiny-qwen3.5: Gated DeltaNet value heads (a multiple of linear_num_key_heads)."""
 
 
 @dataclass
 class ModelSettings:
     path: str = "Qwen/Qwen2.5-7B-Instruct"
-    """Hugging Face name or local path of the policy; `tiny-qwen2` builds the random model
-    described by `tiny` instead (nothing is downloaded)."""
+    """Hugging Face name or local path of the policy; `tiny-qwen2` or `tiny-qwen3.5` builds
+    the random model described by `tiny` instead (nothing is downloaded)."""
     tokenizer: str = ""
     """Tokenizer name or path; empty = the model's own, or the shipped Qwen2.5 tokenizer
-    (seal/assets/qwen2.5-tokenizer) for `tiny-qwen2`."""
+    (seal/assets/qwen2.5-tokenizer) for `tiny-qwen2`, and for `tiny-qwen3.5` the same with
+    Qwen3.5's template and its four extra tokens (seal/trainer/model.py)."""
     dtype: str = "bfloat16"
     """Compute dtype: float32 | bfloat16 | float16. The local trainer keeps float32 master
     weights and optimizer state whatever this says, and generates and runs the update's
@@ -77,9 +88,12 @@ class ModelSettings:
     bfcl_qwen_fc (the paper's Qwen2.5 prompt, byte for byte the original release's) |
     qwen2.5 (this project's richer Qwen2.5 prompt, beyond the paper) | qwen3 (Qwen3
     instruct) | llama3.1 (Llama 3.1 JSON calls) | bfcl_prompt (BFCL's prompt mode:
-    Python-style call lists, as ToolACE-2-8B is ranked) | auto: by `path`, bfcl_qwen_fc for
-    Qwen2.5 models and tiny-qwen2, else the format bfcl-eval ranks the model in (an
-    unknown name is an error). The format also picks the service's texts
+    Python-style call lists, as ToolACE-2-8B is ranked) | bfcl_qwen_fc_qwen3.5 (the
+    paper's prompt in Qwen3.5's template, as the release's current recipe runs it) |
+    qwen3.5 (Qwen3.5's own XML calls, beyond the paper) | auto: by `path`, bfcl_qwen_fc for
+    Qwen2.5 models and tiny-qwen2, bfcl_qwen_fc_qwen3.5 for Qwen3.5 models and
+    tiny-qwen3.5, else the format bfcl-eval ranks the model in (an unknown name is an
+    error). The format also picks the service's texts
     (EpisodeSettings.prompt)."""
     tiny: TinyModelSettings = field(default_factory=TinyModelSettings)
 

@@ -54,8 +54,9 @@ from seal.runs.run_record import model_identity, record_base_model, weights_sha2
 from seal.trainer.config import ModelSettings, TrainerConfig
 from seal.trainer.local_preflight import refuse_if_it_cannot_fit
 from seal.trainer.model import (
-    TINY,
-    build_tiny_qwen2,
+    TINY_MODELS,
+    TINY_QWEN35,
+    build_tiny_model,
     compute_dtype,
     frozen_copy,
     gpu_peak_gb,
@@ -368,11 +369,12 @@ def base_model_identity(model: ModelSettings, tokenizer) -> dict:
     revision or file hashes; the tiny model's settings and its weights' sha256 (it is
     built again here: deterministic, and it seeds torch's generator, so call this before
     the random state is set)."""
-    if model.path != TINY:
+    if model.path not in TINY_MODELS:
         return model_identity(model.path)
-    weights = weights_sha256(build_tiny_qwen2(model, tokenizer).state_dict())
+    weights = weights_sha256(build_tiny_model(model, tokenizer).state_dict())
     settings = {f.name: getattr(model.tiny, f.name) for f in fields(model.tiny)}
-    return {"path": TINY, "kind": "random Qwen2 built from config", "settings": settings,
+    kind = f"random {'Qwen3.5' if model.path == TINY_QWEN35 else 'Qwen2'} built from config"
+    return {"path": model.path, "kind": kind, "settings": settings,
             "tokenizer": tokenizer.name_or_path, "weights_sha256": weights}  # fmt: skip
 
 

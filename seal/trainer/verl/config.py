@@ -56,7 +56,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-from seal.trainer.model import TINY
+from seal.trainer.model import TINY_MODELS
 from seal.trainer.verl.agent_loop import AGENT_NAME
 from seal.trainer.verl.attention import (
     Attention,
@@ -109,11 +109,11 @@ def model_path(run_cfg, run_dir: Path) -> str:
     """The policy verl loads: trainer.model.path, or on the CPU backend the tiny model
     saved in the run directory (seal/trainer/verl/launch.py writes it)."""
     path = run_cfg.trainer.model.path
-    if path != TINY:
+    if path not in TINY_MODELS:
         return path
     if run_cfg.verl.device != "cpu":
         raise ValueError(
-            f"the verl backend needs a Hugging Face model (trainer.model.path), not {TINY!r} "
+            f"the verl backend needs a Hugging Face model (trainer.model.path), not {path!r} "
             "(verl.device=cpu runs it, for tests)"
         )
     return str(tiny_model_dir(run_dir))

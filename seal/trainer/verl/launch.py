@@ -24,7 +24,7 @@ from seal.runs.records import read_val_dir
 from seal.runs.run import Run
 from seal.runs.run_record import model_identity, record_base_model
 from seal.trainer.checks import raise_on_blockers, render
-from seal.trainer.model import TINY, save_tiny_qwen2
+from seal.trainer.model import TINY_MODELS, save_tiny_model
 from seal.trainer.verl.attention import choose_attention, flash_attn_version
 from seal.trainer.verl.config import compose_verl_config, model_path, tiny_model_dir
 from seal.trainer.verl.cpu.shm import remove_new_segments, segments
@@ -35,8 +35,8 @@ from seal.trainer.verl.ray_init import joins_cluster, start_ray, worker_env
 
 def prepare(cfg, env_url: str, run_dir: Path):
     """The validated verl config, saved as verl_config.yaml."""
-    if cfg.verl.device == "cpu" and cfg.trainer.model.path == TINY:
-        save_tiny_qwen2(cfg.trainer.model, tiny_model_dir(run_dir))
+    if cfg.verl.device == "cpu" and cfg.trainer.model.path in TINY_MODELS:
+        save_tiny_model(cfg.trainer.model, tiny_model_dir(run_dir))
     attention = choose_attention(cfg.verl.device, flash_attn_version())
     print(f"[verl] attention: {attention.reason}")
     config = compose_verl_config(cfg, env_url, run_dir, attention)

@@ -55,7 +55,7 @@ from seal.trainer.config import ModelSettings, TrainerConfig
 from seal.trainer.local_preflight import refuse_if_it_cannot_fit
 from seal.trainer.model import (
     TINY_MODELS,
-    TINY_QWEN35,
+    base_model_kind,
     build_tiny_model,
     compute_dtype,
     frozen_copy,
@@ -373,8 +373,7 @@ def base_model_identity(model: ModelSettings, tokenizer) -> dict:
         return model_identity(model.path)
     weights = weights_sha256(build_tiny_model(model, tokenizer).state_dict())
     settings = {f.name: getattr(model.tiny, f.name) for f in fields(model.tiny)}
-    kind = f"random {'Qwen3.5' if model.path == TINY_QWEN35 else 'Qwen2'} built from config"
-    return {"path": model.path, "kind": kind, "settings": settings,
+    return {"path": model.path, "kind": base_model_kind(model), "settings": settings,
             "tokenizer": tokenizer.name_or_path, "weights_sha256": weights}  # fmt: skip
 
 

@@ -44,7 +44,7 @@ def check_local_memory(model: ModelShape, run: LocalShape, card_gib: float) -> l
     if rollout.fits:
         rows.append(Check(NAMES[1], OK, rollout.describe()))
     else:
-        kv_each = run.context_tokens * model.kv_bytes_per_token(run.compute_bytes)
+        kv_each = model.sequence_bytes(run.context_tokens, run.compute_bytes)
         room = rollout.limit_gib * GIB - model.params * run.weight_bytes()
         batch = int((room - CUDA_CONTEXT_GIB * GIB) // kv_each)
         status = WARN if batch >= 1 else BLOCKER

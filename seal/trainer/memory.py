@@ -39,6 +39,11 @@ class ModelShape:
     vocab: int
     max_positions: int
     tied_embeddings: bool = False
+    attention_layers: int | None = None
+    """Layers with a KV cache: all (None), or a hybrid model's full-attention layers."""
+    state_values: int = 0
+    """Values of a hybrid model's fixed per-sequence state (its linear-attention layers'
+    recurrent and convolution states), whatever the sequence's length."""
 
     @classmethod
     def from_hf_config(cls, c) -> ModelShape:
@@ -54,9 +59,14 @@ class ModelShape:
         )
         tied = bool(getattr(c, "tie_word_embeddings", False))
         attention = h * heads * head_dim * 2 + h * kv_heads * head_dim * 2
-        per_layer = attention + 3 * h * inter + 2 * h
+        mlp = 3 * h * inter + 2 * h
+        linear, state = _linear_attention(c)
+        full = layers - linear
+        if linear:  # the hybrid Qwens gate the attention output: q_proj is twice as wide
+            attention += h * heads * head_dim
         return cls(
-            params=vocab * h * (1 if tied else 2) + layers * per_layer + h,
+            params=vocab * h * (1 if tied else 2) + full * attention + linear * state[0]
+            + layers * mlp + h,
             layers=layers,
             hidden=h,
             intermediate=inter,
@@ -65,11 +75,19 @@ class ModelShape:
             vocab=vocab,
             max_positions=getattr(c, "max_position_embeddings", 0) or 0,
             tied_embeddings=tied,
-        )
+            attention_layers=full if linear else None,
+            state_values=linear * state[1],
+        )  # fmt: skip
 
     def kv_bytes_per_token(self, value_bytes: int = 2) -> int:
-        """Keys and values of every layer (bf16 by default)."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * value_bytes
+        """Keys and values of every layer with a KV cache (bf16 by default)."""
+        layers = self.layers if self.attention_layers is None else self.attention_layers
+        return 2 * layers * self.kv_heads * self.head_dim * value_bytes
+
+    def sequence_bytes(self, tokens: int, value_bytes: int = 2) -> int:
+        """One sequence's cache at `tokens` tokens: its KV cache and a hybrid model's
+        fixed state."""
+        return tokens * self.kv_bytes_per_token(value_bytes) + self.state_values * value_bytes
 
     @property
     def outer_params(self) -> int:
@@ -77,6 +95,25 @@ class ModelShape:
         wraps each decoder layer (verl's policy); these form the root unit, gathered whole
         for the forward and backward passes."""
         return self.vocab * self.hidden * (1 if self.tied_embeddings else 2) + self.hidden
+
+
+def _linear_attention(c) -> tuple[int, tuple[int, int]]:
+    """A hybrid config's Gated DeltaNet layers (Qwen3-Next, Qwen3.5: `layer_types`): their
+    count, and each one's (parameters, state values per sequence); (0, (0, 0)) without."""
+    count = list(getattr(c, "layer_types", None) or []).count("linear_attention")
+    if not count:
+        return 0, (0, 0)
+    h, v_heads = c.hidden_size, c.linear_num_value_heads
+    keys = c.linear_key_head_dim * c.linear_num_key_heads
+    values = c.linear_value_head_dim * v_heads
+    conv = 2 * keys + values  # the channels of q, k and v, convolved together
+    kernel = c.linear_conv_kernel_dim
+    # in_proj_qkv, in_proj_z, in_proj_b and _a, out_proj; conv1d; dt_bias, A_log; the norm
+    params = h * (conv + values + 2 * v_heads) + values * h + conv * kernel
+    params += 2 * v_heads + c.linear_value_head_dim
+    # The convolution's last inputs: `kernel` of them in transformers' cache (vLLM keeps one fewer).
+    state = v_heads * c.linear_key_head_dim * c.linear_value_head_dim + conv * kernel
+    return count, (params, state)
 
 
 def activation_bytes(model: ModelShape, tokens: int, checkpointing: bool) -> int:
@@ -170,7 +207,7 @@ def local_trainer_memory(
         + activation_bytes(model, tokens, run.gradient_checkpointing)
         + logits
     )
-    kv = run.generation_batch * run.context_tokens * model.kv_bytes_per_token(run.compute_bytes)
+    kv = run.generation_batch * model.sequence_bytes(run.context_tokens, run.compute_bytes)
     held = f"{run.weight_bytes()} bytes per parameter x {model.params / 1e9:.2f}B held"
     return (
         MemoryNeed(

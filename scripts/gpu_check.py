@@ -17,7 +17,10 @@ Parts (a group of rows in the printed table, a key of the JSON file):
   (float32 master weights, seal/trainer/precision.py) against bf16 weights updated in place.
 - loop: the local trainer's generation and update (HFGenerator, batch_logprobs,
   policy_update with mixed precision) for 2 steps on synthetic episodes of a random tiny
-  Qwen2: seconds and peak GPU memory per phase.
+  Qwen2, and (`loop_qwen3.5`) of a random tiny Qwen3.5 of the same width (3 Gated DeltaNet
+  layers and a full-attention one): seconds and peak GPU memory per phase; `versions`
+  names the path its Gated DeltaNet layers take (transformers' fast path with
+  flash-linear-attention and causal-conv1d, or the torch fallback).
 - not run: what the device cannot run is named in the output (`not_run`).
 `--quick`: tiny shapes and a small vocabulary, seconds on a CPU: checks the script itself.
 Figures go to docs/benchmarks.md with the card and the date.
@@ -73,6 +76,23 @@ def random_qwen2(shape: dict, vocab: int, device, seed: int = 0):
     return Qwen2ForCausalLM(config).to(device)
 
 
+def random_qwen35(shape: dict, vocab: int, device, seed: int = 0):
+    """A randomly initialised Qwen3.5 of `shape`'s width, 4 layers (Gated DeltaNet x 3, then
+    full attention: tiny-qwen3.5's layout, seal/trainer/model.py), float32 on `device`."""
+    import torch
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    torch.manual_seed(seed)
+    head = shape["hidden_size"] // shape["num_attention_heads"]
+    config = Qwen3_5TextConfig(
+        vocab_size=vocab, tie_word_embeddings=True, **{**shape, "num_hidden_layers": 4},
+        head_dim=head, linear_key_head_dim=head, linear_value_head_dim=head,
+        linear_num_key_heads=shape["num_key_value_heads"],
+        linear_num_value_heads=shape["num_attention_heads"],
+    )  # fmt: skip
+    return Qwen3_5ForCausalLM(config).to(device)
+
+
 def sync(device) -> None:
     import torch
 
@@ -99,6 +119,8 @@ def versions(device) -> dict:
     import transformers
     from torch.nn.attention import SDPBackend
 
+    from seal.trainer.checks import linear_attention_path
+
     facts = {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -123,6 +145,7 @@ def versions(device) -> dict:
         "math": torch.backends.cuda.math_sdp_enabled(),
     }
     facts["sdpa_decode_op"] = sdpa_op(device)
+    facts["gated_deltanet_path"] = linear_attention_path()[1]
     return facts
 
 
@@ -323,16 +346,16 @@ def update_share(shape: dict, device) -> dict:
         moved_share(before, inplace), 5)}  # fmt: skip
 
 
-def tiny_loop(shape: dict, device, steps: int = 2) -> list[dict]:
-    """The local trainer's generation and update, `steps` times, on synthetic episodes."""
+def tiny_loop(shape: dict, device, steps: int = 2, build=random_qwen2) -> list[dict]:
+    """The local trainer's generation and update, `steps` times, on synthetic episodes of
+    the model `build` makes (random_qwen2 or random_qwen35)."""
     import torch
 
     from seal.rollout.generation import SamplingParams
     from seal.rollout.hf_generator import HFGenerator
     from seal.trainer.precision import MixedPrecision
 
-    model = random_qwen2(MODELS["quick" if shape is SHAPES["quick"] else "tiny"],
-                         shape["vocab"], device)  # fmt: skip
+    model = build(MODELS["quick" if shape is SHAPES["quick"] else "tiny"], shape["vocab"], device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     weights = MixedPrecision(model, dtype)
     generator = HFGenerator(
@@ -378,11 +401,13 @@ def table(result: dict) -> str:
     for key, share in result.get("update", {}).items():
         lines.append(f"{'update':<11} {'weights moved by one step at lr 1e-6, ' + key:<58} "
                      f"{share:.2%}")  # fmt: skip
-    for r in result.get("loop", []):
-        gb = lambda x: "n/a" if x is None else f"{x:.2f} GB"  # noqa: E731
-        lines.append(f"{'loop':<11} {'step ' + str(r['step']) + ': rollout / update':<58} "
-                     f"{r['rollout_s']:.2f} s ({gb(r['rollout_peak_gb'])}) / {r['update_s']:.2f}"
-                     f" s ({gb(r['update_peak_gb'])}), {r['episodes']} episodes")  # fmt: skip
+    for key in ("loop", "loop_qwen3.5"):
+        for r in result.get(key, []):
+            gb = lambda x: "n/a" if x is None else f"{x:.2f} GB"  # noqa: E731
+            what = f"step {r['step']}: rollout / update"
+            lines.append(f"{key:<11} {what:<58} {r['rollout_s']:.2f} s "
+                         f"({gb(r['rollout_peak_gb'])}) / {r['update_s']:.2f} s "
+                         f"({gb(r['update_peak_gb'])}), {r['episodes']} episodes")  # fmt: skip
     for what, why in result["not_run"].items():
         lines.append(f"{'not run':<11} {what:<58} {why}")
     for what, error in result["failed"].items():
@@ -432,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         part(size, timed, into=result["generation"])
     part("update", lambda: update_share(shape, device))
     part("loop", lambda: tiny_loop(shape, device))
+    part("loop_qwen3.5", lambda: tiny_loop(shape, device, build=random_qwen35))
     print(table(result))
     print(f"\nwrote {out}")
     return 1 if result["failed"] else 0

@@ -76,6 +76,8 @@ def test_table_2_rows_and_their_averages():
         ("GRPO_toolace2_8b", (P.TOOLACE_8B, P.VANILLA_RL)),
         ("SEAL_full_interface", None),
         ("SEAL_qwen3_4b", None),
+        ("SEAL_qwen3.5_4b", None),
+        ("GRPO_qwen3.5_4b", None),
         ("cpu_default", None),
     ],
 )

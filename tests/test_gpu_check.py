@@ -23,6 +23,8 @@ def test_the_device_check_runs_quick_on_the_cpu(tmp_path, capsys):
     assert result["update"]["fp32_master_bf16_compute"] >= 0.99
     assert result["update"]["bf16_in_place"] < 0.1
     assert [r["step"] for r in result["loop"]] == [1, 2]
+    assert [r["step"] for r in result["loop_qwen3.5"]] == [1, 2]  # Gated DeltaNet layers
+    assert "torch fallback" in result["versions"]["gated_deltanet_path"]  # no fla here
     assert "verl's vLLM rollout" in result["not_run"]
     printed = capsys.readouterr().out
     assert "HFGenerator (worker thread), cuDNN off, warm" in printed and str(out) in printed

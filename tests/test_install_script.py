@@ -9,6 +9,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 INSTALL_SH = Path(__file__).resolve().parents[1] / "install.sh"
 
 HEADER = (
@@ -299,3 +301,24 @@ def test_a_python_without_venv_is_told_which_package_to_install(tmp_path):
     assert "ensurepip is not available" in done.stderr  # Python's own words, then ours
     assert "sudo apt install python3.12-venv" in done.stderr
     assert not (work / ".venv").exists()
+
+
+@pytest.mark.parametrize(
+    ("mode", "fail_for", "said", "pip_calls"),
+    [
+        ("auto", "", "causal-conv1d: installed", 2),
+        ("auto", "causal-conv1d==", "not installed (pip's error is above); Qwen3.5's", 2),
+        ("none", "", "skipped (SEAL_CAUSAL_CONV1D=none)", 0),
+    ],
+)
+def test_causal_conv1d_is_built_against_torch_or_its_fallback_named(
+    tmp_path, mode, fail_for, said, pip_calls
+):
+    env = fake_commands(tmp_path) | {"FAIL_FOR": fail_for, "SEAL_CAUSAL_CONV1D": mode}
+    done = run_sourced(f"{FAKE_PIP}; install_causal_conv1d", tmp_path, env)
+    assert done.returncode == 0, done.stderr  # a missing kernel is not a failed install
+    assert said in done.stdout
+    calls = (tmp_path / "calls.log").read_text().splitlines() if pip_calls else []
+    assert len(calls) == pip_calls
+    if pip_calls:
+        assert "--no-build-isolation --no-deps causal-conv1d==1.7.0" in calls[1]

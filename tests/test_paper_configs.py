@@ -89,6 +89,7 @@ VANILLA = {
         ("GRPO", "SEAL"),
         ("GRPO_qwen2.5_3b", "SEAL_qwen2.5_3b"),
         ("GRPO_toolace2_8b", "SEAL_toolace2_8b"),
+        ("GRPO_qwen3.5_4b", "SEAL_qwen3.5_4b"),  # the release's current recipe, not a row
     ],
 )
 def test_each_vanilla_run_is_its_seal_run_without_seals_halves(vanilla, seal):

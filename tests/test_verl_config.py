@@ -40,6 +40,8 @@ PAPER_CONFIGS = [
     "SEAL_toolace2_8b",
     "GRPO_toolace2_8b",
     "SEAL_qwen3_4b",
+    "SEAL_qwen3.5_4b",
+    "GRPO_qwen3.5_4b",
 ]
 URL = "http://127.0.0.1:8082"
 
@@ -94,7 +96,7 @@ def test_every_config_is_sized_for_its_context(name, tmp_path):
     from seal.trainer.verl.agent_loop import stop_token_ids
     from seal.trainer.verl.generator import VerlGenerator
 
-    tiny = launcher.compose(REPO / f"exp/{name}.yaml", []).trainer.model.path == "tiny-qwen2"
+    tiny = launcher.compose(REPO / f"exp/{name}.yaml", []).trainer.model.path.startswith("tiny-")
     run_cfg, config = verl_config(name, tmp_path, *(TINY_OVERRIDES if tiny else []))
     t, arr = run_cfg.trainer, config.actor_rollout_ref
     context = t.limits.max_context_tokens
@@ -303,6 +305,7 @@ def test_each_row_uses_its_model_s_format(tmp_path):
     assert default_format(models["SEAL"].path) == "bfcl_qwen_fc"
     assert models["SEAL_toolace2_8b"].tool_format == "bfcl_prompt"
     assert models["SEAL_qwen3_4b"].tool_format == "qwen3"
+    assert models["SEAL_qwen3.5_4b"].tool_format == "bfcl_qwen_fc_qwen3.5"
     assert models["SEAL_qwen2.5_3b"].tool_format == "bfcl_qwen_fc"
     for model in models.values():  # written out, each is what `auto` picks
         assert model.tool_format in ("auto", default_format(model.path))

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seal.trainer.checks import BLOCKER, OK, SKIP, WARN, Check, raise_on_blockers, render
+from seal.trainer.checks import (
+    BLOCKER,
+    OK,
+    SKIP,
+    WARN,
+    Check,
+    linear_attention_check,
+    raise_on_blockers,
+    render,
+)
 from seal.trainer.memory import (
     CUDA_CONTEXT_GIB,
     GIB,
@@ -86,6 +95,7 @@ def local_checks(t) -> list[Check]:
     name, card = cuda_card(device)
     shape = ModelShape.from_hf_config(model_config(t.model))
     rows = [Check("GPU", OK, f"{device}: {name}, {card:.1f} GiB")]
+    rows += linear_attention_check(shape.linear_layers)
     return rows + check_local_memory(shape, LocalShape.from_trainer(t), card)
 
 

@@ -79,6 +79,11 @@ class ModelShape:
             state_values=linear * state[1],
         )  # fmt: skip
 
+    @property
+    def linear_layers(self) -> int:
+        """A hybrid model's Gated DeltaNet layers (0 for other models)."""
+        return 0 if self.attention_layers is None else self.layers - self.attention_layers
+
     def kv_bytes_per_token(self, value_bytes: int = 2) -> int:
         """Keys and values of every layer with a KV cache (bf16 by default)."""
         layers = self.layers if self.attention_layers is None else self.attention_layers

@@ -54,6 +54,7 @@ from seal.trainer.checks import (
     SKIP,
     WARN,
     Check,
+    linear_attention_check,
 )
 from seal.trainer.memory import (
     CUDA_CONTEXT_GIB,
@@ -509,6 +510,8 @@ def run_preflight(
     if not nodes:  # no row may pass on no evidence
         seen = [Check(c.name, SKIP, "no node answered the probe") for c in seen]
     others = [template, check_cpus(all_nodes, run)]
+    if shape is not None and run.device != "cpu":  # on the CPU only the torch path exists
+        others += linear_attention_check(shape.linear_layers)
     if shape is not None:
         kept = kept_checkpoints(
             t.checkpoint.keep_only_best,

@@ -4,9 +4,11 @@ format, and the observation clip."""
 from __future__ import annotations
 
 import pytest
+from conftest import full_render
 
 from seal.formats.base import Conversation
 from seal.formats.hermes import HermesFormat
+from seal.formats.qwen35 import Qwen35Template
 from seal.formats.registry import FORMATS, PAPER_QWEN, get_format
 from seal.rollout.turn_tokens import TurnTokenizer, turn_tokenizer
 
@@ -76,12 +78,17 @@ generation: the episode has ended then)."""
 
 
 @pytest.mark.parametrize("name", list(FORMATS))
-def test_every_format_s_observation_equals_its_full_rerender(llama_tokenizer, name):
+def test_every_format_s_observation_equals_its_full_rerender(request, name):
     """For each format, prompt + generated ids + observation ids equal the ids of the
     format's own full render of the conversation, whatever it does to contents
-    (Llama's layout strips them)."""
+    (Llama's layout strips them; Qwen3.5's drops an earlier turn's think block, which the
+    driver keeps: conftest.full_render)."""
     fmt = get_format(name)
-    chat = TurnTokenizer(llama_tokenizer, fmt)  # Qwen's and Llama's end-of-turn tokens
+    qwen35 = isinstance(fmt, Qwen35Template)
+    # Qwen's and Llama's end-of-turn tokens; Qwen3.5's markers.
+    chat = TurnTokenizer(
+        request.getfixturevalue("qwen35_tokenizer" if qwen35 else "llama_tokenizer"), fmt
+    )
     created = {
         "task_id": "multi_turn_base_0",
         "system": ["Be brief."],
@@ -90,14 +97,14 @@ def test_every_format_s_observation_equals_its_full_rerender(llama_tokenizer, na
         ],
         "messages": [{"role": "user", "content": "List the files."}],
     }
-    text = "Done."
+    text = "Checked.\n</think>\n\nDone." if qwen35 else "Done."
     for observation in OBSERVATIONS:
         conversation = fmt.start(created)
         generated = chat.encode(text) + [chat.end_of_turn_id]
         new = fmt.observation(observation)
         incremental = chat.prompt(conversation)[0] + generated + chat.observation(new, 4096).ids
         conversation.messages += [fmt.assistant_message(text), *new]
-        assert incremental == chat.encode(fmt.render(conversation)), observation
+        assert incremental == chat.encode(full_render(fmt, conversation)), observation
 
 
 def test_observation_after_eos_for_qwen_is_newline_user_block_generation_prompt():

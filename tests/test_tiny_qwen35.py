@@ -10,6 +10,8 @@ import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 from seal.formats.registry import default_format
+from seal.trainer import checks
+from seal.trainer.checks import OK, WARN, linear_attention_check
 from seal.trainer.config import ModelSettings
 from seal.trainer.memory import ModelShape
 from seal.trainer.model import (
@@ -109,3 +111,15 @@ def test_only_full_attention_layers_hold_a_kv_cache_and_the_others_a_fixed_state
     )
     assert measured == shape.state_values
     assert shape.sequence_bytes(100) == 100 * shape.kv_bytes_per_token() + 2 * shape.state_values
+
+
+def test_the_preflight_names_the_path_gated_deltanet_layers_take(monkeypatch):
+    assert linear_attention_check(0) == []  # a model without them: no row
+    [row] = linear_attention_check(24)
+    assert row.status == WARN  # neither kernel is installed on this machine
+    assert "24 layers: transformers' torch fallback" in row.detail
+    assert "flash-linear-attention and causal-conv1d not installed" in row.detail
+    monkeypatch.setattr(checks.importlib.metadata, "version", lambda name: "9.9")
+    [row] = linear_attention_check(24)
+    assert row.status == OK and "fast path (flash-linear-attention 9.9" in row.detail
+    assert ModelShape.from_hf_config(Qwen3_5TextConfig(**HYBRID)).linear_layers == 6

@@ -224,12 +224,13 @@ def test_cpu_backend_refusals(tmp_path):
         verl_config("verl_cpu_smoke", tmp_path, "verl.device=tpu")
 
 
-def test_cpu_smoke_widths_hold_its_prompts(tmp_path):
+@pytest.mark.parametrize("name", ["verl_cpu_smoke", "verl_cpu_smoke_qwen3.5"])
+def test_cpu_smoke_widths_hold_its_prompts(tmp_path, name):
     """The smoke cuts verl's padded widths to save CPU time; every smoke task's first
     prompt still fits the prompt width, with room left for an episode in the context."""
     from scripts_loader import load_script
 
-    run_cfg, config = verl_config("verl_cpu_smoke", tmp_path)
+    run_cfg, config = verl_config(name, tmp_path)
     rollout = config.actor_rollout_ref.rollout
     smoke = [t for ids in load_script("prepare_data").SMOKE_TASKS.values() for t in ids]
     fmt = OmegaConf.to_object(run_cfg.trainer.model).resolved_tool_format().name

@@ -33,10 +33,7 @@ FLAG_NAMES = {
     "embedding_model_dir": "--embedding-model",
 }
 """Flags named otherwise than their settings (README and users' commands use these)."""
-NO_FLAG = {
-    "web_fetch_private_urls": "it lets a model read the service's own network; tests set "
-    "it on the ServiceConfig they pass to create_app"
-}
+NO_FLAG: dict[str, str] = {}
 """Settings left off the command line, and why."""
 
 

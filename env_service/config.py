@@ -150,9 +150,6 @@ class ServiceConfig(BaseModel):
     """Web search: the wait before a search's second try."""
     web_search_timeout_s: float = Field(20.0, gt=0)
     """Web search: seconds one SerpAPI request may take."""
-    web_fetch_private_urls: bool = False
-    """Web search: let fetch_url_content read loopback and private addresses (refused by
-    default: a model could otherwise read the service's own network). Tests only."""
 
     def web_search_limits(self):
         from seal.bfcl.web_search import SearchLimits
@@ -162,5 +159,4 @@ class ServiceConfig(BaseModel):
             attempts=self.web_search_attempts,
             timeout_s=self.web_search_timeout_s,
             backoff_s=self.web_search_backoff_s,
-            fetch_private_urls=self.web_fetch_private_urls,
         )

@@ -33,18 +33,17 @@ redirects itself and refuses every hop whose host resolves to an address that is
 globally routable; the model gets bfcl-eval's usual fetch error. (A host that resolves
 differently between the check and the connection could still slip through; closing that
 needs a resolver pinned into the connection pool, which `requests` does not offer.)
-`SearchLimits.fetch_private_urls` lifts the guard, for a test page on 127.0.0.1.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import multiprocessing
 import os
-import socket
 import time
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
+
+from seal.bfcl import web_fetch
 
 SERPAPI_KEY_ENV = "SERPAPI_API_KEY"
 UNAVAILABLE = "[seal: web search unavailable]"
@@ -71,9 +70,6 @@ class SearchLimits:
     """Back-off before the second try, doubling after each (or the server's Retry-After)."""
     max_backoff_s: float = 30.0
     """At most this long between two tries."""
-    fetch_private_urls: bool = False
-    """Let fetch_url_content read loopback, private, link-local and other non-global
-    addresses (the module docstring says why they are refused). Tests only."""
 
     def __post_init__(self):
         if min(self.min_interval_s, self.backoff_s) < 0 or self.attempts < 1 or self.timeout_s <= 0:
@@ -225,8 +221,7 @@ class PublicWebOnly:
 
         kwargs["allow_redirects"] = False  # each hop is checked before it is requested
         for _ in range(self.max_redirects + 1):
-            if not _LIMITS.fetch_private_urls:
-                check_public_url(url)
+            check_public_url(url)
             response = requests.get(url, **kwargs)
             if not response.is_redirect:
                 return response
@@ -245,13 +240,13 @@ def check_public_url(url: str) -> None:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise NonPublicAddressError(f"not an http(s) URL with a host: {url}")
+    port = parts.port or 80
     try:
-        infos = socket.getaddrinfo(parts.hostname, parts.port or 80, proto=socket.IPPROTO_TCP)
-    except socket.gaierror as e:
+        addresses = web_fetch.network().resolve(parts.hostname, port)
+    except OSError as e:
         raise NonPublicAddressError(f"cannot resolve {parts.hostname}: {e}") from None
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0].split("%")[0])
-        if not address.is_global or address.is_multicast:
+    for address in addresses:
+        if not web_fetch.network().allows(address, port) or address.is_multicast:
             raise NonPublicAddressError(
                 f"{parts.hostname} resolves to {address}, which is not a public address: "
                 "the environment service fetches public pages only"

@@ -37,6 +37,7 @@ import os
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from env_service.connections import CLIENT_GONE
 from env_service.engine import EnvEngine
 from env_service.errors import ForbiddenError, NotFoundError
 from env_service.json_body import SafeJsonRoute
@@ -167,14 +168,30 @@ def _result(outcome) -> StepResult:
     )
 
 
-async def create(engine: EnvEngine, body: CreateEpisode) -> EpisodeCreated:
-    """A create request's work and reply (the route's; tests call it in process)."""
+async def create(
+    engine: EnvEngine, body: CreateEpisode, request: Request | None = None
+) -> EpisodeCreated:
+    """A create request's work and reply (the route's, with its `request`; tests call it
+    in process)."""
     episode_id, episode = await engine.acreate(body.task_id, body.settings, body.episode_id)
     try:
-        return _created(episode_id, episode)
+        created = _created(episode_id, episode)
     except Exception:
         engine.discard(episode_id, episode)
         raise
+    await release_if_client_left(engine, request, episode_id, episode)
+    return created
+
+
+async def release_if_client_left(engine: EnvEngine, request: Request | None, episode_id, episode):
+    """Release a new episode whose client closed its connection before the reply: no one
+    learnt its id, so no one would step or release it (it would hold a live slot until
+    its TTL). A client that retries creates it again."""
+    if request is None:
+        return
+    gone = request.scope.get("extensions", {}).get(CLIENT_GONE)
+    if (gone is not None and gone()) or await request.is_disconnected():
+        engine.discard(episode_id, episode)
 
 
 async def step(engine: EnvEngine, episode_id: str, body: StepRequest) -> StepResult:
@@ -193,7 +210,7 @@ async def step(engine: EnvEngine, episode_id: str, body: StepRequest) -> StepRes
     responses=errors(404, 409, 413, 422, 503),
 )
 async def create_episode(body: CreateEpisode, request: Request):
-    return json_reply(await create(engine_of(request), body), 201)
+    return json_reply(await create(engine_of(request), body, request), 201)
 
 
 @router.post(

@@ -116,6 +116,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
 from env_service import errors
+from env_service.api_native import release_if_client_left
 from env_service.engine import EnvEngine, check_id
 from env_service.errors import EngineError, InvalidRequestError, NotFoundError
 from env_service.json_body import SafeJsonRoute
@@ -191,10 +192,12 @@ async def create(body: WireRequest, request: Request):
         task.task_id, create_params.settings, body.instance_id, create_params.profile
     )
     try:
-        return _created(instance_id, ep, asked, task, create_params)
+        reply = _created(instance_id, ep, asked, task, create_params)
     except Exception:
         engine.discard(instance_id, ep)  # no client learnt of it: nothing is left live
         raise
+    await release_if_client_left(engine, request, instance_id, ep)
+    return reply
 
 
 def _created(instance_id, ep, asked, task, create_params) -> Response:

@@ -216,13 +216,15 @@ async def create_episode(body: CreateEpisode, request: Request):
 @router.post(
     "/episodes/{episode_id}/steps",
     response_model=StepResult,
-    responses=errors(404, 409, 413, 422),
+    responses=errors(404, 409, 413, 422, 507),
 )
 async def step_episode(episode_id: str, body: StepRequest, request: Request):
     return json_reply(await step(engine_of(request), episode_id, body))
 
 
-@router.get("/episodes/{episode_id}/evaluation", response_model=Evaluation, responses=errors(404))
+@router.get(
+    "/episodes/{episode_id}/evaluation", response_model=Evaluation, responses=errors(404, 507)
+)
 async def evaluate_episode(episode_id: str, request: Request):
     return json_reply(Evaluation(**await engine_of(request).areport(episode_id)))
 
@@ -246,7 +248,7 @@ async def episode_status(episode_id: str, request: Request):
     status_code=204,
     responses={
         200: {"model": Evaluation, "description": "Released, with ?evaluate=true"},
-        **errors(404, 422),
+        **errors(404, 422, 507),
     },
 )
 async def release_episode(episode_id: str, request: Request, evaluate: bool = False):

@@ -42,6 +42,7 @@ from env_service.errors import (
     ConflictError,
     InvalidRequestError,
     NotFoundError,
+    StorageError,
     TooLargeError,
 )
 from env_service.execution import (
@@ -158,7 +159,10 @@ class EnvEngine:
         self.pool: WorkerPool | InProcessPool | None = None
         self._pool_lock = asyncio.Lock()
         # Process-wide, and before any worker forks: the pool holds the backends.
-        memory.configure(self.config.memory_snapshot_dir, self.config.embedding_model_dir)
+        try:
+            memory.configure(self.config.memory_snapshot_dir, self.config.embedding_model_dir)
+        except OSError as e:
+            raise ServiceStartError(f"--memory-snapshot-dir: {e}") from None
         web_search.configure(self.config.web_search_limits())
         path = self.config.capability_state_path
         if path is not None and path.exists():
@@ -214,11 +218,13 @@ class EnvEngine:
         """A new episode; `profile` replaces the service's failure profile for this episode
         (the wire protocol reads one from a client-named state file)."""
         pool = await self.start_pool()
-        episode_id, episode, new = self._create(task_id, settings, episode_id, profile)
+        episode_id, episode, new, memory_version = self._create(
+            task_id, settings, episode_id, profile
+        )
         if new:
             # Held while the prompt is completed, so a retried create or a step waits.
             async with episode.lock:
-                await pool.open(episode_id, episode.task.task_id)
+                await pool.open(episode_id, episode.task.task_id, memory_version)
                 if episode.system is None:  # a memory task: show what its backend loaded
                     try:
                         episode.set_memory_context(await pool.memory(episode_id, "context"))
@@ -282,7 +288,13 @@ class EnvEngine:
     async def _report(self, episode_id: str, episode: Episode) -> dict:
         if episode.agentic is not None:
             if episode.needs_memory_save():
-                await self.pool.memory(episode_id, "save")
+                why = await self.pool.memory(episode_id, "save")
+                if why is not None:
+                    raise StorageError(
+                        f"the memory {episode.task.task_id} left could not be saved ({why}); "
+                        "the conversation has not finished: fix the snapshot folder, then "
+                        "evaluate it again or play it again"
+                    )
                 episode.memory_saved()
             return episode.agentic_report()
         if episode.evaluated:
@@ -308,7 +320,7 @@ class EnvEngine:
                 existing.counters.steps == 0
             ):
                 existing.last_used = time.monotonic()
-                return episode_id, existing, False  # a retried create: the reply was lost
+                return episode_id, existing, False, None  # a retried create: the reply was lost
             raise ConflictError(f"episode id {episode_id!r} is already in use")
         if episode_id in self.finished:
             raise ConflictError(f"episode id {episode_id!r} was used by an episode that ended")
@@ -325,8 +337,7 @@ class EnvEngine:
             task = load_task(task_id)
         except UnknownTaskError as e:
             raise NotFoundError(str(e)) from None
-        if isinstance(task, AgenticTask):
-            self._check_agentic(task)
+        memory_version = self._check_agentic(task) if isinstance(task, AgenticTask) else None
         # Only episodes that show guidelines read the profile: validation never depends
         # on the capability-state file.
         if profile is None and settings.effective_evolution.guidelines:
@@ -334,26 +345,25 @@ class EnvEngine:
         episode = Episode(task, settings, profile=profile, caps=self.caps)
         self.episodes[episode_id] = episode
         self.totals["created"] += 1
-        return episode_id, episode, True
+        return episode_id, episode, True, memory_version
 
-    def _check_agentic(self, task: AgenticTask) -> None:
-        """Refuse an agentic episode this service cannot run right (module docstring)."""
+    def _check_agentic(self, task: AgenticTask) -> Path | None:
+        """Refuse an agentic episode this service cannot run right (module docstring); a
+        memory task's version of the memory it starts from (seal.bfcl.memory)."""
         if (why := missing_dependency(task)) is not None:
             raise ConflictError(why)
         if task.is_memory:
+            self._check_scenario_lease(task)
             try:
-                refusal = memory.snapshots().refusal(task)
+                snapshots = memory.snapshots()
             except memory.MemoryNotConfiguredError as e:
                 raise ConflictError(str(e)) from None
-            if refusal is not None:
+            if (refusal := snapshots.refusal(task)) is not None:
                 raise ConflictError(refusal)
-            for ep in self.episodes.values():
-                other = ep.agentic
-                if other is not None and other.is_prereq and other.chain == task.chain:
-                    raise ConflictError(
-                        f"{other.task_id}, a prerequisite conversation of {task.task_id}'s "
-                        f"scenario, is in progress: its memory is not saved yet"
-                    )
+            try:
+                return snapshots.start(task)
+            except memory.SnapshotDamagedError as e:
+                raise ConflictError(str(e)) from None
         elif (why := web_search.missing_key()) is not None:
             raise ConflictError(why)
         else:
@@ -365,6 +375,32 @@ class EnvEngine:
                     f"{self.config.max_step_seconds:.0f} s: start it with --max-step-seconds "
                     f"{needed:.0f} or more"
                 )
+
+    def _check_scenario_lease(self, task: AgenticTask) -> None:
+        """Refuse a memory episode while a prerequisite conversation of its scenario is in
+        progress (its memory is not saved yet), naming it; one silent for longer than
+        `memory_lease_s` (each of its steps renews the lease) loses it: it is expired
+        (released, as by the TTL), and this create goes ahead."""
+        now, lease = time.monotonic(), self.config.memory_lease_s
+        for other_id, ep in list(self.episodes.items()):
+            other = ep.agentic
+            if other is None or not other.is_prereq or other.chain != task.chain:
+                continue
+            idle = now - ep.last_used
+            if idle > lease:
+                log.warning(
+                    "env_service: episode %r (%s) held its scenario silent for %.0f s, past "
+                    "the lease of %.0f s: expired",
+                    other_id, other.task_id, idle, lease,
+                )  # fmt: skip
+                self._expire(other_id)
+                continue
+            raise ConflictError(
+                f"{other.task_id}, a prerequisite conversation of {task.task_id}'s scenario, "
+                f"is in progress in episode {other_id!r} (its memory is not saved yet; last "
+                f"step {idle:.0f} s ago): it holds the scenario until it ends, or until it is "
+                f"silent for {lease:.0f} s"
+            )
 
     def _step_target(
         self, episode_id: str, content: str, seq: int | None, check: bool = True
@@ -441,13 +477,16 @@ class EnvEngine:
         cutoff = time.monotonic() - self.config.episode_ttl_s
         stale = [eid for eid, ep in self.episodes.items() if ep.last_used < cutoff]
         for eid in stale:
-            del self.episodes[eid]
-            if self.pool is not None:
-                self.pool.close(eid)
-        self.totals["expired"] += len(stale)
+            self._expire(eid)
         while self.finished and next(iter(self.finished.values()))[0] < cutoff:
             self.finished.popitem(last=False)
         return len(stale)
+
+    def _expire(self, episode_id: str) -> None:
+        del self.episodes[episode_id]
+        if self.pool is not None:
+            self.pool.close(episode_id)
+        self.totals["expired"] += 1
 
     # --- failure profile ---------------------------------------------------------------
 

@@ -155,6 +155,19 @@ class ServiceConfig(BaseModel):
     """Web search: the wait before a search's second try."""
     web_search_timeout_s: float = Field(20.0, gt=0)
     """Web search: seconds one SerpAPI request may take."""
+    web_fetch_timeout_s: float = Field(20.0, gt=0)
+    """Web search: seconds one fetch_url_content may take in all (connection, redirects,
+    the whole body). bfcl-eval's 20 s, which it sets per read: a page sending a byte
+    every few seconds held a worker for two minutes."""
+    web_fetch_max_bytes: int = Field(4 * MIB, ge=1024)
+    """Web search: the largest page fetch_url_content reads, on the wire and again once
+    decompressed (a 1.2 MB gzip body inflated a worker to 2.7 GB); a larger one is the
+    call's error. Converting a page to text takes ~2 s a MiB (docs/web_search.md)."""
+    web_search_processes: int = Field(4, ge=1)
+    """Web search: processes that make its outside calls (fetches, searches), one call
+    each at a time, apart from the workers, so a slow page or an unreachable SerpAPI
+    holds no other episode's step (env_service/outside.py). At most this many such calls
+    run at once; with `workers` 0 they run in threads instead."""
 
     def web_search_limits(self):
         from seal.bfcl.web_search import SearchLimits
@@ -164,4 +177,6 @@ class ServiceConfig(BaseModel):
             attempts=self.web_search_attempts,
             timeout_s=self.web_search_timeout_s,
             backoff_s=self.web_search_backoff_s,
+            fetch_timeout_s=self.web_fetch_timeout_s,
+            max_page_bytes=self.web_fetch_max_bytes,
         )

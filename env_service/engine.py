@@ -15,8 +15,9 @@ its backend loaded (asked of its pool after the create), a prerequisite conversa
 saves its memory when it is evaluated (in its pool, where its backends are), and
 creates that would break a scenario's order of conversations are refused (409, naming
 what to run first: seal/bfcl/memory.py), as are memory tasks on a service started
-without a snapshot folder and web-search tasks without a SerpAPI key or with a step time
-budget too short for a search (seal/bfcl/web_search.py).
+without a snapshot folder and web-search tasks without a SerpAPI key. A web-search
+episode's calls go to no worker: env_service/outside.py makes them, within a step
+budget of its own.
 
 Retries are safe: a create repeated with the same client-chosen id (and the same task
 and settings, before any step) returns the episode it made; a step repeated with the
@@ -28,6 +29,7 @@ answer is kept for `episode_ttl_s`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -52,10 +54,11 @@ from env_service.execution import (
     RunResult,
 )
 from env_service.in_process import InProcessPool
+from env_service.outside import TO_TEXT_S, OutsideCalls
 from env_service.release.state import check_release_state, is_release_state, release_profile
 from env_service.workers import WorkerPool
 from seal.bfcl import memory, web_search
-from seal.bfcl.agentic import AgenticTask, missing_dependency
+from seal.bfcl.agentic import WEB_SEARCH, AgenticTask, missing_dependency
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.diagnosis import Diagnosis
 from seal.bfcl.tasks import UnknownTaskError, load_task
@@ -143,10 +146,32 @@ def read_state_file(path: Path) -> StateFile:
         ) from None
 
 
+def _is_web_search(task) -> bool:
+    return isinstance(task, AgenticTask) and task.kind == WEB_SEARCH
+
+
+def _outside(episode: Episode) -> bool:
+    """Its calls are outside calls, made by env_service/outside.py, not by a worker."""
+    return _is_web_search(episode.task)
+
+
 class EnvEngine:
     def __init__(self, config: ServiceConfig | None = None):
         self.config = config or ServiceConfig()
         self.caps = EpisodeCaps.of(self.config)
+        limits = self.config.web_search_limits()
+        # A web-search step's own budget (its episodes only): one search with its tries
+        # and one page fetch, turned into text.
+        web_seconds = limits.worst_case_s() + limits.fetch_timeout_s + 2 * TO_TEXT_S
+        self.web_caps = dataclasses.replace(
+            self.caps,
+            budget=dataclasses.replace(
+                self.caps.budget, max_seconds=max(self.caps.budget.max_seconds, web_seconds)
+            ),
+        )
+        self.outside = OutsideCalls(
+            self.config.workers and self.config.web_search_processes, limits
+        )
         self.episodes: dict[str, Episode] = {}
         # Final answers of episodes that ended and were released, for retried final steps:
         # id -> (time ended, answer); oldest first, bounded like the live episodes.
@@ -163,7 +188,7 @@ class EnvEngine:
             memory.configure(self.config.memory_snapshot_dir, self.config.embedding_model_dir)
         except OSError as e:
             raise ServiceStartError(f"--memory-snapshot-dir: {e}") from None
-        web_search.configure(self.config.web_search_limits())
+        web_search.configure(limits)
         path = self.config.capability_state_path
         if path is not None and path.exists():
             try:
@@ -201,6 +226,7 @@ class EnvEngine:
         if self.pool is not None:
             await self.pool.stop()
             self.pool = None
+        await self.outside.stop()
 
     def _executed_calls(self, episode_id: str) -> list[ToolCall] | None:
         episode = self.episodes.get(episode_id)
@@ -224,7 +250,8 @@ class EnvEngine:
         if new:
             # Held while the prompt is completed, so a retried create or a step waits.
             async with episode.lock:
-                await pool.open(episode_id, episode.task.task_id, memory_version)
+                if not _outside(episode):  # a web-search episode has nothing on a worker
+                    await pool.open(episode_id, episode.task.task_id, memory_version)
                 if episode.system is None:  # a memory task: show what its backend loaded
                     try:
                         episode.set_memory_context(await pool.memory(episode_id, "context"))
@@ -266,7 +293,7 @@ class EnvEngine:
                 plan = episode.begin_step(content, calls)
                 run = None
                 if plan.to_run:
-                    run = await self._run(episode_id, plan.to_run)
+                    run = await self._run(episode_id, episode, plan.to_run)
                 outcome = episode.finish_step(plan, run)
                 if outcome.terminated:
                     outcome.evaluation = await self._report(episode_id, episode)
@@ -279,7 +306,9 @@ class EnvEngine:
         async with episode.lock:
             return await self._report(episode_id, episode)
 
-    async def _run(self, episode_id: str, calls: list[ToolCall]) -> RunResult:
+    async def _run(self, episode_id: str, episode: Episode, calls: list[ToolCall]) -> RunResult:
+        if _outside(episode):
+            return await self.outside.run(episode.task.task_id, calls, episode.caps.budget)
         result = await self.pool.run(episode_id, calls)
         if result.stopped in (STEP_TIME_BUDGET, REBUILD_TIME_BUDGET):
             self.pool.close(episode_id)  # the episode has ended: its backends are of no use
@@ -342,7 +371,8 @@ class EnvEngine:
         # on the capability-state file.
         if profile is None and settings.effective_evolution.guidelines:
             profile = self.profile()
-        episode = Episode(task, settings, profile=profile, caps=self.caps)
+        caps = self.web_caps if _is_web_search(task) else self.caps
+        episode = Episode(task, settings, profile=profile, caps=caps)
         self.episodes[episode_id] = episode
         self.totals["created"] += 1
         return episode_id, episode, True, memory_version
@@ -366,15 +396,7 @@ class EnvEngine:
                 raise ConflictError(str(e)) from None
         elif (why := web_search.missing_key()) is not None:
             raise ConflictError(why)
-        else:
-            needed = web_search.limits().worst_case_s() + web_search.FETCH_TIMEOUT_S
-            if self.config.max_step_seconds < needed:
-                raise ConflictError(
-                    f"a web search can take {needed:.0f} s (retries and pacing included), "
-                    f"more than this service's step time budget of "
-                    f"{self.config.max_step_seconds:.0f} s: start it with --max-step-seconds "
-                    f"{needed:.0f} or more"
-                )
+        return None
 
     def _check_scenario_lease(self, task: AgenticTask) -> None:
         """Refuse a memory episode while a prerequisite conversation of its scenario is in

@@ -179,7 +179,7 @@ def _replay(backends: Backends, calls: list) -> Generator[None, None, bool]:
     return True
 
 
-def _detach(parent_pid: int, close_fds: list[int], niceness: int, own_fd: int) -> None:
+def detach(parent_pid: int, close_fds: list[int], niceness: int, own_fd: int) -> None:
     # The service's signal handlers came with the fork: Ctrl-C is the service's to handle
     # (it stops its workers), SIGTERM ends a worker at once, and uvicorn's wake-up fd is
     # not ours to write to.
@@ -235,7 +235,7 @@ def serve(
     niceness: int,
 ) -> None:
     """The worker's loop; returns when the service closes its end."""
-    _detach(parent_pid, close_fds, niceness, sock.fileno())
+    detach(parent_pid, close_fds, niceness, sock.fileno())
     threading.Thread(target=_beat, args=(slot,), name="heartbeat", daemon=True).start()
     episodes: dict[str, Backends | str] = {}  # a str: why its backends could not load
     jobs: list[Job] = []  # a few at a time: a scan for the least run is cheap

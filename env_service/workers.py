@@ -92,7 +92,7 @@ class _Pending:
     attempts: int = 1
 
 
-class _Channel:
+class Channel:
     """Length-framed pickles over a non-blocking socket, driven by the event loop's
     reader/writer callbacks (asyncio streams under uvloop, which uvicorn runs, cost a
     step more, in its median and its tail: docs/benchmarks.md)."""
@@ -177,7 +177,7 @@ class _Channel:
 class _Worker:
     process: multiprocessing.Process
     slot: object
-    channel: _Channel | None = None
+    channel: Channel | None = None
     pending: dict[int, _Pending] = field(default_factory=dict)
     episodes: set[str] = field(default_factory=set)
     dead: bool = False
@@ -250,7 +250,7 @@ class WorkerPool:
         process.start()
         theirs.close()
         w = _Worker(process, slot)
-        w.channel = _Channel(mine, lambda message: self._answer(w, message), lambda: self._died(w))
+        w.channel = Channel(mine, lambda message: self._answer(w, message), lambda: self._died(w))
         return w
 
     async def stop(self) -> None:

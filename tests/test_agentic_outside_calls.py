@@ -134,7 +134,7 @@ def test_a_huge_body_and_a_gzip_bomb_stop_at_the_byte_caps(tmp_path, outside):
     with agentic_service(tmp_path, workers=1, **FAST) as (url, _):
         clients = Clients(url)
         step = clients.web_step_in_background(
-            fetch(outside, "/huge?mb=256") + fetch(outside, "/bomb?mb=512")
+            fetch(outside, "/huge?mb=256") + fetch(outside, "/bomb?mb=64")
         )
         time.sleep(0.3)
         waits = [clients.neighbour_step() for _ in range(3)]

@@ -37,12 +37,16 @@ from env_service import worker
 from env_service.execution import RunResult, StepBudget, StepTally
 from env_service.workers import Channel, WorkerError
 from seal.bfcl import web_search
-from seal.bfcl.backends import ERROR_PREFIX, Backends, format_result
+from seal.bfcl.backends import ERROR_PREFIX, Backends, format_result, preload_backends
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.tasks import load_task
 
 log = logging.getLogger("env_service")
 _CONTEXT = multiprocessing.get_context("fork")
+NICENESS = 10
+"""How far below the event loop's and the workers' CPU priority outside-call processes
+run: their calls wait on the network, and their bursts of work (decompressing, turning a
+page into text) can wait for the other episodes' steps (docs/benchmarks.md)."""
 TO_TEXT_S = 30.0
 """Time a call may take past its request's deadline: bfcl-eval turns a fetched page into
 text (html2text, BeautifulSoup) in the call, ~2 s a MiB here, and pages are capped at
@@ -59,7 +63,8 @@ def perform(task_id: str, call: ToolCall) -> tuple:
 
 def serve(sock: socket.socket, parent_pid: int) -> None:
     """An outside-call process's loop; returns when the service closes its end."""
-    worker.detach(parent_pid, [], 0, sock.fileno())
+    worker.detach(parent_pid, [], NICENESS, sock.fileno())
+    preload_backends(("WebSearchAPI",))  # now, not in its first call's time
     while (message := worker.receive(sock)) is not None:
         request, task_id, call = message
         try:
@@ -163,7 +168,6 @@ class OutsideCalls:
         if call.name != web_search.SEARCH:
             return (await self._attempt(task_id, call))[1]
         for attempt in range(1, self.limits.attempts + 1):
-            await self._pace()
             outcome = await self._attempt(task_id, call)
             if outcome[0] == "ok":
                 return outcome[1]
@@ -177,7 +181,10 @@ class OutsideCalls:
             )
         )
 
-    async def _pace(self) -> None:
+    async def _pace(self, call: ToolCall) -> None:
+        """Wait for this search's slot (`min_interval_s` after the last one's)."""
+        if call.name != web_search.SEARCH:
+            return
         now = asyncio.get_running_loop().time()
         slot = max(now, self._next_search)
         self._next_search = slot + self.limits.min_interval_s
@@ -189,6 +196,7 @@ class OutsideCalls:
         seconds = self.limits.call_seconds(call.name) + TO_TEXT_S
         if self.size == 0:
             async with self._threads:
+                await self._pace(call)
                 outcome = await asyncio.to_thread(perform, task_id, call)
         else:
             outcome = await self._in_process(task_id, call, seconds)
@@ -200,15 +208,11 @@ class OutsideCalls:
         if self._free is None:
             self._start()
         slot = await self._free.get()
-        if slot.dead:
-            slot = await self._replace(slot)
-        self._requests += 1
-        request = self._requests
-        future = asyncio.get_running_loop().create_future()
-        slot.pending[request] = future
-        slot.channel.send((request, task_id, call))
         try:
-            return await asyncio.wait_for(future, seconds)
+            if slot.dead:
+                slot = await self._replace(slot)
+            await self._pace(call)  # once it has a process: the request goes out now
+            return await self._send(slot, task_id, call, seconds)
         except (TimeoutError, _Gone) as e:
             overran = isinstance(e, TimeoutError)
             log.warning(
@@ -217,7 +221,6 @@ class OutsideCalls:
                 f"ran past its {seconds:.0f} s" if overran else "lost its process",
                 slot.process.pid,
             )  # fmt: skip
-            slot.pending.pop(request, None)
             slot = await self._replace(slot)
             why = (
                 f"it did not finish within the service's {seconds:.0f} s"
@@ -227,3 +230,14 @@ class OutsideCalls:
             return ("ok", f"{ERROR_PREFIX}{why}; the call was stopped and not sent again")
         finally:
             self._free.put_nowait(slot)
+
+    async def _send(self, slot: _Slot, task_id: str, call: ToolCall, seconds: float) -> tuple:
+        self._requests += 1
+        request = self._requests
+        future = asyncio.get_running_loop().create_future()
+        slot.pending[request] = future
+        slot.channel.send((request, task_id, call))
+        try:
+            return await asyncio.wait_for(future, seconds)
+        finally:
+            slot.pending.pop(request, None)

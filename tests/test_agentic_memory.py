@@ -32,8 +32,7 @@ from agentic_scripts import (
     play_chain,
     prereq_turns,
 )
-from conftest import Episodes, results
-from web_pages import wait_for
+from conftest import Episodes, results, wait_for
 
 from env_service.app import create_app
 from env_service.config import ServiceConfig

@@ -24,8 +24,8 @@ import pytest
 from agentic_scripts import agentic_service, call
 from conftest import Episodes, results
 from test_agentic_web_search import MISSING, RecordedSearch
-from web_pages import network, web_server
 
+from seal.bench_web import network, web_server
 from seal.bfcl import web_fetch, web_search
 from seal.bfcl.backends import ERROR_PREFIX
 

@@ -118,9 +118,10 @@ def is_tool_error(result: str) -> bool:
         return False
 
 
-def preload_backends() -> None:
-    """Import every multi-turn backend now (MathAPI pulls in mpmath: ~0.3 s on first use)."""
-    for class_name in MULTI_TURN_CLASSES:
+def preload_backends(class_names: tuple[str, ...] = MULTI_TURN_CLASSES) -> None:
+    """Import these backends now (MathAPI pulls in mpmath: ~0.3 s on first use; the web
+    search backend html2text, BeautifulSoup and requests)."""
+    for class_name in class_names:
         _backend_class(class_name)
 
 

@@ -1,5 +1,5 @@
-"""Local web servers for the web-search tests: the "outside" pages a fetch may read, and
-loopback bystanders it must never reach; every request is counted by path.
+"""Local web servers standing in for the web-search tasks' outside web, for the tests and
+scripts/bench_env_adversarial.py, and the service run on a test network that reaches them.
 
     with web_server() as web:            # on 127.0.0.1, a free port
         web.url("/page/tea")             # http://127.0.0.1:PORT/page/tea
@@ -8,10 +8,15 @@ loopback bystanders it must never reach; every request is counted by path.
 
 Paths: `/page/<name>` a small HTML page naming <name>; `/slow` headers, then one byte
 every `SLOW_BYTE_S` (the slow page of issue #31); `/huge?mb=N` N MiB of HTML at full speed;
-`/bomb?mb=N` a gzip body that inflates to N MiB of spaces (a few KiB on the wire);
+`/bomb?mb=N` a gzip body that inflates to N MiB of spaces (1 KiB on the wire per MiB);
 `/redirect?to=URL` a 302 to URL as given (not re-encoded, so odd spellings reach the
 client as written); `/search` a SerpAPI-shaped JSON reply (a search that works).
-`network(*servers)` is the test network that lets fetches reach these servers by name.
+`silent_server()` accepts connections and never answers (an unreachable SerpAPI).
+`network(...)` is the test network (seal.bfcl.web_fetch.LocalNetwork) naming them.
+
+`python -m seal.bench_web NETWORK_JSON SERPAPI_URL [SERVICE FLAGS...]` runs the service
+with that network and SerpAPI at that URL: a bench's own command (the service has no
+flag or setting that lets a fetch reach its own network).
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ import http.server
 import json
 import socket
 import threading
-import time
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -177,8 +181,23 @@ def network(names: dict[str, str] | None = None, **servers: _Server | int) -> Lo
     )
 
 
-def wait_for(condition, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
+def main(argv: list[str] | None = None) -> None:
+    import json
+    import sys
+
+    from serpapi.serp_api_client import SerpApiClient
+
+    from env_service.__main__ import main as service_main
+    from seal.bfcl import web_fetch
+
+    argv = sys.argv[1:] if argv is None else argv
+    spec, serpapi, flags = json.loads(argv[0]), argv[1], argv[2:]
+    web_fetch.use_network(
+        LocalNetwork(spec["names"], frozenset((h, int(p)) for h, p in spec["servers"]))
+    )
+    SerpApiClient.BACKEND = serpapi
+    service_main(flags)
+
+
+if __name__ == "__main__":
+    main()

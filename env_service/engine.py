@@ -170,7 +170,7 @@ class EnvEngine:
             ),
         )
         self.outside = OutsideCalls(
-            self.config.workers and self.config.web_search_processes, limits
+            self.config.web_search_processes, limits, threads=self.config.workers == 0
         )
         self.episodes: dict[str, Episode] = {}
         # Final answers of episodes that ended and were released, for retried final steps:

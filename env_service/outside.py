@@ -13,9 +13,9 @@ Each call has a deadline of its own (the fetch's, or one SerpAPI request's, plus
 turn the page into text); a process past it, or one that dies, is replaced, and the call
 is answered with an error saying so, never sent again: no outside call is made twice.
 Searches are paced (`min_interval_s` apart, the whole service) and retried with back-off
-here, on the event loop, holding no process while they wait. With `processes == 0` the
-calls run in threads of the service's own process (for tests and debugging: a call that
-never returns cannot be stopped there).
+here, on the event loop, holding no process while they wait. With `threads` the calls run
+in threads of the service's own process (the service's `workers` 0: tests and debugging;
+a call that never returns cannot be stopped there).
 
     process <- (request, task_id, call)
     process -> (request, "ok", result) | (request, "retry", why, retry_after)
@@ -88,13 +88,15 @@ class _Slot:
 
 
 class OutsideCalls:
-    def __init__(self, processes: int, limits: web_search.SearchLimits):
+    def __init__(self, processes: int, limits: web_search.SearchLimits, threads: bool = False):
+        """At most `processes` calls at once; `threads`: in threads of this process."""
         self.size = processes
+        self.threads = threads
         self.limits = limits
         self.slots: list[_Slot] = []
         self.replaced = 0
         self._free: asyncio.Queue[_Slot] | None = None
-        self._threads = asyncio.Semaphore(max(1, processes))
+        self._threads = asyncio.Semaphore(processes)
         self._next_search = 0.0
         self._requests = 0
 
@@ -194,7 +196,7 @@ class OutsideCalls:
     async def _attempt(self, task_id: str, call: ToolCall) -> tuple:
         """("ok", result) or ("retry", why, retry_after); a bug raises WorkerError."""
         seconds = self.limits.call_seconds(call.name) + TO_TEXT_S
-        if self.size == 0:
+        if self.threads:
             async with self._threads:
                 await self._pace(call)
                 outcome = await asyncio.to_thread(perform, task_id, call)
@@ -209,7 +211,7 @@ class OutsideCalls:
             self._start()
         slot = await self._free.get()
         try:
-            if slot.dead:
+            if slot.dead or not slot.process.is_alive():  # (its end-of-file may be unread)
                 slot = await self._replace(slot)
             await self._pace(call)  # once it has a process: the request goes out now
             return await self._send(slot, task_id, call, seconds)

@@ -23,6 +23,7 @@ import threading
 import time
 
 import httpx
+import psutil
 import pytest
 from agentic_scripts import agentic_service, call
 from conftest import Episodes, results, wait_for
@@ -34,10 +35,10 @@ from seal.bfcl import web_fetch, web_search
 pytestmark = pytest.mark.skipif(bool(MISSING), reason="needs the ood extra (bfcl web search)")
 
 WEB_TASK, NEIGHBOUR_TASK = "web_search_base_0", "multi_turn_base_1"
-FAST = {  # SerpAPI tries: 1 s each, 0.5 s then 1 s apart
+FAST = {  # SerpAPI tries: 2 s each, 0.5 s then 1 s apart
     "web_search_interval_s": 0.0,
     "web_search_attempts": 3,
-    "web_search_timeout_s": 1.0,
+    "web_search_timeout_s": 2.0,
     "web_search_backoff_s": 0.5,
     "web_fetch_timeout_s": 3.0,
 }
@@ -100,14 +101,15 @@ def test_a_slow_page_stalls_no_neighbour_and_ends_at_its_deadline(tmp_path, outs
     with agentic_service(tmp_path, workers=1, **FAST) as (url, _):
         clients = Clients(url)
         step = clients.web_step_in_background(fetch(outside, "/slow"))
-        wait_for(lambda: outside.hits["/slow"] == 1)
+        wait_for(lambda: outside.hits["/slow"] == 1, timeout_s=60)  # (processes start first)
         time.sleep(0.5)  # the page is trickling in
         waits = [clients.neighbour_step() for _ in range(3)]
         step["thread"].join(timeout=30)
-    assert max(waits) < 1.0, f"the neighbour waited {max(waits):.1f} s behind a slow page"
+    assert max(waits) < 2.0, f"the neighbour waited {max(waits):.1f} s behind a slow page"
     result = results(step["reply"])[0]
     assert "An error occurred while fetching" in result and "3.0 s" in result, result
-    assert step["seconds"] < FAST["web_fetch_timeout_s"] + 2, step["seconds"]
+    # Its deadline, and the start of the outside-call processes (the first call's).
+    assert step["seconds"] < FAST["web_fetch_timeout_s"] + 10, step["seconds"]
     assert outside.hits["/slow"] == 1
 
 
@@ -123,11 +125,11 @@ def test_an_unreachable_search_stalls_no_neighbour(tmp_path, outside, monkeypatc
             time.sleep(0.5)
             waits = [clients.neighbour_step() for _ in range(3)]
             step["thread"].join(timeout=30)
-    assert max(waits) < 1.0, f"the neighbour waited {max(waits):.1f} s behind a search"
+    assert max(waits) < 2.0, f"the neighbour waited {max(waits):.1f} s behind a search"
     reply = step["reply"]
     assert web_search.UNAVAILABLE in results(reply)[0] and reply["terminated"]
     assert reply["evaluation"]["aborted"] == web_search.ABORTED
-    assert step["seconds"] >= 3 * 1.0 + 0.5 + 1.0  # three tries, backed off
+    assert step["seconds"] >= 3 * 2.0 + 0.5 + 1.0  # three tries, backed off
 
 
 def test_a_huge_body_and_a_gzip_bomb_stop_at_the_byte_caps(tmp_path, outside):
@@ -143,7 +145,7 @@ def test_a_huge_body_and_a_gzip_bomb_stop_at_the_byte_caps(tmp_path, outside):
     assert "larger than the service's limit" in huge, huge
     assert "larger than the service's limit" in bomb, bomb
     assert outside.sent_bytes < 64 * 2**20, "the fetch read on past its cap"
-    assert max(waits) < 1.0, f"the neighbour waited {max(waits):.1f} s behind a huge body"
+    assert max(waits) < 2.0, f"the neighbour waited {max(waits):.1f} s behind a huge body"
 
 
 def test_a_web_search_episode_runs_on_a_service_with_the_default_step_budget(tmp_path, outside):
@@ -153,6 +155,13 @@ def test_a_web_search_episode_runs_on_a_service_with_the_default_step_budget(tmp
         episode_id, _ = episodes.create(WEB_TASK, mode="validate")
         reply = episodes.step(episode_id, fetch(outside, "/page/tea"))
     assert "<h1>tea</h1>" in json.loads(results(reply)[0])["content"]
+
+
+def _exited(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _kill(pids: list[int]) -> None:
@@ -179,11 +188,13 @@ def test_a_call_whose_process_dies_is_answered_and_not_sent_again(tmp_path, outs
     with agentic_service(tmp_path, workers=1, **FAST) as (url, engine):
         clients = Clients(url)
         step = clients.web_step_in_background(fetch(outside, "/slow"))
-        wait_for(lambda: outside.hits["/slow"] == 1)
-        _kill(engine.outside.pids())
+        wait_for(lambda: outside.hits["/slow"] == 1, timeout_s=60)
+        killed = engine.outside.pids()
+        _kill(killed)
         step["thread"].join(timeout=30)
+        wait_for(lambda: all(_exited(pid) for pid in killed))
         after = clients.episodes.step(clients.web, fetch(outside, "/page/c"))
     result = results(step["reply"])[0]
     assert result.startswith("Error during execution:") and "not sent again" in result, result
     assert outside.hits["/slow"] == 1
-    assert "<h1>c</h1>" in json.loads(results(after)[0])["content"]
+    assert "<h1>c</h1>" in results(after)[0], results(after)  # a new process answers

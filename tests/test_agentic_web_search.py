@@ -206,7 +206,7 @@ def searched(limits: web_search.SearchLimits, *queries: str) -> list[str]:
     retried on its event loop: env_service/outside.py; here in threads)."""
 
     async def run() -> list[str]:
-        outside = OutsideCalls(0, limits)
+        outside = OutsideCalls(len(queries), limits, threads=True)
         calls = [ToolCall("search_engine_query", {"keywords": q}) for q in queries]
         return await asyncio.gather(*(outside.call("web_search_base_0", c) for c in calls))
 

@@ -299,8 +299,11 @@ def _exchange(
     cut = threading.Timer(max(0.0, deadline - time.monotonic()), _shut, (held, expired))
     cut.start()
     try:
-        if target.scheme == "https":
-            held[0] = _tls_context().wrap_socket(sock, server_hostname=target.host)
+        if target.scheme == "https":  # (the handshake after the timer holds the TLS socket)
+            held[0] = _tls_context().wrap_socket(
+                sock, server_hostname=target.host, do_handshake_on_connect=False
+            )
+            held[0].do_handshake()
         connection = http.client.HTTPConnection(target.host, target.port)
         connection.sock = held[0]
         sent = {"Host": target.host_header, **headers, "Accept-Encoding": "gzip, deflate"}

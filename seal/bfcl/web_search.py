@@ -108,10 +108,6 @@ def configure(limits: SearchLimits) -> None:
     _LIMITS = limits
 
 
-def limits() -> SearchLimits:
-    return _LIMITS
-
-
 class SearchUnavailableError(RuntimeError):
     def __init__(self, why: str):
         # Never "429" in the text: bfcl-eval retries any error that mentions it, forever.

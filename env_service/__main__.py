@@ -114,7 +114,14 @@ def main(argv: list[str] | None = None) -> None:
     protocol = guarded_protocol(
         config.header_timeout_s, config.body_timeout_s, config.max_unauthenticated_connections
     )
-    uvicorn.run(app, host=host, port=port, log_level=log_level, http=protocol)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=protocol,
+        timeout_keep_alive=config.keep_alive_s,
+    )
 
 
 def raise_open_files_limit() -> None:

@@ -37,6 +37,7 @@ import os
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from env_service import connections
 from env_service.connections import CLIENT_GONE
 from env_service.engine import EnvEngine
 from env_service.errors import ForbiddenError, NotFoundError
@@ -293,7 +294,7 @@ async def get_profile(request: Request):
 
 @router.get("/stats", tags=["service"], responses=errors())
 async def stats(request: Request):
-    return engine_of(request).stats()
+    return {**engine_of(request).stats(), **connections.stats()}
 
 
 @router.get(

@@ -92,6 +92,11 @@ class ServiceConfig(BaseModel):
     body_timeout_s: float = Field(30.0, gt=0)
     """A request's body must arrive within this many seconds of its headers (a 4 MiB
     body at 2 Mbit/s takes 17 s), or the connection is closed."""
+    keep_alive_s: float = Field(30.0, gt=0)
+    """An idle kept-alive connection is closed after this long. Longer than the project's
+    client keeps one idle (15 s, seal/http.py): a client that reuses a connection the
+    service is closing at that moment loses its request on the way (a retry); uvicorn's
+    default, 5 s, made some under load."""
     max_unauthenticated_connections: int = Field(128, ge=1)
     """Connections that have not yet sent a request with the token (without a token: not
     yet a complete request) beyond this count close the one that has waited longest,

@@ -24,7 +24,7 @@ Prints per run: episodes/s, requests/s, p50/p99 request latency (client round tr
 the server's peak RSS and CPU (its own process, and with its worker processes: their
 RSS summed, which counts the pages they share with it twice), the client's CPU, the
 retries (attempts sent again after a connection error, a timeout or a busy answer: 0 on
-a healthy service); then the accuracy per category and the medians over the runs. Targets on 2 cores: >= 150
+a healthy service) and the connections the service's guard closed; then the accuracy per category and the medians over the runs. Targets on 2 cores: >= 150
 episodes/s, p99 < 50 ms, < 2 GB; measured figures are in docs/benchmarks.md.
 """
 
@@ -38,9 +38,12 @@ import statistics
 import time
 from pathlib import Path
 
+import httpx
+
 from seal.bench import PeakRss, TimedClient, bench_service, ground_truth_scripts
 from seal.eval.replay import record_from_report, split_task_ids
 from seal.eval.summary import render_markdown, summarize_step
+from seal.rollout.env_client import auth_headers
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
 
@@ -150,6 +153,7 @@ def measure(
     for run in range(1, args.runs + 1):
         sampler = PeakRss(service.pid)
         sampler.start()
+        closed = _connections_closed(service)
         server_cpu0, client_cpu0 = sampler.cpu_seconds(), time.process_time()
         reports, latencies, elapsed, retries = asyncio.run(
             replay_all(service, ids, scripts, args.concurrency, pause_s)
@@ -168,6 +172,7 @@ def measure(
             "server CPU %": 100 * (sampler.cpu_seconds() - server_cpu0) / elapsed,
             "client CPU %": 100 * (time.process_time() - client_cpu0) / elapsed,
             "retries": retries,
+            "connections closed": _connections_closed(service) - closed,
         }
         for kind in ("create", "step"):
             q = statistics.quantiles([lat for k, lat in latencies if k == kind], n=100)
@@ -175,6 +180,14 @@ def measure(
         rows.append(row)
         print(f"{mode} run {run}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()))
     return rows, reports
+
+
+def _connections_closed(service) -> int:
+    """Connections the service's guard has closed (shed past its cap, or late): 0 for a
+    well-behaved client."""
+    headers = auth_headers(service.token)
+    counts = httpx.get(f"{service.url}/v1/stats", headers=headers, timeout=30).json()
+    return sum(v for k, v in counts.items() if k.startswith("connections_closed_"))
 
 
 if __name__ == "__main__":

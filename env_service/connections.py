@@ -17,13 +17,14 @@ So a small guard, on uvicorn's own extension point (`--http`: the protocol class
   a request that did not pass the token check (http_guard.Guard calls back through the
   ASGI scope's extensions; without a token, any complete request passes); a request whose
   headers are in is the application's to judge, and a 401 closes its connection. Past
-  `max_unauthenticated_connections` of them, the one that has waited longest is closed,
-  but only once it has waited `SEND_GRACE_S`: a client's pool opens its connections in a
-  burst and writes their requests next (aiohttp connects all, then writes), and closing
-  those cut 128 of a paper step's 256 creates (issue #31). A flood of silent connections
-  is still shed (each waits at most the grace past the cap), and past half the
-  process's open-files limit the longest waiting is closed at once, so they never use up
-  the files authenticated clients need.
+  `max_unauthenticated_connections` of them, the one that has waited longest is closed:
+  first among those that started a request and have not finished its headers (a
+  slow-headers flood is shed as it comes), then among those that sent nothing, once they
+  have had `SEND_GRACE_S`: a client's pool opens its connections in a burst and writes
+  their requests next (aiohttp connects all, then writes), and closing those cut 128 of a
+  paper step's 256 creates (issue #31). Past half the process's open-files limit the
+  longest silent one is closed at once: a flood never uses up the files authenticated
+  clients need.
 
 A subclass of uvicorn's httptools protocol (uvicorn[standard] installs httptools), so
 parsing, keep-alive and pipelining stay uvicorn's; tests/test_env_hostile_clients.py and
@@ -62,20 +63,27 @@ def guarded_protocol(
 ) -> type[HttpToolsProtocol]:
     """The protocol class for `uvicorn.run(..., http=...)`, with these limits and its own
     count of unauthenticated connections (call it after the open-files limit is set)."""
-    waiting: OrderedDict[GuardedHttp, float] = OrderedDict()  # -> since when; oldest first
+    # Connections not (yet) proven, by what they sent of their next request: nothing
+    # (`silent`), or part of its headers (`started`); each -> since when, oldest first.
+    silent: OrderedDict[GuardedHttp, float] = OrderedDict()
+    started: OrderedDict[GuardedHttp, float] = OrderedDict()
     ceiling = max(max_unauthenticated, _open_files_limit() // 2)
     shedding: list[asyncio.TimerHandle | None] = [None]
 
     def shed(loop: asyncio.AbstractEventLoop) -> None:
-        """Close the longest-waiting connections past the cap that have had their grace
-        (any, past the ceiling); come back when the next one has had it."""
+        """Past the cap, close the longest-waiting connection that started a request and
+        has not finished its headers, else the longest silent one that has had its grace
+        (any, past the ceiling); come back when the next silent one has had it."""
         shedding[0] = None
-        now = loop.time()
-        while len(waiting) > max_unauthenticated:
-            oldest, since = next(iter(waiting.items()))
-            if len(waiting) <= ceiling and now - since < SEND_GRACE_S:
-                shedding[0] = loop.call_later(since + SEND_GRACE_S - now, shed, loop)
-                return
+        while len(silent) + len(started) > max_unauthenticated:
+            if started:
+                oldest = next(iter(started))
+            else:
+                oldest, since = next(iter(silent.items()))
+                wait = since + SEND_GRACE_S - loop.time()
+                if wait > 0 and len(silent) <= ceiling:
+                    shedding[0] = loop.call_later(wait, shed, loop)
+                    return
             oldest._close("the service holds too many connections that did not authenticate")
             CLOSED["unauthenticated"] += 1
 
@@ -89,7 +97,7 @@ def guarded_protocol(
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
-            waiting.pop(self, None)
+            self._proved()
             super().connection_lost(exc)
 
         # httptools' callbacks, in the order of a request.
@@ -97,9 +105,12 @@ def guarded_protocol(
             super().on_message_begin()
             if self._timer is None:  # the next request on a kept-alive connection
                 self._arm(header_timeout_s, "its request's headers")
+            if silent.pop(self, None) is not None:  # its request's first bytes
+                started[self] = self.loop.time()
+                self._shed()
 
         def on_headers_complete(self) -> None:
-            waiting.pop(self, None)  # its request is in: the application judges it
+            self._proved()  # its request is in: the application judges it
             self._arm(body_timeout_s, "its request's body")
             # self.scope is the dict the request's ASGI app receives (made by uvicorn in
             # on_message_begin; its task starts in super().on_headers_complete()).
@@ -136,9 +147,16 @@ def guarded_protocol(
                 return True  # reset
 
         def _wait(self) -> None:
-            waiting[self] = self.loop.time()
-            if len(waiting) > max_unauthenticated and shedding[0] is None:
+            silent[self] = self.loop.time()
+            self._shed()
+
+        def _shed(self) -> None:
+            if len(silent) + len(started) > max_unauthenticated and shedding[0] is None:
                 shed(self.loop)
+
+        def _proved(self) -> None:
+            silent.pop(self, None)
+            started.pop(self, None)
 
         def _arm(self, seconds: float, what: str) -> None:
             self._disarm()
@@ -156,12 +174,11 @@ def guarded_protocol(
 
         def _close(self, why: str) -> None:
             self._disarm()  # (when evicted: its deadline is of no use any more)
-            waiting.pop(self, None)
+            self._proved()
             if not self.transport.is_closing():
                 self.logger.debug("closing %s: %s", self.client, why)
                 self.transport.close()
 
-    GuardedHttp.waiting = waiting  # for tests and stats: the unauthenticated connections
     return GuardedHttp
 
 

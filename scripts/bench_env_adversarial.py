@@ -25,11 +25,11 @@ with the case (them, and the case):
   debugger or a frozen cgroup stops it) every `--stop-every-s` seconds (issue #21,
   finding 2: before, it was never replaced and every episode placed on it hung);
 - slow_page, huge_body, unreachable_search (issue #31, finding 2): `--web-attackers`
-  clients, in their own process, play BFCL V4 web-search episodes back to back whose
-  call is a fetch of a page sending a byte every 0.5 s; a fetch of 600 MiB, then of a
-  1 MiB gzip body that inflates to 1 GiB; a search while SerpAPI accepts connections and
-  never answers. The outside web is local (seal/bench_web.py), and the service runs on a
-  test network that reaches it (`python -m seal.bench_web`), with its default limits
+  clients, in their own process, play BFCL V4 web-search episodes, `--web-pause-s` apart
+  (a model's generation), whose call is a fetch of a page sending a byte every 0.5 s; a
+  fetch of 600 MiB, then of a 1 MiB gzip body that inflates to 1 GiB; a search while
+  SerpAPI accepts connections and never answers. The outside web is local (seal/bench_web.py), and the service runs on a
+  test network that reaches it (`python -m env_service.bench_network`), with its default limits
   (before: each such call held a worker, and every episode on it, for up to two
   minutes; the bodies took a worker to 1.5 and 2.7 GB). The outside web's process runs
   at the lowest CPU priority: it stands for servers on other machines.
@@ -242,8 +242,9 @@ def _outside_web_main(ports, stop) -> None:
         stop.wait()
 
 
-def _web_attacker_main(url, token, case, web_port, stop, counter, clients: int) -> None:
-    """`clients` threads playing web-search episodes whose one call is the case's."""
+def _web_attacker_main(url, token, case, web_port, stop, counter, clients, pause_s) -> None:
+    """`clients` threads playing web-search episodes whose one call is the case's, each
+    `pause_s` after the last (a model's generation before its next call)."""
     import threading
 
     page = f"http://outside.test:{web_port}"
@@ -276,6 +277,7 @@ def _web_attacker_main(url, token, case, web_port, stop, counter, clients: int) 
                 http.post(f"{episode}/steps", json={"content": "done", "tool_calls": []})
             with lock:
                 counter.value += 1
+            stop.wait(pause_s)
 
     threads = [threading.Thread(target=play, args=(k,), daemon=True) for k in range(clients)]
     for thread in threads:
@@ -298,13 +300,13 @@ def _warm_web(service: RunningService, args) -> None:
 
 
 def web_service_module(web_port: int, silent_port: int) -> tuple[str, ...]:
-    """`python -m seal.bench_web` and its arguments: the test network naming the outside
+    """`python -m env_service.bench_network` and its arguments: the test network naming the outside
     web `outside.test` and the silent SerpAPI `serpapi.test`."""
     spec = {
         "names": {"outside.test": "127.0.0.1", "serpapi.test": "127.0.0.1"},
         "servers": [["127.0.0.1", web_port], ["127.0.0.1", silent_port]],
     }
-    return ("seal.bench_web", json.dumps(spec), f"http://serpapi.test:{silent_port}")
+    return ("env_service.bench_network", json.dumps(spec), f"http://serpapi.test:{silent_port}")
 
 
 # --- the well-behaved clients ---------------------------------------------------------------
@@ -378,7 +380,7 @@ async def measure(service: RunningService, args, ids, scripts) -> list[dict]:
                     attacker = ctx.Process(
                         target=_web_attacker_main,
                         args=(url, service.token, phase, args.web_port, stop, counter,
-                              args.web_attackers),
+                              args.web_attackers, args.web_pause_s),
                     )  # fmt: skip
                 if attacker is not None:
                     attacker.start()
@@ -479,6 +481,13 @@ def main(argv: list[str] | None = None) -> None:
         default=4,
         help="web-search cases: clients playing such episodes at once (default 4: as many as "
         "the service's outside-call processes)",
+    )
+    p.add_argument(
+        "--web-pause-s",
+        type=float,
+        default=1.0,
+        help="web-search cases: seconds each of those clients waits between its episodes, "
+        "a model's generation (default 1; the flood case is the one without pauses)",
     )
     p.add_argument("--port", type=int, default=0, help="the service's port (default: a free one)")
     p.add_argument(

@@ -12,11 +12,8 @@ every `SLOW_BYTE_S` (the slow page of issue #31); `/huge?mb=N` N MiB of HTML at 
 `/redirect?to=URL` a 302 to URL as given (not re-encoded, so odd spellings reach the
 client as written); `/search` a SerpAPI-shaped JSON reply (a search that works).
 `silent_server()` accepts connections and never answers (an unreachable SerpAPI).
-`network(...)` is the test network (seal.bfcl.web_fetch.LocalNetwork) naming them.
-
-`python -m seal.bench_web NETWORK_JSON SERPAPI_URL [SERVICE FLAGS...]` runs the service
-with that network and SerpAPI at that URL: a bench's own command (the service has no
-flag or setting that lets a fetch reach its own network).
+`network(...)` is the test network (seal.bfcl.web_fetch.LocalNetwork) naming them; the
+benches' service runs on one with `python -m env_service.bench_network`.
 """
 
 from __future__ import annotations
@@ -179,25 +176,3 @@ def network(names: dict[str, str] | None = None, **servers: _Server | int) -> Lo
         names={**(names or {}), **{f"{name}.test": host for name, (_, host) in where.items()}},
         servers=frozenset((host, port) for port, host in where.values()),
     )
-
-
-def main(argv: list[str] | None = None) -> None:
-    import json
-    import sys
-
-    from serpapi.serp_api_client import SerpApiClient
-
-    from env_service.__main__ import main as service_main
-    from seal.bfcl import web_fetch
-
-    argv = sys.argv[1:] if argv is None else argv
-    spec, serpapi, flags = json.loads(argv[0]), argv[1], argv[2:]
-    web_fetch.use_network(
-        LocalNetwork(spec["names"], frozenset((h, int(p)) for h, p in spec["servers"]))
-    )
-    SerpApiClient.BACKEND = serpapi
-    service_main(flags)
-
-
-if __name__ == "__main__":
-    main()

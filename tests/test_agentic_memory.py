@@ -31,6 +31,7 @@ from agentic_scripts import (
     play,
     play_chain,
     prereq_turns,
+    walk_every_route,
 )
 from conftest import Episodes, results, wait_for
 
@@ -193,29 +194,9 @@ def test_every_route_of_both_protocols_answers_a_memory_episode(tmp_path):
     question_id = notetaker("memory_rec_sum")
     with agentic_service(tmp_path, workers=1) as (url, _):
         play_chain(url, question_id)
-        http = httpx.Client(base_url=url, timeout=60)
-        episodes = Episodes(http)
-        wire = {"env_type": "bfcl"}
         for sparse in (False, True):
-            episode_id, _ = episodes.create(question_id, mode="validate")
-            iid = {**wire, "instance_id": episode_id}
-            step = {**iid, "messages": {"role": "assistant", "content": "I do not know"}}
-            statuses = {
-                "status": http.get(f"/v1/episodes/{episode_id}").status_code,
-                "get_info": http.post("/get_info", json=iid).status_code,
-                "wire step": http.post("/step", json=step).status_code,
-            }
-            evaluation = http.post("/evaluate", json={**iid, "params": {"sparse": sparse}})
-            statuses["evaluate"] = evaluation.status_code
-            statuses["native evaluation"] = http.get(
-                f"/v1/episodes/{episode_id}/evaluation"
-            ).status_code
-            statuses["release"] = http.post("/release", json=iid).status_code
-            assert set(statuses.values()) == {200}, statuses
-            data = evaluation.json()["data"]
+            data = walk_every_route(url, question_id, sparse)
             assert data == 0.0 if sparse else data["failure_tags"] == [ANSWER_NOT_FOUND]
-        created = http.post("/create", json={**wire, "task_id": question_id})
-        assert created.status_code == 404 and "native API" in created.json()["error"]
 
 
 def test_a_truncated_snapshot_is_a_409_naming_the_file(tmp_path):

@@ -25,12 +25,13 @@ import time
 import httpx
 import psutil
 import pytest
-from agentic_scripts import agentic_service, call
+from agentic_scripts import agentic_service, call, walk_every_route
 from conftest import Episodes, results, wait_for
 from test_agentic_web_search import MISSING
 
 from seal.bench_web import network, silent_server, web_server
 from seal.bfcl import web_fetch, web_search
+from seal.bfcl.agentic import ANSWER_NOT_FOUND
 
 pytestmark = pytest.mark.skipif(bool(MISSING), reason="needs the ood extra (bfcl web search)")
 
@@ -146,6 +147,13 @@ def test_a_huge_body_and_a_gzip_bomb_stop_at_the_byte_caps(tmp_path, outside):
     assert "larger than the service's limit" in bomb, bomb
     assert outside.sent_bytes < 64 * 2**20, "the fetch read on past its cap"
     assert max(waits) < 2.0, f"the neighbour waited {max(waits):.1f} s behind a huge body"
+
+
+def test_every_route_of_both_protocols_answers_a_web_search_episode(tmp_path, outside):
+    with agentic_service(tmp_path, workers=1) as (url, _):
+        for sparse in (False, True):
+            data = walk_every_route(url, WEB_TASK, sparse)
+            assert data == 0.0 if sparse else data["failure_tags"] == [ANSWER_NOT_FOUND]
 
 
 def test_a_web_search_episode_runs_on_a_service_with_the_default_step_budget(tmp_path, outside):

@@ -283,7 +283,7 @@ def test_a_body_that_stops_coming_is_closed_and_authenticated_connections_are_ke
             sock.sendall(SLOW_HEAD)
         # The authenticated connection outlives a flood past the cap; the flood does not.
         assert _request(kept, get_stats).startswith(b"HTTP/1.1 200")
-        time.sleep(SEND_GRACE_S + 0.5)  # past the cap, each is closed once it had its grace
+        time.sleep(0.5)  # they started requests: past the cap, they are closed as they come
         closed = sum(_closed_by_peer(sock) for sock in flood)
         assert closed >= 40 - 8, f"only {closed} of 40 unauthenticated connections closed"
         # A body announced but not sent is not waited for past the body timeout.
@@ -297,6 +297,28 @@ def test_a_body_that_stops_coming_is_closed_and_authenticated_connections_are_ke
         slow.settimeout(10)
         assert _closed_by_peer(slow) or slow.recv(65536) == b""
         assert time.monotonic() - started < 5
+
+
+def test_silent_connections_past_the_cap_are_closed_after_their_grace(service_process):
+    """Connections that send nothing may be a client's burst about to write (previous
+    test): past the cap they are closed once they have had SEND_GRACE_S, not before."""
+    svc = service_process("--max-unauthenticated-connections", "8", env={"SEAL_ENV_TOKEN": TOKEN})
+    host, port = svc.url.removeprefix("http://").split(":")
+    with contextlib.ExitStack() as stack:
+        silent = [
+            stack.enter_context(socket.create_connection((host, int(port)), timeout=10))
+            for _ in range(60)
+        ]
+        time.sleep(0.5)
+        for sock in silent:
+            sock.setblocking(False)  # (a look, not a wait)
+        early = sum(_closed_by_peer(sock) for sock in silent)
+        time.sleep(SEND_GRACE_S + 1.0)
+        late = sum(_closed_by_peer(sock) for sock in silent)
+    assert early == 0, f"{early} silent connections were closed before their grace"
+    assert late >= 60 - 8, f"only {late} of 60 silent connections closed after their grace"
+    assert httpx.get(f"{svc.url}/v1/stats", headers={"Authorization": f"Bearer {TOKEN}"},
+                     timeout=10).json()["connections_closed_unauthenticated"] >= 52  # fmt: skip
 
 
 # --- HEAD /healthz --------------------------------------------------------------------------

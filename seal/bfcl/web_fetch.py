@@ -309,6 +309,8 @@ def _exchange(
         sent = {"Host": target.host_header, **headers, "Accept-Encoding": "gzip, deflate"}
         connection.request("GET", target.path, headers=sent)
         response = connection.getresponse()
+        if response.length is not None and response.length > max_bytes:  # said up front
+            raise FetchError(f"the page is larger than the service's limit of {max_bytes} bytes")
         wire = response.read(max_bytes + 1)
         if expired.is_set():  # cut short: what was read is not the page
             raise FetchError(f"the page did not arrive within {timeout_s} s")

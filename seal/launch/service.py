@@ -138,7 +138,7 @@ def start_service(
 ) -> Iterator[RunningService]:
     """Start `python -m env_service` (port 0: a free one) and stop it on leaving;
     `module`: another module (and its own first arguments) that runs the service's
-    command line (seal.bench_web, for a bench)."""
+    command line (env_service.bench_network, for a bench)."""
     if not token:
         raise ValueError("the launcher's own service always gets a token")
     port = port or free_port(host)

@@ -107,7 +107,7 @@ def walk_every_route(url: str, task_id: str, sparse: bool) -> object:
     `sparse`, the native evaluation, /release); each must answer 200. Returns /evaluate's
     data. The wire /create refuses agentic tasks with a 404 naming the native API."""
     http = httpx.Client(base_url=url, timeout=60)
-    reply = http.post("/v1/episodes", json={"task_id": task_id, "settings": VALIDATE.model_dump()})
+    reply = http.post("/v1/episodes", json={"task_id": task_id, "settings": {"mode": "validate"}})
     assert reply.status_code == 201, reply.text
     episode_id = reply.json()["episode_id"]
     iid = {"env_type": "bfcl", "instance_id": episode_id}

@@ -116,6 +116,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
 from env_service import errors
+from env_service.api_native import release_if_client_left
 from env_service.engine import EnvEngine, check_id
 from env_service.errors import EngineError, InvalidRequestError, NotFoundError
 from env_service.json_body import SafeJsonRoute
@@ -190,10 +191,12 @@ async def create(body: WireRequest, request: Request):
         task.task_id, create_params.settings, body.instance_id, create_params.profile
     )
     try:
-        return _created(instance_id, ep, asked, task, create_params)
+        reply = _created(instance_id, ep, asked, task, create_params)
     except Exception:
         engine.discard(instance_id, ep)  # no client learnt of it: nothing is left live
         raise
+    await release_if_client_left(engine, request, instance_id, ep)
+    return reply
 
 
 def _created(instance_id, ep, asked, task, create_params) -> Response:
@@ -212,7 +215,7 @@ def _created(instance_id, ep, asked, task, create_params) -> Response:
     return ok({"state": ep.initial_messages, "reward": 0.0, "is_terminated": False, "info": info})
 
 
-@router.post("/step", responses=wire_errors(404, 409, 413, 422))
+@router.post("/step", responses=wire_errors(404, 409, 413, 422, 507))
 async def step(body: WireRequest, request: Request):
     instance_id = _require(body.instance_id, "instance_id")
     episode = _engine(request).get(instance_id)
@@ -230,7 +233,7 @@ async def step(body: WireRequest, request: Request):
     )
 
 
-@router.post("/evaluate", responses=wire_errors(404, 413, 422))
+@router.post("/evaluate", responses=wire_errors(404, 413, 422, 507))
 async def evaluate(body: WireRequest, request: Request):
     instance_id = _require(body.instance_id, "instance_id")
     episode = _engine(request).get(instance_id)
@@ -240,6 +243,10 @@ async def evaluate(body: WireRequest, request: Request):
     report = await _engine(request).areport(instance_id)
     if sparse:
         return ok(float(report["accuracy"]))
+    if episode.agentic is not None:
+        # A BFCL V4 episode (made on the native API): its own report; the release's
+        # progress fields are per multi-turn ground-truth turn, which it has none of.
+        return ok(report)
     return ok(compat.evaluation(report, episode.task.ground_truth))
 
 

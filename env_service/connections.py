@@ -13,12 +13,18 @@ So a small guard, on uvicorn's own extension point (`--http`: the protocol class
 - a request's headers must be complete within `header_timeout_s` of its first byte (of
   the connection's start, for its first request), its body within `body_timeout_s` of
   the headers; past either, the connection is closed;
-- a connection counts as unauthenticated until one of its requests passes the token
-  check (http_guard.Guard calls back through the ASGI scope's extensions; without a
-  token, once its first request's headers are complete); past
-  `max_unauthenticated_connections` of them, the one that has waited longest is closed
-  (a flood replaces its own connections, while a client that sends its request at once
-  is through in milliseconds).
+- a connection counts as unauthenticated while it waits for its first request, or after
+  a request that did not pass the token check (http_guard.Guard calls back through the
+  ASGI scope's extensions; without a token, any complete request passes); a request whose
+  headers are in is the application's to judge, and a 401 closes its connection. Past
+  `max_unauthenticated_connections` of them, the one that has waited longest is closed:
+  first among those that started a request and have not finished its headers (a
+  slow-headers flood is shed as it comes), then among those that sent nothing, once they
+  have had `SEND_GRACE_S`: a client's pool opens its connections in a burst and writes
+  their requests next (aiohttp connects all, then writes), and closing those cut 128 of a
+  paper step's 256 creates (issue #31). Past half the process's open-files limit the
+  longest silent one is closed at once: a flood never uses up the files authenticated
+  clients need.
 
 A subclass of uvicorn's httptools protocol (uvicorn[standard] installs httptools), so
 parsing, keep-alive and pipelining stay uvicorn's; tests/test_env_hostile_clients.py and
@@ -28,35 +34,70 @@ scripts/bench_env_adversarial.py's slow-headers client measure it.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+import resource
+import socket
+from collections import Counter, OrderedDict
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 AUTHENTICATED = "seal.authenticated"
 """Key in the ASGI scope's `extensions`: a callable that marks the request's connection
 authenticated (absent when the service runs without this protocol, e.g. in tests)."""
+CLIENT_GONE = "seal.client_gone"
+"""Key in the ASGI scope's `extensions`: a callable, True once the request's client has
+closed its side of the connection (its end-of-file may still wait in the kernel, unread
+by the event loop), so a reply can no longer reach it."""
+CLOSED: Counter[str] = Counter()
+"""Connections this process's guard closed, by why: `unauthenticated` (shed past the cap)
+and `late` (headers or body past their deadline); GET /v1/stats shows them."""
+SEND_GRACE_S = 5.0
+"""How long a connection over the cap may wait for its first request before it may be
+closed: a client that opened its pool at once writes within milliseconds, but on a busy
+machine its event loop can take seconds to reach every connection (1 s was too little
+for a client of 1,024 episodes at a load average of 14 on 2 cores). Half the default
+header timeout, which closes any silent connection anyway."""
 
 
 def guarded_protocol(
     header_timeout_s: float, body_timeout_s: float, max_unauthenticated: int
 ) -> type[HttpToolsProtocol]:
     """The protocol class for `uvicorn.run(..., http=...)`, with these limits and its own
-    count of unauthenticated connections."""
-    waiting: OrderedDict[GuardedHttp, None] = OrderedDict()  # oldest first
+    count of unauthenticated connections (call it after the open-files limit is set)."""
+    # Connections not (yet) proven, by what they sent of their next request: nothing
+    # (`silent`), or part of its headers (`started`); each -> since when, oldest first.
+    silent: OrderedDict[GuardedHttp, float] = OrderedDict()
+    started: OrderedDict[GuardedHttp, float] = OrderedDict()
+    ceiling = max(max_unauthenticated, _open_files_limit() // 2)
+    shedding: list[asyncio.TimerHandle | None] = [None]
+
+    def shed(loop: asyncio.AbstractEventLoop) -> None:
+        """Past the cap, close the longest-waiting connection that started a request and
+        has not finished its headers, else the longest silent one that has had its grace
+        (any, past the ceiling); come back when the next silent one has had it."""
+        shedding[0] = None
+        while len(silent) + len(started) > max_unauthenticated:
+            if started:
+                oldest = next(iter(started))
+            else:
+                oldest, since = next(iter(silent.items()))
+                wait = since + SEND_GRACE_S - loop.time()
+                if wait > 0 and len(silent) <= ceiling:
+                    shedding[0] = loop.call_later(wait, shed, loop)
+                    return
+            oldest._close("the service holds too many connections that did not authenticate")
+            CLOSED["unauthenticated"] += 1
 
     class GuardedHttp(HttpToolsProtocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._timer: asyncio.TimerHandle | None = None
-            waiting[self] = None
-            while len(waiting) > max_unauthenticated:
-                oldest, _ = waiting.popitem(last=False)
-                oldest._close("the service holds too many connections that did not authenticate")
+            self._proven = False
             self._arm(header_timeout_s, "its request's headers")
+            self._wait()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
-            waiting.pop(self, None)
+            self._proved()
             super().connection_lost(exc)
 
         # httptools' callbacks, in the order of a request.
@@ -64,25 +105,67 @@ def guarded_protocol(
             super().on_message_begin()
             if self._timer is None:  # the next request on a kept-alive connection
                 self._arm(header_timeout_s, "its request's headers")
+            if silent.pop(self, None) is not None:  # its request's first bytes
+                started[self] = self.loop.time()
+                self._shed()
 
         def on_headers_complete(self) -> None:
+            self._proved()  # its request is in: the application judges it
             self._arm(body_timeout_s, "its request's body")
             # self.scope is the dict the request's ASGI app receives (made by uvicorn in
             # on_message_begin; its task starts in super().on_headers_complete()).
-            self.scope.setdefault("extensions", {})[AUTHENTICATED] = self._authenticated
+            extensions = self.scope.setdefault("extensions", {})
+            extensions[AUTHENTICATED] = self._authenticated
+            extensions[CLIENT_GONE] = self._client_gone
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
             self._disarm()
             super().on_message_complete()
 
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self._proven and not self.transport.is_closing():
+                self._wait()  # kept alive without having proved itself (an open path)
+
         def _authenticated(self) -> None:
-            waiting.pop(self, None)
+            self._proven = True
+
+        def _client_gone(self) -> bool:
+            if self.transport.is_closing() or (self.cycle is not None and self.cycle.disconnected):
+                return True
+            sock = self.transport.get_extra_info("socket")
+            if sock is None:
+                return False
+            # A peek at a duplicate of the socket: the transport's own object reads nothing.
+            try:
+                with socket.fromfd(sock.fileno(), sock.family, socket.SOCK_STREAM) as dup:
+                    return dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            except BlockingIOError:
+                return False  # open, nothing more sent
+            except OSError:
+                return True  # reset
+
+        def _wait(self) -> None:
+            silent[self] = self.loop.time()
+            self._shed()
+
+        def _shed(self) -> None:
+            if len(silent) + len(started) > max_unauthenticated and shedding[0] is None:
+                shed(self.loop)
+
+        def _proved(self) -> None:
+            silent.pop(self, None)
+            started.pop(self, None)
 
         def _arm(self, seconds: float, what: str) -> None:
             self._disarm()
             why = f"{what} did not arrive within {seconds} s"
-            self._timer = self.loop.call_later(seconds, self._close, why)
+            self._timer = self.loop.call_later(seconds, self._late, why)
+
+        def _late(self, why: str) -> None:
+            CLOSED["late"] += 1
+            self._close(why)
 
         def _disarm(self) -> None:
             if self._timer is not None:
@@ -91,10 +174,18 @@ def guarded_protocol(
 
         def _close(self, why: str) -> None:
             self._disarm()  # (when evicted: its deadline is of no use any more)
-            waiting.pop(self, None)
+            self._proved()
             if not self.transport.is_closing():
                 self.logger.debug("closing %s: %s", self.client, why)
                 self.transport.close()
 
-    GuardedHttp.waiting = waiting  # for tests and stats: the unauthenticated connections
     return GuardedHttp
+
+
+def stats() -> dict:
+    return {f"connections_closed_{why}": CLOSED[why] for why in ("unauthenticated", "late")}
+
+
+def _open_files_limit() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20

@@ -15,8 +15,9 @@ its backend loaded (asked of its pool after the create), a prerequisite conversa
 saves its memory when it is evaluated (in its pool, where its backends are), and
 creates that would break a scenario's order of conversations are refused (409, naming
 what to run first: seal/bfcl/memory.py), as are memory tasks on a service started
-without a snapshot folder and web-search tasks without a SerpAPI key or with a step time
-budget too short for a search (seal/bfcl/web_search.py).
+without a snapshot folder and web-search tasks without a SerpAPI key. A web-search
+episode's calls go to no worker: env_service/outside.py makes them, within a step
+budget of its own.
 
 Retries are safe: a create repeated with the same client-chosen id (and the same task
 and settings, before any step) returns the episode it made; a step repeated with the
@@ -28,6 +29,7 @@ answer is kept for `episode_ttl_s`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -42,6 +44,7 @@ from env_service.errors import (
     ConflictError,
     InvalidRequestError,
     NotFoundError,
+    StorageError,
     TooLargeError,
 )
 from env_service.execution import (
@@ -51,10 +54,11 @@ from env_service.execution import (
     RunResult,
 )
 from env_service.in_process import InProcessPool
+from env_service.outside import TO_TEXT_S, OutsideCalls
 from env_service.release.state import check_release_state, is_release_state, release_profile
 from env_service.workers import WorkerPool
 from seal.bfcl import memory, web_search
-from seal.bfcl.agentic import AgenticTask, missing_dependency
+from seal.bfcl.agentic import WEB_SEARCH, AgenticTask, missing_dependency
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.diagnosis import Diagnosis
 from seal.bfcl.tasks import UnknownTaskError, load_task
@@ -77,10 +81,18 @@ characters, a UUID is 36). An id is kept for the episode's life, in the service 
 its worker, so an unbounded one would cost memory a client chooses (docs/benchmarks.md)."""
 
 
+URL_SYNTAX = "/%?#\\"
+"""Characters an id may not hold: in a URL's path they are syntax (a separator, a
+percent-encoding, the query, the fragment; some clients read a backslash as '/'), so an
+id with one is sent as another path than its own by some HTTP client."""
+
+
 def check_id(value: str, what: str) -> str:
     """`value` if it can be an id; else InvalidRequestError (422) saying why, without
     echoing a long value back. Ids are logged, compared and sent back in replies and
-    paths, so they are short, printable text without '/' (the native API's paths)."""
+    paths, so they are short, printable text that every HTTP client puts in a path as it
+    is: no URL syntax (URL_SYNTAX), and not '.' or '..', which clients remove from a path
+    (the project's own aiohttp client sends `/v1/episodes/..` as `/v1/`)."""
     if not value:
         raise InvalidRequestError(f"{what} is empty")
     if len(value) > MAX_ID_CHARS:
@@ -93,8 +105,16 @@ def check_id(value: str, what: str) -> str:
             f"{what} {value!r} holds U+{ord(bad):04X}, a control character or another code "
             "point that is not printable text"
         )
-    if "/" in value:
-        raise InvalidRequestError(f"{what} {value!r} holds '/', which no id may hold")
+    if bad := next((ch for ch in value if ch in URL_SYNTAX), None):
+        raise InvalidRequestError(
+            f"{what} {value!r} holds {bad!r}, which no id may hold (it is URL syntax: "
+            "HTTP clients would not send it as part of the id)"
+        )
+    if value in (".", ".."):
+        raise InvalidRequestError(
+            f"{what} {value!r} is a path segment HTTP clients remove from a URL: no id may be "
+            "'.' or '..'"
+        )
     return value
 
 
@@ -126,10 +146,32 @@ def read_state_file(path: Path) -> StateFile:
         ) from None
 
 
+def _is_web_search(task) -> bool:
+    return isinstance(task, AgenticTask) and task.kind == WEB_SEARCH
+
+
+def _outside(episode: Episode) -> bool:
+    """Its calls are outside calls, made by env_service/outside.py, not by a worker."""
+    return _is_web_search(episode.task)
+
+
 class EnvEngine:
     def __init__(self, config: ServiceConfig | None = None):
         self.config = config or ServiceConfig()
         self.caps = EpisodeCaps.of(self.config)
+        limits = self.config.web_search_limits()
+        # A web-search step's own budget (its episodes only): one search with its tries
+        # and one page fetch, turned into text.
+        web_seconds = limits.worst_case_s() + limits.fetch_timeout_s + 2 * TO_TEXT_S
+        self.web_caps = dataclasses.replace(
+            self.caps,
+            budget=dataclasses.replace(
+                self.caps.budget, max_seconds=max(self.caps.budget.max_seconds, web_seconds)
+            ),
+        )
+        self.outside = OutsideCalls(
+            self.config.web_search_processes, limits, threads=self.config.workers == 0
+        )
         self.episodes: dict[str, Episode] = {}
         # Final answers of episodes that ended and were released, for retried final steps:
         # id -> (time ended, answer); oldest first, bounded like the live episodes.
@@ -142,8 +184,11 @@ class EnvEngine:
         self.pool: WorkerPool | InProcessPool | None = None
         self._pool_lock = asyncio.Lock()
         # Process-wide, and before any worker forks: the pool holds the backends.
-        memory.configure(self.config.memory_snapshot_dir, self.config.embedding_model_dir)
-        web_search.configure(self.config.web_search_limits())
+        try:
+            memory.configure(self.config.memory_snapshot_dir, self.config.embedding_model_dir)
+        except OSError as e:
+            raise ServiceStartError(f"--memory-snapshot-dir: {e}") from None
+        web_search.configure(limits)
         path = self.config.capability_state_path
         if path is not None and path.exists():
             try:
@@ -181,6 +226,7 @@ class EnvEngine:
         if self.pool is not None:
             await self.pool.stop()
             self.pool = None
+        await self.outside.stop()
 
     def _executed_calls(self, episode_id: str) -> list[ToolCall] | None:
         episode = self.episodes.get(episode_id)
@@ -198,11 +244,14 @@ class EnvEngine:
         """A new episode; `profile` replaces the service's failure profile for this episode
         (the wire protocol reads one from a client-named state file)."""
         pool = await self.start_pool()
-        episode_id, episode, new = self._create(task_id, settings, episode_id, profile)
+        episode_id, episode, new, memory_version = self._create(
+            task_id, settings, episode_id, profile
+        )
         if new:
             # Held while the prompt is completed, so a retried create or a step waits.
             async with episode.lock:
-                await pool.open(episode_id, episode.task.task_id)
+                if not _outside(episode):  # a web-search episode has nothing on a worker
+                    await pool.open(episode_id, episode.task.task_id, memory_version)
                 if episode.system is None:  # a memory task: show what its backend loaded
                     try:
                         episode.set_memory_context(await pool.memory(episode_id, "context"))
@@ -244,7 +293,7 @@ class EnvEngine:
                 plan = episode.begin_step(content, calls)
                 run = None
                 if plan.to_run:
-                    run = await self._run(episode_id, plan.to_run)
+                    run = await self._run(episode_id, episode, plan.to_run)
                 outcome = episode.finish_step(plan, run)
                 if outcome.terminated:
                     outcome.evaluation = await self._report(episode_id, episode)
@@ -257,7 +306,9 @@ class EnvEngine:
         async with episode.lock:
             return await self._report(episode_id, episode)
 
-    async def _run(self, episode_id: str, calls: list[ToolCall]) -> RunResult:
+    async def _run(self, episode_id: str, episode: Episode, calls: list[ToolCall]) -> RunResult:
+        if _outside(episode):
+            return await self.outside.run(episode.task.task_id, calls, episode.caps.budget)
         result = await self.pool.run(episode_id, calls)
         if result.stopped in (STEP_TIME_BUDGET, REBUILD_TIME_BUDGET):
             self.pool.close(episode_id)  # the episode has ended: its backends are of no use
@@ -266,7 +317,13 @@ class EnvEngine:
     async def _report(self, episode_id: str, episode: Episode) -> dict:
         if episode.agentic is not None:
             if episode.needs_memory_save():
-                await self.pool.memory(episode_id, "save")
+                why = await self.pool.memory(episode_id, "save")
+                if why is not None:
+                    raise StorageError(
+                        f"the memory {episode.task.task_id} left could not be saved ({why}); "
+                        "the conversation has not finished: fix the snapshot folder, then "
+                        "evaluate it again or play it again"
+                    )
                 episode.memory_saved()
             return episode.agentic_report()
         if episode.evaluated:
@@ -292,7 +349,7 @@ class EnvEngine:
                 existing.counters.steps == 0
             ):
                 existing.last_used = time.monotonic()
-                return episode_id, existing, False  # a retried create: the reply was lost
+                return episode_id, existing, False, None  # a retried create: the reply was lost
             raise ConflictError(f"episode id {episode_id!r} is already in use")
         if episode_id in self.finished:
             raise ConflictError(f"episode id {episode_id!r} was used by an episode that ended")
@@ -309,46 +366,63 @@ class EnvEngine:
             task = load_task(task_id)
         except UnknownTaskError as e:
             raise NotFoundError(str(e)) from None
-        if isinstance(task, AgenticTask):
-            self._check_agentic(task)
+        memory_version = self._check_agentic(task) if isinstance(task, AgenticTask) else None
         # Only episodes that show guidelines read the profile: validation never depends
         # on the capability-state file.
         if profile is None and settings.effective_evolution.guidelines:
             profile = self.profile()
-        episode = Episode(task, settings, profile=profile, caps=self.caps)
+        caps = self.web_caps if _is_web_search(task) else self.caps
+        episode = Episode(task, settings, profile=profile, caps=caps)
         self.episodes[episode_id] = episode
         self.totals["created"] += 1
-        return episode_id, episode, True
+        return episode_id, episode, True, memory_version
 
-    def _check_agentic(self, task: AgenticTask) -> None:
-        """Refuse an agentic episode this service cannot run right (module docstring)."""
+    def _check_agentic(self, task: AgenticTask) -> Path | None:
+        """Refuse an agentic episode this service cannot run right (module docstring); a
+        memory task's version of the memory it starts from (seal.bfcl.memory)."""
         if (why := missing_dependency(task)) is not None:
             raise ConflictError(why)
         if task.is_memory:
+            self._check_scenario_lease(task)
             try:
-                refusal = memory.snapshots().refusal(task)
+                snapshots = memory.snapshots()
             except memory.MemoryNotConfiguredError as e:
                 raise ConflictError(str(e)) from None
-            if refusal is not None:
+            if (refusal := snapshots.refusal(task)) is not None:
                 raise ConflictError(refusal)
-            for ep in self.episodes.values():
-                other = ep.agentic
-                if other is not None and other.is_prereq and other.chain == task.chain:
-                    raise ConflictError(
-                        f"{other.task_id}, a prerequisite conversation of {task.task_id}'s "
-                        f"scenario, is in progress: its memory is not saved yet"
-                    )
+            try:
+                return snapshots.start(task)
+            except memory.SnapshotDamagedError as e:
+                raise ConflictError(str(e)) from None
         elif (why := web_search.missing_key()) is not None:
             raise ConflictError(why)
-        else:
-            needed = web_search.limits().worst_case_s() + web_search.FETCH_TIMEOUT_S
-            if self.config.max_step_seconds < needed:
-                raise ConflictError(
-                    f"a web search can take {needed:.0f} s (retries and pacing included), "
-                    f"more than this service's step time budget of "
-                    f"{self.config.max_step_seconds:.0f} s: start it with --max-step-seconds "
-                    f"{needed:.0f} or more"
-                )
+        return None
+
+    def _check_scenario_lease(self, task: AgenticTask) -> None:
+        """Refuse a memory episode while a prerequisite conversation of its scenario is in
+        progress (its memory is not saved yet), naming it; one silent for longer than
+        `memory_lease_s` (each of its steps renews the lease) loses it: it is expired
+        (released, as by the TTL), and this create goes ahead."""
+        now, lease = time.monotonic(), self.config.memory_lease_s
+        for other_id, ep in list(self.episodes.items()):
+            other = ep.agentic
+            if other is None or not other.is_prereq or other.chain != task.chain:
+                continue
+            idle = now - ep.last_used
+            if idle > lease:
+                log.warning(
+                    "env_service: episode %r (%s) held its scenario silent for %.0f s, past "
+                    "the lease of %.0f s: expired",
+                    other_id, other.task_id, idle, lease,
+                )  # fmt: skip
+                self._expire(other_id)
+                continue
+            raise ConflictError(
+                f"{other.task_id}, a prerequisite conversation of {task.task_id}'s scenario, "
+                f"is in progress in episode {other_id!r} (its memory is not saved yet; last "
+                f"step {idle:.0f} s ago): it holds the scenario until it ends, or until it is "
+                f"silent for {lease:.0f} s"
+            )
 
     def _step_target(
         self, episode_id: str, content: str, seq: int | None, check: bool = True
@@ -425,13 +499,16 @@ class EnvEngine:
         cutoff = time.monotonic() - self.config.episode_ttl_s
         stale = [eid for eid, ep in self.episodes.items() if ep.last_used < cutoff]
         for eid in stale:
-            del self.episodes[eid]
-            if self.pool is not None:
-                self.pool.close(eid)
-        self.totals["expired"] += len(stale)
+            self._expire(eid)
         while self.finished and next(iter(self.finished.values()))[0] < cutoff:
             self.finished.popitem(last=False)
         return len(stale)
+
+    def _expire(self, episode_id: str) -> None:
+        del self.episodes[episode_id]
+        if self.pool is not None:
+            self.pool.close(episode_id)
+        self.totals["expired"] += 1
 
     # --- failure profile ---------------------------------------------------------------
 

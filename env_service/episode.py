@@ -9,9 +9,9 @@ asked for.
 
 The episode speaks data (seal.rollout.protocol): tool docs, system-prompt sections,
 observation messages, calls. The native API passes the calls its client parsed in its
-model's format; the wire protocol passes Qwen2.5 text, parsed here with
-seal/bfcl/calls.py, and gets Qwen2.5 text back (`initial_messages`,
-seal/bfcl/prompt.py's `chat_messages`).
+model's format; the wire protocol passes text, parsed here, and gets text back
+(`initial_messages`, `wire_messages`), in the episode's wire text (env_service/wire_text.py:
+the paper's Qwen2.5 prompt unless the create asked for another).
 
 A step has three parts, because the episode's backends live elsewhere (the engine's
 pool: env_service/workers.py, or env_service/in_process.py): `begin_step` checks the
@@ -19,7 +19,8 @@ message's calls and the episode's caps (EpisodeCaps) and answers every call that
 run; the calls that may run go to the backends (env_service/execution.py); `finish_step`
 answers them and advances the episode (env_service/engine.py drives the three). A step
 that overran its time budget ends the episode as a failure tagged `aborted`: its
-evaluation says so, with accuracy and reward 0.
+evaluation says so, with accuracy and reward 0. With `end_on_malformed_call` a message with
+a malformed call ends the episode (`ended_on_malformed_call`), its calls unrun.
 
 BFCL V4 agentic tasks (seal/bfcl/agentic.py) walk the same way, with three differences,
 each bfcl-eval's: the system prompt is the test case's own (for memory, with the memory
@@ -37,7 +38,7 @@ import functools
 import time
 from dataclasses import dataclass, field
 
-from env_service import evolution
+from env_service import evolution, wire_text
 from env_service.config import ServiceConfig
 from env_service.execution import (
     REBUILD_TIME_BUDGET,
@@ -46,7 +47,7 @@ from env_service.execution import (
     RunResult,
     StepBudget,
 )
-from seal.bfcl import agentic, paper_calls, paper_prompt, prompt, web_search
+from seal.bfcl import agentic, paper_calls, web_search
 from seal.bfcl.backends import is_tool_error
 from seal.bfcl.calls import (
     ArgumentsTooDeep,
@@ -98,6 +99,8 @@ class StepPlan:
     """argument_size of each call in `to_run`."""
     ends_turn: bool
     """The message has no calls: it ends the user turn."""
+    ends_episode: bool = False
+    """The message has a malformed call and the settings end the episode on one."""
     checked: frozenset[int] = frozenset()
     """Indices in `to_run` of calls already counted as invalid (the paper's rules run them
     anyway, for the backend's own error): their error is not counted again."""
@@ -151,13 +154,10 @@ def _first_tools(task: BfclTask, prompt_name: str, cues: bool, hints: bool) -> l
 
 
 def _render_wire_system_prompt(
-    task: BfclTask, prompt_name: str, cues: bool, hints: bool, sections: tuple[str, ...]
+    task: BfclTask, wire: str, prompt_name: str, cues: bool, hints: bool, sections: tuple[str, ...]
 ) -> str:
     docs = _first_tools(task, prompt_name, cues, hints)
-    if prompt_name == "paper":
-        return paper_prompt.system_message(docs, sections)
-    tools = [prompt.to_tool(d) for d in prompt.language_hinted(docs)]
-    return prompt.system_content(sections, tools)
+    return wire_text.WIRE_TEXTS[wire].system(docs, sections)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -165,15 +165,13 @@ def _wire_system_prompt_cached(task_id: str, *settings) -> str:
     return _render_wire_system_prompt(load_task(task_id), *settings)
 
 
-def _wire_system_prompt(
-    task: BfclTask, prompt_name: str, cues: bool, hints: bool, sections: tuple[str, ...]
-) -> str:
-    """The wire protocol's system message, rendered once per task and settings:
-    serialising 20-30 KB of tool signatures on every create was most of an episode's
-    creation cost."""
+def _wire_system_prompt(task: BfclTask, *settings) -> str:
+    """The wire protocol's system message, rendered once per task and settings (wire
+    text, prompt, cues, type hints, sections): serialising 20-30 KB of tool signatures
+    on every create was most of an episode's creation cost."""
     if task is load_task(task.task_id):
-        return _wire_system_prompt_cached(task.task_id, prompt_name, cues, hints, sections)
-    return _render_wire_system_prompt(task, prompt_name, cues, hints, sections)  # tests
+        return _wire_system_prompt_cached(task.task_id, *settings)
+    return _render_wire_system_prompt(task, *settings)  # tests
 
 
 class Episode:
@@ -193,6 +191,10 @@ class Episode:
         self.lock = asyncio.Lock()
         """Held by the engine's async paths for a step or an evaluation: one at a time."""
         self.aborted: str | None = None
+        self.ended_on_malformed_call = False
+        self.wire = wire_text.DEFAULT[settings.prompt]
+        """The text the wire protocol speaks for this episode (env_service/wire_text.py);
+        its create may ask for another (`speak`)."""
         self.call_chars = 0
         """argument_size of the calls that ran, summed."""
         self.turn = 0
@@ -279,19 +281,24 @@ class Episode:
             ]
         return [{"role": m["role"], "content": m["content"]} for m in self.task.questions[turn]]
 
+    def speak(self, wire: str) -> None:
+        """Speak `wire` (a key of wire_text.WIRE_TEXTS) on the wire protocol, before the
+        episode's first step."""
+        if wire not in wire_text.WIRE_TEXTS:
+            raise ValueError(f"unknown wire text {wire!r}; known: {list(wire_text.WIRE_TEXTS)}")
+        self.wire = wire
+
     @property
     def initial_messages(self) -> list[dict]:
         """The first messages as text (the wire protocol): the system message with the
         tool signatures, then the first question."""
         name, cues, hints = self.settings.prompt, self.layers.schema_cues, self.layers.type_hints
-        system = _wire_system_prompt(self.task, name, cues, hints, tuple(self.system))
+        system = _wire_system_prompt(self.task, self.wire, name, cues, hints, tuple(self.system))
         return [{"role": "system", "content": system}, *self.wire_messages(self.first_messages)]
 
     def wire_messages(self, observation: list[dict]) -> list[dict]:
         """Observation messages as the wire protocol's text."""
-        if self.settings.prompt == "paper":
-            return paper_prompt.chat_messages(observation)
-        return prompt.chat_messages(observation)
+        return wire_text.WIRE_TEXTS[self.wire].messages(observation)
 
     def available_tools(self) -> list[str]:
         """Names of the tools the model may call in the current turn."""
@@ -309,10 +316,11 @@ class Episode:
         """Count the step and answer every call that may not run (malformed, unknown or
         unavailable tool, bad arguments, over a cap); the others are to run, in order.
         `calls`: the message's tool calls as the client parsed them (the native API; []
-        ends the user turn); None: parse `content` as Qwen2.5 text (the wire protocol).
-        Under the paper's prompt, its rules (seal.bfcl.paper_calls): one malformed block or
-        unavailable tool answers the whole message with one error, and calls with argument
-        names that do not fit run for the backend's own error."""
+        ends the user turn); None: parse `content` in the episode's wire text (the wire
+        protocol). Under the paper's prompt, its rules (seal.bfcl.paper_calls): one
+        malformed block or unavailable tool answers the whole message with one error, and
+        calls with argument names that do not fit run for the backend's own error. With
+        `end_on_malformed_call`, a malformed call ends the episode instead."""
         if self.terminated:
             raise EpisodeFinishedError(f"episode of {self.task.task_id} has already ended")
         self.counters.steps += 1
@@ -324,10 +332,11 @@ class Episode:
         # Calls past the message's cap are answered without being read: the event loop's
         # work on a message is bounded by the cap, not by the message's 7,000 blocks.
         paper = self.settings.prompt == "paper"
-        if calls is None and not paper:
+        parse = wire_text.WIRE_TEXTS[self.wire].parse
+        if calls is None and parse is None:
             calls, more = parse_first_tool_calls(content, caps.max_calls_per_step)
         else:
-            calls = paper_calls.parse(content) if calls is None else calls
+            calls = parse(content) if calls is None else calls
             calls, more = (
                 calls[: caps.max_calls_per_step],
                 max(0, len(calls) - caps.max_calls_per_step),
@@ -335,6 +344,11 @@ class Episode:
         if not calls:
             self.answer = content
             return StepPlan([], [], [], ends_turn=True)
+        errors = [c for c in calls if isinstance(c, CallParseError)]
+        if errors and self.settings.end_on_malformed_call:
+            for _ in errors:
+                self._count_invalid("parse")
+            return StepPlan([], [], [], ends_turn=False, ends_episode=True)
         if paper and (refusal := self._paper_refusal(calls)):
             return StepPlan([refusal], [], [], ends_turn=False)
         answers: list[dict | int] = []
@@ -405,7 +419,11 @@ class Episode:
     def finish_step(self, plan: StepPlan, run: RunResult | None) -> StepOutcome:
         """Answer the calls that ran (`run`: their results) and advance the episode."""
         run = run or RunResult([])
-        messages = self._next_turn() if plan.ends_turn else self._answer(plan, run)
+        if plan.ends_episode:
+            self.ended_on_malformed_call = self.terminated = True
+            messages = []
+        else:
+            messages = self._next_turn() if plan.ends_turn else self._answer(plan, run)
         # bfcl-eval counts an agentic task's steps per turn (its force-quit).
         steps = self.counters.steps if self.agentic is None else self.turn_steps
         if not self.terminated and steps >= self.settings.limits.max_generations:
@@ -553,6 +571,7 @@ class Episode:
             "terminated": self.terminated,
             "truncated": self.truncated,
             "aborted": self.aborted,
+            "ended_on_malformed_call": self.ended_on_malformed_call,
             "steps": c.steps,
             "tool_calls": c.tool_calls,
             "invalid_calls": c.invalid_calls,
@@ -597,6 +616,7 @@ class Episode:
             "terminated": self.terminated,
             "truncated": self.truncated,
             "aborted": aborted,
+            "ended_on_malformed_call": self.ended_on_malformed_call,
             "steps": c.steps,
             "tool_calls": c.tool_calls,
             "invalid_calls": c.invalid_calls,

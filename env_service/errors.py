@@ -60,6 +60,13 @@ class TooLargeError(EngineError):
     status = 413
 
 
+class StorageError(EngineError):
+    """The service could not write a file it keeps (a memory snapshot: a full disk, a
+    folder made read-only): 507 Insufficient Storage, naming the file and the cause."""
+
+    status = 507
+
+
 class BusyError(EngineError):
     status = 503
     # Episodes end at the rate of steps (milliseconds each): a second is a fair wait.

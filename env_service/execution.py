@@ -61,21 +61,40 @@ def clip(result: str, max_chars: int) -> str:
     )
 
 
+class StepTally:
+    """A step's results as its calls answer, and whether the step must stop (its
+    budgets, module docstring); shared by every place that runs a step's calls."""
+
+    def __init__(self, budget: StepBudget, calls: int):
+        self.budget, self.calls = budget, calls
+        self.results: list[str] = []
+        self.reply_chars, self.seconds = 0, 0.0
+
+    def add(self, result: str, seconds: float) -> str | None:
+        """Record one call's result (clipped) and time; why the step stops now, or None."""
+        result = clip(result, self.budget.max_result_chars)
+        self.results.append(result)
+        self.reply_chars += len(result)
+        self.seconds += seconds
+        if self.seconds > self.budget.max_seconds:
+            return STEP_TIME_BUDGET
+        if self.reply_chars >= self.budget.max_reply_chars and len(self.results) < self.calls:
+            return REPLY_LIMIT
+        return None
+
+    def result(self, stopped: str | None = None) -> RunResult:
+        return RunResult(self.results, stopped, self.seconds)
+
+
 def run_calls(
     backends: Backends, calls: list[ToolCall], budget: StepBudget
 ) -> Generator[None, None, RunResult]:
     """Run `calls` in order, yielding after each; returns what ran and why it stopped."""
-    results: list[str] = []
-    reply_chars, seconds = 0, 0.0
+    tally = StepTally(budget, len(calls))
     for call in calls:
         started = time.perf_counter()
-        result = clip(backends.call(call), budget.max_result_chars)
-        seconds += time.perf_counter() - started
-        results.append(result)
-        reply_chars += len(result)
-        if seconds > budget.max_seconds:
-            return RunResult(results, STEP_TIME_BUDGET, seconds)
-        if reply_chars >= budget.max_reply_chars and len(results) < len(calls):
-            return RunResult(results, REPLY_LIMIT, seconds)
+        result = backends.call(call)
+        if stopped := tally.add(result, time.perf_counter() - started):
+            return tally.result(stopped)
         yield
-    return RunResult(results, None, seconds)
+    return tally.result()

@@ -57,7 +57,8 @@ class Guard:
         guarded = self.token is not None and (method, path) not in OPEN_PATHS
         if guarded and not self._authorized(headers.get(b"authorization", b"")):
             message = "a valid bearer token is required (Authorization: Bearer <token>)"
-            challenge = {"www-authenticate": "Bearer"}
+            # Closed after the answer: an unproven connection is not kept alive for more.
+            challenge = {"www-authenticate": "Bearer", "connection": "close"}
             return await self._error(scope, receive, send, 401, message, challenge)
         if guarded or self.token is None:
             # The connection has proved itself: it leaves the capped count of connections

@@ -12,6 +12,8 @@ no process to kill and replace), and each call holds up every other request whil
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from env_service import worker
 from env_service.execution import EVALUATION_TIME_BUDGET, RunResult, StepBudget, run_calls
 from env_service.workers import WorkerError
@@ -37,8 +39,8 @@ class InProcessPool:
     def stats(self) -> dict:
         return {"workers": 0, "workers_replaced": 0}
 
-    async def open(self, episode_id: str, task_id: str) -> None:
-        self.episodes[episode_id] = worker.load_backends(task_id)
+    async def open(self, episode_id: str, task_id: str, memory_version: Path | None = None):
+        self.episodes[episode_id] = worker.load_backends(task_id, memory_version)
 
     def close(self, episode_id: str) -> None:
         self.episodes.pop(episode_id, None)

@@ -37,6 +37,8 @@ MEANINGS = {
     422: "Malformed body or parameters",
     500: "The service's own data cannot be read (a broken install)",
     503: "Busy: max_live_episodes are live; retry after the Retry-After header's seconds",
+    507: "A memory snapshot could not be written (a full disk, a read-only folder): the "
+    "prerequisite conversation has not finished",
 }
 
 

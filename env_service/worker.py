@@ -30,8 +30,9 @@ tagged).
 Messages are pickled tuples, each framed by its length (8 bytes); this is the service's
 own pipe, never a client's:
 
-    ("open", episode_id, task_id)                      no answer
-    ("rebuild", request, episode_id, task_id, calls)   (request, "ok", True), or
+    ("open", episode_id, task_id, memory_version)      no answer
+    ("rebuild", request, episode_id, task_id, memory_version, calls)
+                                                       (request, "ok", True), or
                                                         "rebuild_time_budget" (dropped),
                                                         or None (closed meanwhile)
     ("close", episode_id)                              no answer
@@ -40,8 +41,8 @@ own pipe, never a client's:
     ("diagnose", request, task_id, model_turns)        (request, "ok", Diagnosis or
                                                         "evaluation_time_budget")
     ("memory", request, episode_id, "context"|"save")  (request, "ok", the memory's prompt
-                                                        dump, or None once saved): BFCL V4
-                                                        memory tasks
+                                                        dump; None once saved, or why it
+                                                        could not be): BFCL V4 memory tasks
 and (request, "error", text) for a request that failed (a bug: no such episode here).
 """
 
@@ -59,6 +60,7 @@ import threading
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
+from pathlib import Path
 
 from env_service.execution import (
     EVALUATION_TIME_BUDGET,
@@ -144,12 +146,13 @@ class Job:
         return False
 
 
-def load_backends(task_id: str) -> Backends | str:
-    """The backends of a new episode, or why they could not load (e.g. an unreadable
-    memory snapshot): its requests are answered with this; raising would kill the
-    worker, and its replacement would open the episode again, and die again."""
+def load_backends(task_id: str, memory_version: Path | None = None) -> Backends | str:
+    """The backends of a new episode (a memory task's from its version of its starting
+    memory: seal.bfcl.memory), or why they could not load (e.g. an unreadable memory
+    snapshot): its requests are answered with this; raising would kill the worker, and
+    its replacement would open the episode again, and die again."""
     try:
-        return Backends(load_task(task_id))
+        return Backends(load_task(task_id), memory_version)
     except Exception as e:  # noqa: BLE001 - answered, see above
         return f"{task_id}: its backends could not load: {e}"
 
@@ -159,7 +162,13 @@ def memory_op(backends: Backends | str | None, episode_id: str, op: str) -> Gene
     dump (`context`) or its saving (`save`); an error is answered as the service's."""
     if not isinstance(backends, Backends):
         raise RuntimeError(missing(episode_id, backends))
-    return backends.memory_context() if op == "context" else backends.save_memory()
+    if op == "context":
+        return backends.memory_context()
+    try:
+        backends.save_memory()
+    except OSError as e:  # a full disk, a folder made read-only: the service says so
+        return f"{type(e).__name__}: {e}"
+    return None
     yield  # a generator: run as a job, answered by its return value
 
 
@@ -170,7 +179,7 @@ def _replay(backends: Backends, calls: list) -> Generator[None, None, bool]:
     return True
 
 
-def _detach(parent_pid: int, close_fds: list[int], niceness: int, own_fd: int) -> None:
+def detach(parent_pid: int, close_fds: list[int], niceness: int, own_fd: int) -> None:
     # The service's signal handlers came with the fork: Ctrl-C is the service's to handle
     # (it stops its workers), SIGTERM ends a worker at once, and uvicorn's wake-up fd is
     # not ours to write to.
@@ -226,7 +235,7 @@ def serve(
     niceness: int,
 ) -> None:
     """The worker's loop; returns when the service closes its end."""
-    _detach(parent_pid, close_fds, niceness, sock.fileno())
+    detach(parent_pid, close_fds, niceness, sock.fileno())
     threading.Thread(target=_beat, args=(slot,), name="heartbeat", daemon=True).start()
     episodes: dict[str, Backends | str] = {}  # a str: why its backends could not load
     jobs: list[Job] = []  # a few at a time: a scan for the least run is cheap
@@ -240,11 +249,11 @@ def serve(
                 return
             kind = message[0]
             if kind == "open":
-                _, episode_id, task_id = message
-                episodes[episode_id] = load_backends(task_id)
+                _, episode_id, task_id, memory_version = message
+                episodes[episode_id] = load_backends(task_id, memory_version)
             elif kind == "rebuild":
-                _, request, episode_id, task_id, calls = message
-                backends = episodes[episode_id] = load_backends(task_id)
+                _, request, episode_id, task_id, memory_version, calls = message
+                backends = episodes[episode_id] = load_backends(task_id, memory_version)
                 if not isinstance(backends, Backends):
                     send(sock, (request, "ok", True))  # rebuilt as far as it can be
                     continue

@@ -59,6 +59,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from env_service import worker
 from env_service.execution import (
@@ -91,7 +92,7 @@ class _Pending:
     attempts: int = 1
 
 
-class _Channel:
+class Channel:
     """Length-framed pickles over a non-blocking socket, driven by the event loop's
     reader/writer callbacks (asyncio streams under uvloop, which uvicorn runs, cost a
     step more, in its median and its tail: docs/benchmarks.md)."""
@@ -176,7 +177,7 @@ class _Channel:
 class _Worker:
     process: multiprocessing.Process
     slot: object
-    channel: _Channel | None = None
+    channel: Channel | None = None
     pending: dict[int, _Pending] = field(default_factory=dict)
     episodes: set[str] = field(default_factory=set)
     dead: bool = False
@@ -208,7 +209,8 @@ class WorkerPool:
         self.suspect_after_s = min(stall_s, 3 * worker.HEARTBEAT_S)
         self.workers: list[_Worker] = []
         self.placement: dict[str, _Worker] = {}
-        self.tasks: dict[str, str] = {}
+        self.tasks: dict[str, tuple[str, Path | None]] = {}
+        """Each episode's task and memory version: what opens it again on a new worker."""
         self.unrebuilt: set[str] = set()
         """Episodes whose rebuild ran over its budget: their backends are gone."""
         self.replaced = 0
@@ -248,7 +250,7 @@ class WorkerPool:
         process.start()
         theirs.close()
         w = _Worker(process, slot)
-        w.channel = _Channel(mine, lambda message: self._answer(w, message), lambda: self._died(w))
+        w.channel = Channel(mine, lambda message: self._answer(w, message), lambda: self._died(w))
         return w
 
     async def stop(self) -> None:
@@ -267,15 +269,16 @@ class WorkerPool:
 
     # --- requests --------------------------------------------------------------------------
 
-    async def open(self, episode_id: str, task_id: str) -> None:
+    async def open(self, episode_id: str, task_id: str, memory_version: Path | None = None):
         """Place a new episode on the least loaded live worker and build its backends there
-        (no answer to wait for: its first step queues behind it)."""
+        (no answer to wait for: its first step queues behind it); a memory task's from
+        `memory_version` (seal.bfcl.memory: a rebuild loads the same)."""
         await self._replaced()
         w = min(self._candidates(), key=lambda w: len(w.episodes))
         self.placement[episode_id] = w
-        self.tasks[episode_id] = task_id
+        self.tasks[episode_id] = (task_id, memory_version)
         w.episodes.add(episode_id)
-        self._send(w, ("open", episode_id, task_id))
+        self._send(w, ("open", episode_id, task_id, memory_version))
 
     def _candidates(self) -> list[_Worker]:
         """The workers to give new work: those whose beat is fresh, else every one not
@@ -440,11 +443,11 @@ class WorkerPool:
                 continue
             self.placement[episode_id] = fresh
             fresh.episodes.add(episode_id)
-            task_id = self.tasks[episode_id]
+            task_id, memory_version = self.tasks[episode_id]
             if calls:
-                self._rebuild(fresh, episode_id, task_id, calls)
+                self._rebuild(fresh, episode_id, task_id, memory_version, calls)
             else:
-                self._send(fresh, ("open", episode_id, task_id))
+                self._send(fresh, ("open", episode_id, task_id, memory_version))
         for request, pending in sorted(dead.pending.items()):
             if pending.message[0] == "rebuild":
                 pending.future.set_result(("ok", None))  # superseded by the one above
@@ -457,13 +460,15 @@ class WorkerPool:
                 fresh.pending[request] = pending
                 self._send(fresh, pending.message)
 
-    def _rebuild(self, w: _Worker, episode_id: str, task_id: str, calls: list[ToolCall]) -> None:
+    def _rebuild(
+        self, w: _Worker, episode_id: str, task_id: str, version: Path | None, calls: list
+    ) -> None:
         """Replay an episode's calls on `w` (a job there among the others); an episode
         whose replay runs over its budget is remembered as gone."""
         self._requests += 1
         request = self._requests
         future = asyncio.get_running_loop().create_future()
-        message = ("rebuild", request, episode_id, task_id, calls)
+        message = ("rebuild", request, episode_id, task_id, version, calls)
         w.pending[request] = _Pending(future, message, episode_id)
         self._send(w, message)
 

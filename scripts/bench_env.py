@@ -22,8 +22,9 @@ requests, which would be counted as service latency.
 
 Prints per run: episodes/s, requests/s, p50/p99 request latency (client round trip),
 the server's peak RSS and CPU (its own process, and with its worker processes: their
-RSS summed, which counts the pages they share with it twice), the client's CPU; then the
-accuracy per category and the medians over the runs. Targets on 2 cores: >= 150
+RSS summed, which counts the pages they share with it twice), the client's CPU, the
+retries (attempts sent again after a connection error, a timeout or a busy answer: 0 on
+a healthy service) and the connections the service's guard closed; then the accuracy per category and the medians over the runs. Targets on 2 cores: >= 150
 episodes/s, p99 < 50 ms, < 2 GB; measured figures are in docs/benchmarks.md.
 """
 
@@ -37,9 +38,12 @@ import statistics
 import time
 from pathlib import Path
 
+import httpx
+
 from seal.bench import PeakRss, TimedClient, bench_service, ground_truth_scripts
 from seal.eval.replay import record_from_report, split_task_ids
 from seal.eval.summary import render_markdown, summarize_step
+from seal.rollout.env_client import auth_headers
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
 
@@ -48,7 +52,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 async def replay_all(
     service, ids: list[str], scripts: dict, concurrency: int, pause_s: float
-) -> tuple[list, list, float]:
+) -> tuple[list, list, float, int]:
     gate = asyncio.Semaphore(concurrency)
     rng = random.Random(0)
     pause = (lambda: pause_s * rng.uniform(0.5, 1.5)) if pause_s else None
@@ -70,7 +74,10 @@ async def replay_all(
         finally:
             gc.enable()
         elapsed = time.perf_counter() - t0
-        return reports, client.latencies, elapsed
+        # Attempts sent beyond one per request: retries after a connection error, a
+        # timeout or a busy answer (each is also logged as a warning).
+        retries = client.http.requests - len(client.latencies)
+        return reports, client.latencies, elapsed, retries
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -146,8 +153,9 @@ def measure(
     for run in range(1, args.runs + 1):
         sampler = PeakRss(service.pid)
         sampler.start()
+        closed = _connections_closed(service)
         server_cpu0, client_cpu0 = sampler.cpu_seconds(), time.process_time()
-        reports, latencies, elapsed = asyncio.run(
+        reports, latencies, elapsed, retries = asyncio.run(
             replay_all(service, ids, scripts, args.concurrency, pause_s)
         )
         sampler.running = False
@@ -163,6 +171,8 @@ def measure(
             "+workers RSS MB": sampler.peak_tree / 2**20,
             "server CPU %": 100 * (sampler.cpu_seconds() - server_cpu0) / elapsed,
             "client CPU %": 100 * (time.process_time() - client_cpu0) / elapsed,
+            "retries": retries,
+            "connections closed": _connections_closed(service) - closed,
         }
         for kind in ("create", "step"):
             q = statistics.quantiles([lat for k, lat in latencies if k == kind], n=100)
@@ -170,6 +180,14 @@ def measure(
         rows.append(row)
         print(f"{mode} run {run}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()))
     return rows, reports
+
+
+def _connections_closed(service) -> int:
+    """Connections the service's guard has closed (shed past its cap, or late): 0 for a
+    well-behaved client."""
+    headers = auth_headers(service.token)
+    counts = httpx.get(f"{service.url}/v1/stats", headers=headers, timeout=30).json()
+    return sum(v for k, v in counts.items() if k.startswith("connections_closed_"))
 
 
 if __name__ == "__main__":

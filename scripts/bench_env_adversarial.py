@@ -2,7 +2,7 @@
 clients' latency and the service's memory, quiet and under each attack.
 
     python scripts/bench_env_adversarial.py [--clients 64] [--rounds 5] [--phase-s 20]
-                                            [--cases flood,slow_headers,stopped_worker]
+        [--cases flood,slow_headers,stopped_worker,slow_page,huge_body,unreachable_search]
 
 Starts `python -m env_service` in its own process (its defaults, and a token, as the
 launcher does: seal.bench). 64 well-behaved clients play ground-truth episodes on the
@@ -23,13 +23,23 @@ with the case (them, and the case):
   client fail with "connection reset");
 - stopped_worker: one of the service's worker processes is stopped (SIGSTOP, as a
   debugger or a frozen cgroup stops it) every `--stop-every-s` seconds (issue #21,
-  finding 2: before, it was never replaced and every episode placed on it hung).
+  finding 2: before, it was never replaced and every episode placed on it hung);
+- slow_page, huge_body, unreachable_search (issue #31, finding 2): `--web-attackers`
+  clients, in their own process, play BFCL V4 web-search episodes, `--web-pause-s` apart
+  (a model's generation), whose call is a fetch of a page sending a byte every 0.5 s; a
+  fetch of 600 MiB, then of a 1 MiB gzip body that inflates to 1 GiB; a search while
+  SerpAPI accepts connections and never answers. The outside web is local (seal/bench_web.py), and the service runs on a
+  test network that reaches it (`python -m env_service.bench_network`), with its default limits
+  (before: each such call held a worker, and every episode on it, for up to two
+  minutes; the bodies took a worker to 1.5 and 2.7 GB). The outside web's process runs
+  at the lowest CPU priority: it stands for servers on other machines.
 
 Each case's phase follows a quiet phase of its own, and is compared with it: the load
 of a shared machine drifts between minutes. Prints per phase the well-behaved clients'
 p50/p99 request latency and request count, the attacker's count (requests, connections
-opened, or workers stopped), and the service's peak RSS (its own process, and with its
-worker processes: their RSS summed, which counts pages they share with it twice); then
+opened, workers stopped, or web-search episodes played), and the service's peak RSS (its
+own process; with its worker and outside-call processes: their RSS summed, which counts
+pages they share with it twice; and the largest of those processes alone); then
 the medians over the rounds and, per case, the median over the rounds of its p99 over
 the quiet p99 before it, and whether that stays within 2x. Client, attackers and
 service share this machine's cores.
@@ -55,6 +65,7 @@ import psutil
 
 from seal.bench import PeakRss, TimedClient, bench_service, ground_truth_scripts
 from seal.bfcl.tasks import task_ids
+from seal.bfcl.web_search import SERPAPI_KEY_ENV
 from seal.launch.service import RunningService
 from seal.rollout.env_client import auth_headers, is_healthy
 from seal.rollout.protocol import EpisodeSettings
@@ -212,6 +223,92 @@ async def _stop_workers(service_pid: int, every_s: float, stopped: list[int]) ->
         await asyncio.sleep(every_s)
 
 
+# --- the web-search attackers (their own process) and the outside web ----------------------
+
+WEB_CASES = ("slow_page", "huge_body", "unreachable_search")
+BOMB_MIB = 1024
+
+
+def _outside_web_main(ports, stop) -> None:
+    """The outside web the web-search cases reach: pages (slow, huge, a gzip bomb) and a
+    SerpAPI that never answers; their ports go to `ports`."""
+    from seal.bench_web import gzip_bomb, silent_server, web_server
+
+    # It stands for servers on other machines: its own CPU is not the service's doing.
+    os.nice(19)
+    gzip_bomb(BOMB_MIB)  # made now (seconds), not while a phase is measured
+    with web_server() as web, silent_server() as silent:
+        ports.put((web.port, silent))
+        stop.wait()
+
+
+def _web_attacker_main(url, token, case, web_port, stop, counter, clients, pause_s) -> None:
+    """`clients` threads playing web-search episodes whose one call is the case's, each
+    `pause_s` after the last (a model's generation before its next call)."""
+    import threading
+
+    page = f"http://outside.test:{web_port}"
+    calls = {
+        "slow_page": [("fetch_url_content", {"url": f"{page}/slow"})],
+        "huge_body": [
+            ("fetch_url_content", {"url": f"{page}/huge?mb=600"}),
+            ("fetch_url_content", {"url": f"{page}/bomb?mb={BOMB_MIB}"}),
+        ],
+        "unreachable_search": [("search_engine_query", {"keywords": "most expensive tea"})],
+    }[case]
+    lock = threading.Lock()
+
+    def play(k: int) -> None:
+        http = httpx.Client(base_url=url, timeout=600, headers=auth_headers(token))
+        n = 0
+        while not stop.is_set():
+            n += 1
+            body = {"task_id": "web_search_base_0", "episode_id": f"web-{case}-{k}-{n}",
+                    "settings": {"mode": "validate"}}  # fmt: skip
+            created = http.post("/v1/episodes", json=body)
+            if created.status_code != 201:
+                stop.wait(1.0)
+                continue
+            episode = f"/v1/episodes/{body['episode_id']}"
+            name, arguments = calls[n % len(calls)]
+            step = {"content": "", "tool_calls": [{"name": name, "arguments": arguments}]}
+            reply = http.post(f"{episode}/steps", json=step).json()
+            if not reply.get("terminated"):
+                http.post(f"{episode}/steps", json={"content": "done", "tool_calls": []})
+            with lock:
+                counter.value += 1
+            stop.wait(pause_s)
+
+    threads = [threading.Thread(target=play, args=(k,), daemon=True) for k in range(clients)]
+    for thread in threads:
+        thread.start()
+    stop.wait()
+
+
+def _warm_web(service: RunningService, args) -> None:
+    """One web-search episode per outside-call process, each fetching a page (they start
+    on first use: their start is not the cases' doing)."""
+    http = httpx.Client(base_url=service.url, timeout=60, headers=auth_headers(service.token))
+    page = f"http://outside.test:{args.web_port}/page/warm"
+    for k in range(args.web_attackers):
+        body = {"task_id": "web_search_base_0", "episode_id": f"warm-{k}",
+                "settings": {"mode": "validate"}}  # fmt: skip
+        assert http.post("/v1/episodes", json=body).status_code == 201
+        call = {"name": "fetch_url_content", "arguments": {"url": page}}
+        http.post(f"/v1/episodes/warm-{k}/steps", json={"content": "", "tool_calls": [call]})
+        http.delete(f"/v1/episodes/warm-{k}")
+
+
+def web_service_module(web_port: int, silent_port: int) -> tuple[str, ...]:
+    """`python -m env_service.bench_network` and its arguments: the test network naming the outside
+    web `outside.test` and the silent SerpAPI `serpapi.test`."""
+    spec = {
+        "names": {"outside.test": "127.0.0.1", "serpapi.test": "127.0.0.1"},
+        "servers": [["127.0.0.1", web_port], ["127.0.0.1", silent_port]],
+    }
+    return ("env_service.bench_network", json.dumps(spec), f"http://serpapi.test:{silent_port}")
+
+
 # --- the well-behaved clients ---------------------------------------------------------------
 
 
@@ -243,7 +340,7 @@ async def play(
     return client, [asyncio.create_task(loop()) for _ in range(clients)], errors
 
 
-CASES = ("flood", "slow_headers", "stopped_worker")
+CASES = ("flood", "slow_headers", "stopped_worker", *WEB_CASES)
 
 
 async def measure(service: RunningService, args, ids, scripts) -> list[dict]:
@@ -260,6 +357,8 @@ async def measure(service: RunningService, args, ids, scripts) -> list[dict]:
     gc.freeze()
     gc.disable()  # the client's own GC pauses would count as service latency
     try:
+        if set(args.cases) & set(WEB_CASES):  # the outside-call processes start on first use
+            await asyncio.get_running_loop().run_in_executor(None, _warm_web, service, args)
         await asyncio.sleep(3)  # warm up: every client in an episode
         for round_ in range(1, args.rounds + 1):
             # Each case right after a quiet phase of its own: the machine's other load
@@ -277,6 +376,12 @@ async def measure(service: RunningService, args, ids, scripts) -> list[dict]:
                         target=_slow_headers_main,
                         args=(url, stop, counter, args.slow_connections),
                     )
+                elif phase in WEB_CASES:
+                    attacker = ctx.Process(
+                        target=_web_attacker_main,
+                        args=(url, service.token, phase, args.web_port, stop, counter,
+                              args.web_attackers, args.web_pause_s),
+                    )  # fmt: skip
                 if attacker is not None:
                     attacker.start()
                     await asyncio.sleep(2)  # it has started attacking
@@ -304,6 +409,7 @@ async def measure(service: RunningService, args, ids, scripts) -> list[dict]:
                     "max ms": lat[-1] * 1e3,
                     "peak RSS MB": sampler.peak / 2**20,
                     "+workers RSS MB": sampler.peak_tree / 2**20,
+                    "largest child MB": sampler.peak_child / 2**20,
                     "attacker count": counter.value,
                     "client errors": len(errors),
                 }
@@ -369,6 +475,20 @@ def main(argv: list[str] | None = None) -> None:
         default=10.0,
         help="stopped_worker: stop a worker this often (default 10)",
     )
+    p.add_argument(
+        "--web-attackers",
+        type=int,
+        default=4,
+        help="web-search cases: clients playing such episodes at once (default 4: as many as "
+        "the service's outside-call processes)",
+    )
+    p.add_argument(
+        "--web-pause-s",
+        type=float,
+        default=1.0,
+        help="web-search cases: seconds each of those clients waits between its episodes, "
+        "a model's generation (default 1; the flood case is the one without pauses)",
+    )
     p.add_argument("--port", type=int, default=0, help="the service's port (default: a free one)")
     p.add_argument(
         "--worker-niceness",
@@ -384,13 +504,26 @@ def main(argv: list[str] | None = None) -> None:
     ids = task_ids()
     scripts = ground_truth_scripts(ids)
     flags = [] if args.worker_niceness is None else ["--worker-niceness", str(args.worker_niceness)]
-    with bench_service(args.port, *flags) as service:
+    with contextlib.ExitStack() as stack:
+        module = ("env_service",)
+        if set(args.cases) & set(WEB_CASES):
+            ctx = multiprocessing.get_context("spawn")
+            ports, web_stop = ctx.Queue(), ctx.Event()
+            web = ctx.Process(target=_outside_web_main, args=(ports, web_stop), daemon=True)
+            web.start()
+            stack.callback(web.join, 10)
+            stack.callback(web_stop.set)
+            args.web_port, silent_port = ports.get(timeout=120)
+            module = web_service_module(args.web_port, silent_port)
+            os.environ.setdefault(SERPAPI_KEY_ENV, "bench-key")  # the silent SerpAPI's
+        service = stack.enter_context(bench_service(args.port, *flags, module=module))
         rows = asyncio.run(measure(service, args, ids, scripts))
         alive = is_healthy(service.url, timeout_s=5)
 
     phases = ("quiet", *args.cases)
     print(f"\nmedians over {args.rounds} rounds of {args.phase_s:.0f} s, {args.clients} clients:")
     keys = ["requests", "p50 ms", "p99 ms", "max ms", "peak RSS MB", "+workers RSS MB"]
+    keys += ["largest child MB"]
     keys += ["attacker count", "client errors"]
     print(f"  {'':<20}" + "".join(f" {phase:>15}" for phase in phases))
     for key in keys:

@@ -29,12 +29,18 @@ HOST = "127.0.0.1"
 
 
 @contextlib.contextmanager
-def bench_service(port: int = 0, *flags: str) -> Iterator[RunningService]:
-    """`python -m env_service --port PORT FLAGS...` (port 0: a free one), once healthy
+def bench_service(
+    port: int = 0, *flags: str, module: tuple[str, ...] = ("env_service",)
+) -> Iterator[RunningService]:
+    """`python -m env_service --port PORT FLAGS...` (port 0: a free one; `module`: the
+    module that runs it, as seal.launch.service.start_service takes it), once healthy
     and answering to its token; stopped on leaving."""
     fd, log_path = tempfile.mkstemp(prefix="bench_env_service_", suffix=".log")
     os.close(fd)  # start_service appends to it; it outlives the bench, for its reader
-    with start_service(HOST, port, Path(log_path), new_token(), extra_args=flags) as service:
+    token = new_token()
+    with start_service(
+        HOST, port, Path(log_path), token, extra_args=flags, module=module
+    ) as service:
         print(f"[bench] the service's log: {log_path}", flush=True)
         yield service
 
@@ -77,9 +83,11 @@ class PeakRss(threading.Thread):
     def __init__(self, pid: int):
         super().__init__(daemon=True)
         self.process, self.peak, self.peak_tree, self.running = psutil.Process(pid), 0, 0, True
+        self.peak_child = 0
+        """The largest RSS of any one child (a worker or an outside-call process)."""
 
     def reset(self) -> None:
-        self.peak = self.peak_tree = 0
+        self.peak = self.peak_tree = self.peak_child = 0
 
     def run(self):
         children, listed = [], 0.0
@@ -90,7 +98,9 @@ class PeakRss(threading.Thread):
             tree = own
             for child in children:
                 with contextlib.suppress(psutil.NoSuchProcess):
-                    tree += child.memory_info().rss
+                    rss = child.memory_info().rss
+                    tree += rss
+                    self.peak_child = max(self.peak_child, rss)
             self.peak = max(self.peak, own)
             self.peak_tree = max(self.peak_tree, tree)
             time.sleep(0.02)

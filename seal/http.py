@@ -38,6 +38,10 @@ import aiohttp
 import orjson
 
 log = logging.getLogger(__name__)
+KEEPALIVE_S = 15.0
+"""How long an idle connection is kept for reuse (aiohttp's default, stated): less than
+the environment service keeps one (`keep_alive_s`, 30 s), so this client never reuses a
+connection the service is closing."""
 
 
 @dataclass(frozen=True)
@@ -165,7 +169,9 @@ class HttpClient:
         # Created lazily: an aiohttp session must be made inside the running event loop.
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._max_connections),
+                connector=aiohttp.TCPConnector(
+                    limit=self._max_connections, keepalive_timeout=KEEPALIVE_S
+                ),
                 timeout=aiohttp.ClientTimeout(total=self.policy.timeout_s),
                 headers=self._headers,
             )

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+import httpx
 from conftest import serving
 
 from env_service.app import create_app
@@ -98,6 +99,32 @@ def play_chain(url: str, question_id: str) -> list[dict]:
 def ask(url: str, question_id: str, answer: str) -> dict:
     question = load_task(question_id)
     return asyncio.run(play(url, question_id, [[memory_read(question), answer_text(answer)]]))
+
+
+def walk_every_route(url: str, task_id: str, sparse: bool) -> object:
+    """Create an episode of `task_id` on the native API, then ask every route of both
+    protocols about it (status, /get_info, a wire /step that answers, /evaluate with
+    `sparse`, the native evaluation, /release); each must answer 200. Returns /evaluate's
+    data. The wire /create refuses agentic tasks with a 404 naming the native API."""
+    http = httpx.Client(base_url=url, timeout=60)
+    reply = http.post("/v1/episodes", json={"task_id": task_id, "settings": {"mode": "validate"}})
+    assert reply.status_code == 201, reply.text
+    episode_id = reply.json()["episode_id"]
+    iid = {"env_type": "bfcl", "instance_id": episode_id}
+    step = {**iid, "messages": {"role": "assistant", "content": "I do not know"}}
+    replies = {
+        "status": http.get(f"/v1/episodes/{episode_id}"),
+        "get_info": http.post("/get_info", json=iid),
+        "wire step": http.post("/step", json=step),
+        "evaluate": http.post("/evaluate", json={**iid, "params": {"sparse": sparse}}),
+        "native evaluation": http.get(f"/v1/episodes/{episode_id}/evaluation"),
+        "release": http.post("/release", json=iid),
+    }
+    statuses = {route: r.status_code for route, r in replies.items()}
+    assert set(statuses.values()) == {200}, statuses
+    created = http.post("/create", json={"env_type": "bfcl", "task_id": task_id})
+    assert created.status_code == 404 and "native API" in created.json()["error"]
+    return replies["evaluate"].json()["data"]
 
 
 @contextlib.contextmanager

@@ -455,3 +455,11 @@ def pytest_sessionfinish(session):
     runs = session.config.stash.get(EARLY_RUNS, None)
     if runs is not None:
         runs.stop()
+
+
+def wait_for(condition, timeout_s: float = 10.0) -> None:
+    """Return once `condition()` is true; fail the test after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)

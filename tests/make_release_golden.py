@@ -6,7 +6,9 @@ PATH is a checkout of github.com/yihaohu0118/SEAL, whose environment produced th
 numbers. Its own `BfclEnv` (mode `bfcl_qwen_fc`) plays every BFCL multi-turn task with the
 ground-truth policy (seal.bfcl.ground_truth.ground_truth_texts: each turn's calls in one
 message, then "Done.") in three settings, SETTINGS below; every message the model would see
-is recorded as a hash, and in full for a sample. tests/test_paper_prompt.py holds the
+is recorded as a hash, and in full for a sample. Its ToolACE mode (`toolace`, TOOLACE below:
+the ToolACE-2-Llama-3.1-8B runs) plays them too, the calls written as call lists, with its
+own probes and its parser's readings of PARSER_TEXTS. tests/test_paper_prompt.py holds the
 paper configs to this file through both of the service's protocols. The release's code is
 imported from PATH and run here; none of it is copied into this repository. It lives with
 the tests: it makes test data, with the test oracle's isolation of bfcl-eval's executor
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from bfcl_official import fresh_backends
 from tqdm import tqdm
-from wire_client import SEAL_YAML_BFCL
+from wire_client import SEAL_YAML_BFCL, TOOLACE_YAML_BFCL
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "tests/data/release_prompts.json.gz"
@@ -99,6 +101,87 @@ ERROR_RESULT_CALL = (
 PROBE_SETTINGS = ("train", "full")
 PROBES_PER_CATEGORY = 2
 
+# The release's ToolACE mode, as its ToolACE-2-Llama-3.1-8B configs set it (commit
+# TOOLACE_CONFIGS; its bfcl_env.py and env_handler.py there are the files of the checkout,
+# checked in main()): validation, and training with observation_lite (the SEAL run; the
+# vanilla run's training prompt is the validation one).
+TOOLACE_CONFIGS = "2fe7844"
+TOOLACE_CODE = (
+    "env_service/environments/bfcl/bfcl_env.py",
+    "env_service/environments/bfcl/env_handler.py",
+)
+TOOLACE_COMMON = {k: v for k, v in TOOLACE_YAML_BFCL.items() if k != "observation_lite"}
+TOOLACE_SETTINGS = {
+    "validate": {"rollout_mode": "validate", "observation_lite": OBSERVATION_LITE},
+    "train": {"rollout_mode": "sample", "observation_lite": OBSERVATION_LITE},
+}
+# Messages played first in an episode of a few tasks (`toolace.probes`, setting `train`),
+# each in its own episode followed by the ground truth: malformed ones end the episode,
+# the others are answered and it plays on. `{tool}` is the task's first tool.
+TOOLACE_PROBES = (
+    "[{tool}(a=)]",  # a malformed list
+    "[{tool}(a=1",  # an unclosed one (read as JSON, which fails)
+    "Let me look. [{tool}()]",  # text beside the call list
+    '<tool_call>\n{{"name": "{tool}", "arguments": {{}}}}\n</tool_call>',
+    '{{"name": "{tool}", "arguments": {{}}}}',  # a JSON-style call: it runs
+    "[{tool}('x')]",  # positional arguments
+    "[{tool}(**{{'a': 1}})]",
+    "[no_such_tool(a=1)]",  # an unknown tool: the env's error, the episode plays on
+    "[os.{tool}()]",  # a dotted name: not a tool
+    "{tool}()",  # a bare call: it runs
+    "[{tool}(bogus_argument=some_name)]",  # a name as a value: its text; the backend's error
+    "Sorry (I cannot do that)",  # read as a bare call, which does not parse
+)
+# Played after the first turn's ground truth, and in place of the last turn's closing
+# message (the episode then ends with every turn answered).
+TOOLACE_LATE_PROBE = "[{tool}(a=)]"
+TOOLACE_PROBES_PER_CATEGORY = 1
+
+# Messages the release's ToolACE parser reads (`toolace.parser`: its calls, each argument
+# dict as Python's repr, and its error), beyond those the episodes play.
+PARSER_TEXTS = (
+    "Done.",
+    "[]",
+    "{}",
+    "[cd(folder='x')]",
+    "cd(folder='x')",
+    "Sorry (I can't)",
+    "I can't [do (this)]",
+    "[cd(folder='x')] [ls(a=True)]",
+    "[cd(a=x)]",
+    "[cd(a=1+2, b=-1, c=None, d=[1, (2, 3)])]",
+    "[f().g(a=1)]",
+    "[cd(a=1, a=2)]",
+    "[cd(folder='x'",
+    "[1 (2)]",
+    "[x for x in f(y)]",
+    "[(x)]",
+    "[f(a=1)] and [(x)]",
+    "[f(a=1), 3]",
+    "[f(*a)]",
+    "[f(a=1); g(b=2)]",
+    "[[f(a=1)]]",
+    "['[', f(a=1)]",
+    "f(a=1) g(b=2)",
+    "text ]",
+    '"x"',
+    "[f(a='x\\'y')]",
+    "a\n[f(a=1)]\n\nb",
+    "[f(a=1)]\n\n",
+    "```\n[cd(folder='x')]\n```",
+    '[{"name": "cd", "arguments": {"folder": "x"}}]',
+    '[{"name": "cd", "arguments": {"q": "a (b)"}}]',
+    '{"name": cd, "arguments": {"a": true, "b": null}}',
+    '{"name": "a"}; {"name": "b", "parameters": null}',
+    '```json\n[{"name": "cd", "parameters": "{\\"a\\": 1}"}]\n```',
+    '{"function": "cd", "parameters": {"a": false}}',
+    '{"name": "  ", "arguments": {}}',
+    '[{"name": "x", "arguments": 5}]',
+    '{"name": "x", "arguments": "nope"}',
+    '{"name": 5}',
+    "[1, 2]",
+)
+
 
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:HASH_CHARS]
@@ -147,11 +230,12 @@ def release_clip(extended_message, tokenizer, content: str) -> str:
     return message.content_for_future
 
 
-def play(bfcl_env, task, params: dict, texts: list[str]) -> list[dict]:
+def play(bfcl_env, task, params: dict, texts: list[str], ends_early: bool = False) -> list[dict]:
     """The messages the release's environment shows while `texts` are the model's turns,
     in a namespace of bfcl-eval's executor of its own, as the release's one process per
-    episode had. The release prints every decoded call, and a traceback when its reward
-    (not needed here) cannot import an API model's SDK: both silenced."""
+    episode had, up to the step that ends the episode (the last unless `ends_early`).
+    The release prints every decoded call, and a traceback when its reward (not needed
+    here) cannot import an API model's SDK: both silenced."""
     model_name = f"golden_{uuid.uuid4().hex}"
     env = bfcl_env.BfclEnv(
         task_id=task.task_id,
@@ -169,7 +253,9 @@ def play(bfcl_env, task, params: dict, texts: list[str]) -> list[dict]:
             reply = env.step({"role": "assistant", "content": text})
             state = reply["state"][0]
             messages.append({"role": state["role"], "content": state["content"]})
-    if not reply["is_terminated"] or len(messages) != 2 + len(texts):
+            if reply["is_terminated"]:
+                break
+    if not reply["is_terminated"] or (not ends_early and len(messages) != 2 + len(texts)):
         raise RuntimeError(f"{task.task_id}: the release did not play the ground truth through")
     return messages
 
@@ -198,6 +284,157 @@ def probe_tasks(by_category: dict[str, list[str]]) -> list[str]:
     return chosen
 
 
+def hashed(messages: list[dict]) -> list[list[str]]:
+    return [[m["role"], digest(m["content"])] for m in messages]
+
+
+def toolace_section(
+    bfcl_env, base: dict, ids: list[str], by_category: dict[str, list[str]]
+) -> dict:
+    """What the release's ToolACE mode shows: every task in each of TOOLACE_SETTINGS (the
+    calls written as call lists), a sample in full and as the release's chat template
+    renders it, the probes, and its parser's readings of PARSER_TEXTS."""
+    from seal.bfcl.calls import call_list_text
+    from seal.bfcl.ground_truth import ground_truth_texts
+    from seal.bfcl.tasks import load_task
+
+    settings = {name: {**base, **TOOLACE_COMMON, **s} for name, s in TOOLACE_SETTINGS.items()}
+    template = release_llama_template()
+    sample = {ids[0] for ids in by_category.values()} | {"multi_turn_miss_func_49"}
+    tasks, full_text, rendered = {}, {}, {}
+    for task_id in tqdm(ids, desc="toolace", unit="task"):
+        task = load_task(task_id)
+        texts = ground_truth_texts(task, call_list_text)
+        record = {}
+        for name, params in settings.items():
+            messages = play(bfcl_env, task, params, texts)
+            record[name] = hashed(messages)
+            if task_id in sample:
+                rendered.setdefault(task_id, {})[name] = digest(
+                    render_last_prompt(template, messages, texts)
+                )
+                if name == "validate":
+                    full_text[task_id] = messages
+        tasks[task_id] = record
+
+    probes = {}
+    for task_id in toolace_probe_tasks(by_category):
+        task = load_task(task_id)
+        played = []
+        for texts in toolace_probe_texts(task, ground_truth_texts(task, call_list_text)):
+            messages = play(bfcl_env, task, settings["train"], texts, ends_early=True)
+            played.append(
+                {"texts": texts, "system": digest(messages[0]["content"]), "messages": messages[1:]}
+            )
+        probes[task_id] = played
+
+    parser = []
+    for text in PARSER_TEXTS:
+        read = bfcl_env.parse_toolace_content_to_tool_calls(
+            text, strict=True, reject_tool_call_with_content=True
+        )
+        calls = [
+            [c["function"]["name"], repr(c["function"]["arguments"])] for c in read["tool_calls"]
+        ]
+        error = read.get("_bfcl_parse_error")
+        if error and " at 0x" in error:  # an object's address: not reproducible
+            raise SystemExit(f"PARSER_TEXTS: {text!r} reads as an error naming an address")
+        parser.append({"text": text, "calls": calls, "error": error})
+    return {
+        "settings": {name: {**TOOLACE_COMMON, **s} for name, s in TOOLACE_SETTINGS.items()},
+        "code_as_of": TOOLACE_CONFIGS,
+        "policy": "per turn: the ground-truth calls as one call list, then 'Done.'",
+        "tasks": tasks,
+        "full_text": {"setting": "validate", "by_task": full_text},
+        "rendered": {
+            "what": "the last prompt (system through the last observation, then the "
+            "generation prompt) through the release's Llama 3 fallback chat template",
+            "by_task": rendered,
+        },
+        "probes": probes,
+        "parser": parser,
+    }
+
+
+def toolace_probe_texts(task, ground_truth: list[str]) -> list[list[str]]:
+    """The model's messages of each probe episode: a probe first, then the ground truth;
+    for a miss_func task also a call of its held-out tool before it is revealed; the late
+    probe after the first turn and in place of the last turn's closing message."""
+    from seal.bfcl.ground_truth import END_OF_TURN_TEXT
+
+    tool = task.tools[0]["name"]
+    plays = [[p.format(tool=tool), *ground_truth] for p in TOOLACE_PROBES]
+    for docs in task.held_out.values():
+        plays.append([f"[{docs[0]['name']}()]", *ground_truth])
+    late = TOOLACE_LATE_PROBE.format(tool=tool)
+    first_turn = ground_truth.index(END_OF_TURN_TEXT) + 1
+    plays.append([*ground_truth[:first_turn], late, *ground_truth[first_turn:]])
+    plays.append([*ground_truth[:-1], late])
+    return plays
+
+
+def toolace_probe_tasks(by_category: dict[str, list[str]]) -> list[str]:
+    """The first eval-split task of each category whose probe episodes fit in the paper's
+    20 generations."""
+    from seal.bfcl.calls import call_list_text
+    from seal.bfcl.ground_truth import ground_truth_texts
+    from seal.bfcl.tasks import load_task
+
+    def fits(task_id: str) -> bool:
+        return len(ground_truth_texts(load_task(task_id), call_list_text)) + 1 <= 20
+
+    return [
+        t
+        for ids in by_category.values()
+        for t in [t for t in ids if fits(t)][:TOOLACE_PROBES_PER_CATEGORY]
+    ]
+
+
+def release_llama_template() -> str:
+    """The chat template the release gives a Llama checkpoint that has none
+    (agentevolver/utils/model_compat.py), from the checkout import_release put first."""
+    from agentevolver.utils.model_compat import LLAMA3_CHAT_TEMPLATE
+
+    return LLAMA3_CHAT_TEMPLATE
+
+
+def render_last_prompt(template: str, messages: list[dict], texts: list[str]) -> str:
+    """The last prompt of an episode (its messages up to the last observation, the model's
+    messages between them) as `template` renders it, with Llama 3's begin-of-text token."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    chat = messages[:2]
+    for text, observation in zip(texts, messages[2:-1], strict=False):
+        chat += [{"role": "assistant", "content": text}, observation]
+    rendered, _ = render_jinja_template(
+        [chat], chat_template=template, add_generation_prompt=True, bos_token=BEGIN_OF_TEXT
+    )
+    return rendered[0]
+
+
+BEGIN_OF_TEXT = "<|begin_of_text|>"
+
+
+def check_toolace_code(release: Path) -> None:
+    """The checkout's ToolACE code is the code of the ToolACE runs' configs (the golden
+    must come from the code the paper's ToolACE numbers came from)."""
+    import subprocess
+
+    def blob(rev_path: str) -> str:
+        cmd = ["git", "-C", str(release), "rev-parse", rev_path]
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+
+    for path in TOOLACE_CODE:
+        here = subprocess.run(
+            ["git", "-C", str(release), "hash-object", path],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        if here != blob(f"{TOOLACE_CONFIGS}:{path}"):
+            raise SystemExit(f"{path} of {release} is not the file of commit {TOOLACE_CONFIGS}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -207,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, help="only the first N tasks (a quick look)")
     args = p.parse_args(argv)
     release = args.release.resolve()
+    check_toolace_code(release)
     bfcl_env, bfcl_dataprocess, extended_message = import_release(release)
     from transformers import AutoTokenizer
 
@@ -254,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
             record = {}
             for name, params in settings.items():
                 messages = play(bfcl_env, task, params, texts)
-                record[name] = [[m["role"], digest(m["content"])] for m in messages]
+                record[name] = hashed(messages)
                 for k, m in enumerate(messages[1:], start=1):  # observations (and questions)
                     if name == "validate" and len(m["content"].encode()) > MAX_ENV_TOKENS:
                         clipped = release_clip(extended_message, tokenizer, m["content"])
@@ -263,12 +501,14 @@ def main(argv: list[str] | None = None) -> int:
                 if task_id in sample:
                     full_text.setdefault(task_id, {})[name] = messages
             tasks[task_id] = record
+        toolace = toolace_section(bfcl_env, base, task_ids()[: args.limit], by_category)
 
     out = {
         "about": (
             "What the original SEAL release (github.com/yihaohu0118/SEAL, BfclEnv, mode "
-            "bfcl_qwen_fc) shows the model on each BFCL multi-turn task played by the "
-            "ground-truth policy; made by scripts/release_golden.py; see docs/paper_prompt.md."
+            "bfcl_qwen_fc; `toolace`: its ToolACE mode) shows the model on each BFCL "
+            "multi-turn task played by the ground-truth policy; made by "
+            "tests/make_release_golden.py; see docs/paper_prompt.md."
         ),
         "release_commit": _release_commit(release),
         "bfcl_eval": _version("bfcl-eval"),
@@ -284,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
             "tokenizer": "seal/assets/qwen2.5-tokenizer",
             "by_task": clips,
         },
+        "toolace": toolace,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(args.out, "wt", encoding="utf-8") as f:

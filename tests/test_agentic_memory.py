@@ -13,7 +13,10 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import os
+import signal
 
+import httpx
 import pytest
 from agentic_scripts import (
     CORE_KEY,
@@ -28,8 +31,13 @@ from agentic_scripts import (
     play,
     play_chain,
     prereq_turns,
+    walk_every_route,
 )
+from conftest import Episodes, results, wait_for
 
+from env_service.app import create_app
+from env_service.config import ServiceConfig
+from env_service.engine import ServiceStartError
 from seal.bfcl.agentic import ANSWER_NOT_FOUND, NO_FINAL_ANSWER, PASS
 from seal.bfcl.memory import MemorySnapshots
 from seal.bfcl.tasks import load_task
@@ -151,3 +159,115 @@ def test_the_first_message_without_a_tool_call_is_the_answer_and_ends_the_questi
         turns = [[answer_text(question.answers[0]), call("memory_retrieve")]]
         report = asyncio.run(play(url, question_id, turns, VALIDATE))
     assert (report["steps"], report["tool_calls"], report["accuracy"]) == (1, 0, 1)
+
+
+# --- issue #31: a rebuild reads its own version, every route answers, damaged files ----------
+
+
+def _kill_workers(engine) -> None:
+    pids = [w.process.pid for w in engine.pool.workers]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: engine.pool.replaced == len(pids))
+
+
+def test_a_rebuilt_question_reads_the_memory_it_started_from(tmp_path):
+    """Another client replays the scenario's first conversation (it saves a new memory)
+    while a question is live, then the question's worker is killed: the rebuilt question
+    reads the memory it started with, not the other client's."""
+    question_id = notetaker("memory_rec_sum")
+    question = load_task(question_id)
+    with agentic_service(tmp_path, workers=1) as (url, engine):
+        play_chain(url, question_id)
+        episodes = Episodes(httpx.Client(base_url=url, timeout=60))
+        episode_id, _ = episodes.create(question_id, mode="validate")
+        before = results(episodes.call(episode_id, "memory_retrieve", {}))
+        other = [[call("memory_append", text="Mallory wrote this\n"), "Noted."]]
+        asyncio.run(play(url, question.chain[0], other))  # another client's replay
+        _kill_workers(engine)
+        after = results(episodes.call(episode_id, "memory_retrieve", {}))
+    assert "Mallory" not in after[0]
+    assert after == before
+
+
+def test_every_route_of_both_protocols_answers_a_memory_episode(tmp_path):
+    question_id = notetaker("memory_rec_sum")
+    with agentic_service(tmp_path, workers=1) as (url, _):
+        play_chain(url, question_id)
+        for sparse in (False, True):
+            data = walk_every_route(url, question_id, sparse)
+            assert data == 0.0 if sparse else data["failure_tags"] == [ANSWER_NOT_FOUND]
+
+
+def test_a_truncated_snapshot_is_a_409_naming_the_file(tmp_path):
+    question_id = notetaker("memory_rec_sum")
+    question = load_task(question_id)
+    with agentic_service(tmp_path, workers=1) as (url, _):
+        play_chain(url, question_id)
+        final = MemorySnapshots(tmp_path).final(question)
+        final.write_bytes(final.read_bytes()[:40])  # as a kill mid-write left it
+        damaged = pytest.raises(EnvServiceError, match=rf"HTTP 409.*{final.name}")
+        with damaged:
+            ask(url, question_id, "x")
+        play_chain(url, question_id)  # replaying the chain repairs it
+        assert ask(url, question_id, question.answers[0])["accuracy"] == 1
+
+
+def test_a_save_cut_short_leaves_the_previous_snapshot_whole(tmp_path, monkeypatch):
+    """bfcl-eval writes its snapshot files in place; the service's are written whole or
+    not at all: a disk that fills mid-save leaves the previous memory readable."""
+    from bfcl_eval.eval_checker.multi_turn_eval.func_source_code import memory_rec_sum
+
+    question_id = notetaker("memory_rec_sum")
+    question = load_task(question_id)
+    first, second = question.chain[0], question.chain[1]
+    with agentic_service(tmp_path, workers=0) as (url, _):
+        play_prereq(url, first)
+        final = MemorySnapshots(tmp_path).final(question)
+        saved = final.read_bytes()
+
+        class DiskFull:
+            @staticmethod
+            def dump(obj, f, **kwargs):
+                f.write(json.dumps(obj, **kwargs)[:20])
+                raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(memory_rec_sum, "json", DiskFull)
+        with pytest.raises(EnvServiceError, match="No space left on device"):
+            play_prereq(url, second)
+        monkeypatch.undo()
+        assert final.read_bytes() == saved
+        assert MemorySnapshots(tmp_path).finished(question) == [0]
+        play_prereq(url, second)  # and the conversation can be played again
+
+
+def test_a_snapshot_folder_that_is_a_file_fails_at_start(tmp_path, service_process):
+    not_a_folder = tmp_path / "snapshots"
+    not_a_folder.write_text("")
+    with pytest.raises(ServiceStartError, match="--memory-snapshot-dir"):
+        create_app(ServiceConfig(memory_snapshot_dir=not_a_folder))
+    with pytest.raises(AssertionError, match="exited"):
+        service_process("--memory-snapshot-dir", str(not_a_folder))
+
+
+def test_a_silent_conversation_holds_its_scenario_for_minutes_and_names_itself(tmp_path):
+    """A prerequisite conversation locks its scenario (its memory is not saved yet), on a
+    lease each step renews: one never stepped (a crashed evaluator) is dropped after the
+    lease, not after the hour-long episode TTL, and the 409 meanwhile names it."""
+    question = load_task(notetaker("memory_rec_sum"))
+    first = question.chain[0]
+    with agentic_service(tmp_path, workers=1) as (url, engine):
+        episodes = Episodes(httpx.Client(base_url=url, timeout=60))
+        holder, _ = episodes.create(first, "crashed-evaluator", mode="validate")
+        blocked = pytest.raises(EnvServiceError, match=r"HTTP 409.*crashed-evaluator")
+        with blocked:
+            play_prereq(url, first)
+        lease = engine.config.memory_lease_s
+        assert lease <= 600 < engine.config.episode_ttl_s
+        engine.episodes[holder].last_used -= lease / 2
+        episodes.call(holder, "memory_retrieve", {})  # a step renews the lease
+        with blocked:
+            play_prereq(url, first)
+        engine.episodes[holder].last_used -= lease + 1  # silent for longer than the lease
+        assert play_prereq(url, first)["terminated"]
+        assert httpx.get(f"{url}/v1/episodes/{holder}").status_code == 404

@@ -15,7 +15,7 @@ from env_service.app import create_app
 from env_service.engine import EnvEngine, ServiceConfig
 from env_service.errors import NotFoundError
 from seal.bfcl.calls import ToolCall
-from seal.bfcl.ground_truth import tool_call_text
+from seal.bfcl.ground_truth import ground_truth_trajectory, tool_call_text
 from seal.bfcl.tasks import load_task
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.env_client import EnvClient, EnvServiceError, call_body
@@ -411,6 +411,37 @@ def test_unparseable_calls_are_observations_not_http_failures(service):
         "unexpected_argument": 1,
     }
     assert report["tool_calls"] == 0
+
+
+@pytest.mark.parametrize("prompt", ["paper", "rich"])
+def test_end_on_malformed_call_ends_the_episode_at_a_malformed_call(service, prompt):
+    """With the setting (the release's terminate_on_parse_error), a tool not available is
+    still answered and the episode plays on; a message with a malformed call ends it, runs
+    none of its calls, and the evaluation says so. Without it, the same message is
+    answered."""
+    svc = service()
+    task_id = "multi_turn_base_1"
+    bad = '<tool_call>\n{"name": "ls", "arguments": {"a": tru}}\n</tool_call>'
+    malformed = call_text("pwd") + "\n" + bad
+    settings = {"mode": "validate", "prompt": prompt, "end_on_malformed_call": True}
+    episode_id, _ = svc.create(task_id, **settings)
+    first = gt_turns(task_id)[0]
+    svc.play(episode_id, [first])  # the first turn, answered
+    unknown = svc.step(episode_id, call_text("format_disk"))
+    assert not unknown["terminated"] and unknown["messages"]
+    ended = svc.step(episode_id, malformed)
+    assert ended["terminated"] and not ended["truncated"] and ended["messages"] == []
+    report = ended["evaluation"]
+    assert report["ended_on_malformed_call"] and report["accuracy"] == 0
+    ran = sum(len(calls) for calls in ground_truth_trajectory(load_task(task_id))[0])
+    assert report["turns_reached"] == 2 and report["tool_calls"] == ran  # turn 0's only
+    assert report["invalid_by_kind"] == {"unknown_tool": 1, "parse": 1}
+    svc.step(episode_id, "Done.", expect=409)
+
+    plays_on, _ = svc.create(task_id, mode="validate", prompt=prompt)
+    answered = svc.step(plays_on, malformed)
+    assert not answered["terminated"] and answered["messages"]
+    assert svc.evaluate(plays_on)["ended_on_malformed_call"] is False
 
 
 def test_busy_cap_loses_nothing(service):

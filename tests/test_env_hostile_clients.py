@@ -19,6 +19,7 @@ Tests that could hang on a broken service run it in its own process (`service_pr
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import threading
@@ -30,6 +31,7 @@ from fastapi.testclient import TestClient
 
 from env_service.app import create_app
 from env_service.config import ServiceConfig
+from env_service.connections import SEND_GRACE_S
 
 TASK = "multi_turn_base_0"
 JSON = {"content-type": "application/json"}
@@ -281,7 +283,7 @@ def test_a_body_that_stops_coming_is_closed_and_authenticated_connections_are_ke
             sock.sendall(SLOW_HEAD)
         # The authenticated connection outlives a flood past the cap; the flood does not.
         assert _request(kept, get_stats).startswith(b"HTTP/1.1 200")
-        time.sleep(0.5)
+        time.sleep(0.5)  # they started requests: past the cap, they are closed as they come
         closed = sum(_closed_by_peer(sock) for sock in flood)
         assert closed >= 40 - 8, f"only {closed} of 40 unauthenticated connections closed"
         # A body announced but not sent is not waited for past the body timeout.
@@ -297,6 +299,28 @@ def test_a_body_that_stops_coming_is_closed_and_authenticated_connections_are_ke
         assert time.monotonic() - started < 5
 
 
+def test_silent_connections_past_the_cap_are_closed_after_their_grace(service_process):
+    """Connections that send nothing may be a client's burst about to write (previous
+    test): past the cap they are closed once they have had SEND_GRACE_S, not before."""
+    svc = service_process("--max-unauthenticated-connections", "8", env={"SEAL_ENV_TOKEN": TOKEN})
+    host, port = svc.url.removeprefix("http://").split(":")
+    with contextlib.ExitStack() as stack:
+        silent = [
+            stack.enter_context(socket.create_connection((host, int(port)), timeout=10))
+            for _ in range(60)
+        ]
+        time.sleep(0.5)
+        for sock in silent:
+            sock.setblocking(False)  # (a look, not a wait)
+        early = sum(_closed_by_peer(sock) for sock in silent)
+        time.sleep(SEND_GRACE_S + 1.0)
+        late = sum(_closed_by_peer(sock) for sock in silent)
+    assert early == 0, f"{early} silent connections were closed before their grace"
+    assert late >= 60 - 8, f"only {late} of 60 silent connections closed after their grace"
+    assert httpx.get(f"{svc.url}/v1/stats", headers={"Authorization": f"Bearer {TOKEN}"},
+                     timeout=10).json()["connections_closed_unauthenticated"] >= 52  # fmt: skip
+
+
 # --- HEAD /healthz --------------------------------------------------------------------------
 
 
@@ -304,3 +328,78 @@ def test_head_healthz_answers_200(service):
     svc = service(token="t")
     reply = svc.http.head("/healthz")
     assert reply.status_code == 200 and reply.content == b""
+
+
+# --- issue #31: a client's own burst, undelivered creates, ids clients normalise ----------------
+
+
+def _burst(svc, n: int, head: bytes) -> list[bytes]:
+    """Open `n` connections as a client's pool does in a burst (aiohttp connects them all,
+    then writes each request: for a moment the service holds `n` connections that have
+    sent nothing), then send a request on each; every reply's status line, or what
+    ended the connection."""
+    host, port = svc.url.removeprefix("http://").split(":")
+    socks = [socket.create_connection((host, int(port)), timeout=60) for _ in range(n)]
+    time.sleep(0.2)  # the service has taken them all in
+    for sock in socks:
+        with contextlib.suppress(OSError):  # closed already: its reply says so below
+            sock.sendall(head)
+    statuses = []
+    for sock in socks:
+        try:
+            reply = sock.recv(64)
+            statuses.append(reply.split(b"\r\n", 1)[0] or b"closed")
+        except OSError as e:
+            statuses.append(type(e).__name__.encode())
+        finally:
+            sock.close()
+    return statuses
+
+
+@pytest.mark.parametrize("pool", [256, 1024])
+def test_a_clients_own_burst_is_never_cut(service_process, pool):
+    """A paper step opens its client's whole pool at once (32 x 8 = 256 episodes; several
+    agent-loop workers: 1,024): every connection sends its request at once and none may
+    be closed as a connection that did not authenticate."""
+    svc = service_process(env={"SEAL_ENV_TOKEN": TOKEN})
+    head = f"GET /v1/stats HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    statuses = _burst(svc, pool, head.encode())
+    cut = [s for s in statuses if s != b"HTTP/1.1 200 OK"]
+    assert not cut, f"{len(cut)} of {pool} connections were not answered: {set(cut)}"
+
+
+def test_a_create_whose_client_left_is_released(service_process):
+    """A client that sends a create and closes its socket never learns the episode's id:
+    the episode must not stay live until its TTL."""
+    svc = service_process()
+    host, port = svc.url.removeprefix("http://").split(":")
+    bodies = [("/v1/episodes", {"task_id": TASK, "episode_id": f"left-{k}"}) for k in range(3)] + [
+        ("/create", {"env_type": "bfcl", "task_id": TASK, "instance_id": f"wire-left-{k}"})
+        for k in range(3)
+    ]
+    for path, body in bodies:
+        data = json.dumps(body).encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n"
+        ).encode()
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(head + data)
+    time.sleep(2)  # every create has run
+    live = httpx.get(f"{svc.url}/v1/stats", timeout=10).json()
+    assert live["live_episodes"] == 0, live
+
+
+@pytest.mark.parametrize("bad_id", [".", "..", "%2e", "%2E%2e", ".%2e", "%2e.", "%252e"])
+def test_ids_a_client_would_normalise_are_refused(service, bad_id):
+    """`.` and `..` (and their percent-encodings) vanish from a URL's path in every HTTP
+    client (the project's own aiohttp client sends `/v1/episodes/..` as `/v1/`): an episode
+    with such an id could never be stepped or released."""
+    svc = service()
+    native = svc.http.post("/v1/episodes", json={"task_id": TASK, "episode_id": bad_id})
+    assert native.status_code == 422, native.text
+    wire = svc.http.post(
+        "/create", json={"env_type": "bfcl", "task_id": TASK, "instance_id": bad_id}
+    )
+    assert wire.status_code == 422, wire.text
+    assert stats(svc)["live_episodes"] == 0

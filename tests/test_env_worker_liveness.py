@@ -183,7 +183,7 @@ def test_a_replacement_worker_holds_no_client_connection(service_process):
     """A worker forked while clients are connected must not keep their connections: the
     service's close of one (here: its keep-alive timeout) has to reach the client, or
     the client's next request on it waits for ever."""
-    svc = service_process("--workers", "2")
+    svc = service_process("--workers", "2", "--keep-alive", "5")
     host, port = svc.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as kept:
         kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -196,7 +196,7 @@ def test_a_replacement_worker_holds_no_client_connection(service_process):
         while Native(svc.url).stats()["workers_replaced"] < 1:
             assert time.monotonic() < deadline, "the worker was not replaced"
             time.sleep(0.1)
-        # uvicorn closes a kept-alive connection idle for 5 s: the client must see it.
+        # The service closes a kept-alive connection idle for 5 s: the client must see it.
         kept.settimeout(15)
         assert kept.recv(1) == b"", "the connection stayed open after the service closed it"
 

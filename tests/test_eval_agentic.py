@@ -22,7 +22,6 @@ from conftest import serving_aiohttp, shipped_tokenizer
 
 from seal.bfcl.agentic import ANSWER_NOT_FOUND, PASS, agentic_task_ids
 from seal.bfcl.tasks import load_task
-from seal.bfcl.web_search import FETCH_TIMEOUT_S, SearchLimits
 from seal.eval import score_endpoint as cli
 from seal.eval.chat_endpoint import EndpointSettings
 from seal.eval.evaluator import errors_file, evaluate_endpoint, prerequisites_file
@@ -153,15 +152,16 @@ def test_eval_endpoint_scores_a_split_of_memory_questions_and_prints_table2(
     assert "| Qwen2.5-7B-Instruct + SEAL |" in printed.replace("paper: ", "")
 
 
-def test_eval_endpoint_gives_its_own_service_a_snapshot_folder_and_a_search_budget(tmp_path):
+def test_eval_endpoint_gives_its_own_service_a_snapshot_folder_and_its_search_pace(tmp_path):
     base = ["--base-url", "http://127.0.0.1:9/v1", "--model", MODEL, "--start-env"]
     memory = cli.parse_args([*base, "--split", "memory"])
     assert cli.service_args(memory, tmp_path) == (
         "--memory-snapshot-dir",
         str(tmp_path / "memory_snapshots"),
     )
-    web = cli.service_args(cli.parse_args([*base, "--split", "web_search_base"]), tmp_path)
-    seconds = float(web[web.index("--max-step-seconds") + 1])
-    assert seconds >= SearchLimits().worst_case_s() + FETCH_TIMEOUT_S  # what the service asks
+    web = [*base, "--split", "web_search_base"]
+    assert cli.service_args(cli.parse_args(web), tmp_path) == ()  # its budget is its own
+    paced = cli.parse_args([*web, "--web-search-interval", "3.6"])
+    assert cli.service_args(paced, tmp_path) == ("--web-search-interval", "3.6")
     assert cli.service_args(cli.parse_args(base), tmp_path) == ()  # BFCL V3: nothing
     assert cli.parse_args(base).max_generations == 20

@@ -367,6 +367,7 @@ def test_command_line_exit_status_and_errors_file(fake_llm, live_service, tmp_pa
 def test_command_line_refuses_a_missing_api_key(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("SEAL_TEST_NO_SUCH_KEY", raising=False)
     args = ["--base-url", "http://127.0.0.1:9/v1", "--model", MODEL]
+    args += ["--tokenizer", str(SHIPPED_TOKENIZER)]  # a non-Qwen model names its tokenizer
     assert (
         cli.main([*args, "--api-key-env", "SEAL_TEST_NO_SUCH_KEY", "--out-dir", str(tmp_path)]) == 1
     )

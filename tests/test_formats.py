@@ -210,7 +210,10 @@ def test_auto_picks_the_format_by_model_name():
     assert default_format("tiny-qwen2") == "bfcl_qwen_fc"
     assert default_format("Qwen/Qwen3.5-4B") == "bfcl_qwen_fc_qwen3.5"  # as the release runs it
     assert default_format("tiny-qwen3.5") == "bfcl_qwen_fc_qwen3.5"
-    assert default_format("Team-ACE/ToolACE-2-8B") == "bfcl_prompt"
+    assert default_format("Team-ACE/ToolACE-2-8B") == "bfcl_prompt"  # bfcl-eval's ranking
+    # The paper's ToolACE backbone (the release's path): the release's ToolACE mode.
+    assert default_format("Team-ACE/ToolACE-2-Llama-3.1-8B") == "toolace_official_prompt"
+    assert default_format("/models/toolace-2-llama-3.1-8b/") == "toolace_official_prompt"
     assert default_format("Qwen/Qwen3-4B-Instruct-2507") == "qwen3"  # its -FC entry
     assert default_format("meta-llama/Llama-3.1-8B-Instruct") == "llama3.1"
     assert default_format("watt-ai/watt-tool-8B") == "bfcl_prompt"

@@ -82,7 +82,11 @@ def play(base_url, tokenizer, task_id, generator, limits=None, tool_format=None)
 
     async def main():
         async with RecordingEnv(base_url) as env:
-            episode_settings = dataclasses.replace(settings(limits), prompt=tool_format.prompt)
+            episode_settings = dataclasses.replace(
+                settings(limits),
+                prompt=tool_format.prompt,
+                end_on_malformed_call=tool_format.end_on_malformed_call,
+            )
             sample = await run_episode(
                 env, generator, tokenizer, task_id, episode_settings, tool_format=tool_format
             )
@@ -378,12 +382,18 @@ MALFORMED = {
     "qwen3.5": {
         "<tool_call>\n<function=ls>\n<parameter=a>\ntrue\n</parameter>\n</function>": "parse",
         "<tool_call>\n<function=ls\n<parameter=a>\ntrue\n</parameter>\n</function>\n</tool_call>": (
-            "parse"  # a function header without its '>' (verl's parser used to crash on it)
+            "parse"  # a function header without its '>' (verl 0.9.1's parser skips it)
         ),
         "<function=ls>\n</function>": "parse",  # no <tool_call> around it
         '<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>': "parse",  # Qwen3's JSON
         "<tool_call>\n<function=format_disk>\n</function>\n</tool_call>": "unknown_tool",
         "\n</think>\n\n<tool_call>\n<function=cd>\n</function>\n</tool_call>": "missing_argument",
+    },
+    # A malformed message ends the episode in this format: it comes last.
+    "toolace_official_prompt": {
+        "[format_disk()]": "unknown_tool",
+        "[cd()]": "missing_argument",
+        f"[ls(__import__('pathlib').Path('{SENTINEL}').touch())]": "parse",
     },
     "bfcl_prompt": {
         "[ls(a=True]": "parse",
@@ -403,12 +413,16 @@ def test_malformed_output_is_a_scored_tagged_failure_and_the_episode_is_released
     code in the arguments: each is answered with an error, counted by kind, the episode
     plays on, is scored 0 with its tags, and is released; nothing runs as code. Under the
     paper's rules (every format but qwen2.5) a message that would not run is answered
-    with one error, and a call missing an argument runs for the backend's own error."""
+    with one error, and a call missing an argument runs for the backend's own error. In
+    a format whose rule ends the episode at a malformed call (toolace_official_prompt),
+    that message ends it, with nothing more to answer."""
     fmt, (base_url, engine) = get_format(name), live_service
     tokenizer = tokenizer_for(name, request)
     end = turn_tokenizer(tokenizer, fmt).end_of_turn_id
     task_id = "multi_turn_base_0"
-    answers = ["Done."] * load_task(task_id).num_turns
+    num_turns = load_task(task_id).num_turns
+    ends = fmt.end_on_malformed_call
+    answers = [] if ends else ["Done."] * num_turns
     texts = [*MALFORMED[name], *answers]
     generator = ScriptedGenerator.from_texts(tokenizer, texts, end, record_prompts=True)
     SENTINEL.unlink(missing_ok=True)
@@ -420,14 +434,17 @@ def test_malformed_output_is_a_scored_tagged_failure_and_the_episode_is_released
     ran = sum(k == "missing_argument" for k in MALFORMED[name].values()) if paper else 0
     # A call that ran in turn 0 makes it a turn with calls: its state is compared.
     first = "state_mismatch" if ran else "empty_turn_model_response"
-    assert sample.failure_tags == [first] + ["empty_turn_model_response"] * (len(answers) - 1)
+    assert sample.failure_tags == [first] + ["empty_turn_model_response"] * (num_turns - 1)
+    assert sample.report["ended_on_malformed_call"] is ends
     expected: dict[str, int] = {}
     for kind in MALFORMED[name].values():
         expected[kind] = expected.get(kind, 0) + 1
     assert sample.report["invalid_by_kind"] == expected
     assert sample.report["tool_calls"] == ran
     for observation, kind in zip(env.observations, MALFORMED[name].values(), strict=False):
-        if paper and kind == "missing_argument":
+        if ends and kind == "parse":
+            assert observation == []  # the episode ended
+        elif paper and kind == "missing_argument":
             assert [m["role"] for m in observation] == ["tool"]
             assert observation[0]["content"].startswith("Error during execution: ")
         elif paper:

@@ -304,7 +304,7 @@ def test_each_row_uses_its_model_s_format(tmp_path):
     models = {n: launcher.compose(REPO / f"exp/{n}.yaml", []).trainer.model for n in PAPER_CONFIGS}
     assert models["SEAL"].tool_format == "auto"
     assert default_format(models["SEAL"].path) == "bfcl_qwen_fc"
-    assert models["SEAL_toolace2_8b"].tool_format == "bfcl_prompt"
+    assert models["SEAL_toolace2_8b"].tool_format == "toolace_official_prompt"
     assert models["SEAL_qwen3_4b"].tool_format == "qwen3"
     assert models["SEAL_qwen3.5_4b"].tool_format == "bfcl_qwen_fc_qwen3.5"
     assert models["SEAL_qwen2.5_3b"].tool_format == "bfcl_qwen_fc"

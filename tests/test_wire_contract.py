@@ -17,7 +17,7 @@ import threading
 import httpx
 import pytest
 from conftest import gt_texts, gt_turns
-from wire_client import SEAL_YAML_BFCL, WireClient
+from wire_client import SEAL_YAML_BFCL, TOOLACE_YAML_BFCL, WireClient
 
 from env_service import __main__ as service_main
 from env_service import evolution
@@ -184,6 +184,7 @@ def test_observation_lite_gates_like_the_release(release):
 
 
 HONOURED_NOT = "cannot be honoured"
+TOOLACE_MODE = {k: v for k, v in TOOLACE_YAML_BFCL.items() if k != "observation_lite"}
 NOT_SUPPORTED = "is not supported"
 
 
@@ -226,6 +227,13 @@ NOT_SUPPORTED = "is not supported"
             "set the same layer",
         ),
         ({"tool_prompt_mode": "llama31_official_fc"}, "tool_prompt_mode", NOT_SUPPORTED),
+        ({"tool_call_parser": "toolace_official_prompt"}, "tool_call_parser", NOT_SUPPORTED),
+        (  # the ToolACE mode only as the release's ToolACE runs set it
+            {**TOOLACE_MODE, "reject_tool_call_with_content": False},
+            "reject_tool_call_with_content",
+            NOT_SUPPORTED,
+        ),
+        ({**TOOLACE_MODE, "prompt": "rich"}, "prompt", "is the paper's prompt"),
         ({"is_open_query": True}, "is_open_query", NOT_SUPPORTED),
         ({"enforce_available_tools": False}, "enforce_available_tools", NOT_SUPPORTED),
         ({"data_path": "/data/multi_turn_processed.jsonl"}, "data_path", NOT_SUPPORTED),

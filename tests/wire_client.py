@@ -24,6 +24,19 @@ SEAL_YAML_BFCL = {
     },
 }
 
+# The release's ToolACE-2-Llama-3.1-8B SEAL run (its history, commit 2fe7844:
+# examples/bfcl_grpo_apatch_observation_required_toolace2_llama31_8b.yaml over its base
+# configs): env_service.bfcl in the ToolACE mode, observation_lite as in SEAL.yaml. Its
+# vanilla run has the same keys with observation_lite off.
+TOOLACE_YAML_BFCL = {
+    **SEAL_YAML_BFCL,
+    "tool_prompt_mode": "toolace_official_prompt",
+    "tool_call_parser": "toolace_official_prompt",
+    "tool_result_mode": "toolace_official_prompt",
+    "terminate_on_parse_error": True,
+    "reject_tool_call_with_content": True,
+}
+
 
 class WireClient:
     def __init__(self, http: httpx.Client, engine=None, prompt: str | None = None):

@@ -44,8 +44,17 @@ Every POST body is `{env_type, task_id, instance_id, messages, params}` and ever
                           `state_path` is refused (422 naming --capability-state): no
                           request names a file the service reads
     tool_feedback_evolution {enable, apply_to_validation, categories}: recovery feedback
-    is_open_query, strict_tool_parser, enforce_available_tools, tool_prompt_mode,
-    tool_result_mode, tool_call_parser, terminate_on_parse_error, ...: accepted at the
+    tool_prompt_mode, tool_call_parser, tool_result_mode, reject_tool_call_with_content:
+                          the text the episode speaks (env_service/wire_text.py), as a
+                          whole: bfcl_qwen_fc, xml_json, bfcl_tool_response, false (the
+                          release's defaults: the paper's Qwen2.5 prompt) or all three
+                          toolace_official_prompt with true (its ToolACE runs' mode:
+                          call lists, results as `ipython` messages); others refused
+    terminate_on_parse_error  a malformed call ends the episode (EpisodeSettings
+                          .end_on_malformed_call): the step answers is_terminated with
+                          "[CONVERSATION_COMPLETED]" and info.ended_on_malformed_call;
+                          the evaluation is not `completed`               default false
+    is_open_query, strict_tool_parser, enforce_available_tools, ...: accepted at the
                           value this service implements, refused otherwise
 
 and this service's flat keys:
@@ -60,8 +69,8 @@ and this service's flat keys:
                           episode (EpisodeLimits.max_generations)         default 20
     partial_credit_cap    0 = binary reward (paper); see RewardSettings   default 0
     partial_credit_weight weight of progress under the cap                default 1
-    prompt                paper (the release's bfcl_qwen_fc text, byte for byte) |
-                          rich (this project's richer prompt)             default paper
+    prompt                paper (the release's text, byte for byte) | rich (this
+                          project's richer prompt; not with the ToolACE mode) default paper
 
 A release key this service cannot honour is refused (422) with the reason, never dropped:
 observation_lite add_required_hint=false, add_enum_hint=false, hide_optional=true or an
@@ -88,9 +97,9 @@ Where this service differs from the release on purpose (the release is wrong the
   (the release reads a `reward_mean` its file never holds, so no tag ever counts as
   solved), and zero thresholds or max_lines mean zero (the release replaces them with its
   defaults).
-- strict_tool_parser: each malformed `<tool_call>` block is answered with its error and
-  the valid blocks of the same message still run; the release rejects every call of a
-  message with one malformed block.
+- strict_tool_parser under `prompt: rich`: each malformed `<tool_call>` block is answered
+  with its error and the valid blocks of the same message still run; the release (and
+  `prompt: paper`) rejects every call of a message with one malformed block.
 - The texts are the release's (`prompt: paper`, docs/paper_prompt.md) except the
   recovery hints, which have this service's wording; `prompt: rich` gives this service's
   richer texts throughout (evolution.py). Which layer is on when follows the release.
@@ -116,6 +125,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
 from env_service import errors
+from env_service.api_native import release_if_client_left
 from env_service.engine import EnvEngine, check_id
 from env_service.errors import EngineError, InvalidRequestError, NotFoundError
 from env_service.json_body import SafeJsonRoute
@@ -190,10 +200,13 @@ async def create(body: WireRequest, request: Request):
         task.task_id, create_params.settings, body.instance_id, create_params.profile
     )
     try:
-        return _created(instance_id, ep, asked, task, create_params)
+        ep.speak(create_params.wire)
+        reply = _created(instance_id, ep, asked, task, create_params)
     except Exception:
         engine.discard(instance_id, ep)  # no client learnt of it: nothing is left live
         raise
+    await release_if_client_left(engine, request, instance_id, ep)
+    return reply
 
 
 def _created(instance_id, ep, asked, task, create_params) -> Response:
@@ -212,7 +225,7 @@ def _created(instance_id, ep, asked, task, create_params) -> Response:
     return ok({"state": ep.initial_messages, "reward": 0.0, "is_terminated": False, "info": info})
 
 
-@router.post("/step", responses=wire_errors(404, 409, 413, 422))
+@router.post("/step", responses=wire_errors(404, 409, 413, 422, 507))
 async def step(body: WireRequest, request: Request):
     instance_id = _require(body.instance_id, "instance_id")
     episode = _engine(request).get(instance_id)
@@ -220,6 +233,8 @@ async def step(body: WireRequest, request: Request):
     info = {"instance_id": instance_id, "turn": outcome.turn, "truncated": outcome.truncated}
     if outcome.aborted:
         info["aborted"] = outcome.aborted
+    if episode.ended_on_malformed_call:
+        info["ended_on_malformed_call"] = True
     return ok(
         {
             "state": compat.step_state(episode.wire_messages(outcome.messages), outcome.terminated),
@@ -230,7 +245,7 @@ async def step(body: WireRequest, request: Request):
     )
 
 
-@router.post("/evaluate", responses=wire_errors(404, 413, 422))
+@router.post("/evaluate", responses=wire_errors(404, 413, 422, 507))
 async def evaluate(body: WireRequest, request: Request):
     instance_id = _require(body.instance_id, "instance_id")
     episode = _engine(request).get(instance_id)
@@ -240,6 +255,10 @@ async def evaluate(body: WireRequest, request: Request):
     report = await _engine(request).areport(instance_id)
     if sparse:
         return ok(float(report["accuracy"]))
+    if episode.agentic is not None:
+        # A BFCL V4 episode (made on the native API): its own report; the release's
+        # progress fields are per multi-turn ground-truth turn, which it has none of.
+        return ok(report)
     return ok(compat.evaluation(report, episode.task.ground_truth))
 
 

@@ -51,16 +51,23 @@ _FIXED = {
     "is_open_query": (False, "every BFCL turn is played; an open query is not supported"),
     "strict_tool_parser": (True, "malformed tool calls are always reported, never dropped"),
     "enforce_available_tools": (True, "tools not yet available are always refused"),
-    "tool_prompt_mode": (
-        "bfcl_qwen_fc",
-        "the system prompt is the release's bfcl_qwen_fc (or this service's `prompt: rich`)",
-    ),
-    "tool_result_mode": ("bfcl_tool_response", "tool results are <tool_response> blocks"),
-    "tool_call_parser": ("xml_json", 'calls are <tool_call>{"name", "arguments"} blocks'),
-    "terminate_on_parse_error": (False, "a malformed call is an observation, not the end"),
-    "reject_tool_call_with_content": (False, "text beside tool calls is allowed"),
     "flag_python_literals_in_tool_json": (False, "JSON parse errors are reported as they are"),
     "accept_parameters_as_arguments": (False, 'a call must use the key "arguments"'),
+}
+# The release's modes this service speaks (env_service/wire_text.py): its three mode keys
+# and reject_tool_call_with_content, each absent key at the release's default.
+_RELEASE_DEFAULTS = {
+    "tool_prompt_mode": "bfcl_qwen_fc",
+    "tool_call_parser": "xml_json",
+    "tool_result_mode": "bfcl_tool_response",
+    "reject_tool_call_with_content": False,
+}
+_WIRE_MODES = {
+    # The paper's Qwen2.5 prompt (or this service's `prompt: rich`): <tool_call> blocks,
+    # text beside them allowed.
+    ("bfcl_qwen_fc", "xml_json", "bfcl_tool_response", False): "bfcl_qwen_fc",
+    # The release's ToolACE mode as its ToolACE runs set it: call lists, nothing beside.
+    ("toolace_official_prompt",) * 3 + (True,): "toolace_official_prompt",
 }
 # Release params naming files the release reads its tasks from; here tasks come from the
 # pinned bfcl-eval package, so these cannot be honoured.
@@ -77,6 +84,7 @@ _FLAT_EVOLUTION = {
 }
 _REWARD_KEYS = {"partial_credit_cap", "partial_credit_weight"}
 _TOP_KEYS = {"rollout_mode", "evolve_in_validation", "max_steps", "prompt"}
+_SETTING_KEYS = {"terminate_on_parse_error": "end_on_malformed_call"}
 
 
 class _TrainOnlyLayer(BaseModel):
@@ -228,6 +236,8 @@ class CreateParams:
     ignored: list[str]
     notes: dict[str, Any] = field(default_factory=dict)
     """What the client should see about its release layers (e.g. the state file used)."""
+    wire: str = "bfcl_qwen_fc"
+    """The text the episode speaks (env_service/wire_text.py)."""
 
 
 _SETTINGS = TypeAdapter(EpisodeSettings)
@@ -259,6 +269,10 @@ def translate_params(
             reward[key] = value
         elif key in _TOP_KEYS:
             top[key] = value
+        elif key in _SETTING_KEYS:
+            top[_SETTING_KEYS[key]] = value
+        elif key in _RELEASE_DEFAULTS:
+            pass  # read together below
         elif key in _FIXED:
             served, reason = _FIXED[key]
             if value != served:
@@ -273,6 +287,9 @@ def translate_params(
         else:
             ignored.append(key)
 
+    wire = _wire_mode(params)
+    if wire != "bfcl_qwen_fc" and top.get("prompt", "paper") != "paper":
+        raise InvalidRequestError(f"{wire} is the paper's prompt: `prompt` must be paper")
     mode = top.pop("rollout_mode", "sample")
     if isinstance(mode, str) and mode.lower() in _VALIDATION_MODES:
         mode = "validate"
@@ -321,7 +338,25 @@ def translate_params(
     settings = dataclasses.replace(
         base, evolution=evolution, evolve_in_validation=validating and evolution.any
     )
-    return CreateParams(settings, profile, sorted(ignored), notes)
+    wire = wire if settings.prompt == "paper" else "qwen2.5"
+    return CreateParams(settings, profile, sorted(ignored), notes, wire)
+
+
+def _wire_mode(params: dict) -> str:
+    """The wire text the release's mode keys ask for; refused (422) unless they name one
+    of the modes this service speaks, as a whole."""
+    asked = tuple(params.get(k, default) for k, default in _RELEASE_DEFAULTS.items())
+    if asked in _WIRE_MODES:
+        return _WIRE_MODES[asked]
+    served = " or ".join(
+        ", ".join(f"{k}={v!r}" for k, v in zip(_RELEASE_DEFAULTS, modes, strict=True))
+        for modes in _WIRE_MODES
+    )
+    given = {k: params[k] for k in _RELEASE_DEFAULTS if k in params}
+    raise InvalidRequestError(
+        f"{given} is not supported: this service speaks {served} (absent keys at the "
+        "release's defaults)"
+    )
 
 
 def _refuse_twice(params: dict, layers: dict) -> None:
@@ -403,7 +438,7 @@ def evaluation(report: dict, ground_truth: list[list[str]]) -> dict:
     """The report plus what the release's grader and env manager read, with its meaning:
 
     - completed: the episode ran through its last turn (not cut by max_steps, not ended by
-      the service's time budget, not stopped early by the client);
+      the service's time budget or at a malformed call, not stopped early by the client);
     - per ground-truth turn, a turn with calls is scorable and passed when tagged `pass`;
       a turn without calls is an irrelevance turn, passed when the model called nothing;
     - bfcl_progress = passed / scorable, which is the report's `progress`
@@ -425,7 +460,8 @@ def evaluation(report: dict, ground_truth: list[list[str]]) -> dict:
     return {
         **report,
         "accuracy": float(report["accuracy"]),
-        "completed": report["terminated"] and not report["truncated"] and not report["aborted"],
+        "completed": report["terminated"]
+        and not (report["truncated"] or report["aborted"] or report["ended_on_malformed_call"]),
         "bfcl_progress": passed / scorable if scorable else 0.0,
         "bfcl_progress_with_irrelevance": (passed + passed_irrelevance) / both if both else 0.0,
         "bfcl_progress_info": {

@@ -80,13 +80,6 @@ class AgenticTask(BfclTask):
         """A prereq's place in its chain; a question's: after the whole chain."""
         return self.chain.index(self.task_id) if self.is_prereq else len(self.chain)
 
-    def backend_config(self, class_name: str) -> dict:
-        if self.is_memory:  # it names this service's snapshot folder (seal.bfcl.memory)
-            from seal.bfcl.memory import snapshots
-
-            return snapshots().backend_config(self)
-        return super().backend_config(class_name)
-
     def system_prompt(self, memory_content: str | None = None) -> str | None:
         """The first system message as bfcl-eval builds it: for a memory task, the
         scenario's instructions with `memory_content` (the backend's dump of its memory

@@ -29,6 +29,7 @@ import importlib
 import inspect
 import json
 import os
+from pathlib import Path
 
 from bfcl_eval.constants.executable_backend_config import (
     CLASS_FILE_PATH_MAPPING,
@@ -117,9 +118,10 @@ def is_tool_error(result: str) -> bool:
         return False
 
 
-def preload_backends() -> None:
-    """Import every multi-turn backend now (MathAPI pulls in mpmath: ~0.3 s on first use)."""
-    for class_name in MULTI_TURN_CLASSES:
+def preload_backends(class_names: tuple[str, ...] = MULTI_TURN_CLASSES) -> None:
+    """Import these backends now (MathAPI pulls in mpmath: ~0.3 s on first use; the web
+    search backend html2text, BeautifulSoup and requests)."""
+    for class_name in class_names:
         _backend_class(class_name)
 
 
@@ -158,16 +160,22 @@ def format_result(value: object) -> str:
 class Backends:
     """Fresh backend instances for one task, and a data-only way to call their methods."""
 
-    def __init__(self, task: BfclTask):
+    def __init__(self, task: BfclTask, memory_version: Path | None = None):
+        """`memory_version`: a memory task's version of its starting memory
+        (seal.bfcl.memory's `start`; None: it starts empty)."""
         self.task = task
         self.instances: dict[str, object] = {}
         self._owner: dict[str, str] = {}
         for class_name in task.involved_classes:
             instance = _backend_class(class_name)()
             if class_name not in STATELESS_CLASSES:
-                instance._load_scenario(
-                    task.backend_config(class_name), long_context=task.long_context
-                )
+                if getattr(task, "is_memory", False):
+                    from seal.bfcl.memory import snapshots
+
+                    config = snapshots().backend_config(task, memory_version)
+                else:
+                    config = task.backend_config(class_name)
+                instance._load_scenario(config, long_context=task.long_context)
             if task.long_context:
                 # Long-context scenarios insert bfcl-eval's module-level extension objects
                 # by reference (TravelAPI's CREDIT_CARD_EXTENSION cards: a booking in one
@@ -198,8 +206,7 @@ class Backends:
 
         if not self.task.is_prereq:
             raise ValueError(f"{self.task.task_id} is not a prerequisite conversation")
-        self._memory()._flush_memory_to_local_file()
-        snapshots().discard_after(self.task)
+        snapshots().save(self.task, self._memory())
 
     def has_method(self, name: str) -> bool:
         return name in self._owner

@@ -100,6 +100,11 @@ class ToolCall:
         return f"{self.name}({', '.join(parts)})"
 
 
+def call_list_text(calls: list[ToolCall]) -> str:
+    """Calls as a Python-style call list, `[f(a=1), g(b='x')]` (BFCL's prompt mode, ToolACE)."""
+    return "[" + ", ".join(c.to_call_string() for c in calls) + "]"
+
+
 @dataclass(frozen=True)
 class CallParseError:
     """A `<tool_call>` block that is not a well-formed call; `reason` is shown to the model."""

@@ -19,11 +19,19 @@ bfcl-eval lets an episode whose snapshot is missing start with an empty memory a
 printed warning. Here that is refused (`refusal`): a conversation starts only right after
 its predecessor finished, a question only after the scenario's last conversation did, and
 a finished conversation discards the checkpoints of those after it, so a checkpoint on
-disk always belongs to the chain the final snapshot came from.
+disk always belongs to the chain the final snapshot came from. bfcl-eval writes the files
+in place; here they are written whole or not at all (`save`), and one that is damaged
+anyway (cut short by hand, or by an older writer) refuses the create, naming it.
+
+Each episode loads the memory it starts from out of a version of its own (`start`): the
+final snapshot as it was at the create, kept under `versions/<digest>/` by its content, so
+a worker that rebuilds the episode after a crash loads what the episode started from, not
+what another client's later conversation saved (docs/design.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import tempfile
@@ -31,6 +39,7 @@ from pathlib import Path
 from types import ModuleType
 
 from seal.bfcl.agentic import AgenticTask
+from seal.runs.atomic_file import StateFileError, read_json, write_text_atomic
 
 _ROOT: Path | None = None
 _ENCODER: Path | None = None
@@ -43,12 +52,24 @@ class MemoryNotConfiguredError(RuntimeError):
     """A memory task in a process whose service was started without a snapshot folder."""
 
 
+class SnapshotDamagedError(ValueError):
+    """A snapshot file an episode would start from cannot be used (the message names it)."""
+
+
 def configure(root: Path | None, encoder: Path | None = None) -> None:
     """Keep memory snapshots under `root`, and load the vector backend's encoder from the
-    folder `encoder` (None: as bfcl-eval does), in this process and those it forks later."""
+    folder `encoder` (None: as bfcl-eval does), in this process and those it forks later.
+    Creates `root`; raises OSError (naming it) when it cannot be a writable folder."""
     global _ROOT, _ENCODER
     _ROOT = None if root is None else Path(root).resolve()
     _ENCODER = None if encoder is None else Path(encoder).resolve()
+    if _ROOT is not None:
+        try:
+            _ROOT.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise NotADirectoryError(f"{_ROOT} exists and is not a folder") from None
+        if not os.access(_ROOT, os.W_OK | os.X_OK):
+            raise PermissionError(f"{_ROOT}: this process may not write in it")
 
 
 def import_vector_backend(module_name: str) -> ModuleType:
@@ -104,11 +125,12 @@ class MemorySnapshots:
     def final(self, task: AgenticTask) -> Path:
         return self.folder(task) / f"{task.scenario}_final.json"
 
-    def backend_config(self, task: AgenticTask) -> dict:
+    def backend_config(self, task: AgenticTask, version: Path | None = None) -> dict:
         """The initial configuration bfcl-eval gives a memory backend
-        (utils.populate_initial_settings_for_memory_test_cases)."""
+        (utils.populate_initial_settings_for_memory_test_cases), its result folder the
+        episode's `version` of the snapshot (`start`) when it has one."""
         return {
-            "model_result_dir": self.root,
+            "model_result_dir": version or self.root,
             "scenario": task.scenario,
             "test_id": task.task_id,
             "test_category": task.category,
@@ -140,6 +162,58 @@ class MemorySnapshots:
                 f"the chain again from {chain[0]}"
             )
         return None
+
+    def start(self, task: AgenticTask) -> Path | None:
+        """The version of the memory an episode of `task` starts from (None: it starts
+        empty), checked and kept under `versions/`; SnapshotDamagedError names a file that
+        cannot be used. Call it once `refusal` has passed."""
+        if task.position == 0:
+            return None
+        final, checkpoint = self.final(task), self.checkpoint(task, task.chain[task.position - 1])
+        try:
+            read_json(final, "memory snapshot")
+            text = final.read_text(encoding="utf-8")
+        except (StateFileError, OSError, UnicodeDecodeError) as e:
+            raise SnapshotDamagedError(
+                f"{e}; play the scenario's conversations again from {task.chain[0]}"
+            ) from None
+        try:
+            same = checkpoint.read_text(encoding="utf-8") == text
+        except (OSError, UnicodeDecodeError):
+            same = False
+        if not same:  # a save cut short between its two files: which is right is unknown
+            raise SnapshotDamagedError(
+                f"{final} is not the memory {checkpoint} says {task.chain[task.position - 1]} "
+                f"left; play the scenario's conversations again from {task.chain[0]}"
+            )
+        version = self.root / "versions" / hashlib.sha256(text.encode()).hexdigest()[:16]
+        kept = version / final.relative_to(self.root)
+        if not kept.exists():
+            write_text_atomic(kept, text)
+        return version
+
+    def save(self, task: AgenticTask, backend) -> None:
+        """Save a finished conversation's memory as bfcl-eval does
+        (`_flush_memory_to_local_file`: its checkpoint and the scenario's final snapshot,
+        the same content), each file whole or not at all, then discard the checkpoints it
+        makes stale. bfcl-eval writes in place; here its writer writes into a private
+        folder, and the files are then moved into place (checkpoint first: a save cut
+        short between the two is found by `start`)."""
+        folder = self.folder(task)
+        folder.mkdir(parents=True, exist_ok=True)
+        own = backend.snapshot_folder, backend.latest_snapshot_file
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".saving-") as private:
+            backend.snapshot_folder = Path(private)
+            backend.latest_snapshot_file = Path(private) / "final.json"
+            try:
+                backend._flush_memory_to_local_file()
+            finally:
+                backend.snapshot_folder, backend.latest_snapshot_file = own
+            checkpoint = (Path(private) / f"{task.task_id}.json").read_text(encoding="utf-8")
+            final = (Path(private) / "final.json").read_text(encoding="utf-8")
+        write_text_atomic(self.checkpoint(task, task.task_id), checkpoint)
+        write_text_atomic(self.final(task), final)
+        self.discard_after(task)
 
     def discard_after(self, task: AgenticTask) -> None:
         """Delete the checkpoints of the conversations after `task` (a prereq that just

@@ -48,11 +48,12 @@ def group_observation(
     observation: Sequence[dict],
     results_message: Callable[[list[dict]], str],
     reveal_message: Callable[[list[dict]], str],
+    results_role: str = "user",
 ) -> list[dict]:
     """Observation messages (seal.rollout.protocol.ObservationMessage as dicts) as chat
-    messages: consecutive tool results as one user message (`results_message` of their
-    messages), a reveal turn's docs as `reveal_message`, the environment's own answer
-    (`env`) and questions as user messages."""
+    messages: consecutive tool results as one `results_role` message (`results_message`
+    of their messages), a reveal turn's docs as `reveal_message`, the environment's own
+    answer (`env`) and questions as user messages."""
     out: list[dict] = []
     results: list[dict] = []
     for message in observation:
@@ -60,13 +61,13 @@ def group_observation(
             results.append(message)
             continue
         if results:
-            out.append({"role": "user", "content": results_message(results)})
+            out.append({"role": results_role, "content": results_message(results)})
             results = []
         revealed = message.get("tools")
         content = reveal_message(revealed) if revealed else message["content"]
         out.append({"role": "user", "content": content})
     if results:
-        out.append({"role": "user", "content": results_message(results)})
+        out.append({"role": results_role, "content": results_message(results)})
     return out
 
 

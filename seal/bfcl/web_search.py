@@ -1,68 +1,63 @@
-"""The search transport of the BFCL V4 web-search tasks: SerpAPI with a rate limit and a
-bounded retry.
+"""The transports under bfcl-eval's web-search backend (`WebSearchAPI`, run as it is): one
+SerpAPI request per search attempt, and page fetches through the guarded GET of
+seal/bfcl/web_fetch.py.
 
-bfcl-eval's `WebSearchAPI.search_engine_query` (the backend the tasks use, run as it
-is) queries SerpAPI's DuckDuckGo engine through `serpapi.GoogleSearch(params).get_dict()`,
-with the key from $SERPAPI_API_KEY, and on an HTTP 429 retries forever with exponential
-back-off (2 s doubling to 120 s), sleeping inside the call. In the service that would
-hold a worker process for as long as the rate limit lasts and then have the watchdog kill
-it. So the name `GoogleSearch` in that module is bound to `SerpApiSearch` (the only way
-to put a transport under bfcl-eval's method without copying it), which:
+bfcl-eval's `search_engine_query` queries SerpAPI's DuckDuckGo engine through
+`serpapi.GoogleSearch(params).get_dict()` (the key from $SERPAPI_API_KEY) and, on an HTTP
+429, retries forever, sleeping inside the call; `fetch_url_content` is
+`requests.get(url, timeout=20)`, which reads whatever URL the model writes, as slowly and
+as large as it comes. So the names `GoogleSearch` and `requests` in that module are
+bound to `SerpApiSearch` and `PublicWebOnly` (the only way to put a transport under
+bfcl-eval's methods without copying them):
 
-- spaces searches at least `min_interval_s` apart across all of the service's worker
-  processes (a lock and a timestamp in shared memory, made before the workers fork), to
-  stay under the throughput of the user's SerpAPI plan;
-- sends each with a timeout (serpapi's default is 60,000 s) and retries connection
-  errors, timeouts, HTTP 429 and 5xx up to `attempts` times with exponential back-off
-  (honouring Retry-After), and no more;
-- gives up with `SearchUnavailableError`, whose text bfcl-eval hands back as the call's
-  `{"error": ...}` result. That result starts with `UNAVAILABLE`, and the service ends the
-  episode on it as `aborted: web_search_unavailable` (env_service/episode.py), which the
-  evaluator reports as a failed task to run again, never as the model's wrong answer.
-  (The text never contains "429", which would send bfcl-eval's loop round forever.)
+- `SerpApiSearch.get_dict` makes one request within `timeout_s`. A failure worth another
+  try (connection error, timeout, HTTP 429, 5xx) raises `RetrySearch`, a BaseException:
+  it passes bfcl-eval's `except Exception` and reaches the service, which paces and
+  retries searches with back-off itself, holding no process while it waits
+  (env_service/outside.py). When it gives up, the call's result is
+  `{"error": "[seal: web search unavailable] ..."}`, and the service ends the episode as
+  `aborted: web_search_unavailable`, which the evaluator reports as a task to run again,
+  never as the model's wrong answer (no text here ever holds "429": bfcl-eval would
+  retry it forever). A refused key is not retried.
+- `PublicWebOnly.get` fetches public pages only, every redirect hop checked, within
+  `fetch_timeout_s` in all and `max_page_bytes` (seal/bfcl/web_fetch.py); the model gets
+  bfcl-eval's usual fetch error otherwise.
 
-The key is read by bfcl-eval from the service's environment, never from a file here; the
-service refuses web-search episodes when it is not set (`missing_key`).
-`use_transport` swaps the transport (tests replay recorded SerpAPI payloads with one).
-
-The backend's other tool, `fetch_url_content`, GETs whatever URL the model writes from the
-service's machine. Left as it is, a model (or a client scripting one) could read the
-service's own loopback, the cluster's private addresses or a cloud metadata endpoint. The
-name `requests` in bfcl-eval's module is therefore bound to `PublicWebOnly`, which follows
-redirects itself and refuses every hop whose host resolves to an address that is not
-globally routable; the model gets bfcl-eval's usual fetch error. (A host that resolves
-differently between the check and the connection could still slip through; closing that
-needs a resolver pinned into the connection pool, which `requests` does not offer.)
-`SearchLimits.fetch_private_urls` lifts the guard, for a test page on 127.0.0.1.
+The service runs these calls in processes of their own, never in a worker that holds
+other episodes (docs/web_search.md). The key is read by bfcl-eval from the service's
+environment, never from a file here; the service refuses web-search episodes when it is
+not set (`missing_key`). `use_transport` swaps the search transport (tests replay
+recorded SerpAPI payloads with one).
 """
 
 from __future__ import annotations
 
-import ipaddress
-import multiprocessing
+import json
 import os
-import socket
-import time
 from dataclasses import dataclass
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlencode
+
+from seal.bfcl import web_fetch
 
 SERPAPI_KEY_ENV = "SERPAPI_API_KEY"
 UNAVAILABLE = "[seal: web search unavailable]"
 ABORTED = "web_search_unavailable"
 """`aborted` of an episode whose search backend failed (see the module docstring)."""
 BACKEND_MODULE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.web_search"
-FETCH_TIMEOUT_S = 20.0
-"""fetch_url_content's own requests timeout (bfcl-eval's, not configurable)."""
+SEARCH = "search_engine_query"
+FETCH = "fetch_url_content"
+MAX_SEARCH_REPLY_BYTES = 2**20
+"""A SerpAPI reply is a few tens of KB; past this it is not read."""
 
 
 @dataclass(frozen=True)
 class SearchLimits:
-    """How searches are paced and retried, and which pages may be fetched (service flags
-    `--web-search-*`)."""
+    """How searches are paced and retried, and how long and large a page fetch may be
+    (service flags `--web-search-*`, `--web-fetch-*`)."""
 
     min_interval_s: float = 1.0
-    """At least this long between two searches of the service (all workers together):
-    3,600 an hour at most. Set it from your SerpAPI plan's hourly throughput."""
+    """At least this long between two searches of the service: 3,600 an hour at most.
+    Set it from your SerpAPI plan's hourly throughput."""
     attempts: int = 4
     """Tries per search on connection errors, timeouts, HTTP 429 and 5xx."""
     timeout_s: float = 20.0
@@ -71,20 +66,46 @@ class SearchLimits:
     """Back-off before the second try, doubling after each (or the server's Retry-After)."""
     max_backoff_s: float = 30.0
     """At most this long between two tries."""
-    fetch_private_urls: bool = False
-    """Let fetch_url_content read loopback, private, link-local and other non-global
-    addresses (the module docstring says why they are refused). Tests only."""
+    fetch_timeout_s: float = 20.0
+    """Seconds one fetch_url_content may take in all, redirects included (bfcl-eval's
+    own timeout is 20 s per read, which a page sending a byte at a time never meets)."""
+    max_page_bytes: int = 4 * 2**20
+    """Largest page fetch_url_content reads, on the wire and again once decompressed; a
+    larger one is the call's error. bfcl-eval converts the page to text after the fetch
+    (html2text, BeautifulSoup: 2 s a MiB on this project's machine)."""
 
     def __post_init__(self):
-        if min(self.min_interval_s, self.backoff_s) < 0 or self.attempts < 1 or self.timeout_s <= 0:
+        if (
+            min(self.min_interval_s, self.backoff_s) < 0
+            or self.attempts < 1
+            or min(self.timeout_s, self.fetch_timeout_s) <= 0
+            or self.max_page_bytes < 1
+        ):
             raise ValueError(f"invalid web search limits: {self}")
 
+    def backoff(self, attempt: int, retry_after: float | None) -> float:
+        """The wait after failed try `attempt` (1-based): the server's Retry-After, else
+        the back-off doubling from `backoff_s`; at most `max_backoff_s`."""
+        wait = self.backoff_s * 2 ** (attempt - 1) if retry_after is None else retry_after
+        return min(wait, self.max_backoff_s)
+
     def worst_case_s(self) -> float:
-        """The longest one search call can take once its turn has come."""
-        backoff = sum(
-            min(self.backoff_s * 2**k, self.max_backoff_s) for k in range(self.attempts - 1)
-        )
-        return self.attempts * self.timeout_s + backoff + self.min_interval_s
+        """The longest one search can take, from its first try to its last answer."""
+        waits = sum(self.backoff(k, None) for k in range(1, self.attempts))
+        return self.attempts * (self.timeout_s + self.min_interval_s) + waits
+
+    def call_seconds(self, name: str) -> float:
+        """The longest one attempt of a call named `name` may wait for its answer."""
+        return self.fetch_timeout_s if name == FETCH else self.timeout_s
+
+
+_LIMITS = SearchLimits()
+
+
+def configure(limits: SearchLimits) -> None:
+    """Search and fetch by `limits` in this process and those it forks later."""
+    global _LIMITS
+    _LIMITS = limits
 
 
 class SearchUnavailableError(RuntimeError):
@@ -93,45 +114,23 @@ class SearchUnavailableError(RuntimeError):
         super().__init__(f"{UNAVAILABLE} {why}".replace("429", "Too Many Requests"))
 
 
-class _SharedPacer:
-    """A minimum interval between events across forked processes: the time of the next
-    free slot in shared memory, taken under a lock; the waiting happens outside it."""
+class RetrySearch(BaseException):  # noqa: N818 - not an error: a request to try again
+    """A search attempt that failed in a way worth another try (module docstring). A
+    BaseException so that bfcl-eval's `except Exception` lets it through to the service."""
 
-    def __init__(self):
-        context = multiprocessing.get_context("fork")
-        self._lock = context.Lock()
-        self._next = context.RawValue("d", 0.0)
-
-    def wait(self, interval_s: float) -> float:
-        """Sleep until this caller's slot; returns the slot (time.monotonic())."""
-        with self._lock:
-            now = time.monotonic()  # system-wide on Linux: comparable across processes
-            slot = max(now, self._next.value)
-            self._next.value = slot + interval_s
-        if slot > now:
-            time.sleep(slot - now)
-        return slot
+    def __init__(self, why: str, retry_after: float | None = None):
+        super().__init__(why)
+        self.why, self.retry_after = why.replace("429", "Too Many Requests"), retry_after
 
 
-# Made at import, in the service's process (env_service imports this module), so the
-# worker processes it forks share one pacer.
-_PACER = _SharedPacer()
-_LIMITS = SearchLimits()
-
-
-def configure(limits: SearchLimits) -> None:
-    """Pace and retry searches of this process and those it forks later by `limits`."""
-    global _LIMITS
-    _LIMITS = limits
-
-
-def limits() -> SearchLimits:
-    return _LIMITS
+def unavailable(why: str) -> dict:
+    """bfcl-eval's result of a search whose transport gave up."""
+    return {"error": str(SearchUnavailableError(why))}
 
 
 class SerpApiSearch:
-    """`serpapi.GoogleSearch`'s interface (`GoogleSearch(params).get_dict()`) with the
-    pacing, timeout and bounded retry of the module docstring."""
+    """`serpapi.GoogleSearch`'s interface (`GoogleSearch(params).get_dict()`): one request,
+    to the URL serpapi builds, through the guarded GET (module docstring)."""
 
     requires_key = True
 
@@ -139,53 +138,61 @@ class SerpApiSearch:
         self.params = dict(params)
 
     def get_dict(self) -> dict:
-        import requests
         from serpapi import GoogleSearch
 
-        settings, last = _LIMITS, ""
-        delay = settings.backoff_s
-        for attempt in range(1, settings.attempts + 1):
-            _PACER.wait(settings.min_interval_s)
-            client = GoogleSearch(dict(self.params))
-            client.timeout = settings.timeout_s
-            try:
-                response = client.get_response()
-            except requests.RequestException as e:
-                last = f"{type(e).__name__}: {e}"
-                retry_after = None
-            else:
-                status = response.status_code
-                if status in (401, 403):
-                    raise SearchUnavailableError(
-                        f"SerpAPI refused the key in ${SERPAPI_KEY_ENV} (HTTP {status}): "
-                        f"{response.text[:200]}"
-                    )
-                if status != 429 and status < 500:
-                    try:
-                        payload = response.json()
-                    except ValueError as e:
-                        raise SearchUnavailableError(
-                            f"SerpAPI answered HTTP {status} with a body that is not JSON ({e})"
-                        ) from None
-                    if "429" not in str(payload.get("error", "")):
-                        return payload  # results, or an error bfcl-eval reports itself
-                last = f"HTTP {status}: {response.text[:200]}"
-                retry_after = _seconds(response.headers.get("Retry-After"))
-            if attempt < settings.attempts:
-                wait = delay if retry_after is None else retry_after
-                time.sleep(min(wait, settings.max_backoff_s))
-                delay *= 2
-        raise SearchUnavailableError(
-            f"SerpAPI failed {settings.attempts} times (rate-limited, unreachable or "
-            f"failing); the last: {last}"
-        )
+        url, params = GoogleSearch(dict(self.params)).construct_url()
+        query = urlencode({k: v for k, v in params.items() if v is not None})
+        try:
+            page = web_fetch.get(f"{url}?{query}", {}, _LIMITS.timeout_s, MAX_SEARCH_REPLY_BYTES)
+        except web_fetch.RefusedUrlError as e:
+            raise SearchUnavailableError(f"SerpAPI's address: {e}") from None
+        except web_fetch.FetchError as e:  # (its text holds no URL, so never the key)
+            raise RetrySearch(f"SerpAPI: {e}") from None
+        text = page.body[:200].decode(errors="replace")
+        if page.status in (401, 403):
+            raise SearchUnavailableError(
+                f"SerpAPI refused the key in ${SERPAPI_KEY_ENV} (HTTP {page.status}): {text}"
+            )
+        if page.status == 429 or page.status >= 500:
+            retry_after = _seconds(dict((k.lower(), v) for k, v in page.headers))
+            raise RetrySearch(f"SerpAPI answered HTTP {page.status}: {text}", retry_after)
+        try:
+            payload = json.loads(page.body)
+        except ValueError as e:
+            raise SearchUnavailableError(
+                f"SerpAPI answered HTTP {page.status} with a body that is not JSON ({e})"
+            ) from None
+        if isinstance(payload, dict) and "429" in str(payload.get("error", "")):
+            raise RetrySearch(f"SerpAPI: {payload['error']}")
+        return payload  # results, or an error bfcl-eval reports itself
 
 
-def _seconds(value: str | None) -> float | None:
+def _seconds(headers: dict[str, str]) -> float | None:
     try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None  # an HTTP date: use our own back-off
+        return float(headers["retry-after"])
+    except (KeyError, ValueError):
+        return None  # none, or an HTTP date: our own back-off
+
+
+class PublicWebOnly:
+    """The `requests` bfcl-eval's `fetch_url_content` uses (it calls only `get`)."""
+
+    def get(self, url: str, headers: dict | None = None, **_):
+        """`requests.get(url, headers=..., timeout=..., allow_redirects=True)`: its timeout
+        is replaced by `fetch_timeout_s` for the whole fetch; redirects are followed."""
+        import requests
+        from requests.structures import CaseInsensitiveDict
+        from requests.utils import get_encoding_from_headers
+
+        page = web_fetch.get(
+            url, dict(headers or {}), _LIMITS.fetch_timeout_s, _LIMITS.max_page_bytes
+        )
+        response = requests.Response()
+        response.status_code, response.reason, response.url = page.status, page.reason, page.url
+        response.headers = CaseInsensitiveDict(page.headers)
+        response._content = page.body
+        response.encoding = get_encoding_from_headers(response.headers)
+        return response
 
 
 _TRANSPORT: type = SerpApiSearch
@@ -208,54 +215,6 @@ def bind_transport(module) -> None:
     fetch pages through `PublicWebOnly`."""
     module.GoogleSearch = _TRANSPORT
     module.requests = PublicWebOnly()
-
-
-class NonPublicAddressError(ValueError):
-    pass
-
-
-class PublicWebOnly:
-    """The `requests` bfcl-eval's `fetch_url_content` uses (it calls only `get`), limited
-    to globally routable hosts at every redirect hop (module docstring)."""
-
-    max_redirects = 5
-
-    def get(self, url: str, **kwargs):
-        import requests
-
-        kwargs["allow_redirects"] = False  # each hop is checked before it is requested
-        for _ in range(self.max_redirects + 1):
-            if not _LIMITS.fetch_private_urls:
-                check_public_url(url)
-            response = requests.get(url, **kwargs)
-            if not response.is_redirect:
-                return response
-            url = urljoin(url, response.headers["location"])
-        raise requests.TooManyRedirects(f"more than {self.max_redirects} redirects")
-
-    def __getattr__(self, name: str):
-        import requests
-
-        return getattr(requests, name)
-
-
-def check_public_url(url: str) -> None:
-    """Raise NonPublicAddressError unless every address `url`'s host resolves to is
-    globally routable (not loopback, private, link-local, shared, reserved, multicast)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise NonPublicAddressError(f"not an http(s) URL with a host: {url}")
-    try:
-        infos = socket.getaddrinfo(parts.hostname, parts.port or 80, proto=socket.IPPROTO_TCP)
-    except socket.gaierror as e:
-        raise NonPublicAddressError(f"cannot resolve {parts.hostname}: {e}") from None
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0].split("%")[0])
-        if not address.is_global or address.is_multicast:
-            raise NonPublicAddressError(
-                f"{parts.hostname} resolves to {address}, which is not a public address: "
-                "the environment service fetches public pages only"
-            )
 
 
 def missing_key() -> str | None:

@@ -219,7 +219,13 @@ async def run_episode(
         return len(tokens.encode(fmt.render(conversation)))
 
     async with env.episode(
-        task_id, EpisodeSettings(mode="validate", prompt=fmt.prompt, limits=limits)
+        task_id,
+        EpisodeSettings(
+            mode="validate",
+            prompt=fmt.prompt,
+            end_on_malformed_call=fmt.end_on_malformed_call,
+            limits=limits,
+        ),
     ) as episode:
         conversation = fmt.start(episode.created)
         first = list(conversation.messages)

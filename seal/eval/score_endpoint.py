@@ -62,7 +62,6 @@ from seal.bfcl.agentic import (
     agentic_task_ids,
 )
 from seal.bfcl.tasks import category_of
-from seal.bfcl.web_search import FETCH_TIMEOUT_S, SearchLimits
 from seal.eval.chat_endpoint import EndpointSettings
 from seal.eval.evaluator import (
     Prompting,
@@ -353,14 +352,10 @@ def service_args(args: argparse.Namespace, out_dir: Path) -> tuple[str, ...]:
         flags += ["--memory-snapshot-dir", str(out_dir / "memory_snapshots")]
     if args.embedding_model:
         flags += ["--embedding-model", str(args.embedding_model)]
-    if any(c in WEB_SEARCH_CATEGORIES for c in categories):
-        interval = args.web_search_interval
-        limits = SearchLimits() if interval is None else SearchLimits(min_interval_s=interval)
-        # Room for a step of a few searches and page fetches (the service checks one).
-        seconds = 3 * (limits.worst_case_s() + FETCH_TIMEOUT_S)
-        flags += ["--max-step-seconds", f"{seconds:.0f}"]
-        if interval is not None:
-            flags += ["--web-search-interval", str(interval)]
+    # (A web-search step's time budget is the service's own for those tasks.)
+    web = any(c in WEB_SEARCH_CATEGORIES for c in categories)
+    if web and args.web_search_interval is not None:
+        flags += ["--web-search-interval", str(args.web_search_interval)]
     return tuple(flags)
 
 

@@ -58,6 +58,9 @@ class ToolFormat(ABC):
     """How a long observation is cut to `max_observation_tokens`: `tokens` (exactly, with
     a marker saying how many were cut) or `release` (the paper's: by characters, in
     proportion; seal.rollout.turn_tokens)."""
+    end_on_malformed_call: bool = False
+    """A message with a malformed call ends the episode (EpisodeSettings
+    .end_on_malformed_call): the service rule this format's prompt was run with."""
 
     @abstractmethod
     def start(self, created: dict) -> Conversation:

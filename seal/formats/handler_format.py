@@ -36,7 +36,7 @@ from bfcl_eval.constants.default_prompts import (
     DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING as HOLDOUT_PROMPT,
 )
 
-from seal.bfcl.calls import CallParseError, ToolCall, parse_call_string
+from seal.bfcl.calls import CallParseError, ToolCall, call_list_text, parse_call_string
 from seal.bfcl.prompt import language_hinted
 from seal.formats.base import Conversation, ParsedCalls, ToolFormat
 from seal.formats.bfcl_handlers import RegistryEntry, build_handler, registry_entry
@@ -238,7 +238,7 @@ class PythonListFormat(_TrainingFormat):
     EXPECTED = "write only the calls, as [func_name(param=value, ...), ...]"
 
     def call_text(self, calls: list[ToolCall]) -> str:
-        return "[" + ", ".join(c.to_call_string() for c in calls) + "]"
+        return call_list_text(calls)
 
 
 def leaderboard(registry_name: str) -> HandlerFormat:

@@ -3,6 +3,9 @@ the default for a model.
 
     bfcl_qwen_fc the paper's Qwen2.5 prompt, byte for byte the original release's
                  (`<tool_call>` JSON blocks; seal/formats/paper_qwen.py)
+    toolace_official_prompt  the paper's ToolACE-2-Llama-3.1-8B prompt, the release's
+                 ToolACE mode (Python-style call lists, results as `ipython` JSON, a
+                 malformed message ends the episode; seal/formats/toolace.py)
     qwen2.5      this project's richer Qwen2.5 prompt (the template's own `tools=`
                  rendering, instructions; beyond the paper: seal/formats/hermes.py)
     qwen3        Qwen3 instruct, bfcl-eval's QwenFCHandler
@@ -14,10 +17,11 @@ the default for a model.
     qwen3.5      Qwen3.5's own XML tool calls in its template (beyond the paper)
 
 `auto` picks by model name: Qwen2.5 models (and the tiny test model) use bfcl_qwen_fc, the
-paper's prompt (bfcl-eval does not rank Qwen2.5), and Qwen3.5 models (and tiny-qwen3.5) the
-same prompt in their template, as the release runs them; any other model bfcl-eval ranks uses
-the format of its handler there, function-calling mode first (`<name>-FC`). Any other
-name needs an explicit one.
+paper's prompt (bfcl-eval does not rank Qwen2.5), Qwen3.5 models (and tiny-qwen3.5) the
+same prompt in their template, as the release runs them, and ToolACE-2-Llama-3.1-8B the
+paper's ToolACE prompt (bfcl-eval ranks it as ToolACE-2-8B, whose name keeps bfcl-eval's
+format); any other model bfcl-eval ranks uses the format of its handler there,
+function-calling mode first (`<name>-FC`). Any other name needs an explicit one.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from seal.formats.base import ToolFormat
 AUTO = "auto"
 FORMATS = {
     "bfcl_qwen_fc": "seal.formats.paper_qwen:PaperQwenFormat",
+    "toolace_official_prompt": "seal.formats.toolace:ToolAceFormat",
     "qwen2.5": "seal.formats.hermes:HermesFormat",
     "qwen3": "seal.formats.handler_format:QwenFCFormat",
     "llama3.1": "seal.formats.handler_format:LlamaJsonFormat",
@@ -39,6 +44,9 @@ FORMATS = {
 }
 PAPER_QWEN = "bfcl_qwen_fc"
 PAPER_QWEN35 = "bfcl_qwen_fc_qwen3.5"
+PAPER_TOOLACE = "toolace_official_prompt"
+TOOLACE_PAPER_MODEL = "toolace-2-llama-3.1-8b"
+"""The paper's ToolACE backbone (Team-ACE/ToolACE-2-Llama-3.1-8B, the release's path)."""
 TINY_MODEL = "tiny-qwen2"
 TINY_QWEN35 = "tiny-qwen3.5"
 
@@ -63,6 +71,8 @@ def default_format(model: str) -> str:
         return PAPER_QWEN
     if model == TINY_QWEN35 or "qwen3.5" in model.lower():
         return PAPER_QWEN35
+    if model.rstrip("/").rsplit("/", 1)[-1].lower() == TOOLACE_PAPER_MODEL:
+        return PAPER_TOOLACE
     from seal.formats.bfcl_handlers import ranked_entry, registry_entry
 
     by_handler = {

@@ -168,8 +168,11 @@ def start_service(
     token: str,
     startup_timeout_s: float = 60.0,
     extra_args: tuple[str, ...] = (),
+    module: tuple[str, ...] = ("env_service",),
 ) -> Iterator[RunningService]:
-    """Start `python -m env_service` (port 0: a free one) and stop it on leaving."""
+    """Start `python -m env_service` (port 0: a free one) and stop it on leaving;
+    `module`: another module (and its own first arguments) that runs the service's
+    command line (env_service.bench_network, for a bench)."""
     if not token:
         raise ValueError("the launcher's own service always gets a token")
     port = port or free_port(host)
@@ -182,7 +185,7 @@ def start_service(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable, "-m", "seal.launch.watch_parent",
-        "env_service", "--host", host, "--port", str(port), *extra_args,
+        *module, "--host", host, "--port", str(port), *extra_args,
     ]  # fmt: skip
     env = {**os.environ, TOKEN_ENV: token}
     with open(log_path, "ab") as log:

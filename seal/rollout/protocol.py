@@ -162,6 +162,15 @@ class EpisodeSettings:
     tools, [required]/[optional] markers, allowed values read from BFCL's prose, its own
     note and guidelines; beyond the paper). A client's tool format asks for the one its
     prompt is made for (seal.formats.base.ToolFormat.prompt)."""
+    end_on_malformed_call: bool = False
+    """A message with a malformed call (one the format's parser cannot read, or text the
+    format forbids beside its calls) ends the episode instead of being answered with an
+    error: the release's `terminate_on_parse_error`, which its ToolACE runs set. Nothing
+    of the message runs; the evaluation is the checker's verdict on what ran (the turns
+    not reached fail: accuracy 0 unless the message closed the last turn, as the
+    release's evaluation gives) and says so (`Evaluation.ended_on_malformed_call`). A
+    client's tool format asks for it (seal.formats.base.ToolFormat.end_on_malformed_call);
+    off: the paper's Qwen2.5 rule, one error message and the episode plays on."""
     evolution: EvolutionSettings = field(default_factory=EvolutionSettings)
     evolve_in_validation: bool = False
     """Apply the evolution layers in validate mode too (off: validation is the benchmark)."""
@@ -326,6 +335,9 @@ class Evaluation(BaseModel):
     reward 0), `rebuild_time_budget` (the service lost the process holding the episode's
     tools and could not rebuild them in time; accuracy and reward 0) or
     `evaluation_time_budget` (verification did; every turn `checker_error`)."""
+    ended_on_malformed_call: bool = False
+    """The episode ended at a message with a malformed call
+    (EpisodeSettings.end_on_malformed_call), before its last turn was answered."""
     steps: int
     tool_calls: int
     invalid_calls: int

@@ -86,15 +86,17 @@ class ModelSettings:
     tool_format: str = AUTO
     """How the model sees episodes and writes tool calls (seal/formats/registry.py):
     bfcl_qwen_fc (the paper's Qwen2.5 prompt, byte for byte the original release's) |
+    toolace_official_prompt (the paper's ToolACE-2-Llama-3.1-8B prompt, the release's) |
     qwen2.5 (this project's richer Qwen2.5 prompt, beyond the paper) | qwen3 (Qwen3
     instruct) | llama3.1 (Llama 3.1 JSON calls) | bfcl_prompt (BFCL's prompt mode:
     Python-style call lists, as ToolACE-2-8B is ranked) | bfcl_qwen_fc_qwen3.5 (the
     paper's prompt in Qwen3.5's template, as the release's current recipe runs it) |
     qwen3.5 (Qwen3.5's own XML calls, beyond the paper) | auto: by `path`, bfcl_qwen_fc for
     Qwen2.5 models and tiny-qwen2, bfcl_qwen_fc_qwen3.5 for Qwen3.5 models and
-    tiny-qwen3.5, else the format bfcl-eval ranks the model in (an unknown name is an
-    error). The format also picks the service's texts
-    (EpisodeSettings.prompt)."""
+    tiny-qwen3.5, toolace_official_prompt for ToolACE-2-Llama-3.1-8B, else the format
+    bfcl-eval ranks the model in (an unknown name is an error). The format also picks the
+    service's texts (EpisodeSettings.prompt) and whether a malformed call ends an episode
+    (EpisodeSettings.end_on_malformed_call: the ToolACE prompt's rule)."""
     tiny: TinyModelSettings = field(default_factory=TinyModelSettings)
 
     def __post_init__(self):
@@ -243,9 +245,11 @@ class TrainerConfig:
         """What the service is asked for: `sample` episodes get the training layers,
         `validate` episodes are the plain benchmark; both share the limits and reward."""
         evolution = self.evolution if mode == "sample" else EvolutionSettings()
+        fmt = self.model.resolved_tool_format()
         return EpisodeSettings(
             mode=mode,
-            prompt=self.model.resolved_tool_format().prompt,
+            prompt=fmt.prompt,
+            end_on_malformed_call=fmt.end_on_malformed_call,
             evolution=evolution,
             limits=self.limits,
             reward=self.reward,

@@ -1,0 +1,245 @@
+"""The web-search tasks' outside calls (SerpAPI searches, page fetches), off the workers.
+
+A page that trickles in, a huge body, an unreachable SerpAPI: before, each held the
+worker that made the call, and with it every other episode placed there (a multi-turn
+neighbour waited 119 s for a step behind a slow page), and a watchdog kill sent the call
+again. Here a web-search episode's calls never go to a worker: each is run, bfcl-eval's
+own `WebSearchAPI` method with the transports of seal/bfcl/web_search.py, in one of
+`processes` processes of their own (forked on first use), one call each at a time, so at
+most that many at once. The backend keeps no state between calls (its only setting is
+`show_snippet`), so a call needs nothing of the episode but its task.
+
+Each call has a deadline of its own (the fetch's, or one SerpAPI request's, plus time to
+turn the page into text); a process past it, or one that dies, is replaced, and the call
+is answered with an error saying so, never sent again: no outside call is made twice.
+Searches are paced (`min_interval_s` apart, the whole service) and retried with back-off
+here, on the event loop, holding no process while they wait. With `threads` the calls run
+in threads of the service's own process (the service's `workers` 0: tests and debugging;
+a call that never returns cannot be stopped there).
+
+    process <- (request, task_id, call)
+    process -> (request, "ok", result) | (request, "retry", why, retry_after)
+               | (request, "error", text)   (a bug)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+
+from env_service import worker
+from env_service.execution import RunResult, StepBudget, StepTally
+from env_service.workers import Channel, WorkerError
+from seal.bfcl import web_search
+from seal.bfcl.backends import ERROR_PREFIX, Backends, format_result, preload_backends
+from seal.bfcl.calls import ToolCall
+from seal.bfcl.tasks import load_task
+
+log = logging.getLogger("env_service")
+_CONTEXT = multiprocessing.get_context("fork")
+NICENESS = 10
+"""How far below the event loop's and the workers' CPU priority outside-call processes
+run: their calls wait on the network, and their bursts of work (decompressing, turning a
+page into text) can wait for the other episodes' steps (docs/benchmarks.md)."""
+TO_TEXT_S = 30.0
+"""Time a call may take past its request's deadline: bfcl-eval turns a fetched page into
+text (html2text, BeautifulSoup) in the call, ~2 s a MiB here, and pages are capped at
+`max_page_bytes`."""
+
+
+def perform(task_id: str, call: ToolCall) -> tuple:
+    """Run one call of a web-search task here: ("ok", result) or ("retry", why, wait)."""
+    try:
+        return ("ok", Backends(load_task(task_id)).call(call))
+    except web_search.RetrySearch as e:
+        return ("retry", e.why, e.retry_after)
+
+
+def serve(sock: socket.socket, parent_pid: int) -> None:
+    """An outside-call process's loop; returns when the service closes its end."""
+    worker.detach(parent_pid, [], NICENESS, sock.fileno())
+    preload_backends(("WebSearchAPI",))  # now, not in its first call's time
+    while (message := worker.receive(sock)) is not None:
+        request, task_id, call = message
+        try:
+            answer = perform(task_id, call)
+        except Exception as e:  # noqa: BLE001 - a bug: the service answers it
+            answer = ("error", worker.bug_text(e))
+        worker.send(sock, (request, *answer))
+
+
+class _Gone(Exception):
+    """The process running a call was replaced before it answered."""
+
+
+@dataclass
+class _Slot:
+    process: multiprocessing.Process
+    channel: Channel | None = None
+    pending: dict[int, asyncio.Future] = field(default_factory=dict)
+    dead: bool = False
+    """Its process exited (killed, out of memory): replaced before its next call."""
+
+
+class OutsideCalls:
+    def __init__(self, processes: int, limits: web_search.SearchLimits, threads: bool = False):
+        """At most `processes` calls at once; `threads`: in threads of this process."""
+        self.size = processes
+        self.threads = threads
+        self.limits = limits
+        self.slots: list[_Slot] = []
+        self.replaced = 0
+        self._free: asyncio.Queue[_Slot] | None = None
+        self._threads = asyncio.Semaphore(processes)
+        self._next_search = 0.0
+        self._requests = 0
+
+    # --- processes ---------------------------------------------------------------------
+
+    def _spawn(self) -> _Slot:
+        mine, theirs = socket.socketpair()
+        process = _CONTEXT.Process(
+            target=serve, args=(theirs, os.getpid()), name="env_service-outside", daemon=True
+        )
+        process.start()
+        theirs.close()
+        slot = _Slot(process)
+        slot.channel = Channel(mine, lambda m: self._answer(slot, m), lambda: self._died(slot))
+        return slot
+
+    def _start(self) -> None:
+        self._free = asyncio.Queue()
+        for _ in range(self.size):
+            slot = self._spawn()
+            self.slots.append(slot)
+            self._free.put_nowait(slot)
+
+    def _answer(self, slot: _Slot, message: tuple) -> None:
+        future = slot.pending.pop(message[0], None)
+        if future is not None and not future.done():
+            future.set_result(message[1:])
+
+    def _died(self, slot: _Slot) -> None:
+        slot.dead = True
+        for future in slot.pending.values():
+            if not future.done():
+                future.set_exception(_Gone())
+        slot.pending.clear()
+
+    async def _replace(self, slot: _Slot) -> _Slot:
+        slot.channel.close()
+        with contextlib.suppress(OSError):
+            slot.process.kill()
+        await asyncio.get_running_loop().run_in_executor(None, slot.process.join, 5)
+        fresh = self._spawn()
+        self.slots[self.slots.index(slot)] = fresh
+        self.replaced += 1
+        return fresh
+
+    async def stop(self) -> None:
+        for slot in self.slots:
+            slot.channel.close()
+            slot.process.kill()
+        for slot in self.slots:
+            slot.process.join(timeout=5)
+        self.slots, self._free = [], None
+
+    def pids(self) -> list[int]:
+        return [slot.process.pid for slot in self.slots]
+
+    # --- calls -------------------------------------------------------------------------
+
+    async def run(self, task_id: str, calls: list[ToolCall], budget: StepBudget) -> RunResult:
+        """A step's calls in order, within the step's budgets (execution.StepTally)."""
+        tally = StepTally(budget, len(calls))
+        for call in calls:
+            started = time.perf_counter()
+            result = await self.call(task_id, call)
+            if stopped := tally.add(result, time.perf_counter() - started):
+                return tally.result(stopped)
+        return tally.result()
+
+    async def call(self, task_id: str, call: ToolCall) -> str:
+        """One call's result; a search paced and retried (module docstring)."""
+        if call.name != web_search.SEARCH:
+            return (await self._attempt(task_id, call))[1]
+        for attempt in range(1, self.limits.attempts + 1):
+            outcome = await self._attempt(task_id, call)
+            if outcome[0] == "ok":
+                return outcome[1]
+            why, retry_after = outcome[1:]
+            if attempt < self.limits.attempts:
+                await asyncio.sleep(self.limits.backoff(attempt, retry_after))
+        return format_result(
+            web_search.unavailable(
+                f"SerpAPI failed {self.limits.attempts} times (rate-limited, unreachable or "
+                f"failing); the last: {why}"
+            )
+        )
+
+    async def _pace(self, call: ToolCall) -> None:
+        """Wait for this search's slot (`min_interval_s` after the last one's)."""
+        if call.name != web_search.SEARCH:
+            return
+        now = asyncio.get_running_loop().time()
+        slot = max(now, self._next_search)
+        self._next_search = slot + self.limits.min_interval_s
+        if slot > now:
+            await asyncio.sleep(slot - now)
+
+    async def _attempt(self, task_id: str, call: ToolCall) -> tuple:
+        """("ok", result) or ("retry", why, retry_after); a bug raises WorkerError."""
+        seconds = self.limits.call_seconds(call.name) + TO_TEXT_S
+        if self.threads:
+            async with self._threads:
+                await self._pace(call)
+                outcome = await asyncio.to_thread(perform, task_id, call)
+        else:
+            outcome = await self._in_process(task_id, call, seconds)
+        if outcome[0] == "error":
+            raise WorkerError(outcome[1])
+        return outcome
+
+    async def _in_process(self, task_id: str, call: ToolCall, seconds: float) -> tuple:
+        if self._free is None:
+            self._start()
+        slot = await self._free.get()
+        try:
+            if slot.dead or not slot.process.is_alive():  # (its end-of-file may be unread)
+                slot = await self._replace(slot)
+            await self._pace(call)  # once it has a process: the request goes out now
+            return await self._send(slot, task_id, call, seconds)
+        except (TimeoutError, _Gone) as e:
+            overran = isinstance(e, TimeoutError)
+            log.warning(
+                "env_service: a %s call of %s %s; replacing its process (%s)",
+                call.name, task_id,
+                f"ran past its {seconds:.0f} s" if overran else "lost its process",
+                slot.process.pid,
+            )  # fmt: skip
+            slot = await self._replace(slot)
+            why = (
+                f"it did not finish within the service's {seconds:.0f} s"
+                if overran
+                else "the process running it stopped before it answered"
+            )
+            return ("ok", f"{ERROR_PREFIX}{why}; the call was stopped and not sent again")
+        finally:
+            self._free.put_nowait(slot)
+
+    async def _send(self, slot: _Slot, task_id: str, call: ToolCall, seconds: float) -> tuple:
+        self._requests += 1
+        request = self._requests
+        future = asyncio.get_running_loop().create_future()
+        slot.pending[request] = future
+        slot.channel.send((request, task_id, call))
+        try:
+            return await asyncio.wait_for(future, seconds)
+        finally:
+            slot.pending.pop(request, None)

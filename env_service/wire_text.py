@@ -1,0 +1,52 @@
+"""The text the wire protocol speaks: for each prompt its client may ask for, how the
+system message and the observations are written and how the model's text is read.
+
+The native API sends data and its client's tool format writes and reads the text; the
+wire protocol (env_service/release/api.py) serves the original release's clients, which
+send and read text, so the service writes it, as the format of the same name would:
+
+    bfcl_qwen_fc             the paper's Qwen2.5 prompt (the release's default mode)
+    toolace_official_prompt  the release's ToolACE mode (its `tool_prompt_mode`,
+                             `tool_call_parser` and `tool_result_mode` of that name)
+    qwen2.5                  this project's richer prompt (`prompt: rich`)
+
+An episode speaks the one its settings' prompt implies (`DEFAULT`) unless the wire's
+create asks for another (env_service/release/compat.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from seal.bfcl import paper_calls, paper_prompt, prompt, toolace_calls, toolace_prompt
+from seal.bfcl.calls import CallParseError, ToolCall
+
+
+def _rich_system(docs: Sequence[dict], sections: Sequence[str]) -> str:
+    tools = [prompt.to_tool(d) for d in prompt.language_hinted(docs)]
+    return prompt.system_content(sections, tools)
+
+
+@dataclass(frozen=True)
+class WireText:
+    system: Callable[[Sequence[dict], Sequence[str]], str]
+    """The system message from the first turn's docs and the system-prompt sections."""
+    messages: Callable[[list[dict]], list[dict]]
+    """Observation messages as chat messages."""
+    parse: Callable[[str], list[ToolCall | CallParseError]] | None
+    """The calls of a message; None: the service's own Qwen2.5 parser, which reads only
+    as many blocks as a message may run (Episode.begin_step)."""
+
+
+WIRE_TEXTS = {
+    "bfcl_qwen_fc": WireText(
+        paper_prompt.system_message, paper_prompt.chat_messages, paper_calls.parse
+    ),
+    "toolace_official_prompt": WireText(
+        toolace_prompt.system_message, toolace_prompt.chat_messages, toolace_calls.parse
+    ),
+    "qwen2.5": WireText(_rich_system, prompt.chat_messages, None),
+}
+DEFAULT = {"paper": "bfcl_qwen_fc", "rich": "qwen2.5"}
+"""The wire text of each prompt (EpisodeSettings.prompt) unless the create asks for another."""

@@ -154,14 +154,16 @@ class Prompting:
 
 def load_tokenizer(name: str | None, model: str):
     """The tokenizer that counts the budget: `name` (a local directory or a hub name),
-    else the shipped Qwen2.5 tokenizer for a Qwen model. Any other model must name its
-    own: counting its tokens with Qwen's would misjudge its context."""
+    else the shipped Qwen2.5 tokenizer for a Qwen model of its vocabulary (Qwen2.5, Qwen3).
+    Any other model must name its own: counting its tokens with Qwen2.5's would misjudge
+    its context (Qwen3.5's vocabulary and pre-tokenizer differ)."""
     if name is None:
-        if "qwen" not in model.lower():
+        lowered = model.lower()
+        if "qwen" not in lowered or "qwen3.5" in lowered:
             raise ValueError(
                 f"--tokenizer is needed for model {model!r}: the budget is counted with the "
                 "model's own tokenizer and chat template (the shipped Qwen2.5 tokenizer is "
-                "the default for Qwen models only)"
+                "the default for Qwen2.5 and Qwen3 models only)"
             )
         name = str(SHIPPED_TOKENIZER)
     return AutoTokenizer.from_pretrained(name)

@@ -188,7 +188,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--tokenizer",
         help="the model's tokenizer (a directory or a Hugging Face name) that counts the "
         "budget, in the tool format's rendering (default: the shipped Qwen2.5 tokenizer, "
-        "for Qwen models only; required for others)",
+        "for Qwen2.5 and Qwen3 models only; required for others, Qwen3.5 included)",
     )
     parser.add_argument(
         "--attempts",

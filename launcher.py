@@ -49,8 +49,7 @@ from omegaconf.errors import ConfigKeyError
 from seal.launch.config import RunConfig
 from seal.launch.config_docs import closest_keys, render
 from seal.launch.resume import ACCEPT_FLAG, check_resume, recorded_config
-from seal.launch.service import service_for_run
-from seal.rollout.env_client import TOKEN_ENV
+from seal.launch.service import service_for_run, token_in_environment
 from seal.runs.checks import unfinished_attempt
 from seal.runs.run import Run, open_run
 from seal.runs.run_record import start_attempt
@@ -245,24 +244,18 @@ def run(args: argparse.Namespace) -> None:
             else:
                 save_run_files(cfg, run, attempt_record(args, cfg, accepted))
                 print(f"[launcher] job {cfg.job!r}, outputs in {run_dir}")
-            # The job's clients, and the processes it starts, read the token from here.
-            previous = os.environ.get(TOKEN_ENV)
-            os.environ[TOKEN_ENV] = service.token
             cfg.service.token = ""
             if cfg.job == "verl" and cfg.verl.device == "cpu":
                 os.environ.update(CPU_PLATFORM_ENV)  # before the job's first `import verl`
+            # The job's clients, and the processes it starts, read the token from there.
             try:
-                job = job_function(cfg.job, preflight=args.preflight)
-                job(cfg, service.url, run, REPO_ROOT / "data/seal_split.json")
+                with token_in_environment(service.token):
+                    job = job_function(cfg.job, preflight=args.preflight)
+                    job(cfg, service.url, run, REPO_ROOT / "data/seal_split.json")
             except (KeyboardInterrupt, Terminated):
                 if training and not args.preflight:
                     print(f"\n[launcher] resume with: {resume_command(run_dir)}", file=sys.stderr)
                 raise
-            finally:  # for callers in this process (tests): the run's token was the run's
-                if previous is None:
-                    os.environ.pop(TOKEN_ENV, None)
-                else:
-                    os.environ[TOKEN_ENV] = previous
 
 
 def _raise_terminated(signum, frame) -> None:

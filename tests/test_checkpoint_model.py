@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 import launcher  # noqa: E402
+from seal.rollout.env_client import TOKEN_ENV  # noqa: E402
 
 SMALL = [
     "trainer.total_steps=1",
@@ -139,6 +141,7 @@ def test_seal_eval_scores_a_model_directory_as_the_url_path_does(served, run, tm
     from seal.eval.score_endpoint import main as seal_eval
 
     run_dir, _ = run
+    token_before = os.environ.get(TOKEN_ENV)
     common = [*EVAL, "--start-env", "--tokenizer", str(checkpoint(run_dir))]
     by_url = ["--base-url", served.base_url, "--model", served.model]
     env = ["--env-url", f"http://127.0.0.1:{free_port()}"]
@@ -146,6 +149,7 @@ def test_seal_eval_scores_a_model_directory_as_the_url_path_does(served, run, tm
     env = ["--env-url", f"http://127.0.0.1:{free_port()}"]
     by_dir = ["--model-dir", str(checkpoint(run_dir)), "--server-device", "cpu"]
     assert seal_eval([*by_dir, *common, *env, "--out-dir", str(tmp_path / "dir")]) == 0
+    assert os.environ.get(TOKEN_ENV) == token_before  # its service's token left with it
     url, local = records_of(tmp_path / "url"), records_of(tmp_path / "dir")
     assert sorted(url) == sorted(local) and len(url) == 4
     for task_id, record in url.items():

@@ -6,6 +6,7 @@ says how to fix it."""
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 from conftest import gt_texts
@@ -97,3 +98,20 @@ def test_a_service_with_a_token_refuses_a_client_without_it(service_process, mon
         push_profile(url, {"tags": []})
     asyncio.run(main(token))
     push_profile(url, {"tags": []}, token=token)
+
+
+@pytest.mark.parametrize("before", [None, "an-earlier-token"])
+def test_a_run_s_token_is_taken_back_out_of_the_environment(monkeypatch, before):
+    """The launcher and seal-eval set $SEAL_ENV_TOKEN for their job; a caller in the same
+    process (a test, a notebook) must find what it had, even after the job raised, or the
+    services it starts later would require a stopped run's token."""
+    from seal.launch.service import token_in_environment
+
+    if before is None:
+        monkeypatch.delenv(TOKEN_ENV, raising=False)
+    else:
+        monkeypatch.setenv(TOKEN_ENV, before)
+    with pytest.raises(KeyError), token_in_environment("the-run-s-token"):
+        assert os.environ[TOKEN_ENV] == "the-run-s-token"
+        raise KeyError("the job failed")
+    assert os.environ.get(TOKEN_ENV) == before

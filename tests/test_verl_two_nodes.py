@@ -156,7 +156,8 @@ def test_cpu_smoke_on_two_ray_nodes_gets_token_and_tracking_from_the_launcher(tm
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-6000:]
     assert "[verl] joined the cluster: 2 node(s)" in out
-    assert "the workers get SEAL_ENV_TOKEN, WANDB_DIR, WANDB_MODE through Ray's runtime" in out
+    given = "SEAL_ENV_TOKEN, WANDB_DIR, WANDB_MODE, WANDB_RESUME, WANDB_RUN_ID"  # resumable
+    assert f"the workers get {given} through Ray's runtime" in out
     rows = preflight_rows(out)
     assert (
         rows["service from workers"][0] == "ok"

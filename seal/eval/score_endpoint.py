@@ -78,8 +78,7 @@ from seal.eval.summary import render_markdown, summarize_step
 from seal.formats.bfcl_handlers import ranked_entry
 from seal.formats.handler_format import leaderboard
 from seal.formats.registry import AUTO, FORMATS, resolve
-from seal.launch.service import new_token, start_service
-from seal.rollout.env_client import TOKEN_ENV
+from seal.launch.service import new_token, start_service, token_in_environment
 from seal.rollout.protocol import EpisodeLimits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -419,8 +418,10 @@ def evaluate_with_service(args: argparse.Namespace, out_dir: Path, tokenizer) ->
     env = urlsplit(args.env_url)
     log = out_dir / "env_service.log"
     extra = service_args(args, out_dir)
-    with start_service(env.hostname, env.port or 0, log, new_token(), extra_args=extra) as service:
-        os.environ[TOKEN_ENV] = service.token  # the evaluator's client reads it there
+    with (
+        start_service(env.hostname, env.port or 0, log, new_token(), extra_args=extra) as service,
+        token_in_environment(service.token),  # the evaluator's client reads it there
+    ):
         args.env_url = service.url
         return evaluate(args, out_dir, settings, tokenizer)
 

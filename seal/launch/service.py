@@ -54,6 +54,22 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+@contextlib.contextmanager
+def token_in_environment(token: str) -> Iterator[None]:
+    """Set $SEAL_ENV_TOKEN to `token` for the clients made inside the block (and the
+    processes they start), then put back what was there: a caller in the same process (a
+    test, a notebook) must not go on holding a stopped service's token."""
+    previous = os.environ.get(TOKEN_ENV)
+    os.environ[TOKEN_ENV] = token
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(TOKEN_ENV, None)
+        else:
+            os.environ[TOKEN_ENV] = previous
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on now. Another process may take it before the service
     binds it; the service then fails to start, or another service answers there and

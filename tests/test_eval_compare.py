@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from scipy import stats
 
 from seal.eval import compare as C
+from seal.eval import plots as plots_module
 from seal.eval import report
 from seal.eval.summary import load_split_ids
 from seal.runs.records import ValidationRecord, write_step
@@ -222,3 +223,86 @@ def test_bad_arguments_are_clear(tmp_path, capsys):
     assert "no validation step 7" in capsys.readouterr().err
     assert report.main(["--compare", str(tmp_path / "nowhere")]) == 1
     assert "no validation records" in capsys.readouterr().err
+
+
+# --- issue 32, finding 4: what a comparison of short or flat runs said -----------------
+
+
+def test_a_tie_of_the_best_step_goes_to_the_later_step_and_the_final_step_is_shown(tmp_path):
+    """Two short runs whose steps 0 and 10 have equal averages: the best step is 10 (not the
+    identical untrained step 0 of both), and the final step (10) is scored beside it."""
+    untrained = {c: set(range(10)) for c in CATEGORIES}
+    run_a = write_run(tmp_path / "a", untrained, step=0)
+    write_run(run_a, {c: set(range(10)) for c in CATEGORIES}, step=10)
+    run_b = write_run(tmp_path / "b", untrained, step=0)
+    write_run(run_b, {c: set(range(5, 15)) for c in CATEGORIES}, step=10)  # 5 gained, 5 lost
+    out = tmp_path / "cmp"
+    argv = ["--compare", str(run_a), str(run_b), "--out-dir", str(out), "--resamples", "200"]
+    assert report.main(argv) == 0
+    numbers = json.loads((out / "compare.json").read_text())
+    runs = [run for arm in numbers["arms"] for run in arm["runs"]]
+    assert [(r["label"], r["final_step"], r["best_step"]) for r in runs] == [
+        ("a", 10, 10),
+        ("b", 10, 10),
+    ]
+    rows = {(d["selection"], d["column"]): d for d in numbers["differences"]}
+    assert rows["final", "multi_turn_base"]["gained"] == 5
+    assert rows["best", "multi_turn_base"]["lost"] == 5
+
+
+def test_a_category_too_small_for_a_test_is_warned_about(tmp_path):
+    """2 tasks per category: no test can reach p < 0.05 (the exact McNemar test's smallest
+    p-value with 2 tasks is 0.5); the page says so and never speaks of 100 tasks."""
+    small = {c: ids[:2] for c, ids in BY_CATEGORY.items()}
+
+    def small_run(folder, passed):
+        records = [
+            record(t, 10, int(k in passed)) for ids in small.values() for k, t in enumerate(ids)
+        ]
+        write_step(folder / "validation", 10, records)
+        return folder
+
+    base, run = small_run(tmp_path / "base", set()), small_run(tmp_path / "run", {0, 1})
+    out = tmp_path / "cmp"
+    assert report.main(["--compare", str(base), str(run), "--out-dir", str(out)]) == 0
+    page = (out / "compare.md").read_text()
+    assert "100 tasks" not in page
+    warning = next(line for line in page.splitlines() if "too few tasks" in line)
+    assert "multi_turn_base (2 tasks)" in warning and "at least 6" in warning
+    numbers = json.loads((out / "compare.json").read_text())
+    assert any("too few tasks" in w for w in numbers["warnings"])
+
+
+def test_the_figure_titles_say_what_is_drawn(tmp_path, monkeypatch):
+    """No paper row is drawn for runs of an unknown model: no title speaks of one."""
+    titles = []
+
+    def keep_titles(fig, path):
+        titles.extend(ax.get_title() for ax in fig.axes)
+        path.write_bytes(b"png")
+        return path
+
+    monkeypatch.setattr(plots_module, "_save", keep_titles)
+    baseline, run = baseline_and_run(tmp_path)
+    argv = ["--compare", str(baseline), str(run), "--out-dir", str(tmp_path / "cmp")]
+    assert report.main([*argv, "--resamples", "200"]) == 0
+    assert titles and not any("paper" in title for title in titles)
+    assert any("95%" in title for title in titles)
+
+
+def test_the_config_keys_that_differ_between_the_runs_are_tabled(tmp_path):
+    baseline, run = baseline_and_run(tmp_path)
+    save_training_config(baseline, "GRPO")
+    save_training_config(run, "SEAL")
+    out = tmp_path / "cmp"
+    argv = ["--compare", str(baseline), str(run), "--out-dir", str(out), "--resamples", "200"]
+    assert report.main(argv) == 0
+    page = (out / "compare.md").read_text()
+    assert "## Config keys that differ" in page
+    assert "| trainer.apatch.enable | False | True |" in page
+    assert "| trainer.evolution.schema_cues | False | True |" in page
+    numbers = json.loads((out / "compare.json").read_text())
+    assert numbers["config_differences"]["trainer.apatch.enable"] == {
+        "vanilla": False,
+        "seal": True,
+    }

@@ -1,11 +1,13 @@
-"""`seal-report --compare`: runs side by side with paired bootstrap intervals and exact
+"""`seal-report --compare` with one run per arm: paired bootstrap intervals and exact
 McNemar p-values, on constructed runs whose per-task outcomes are known; the numbers are
 checked against computations made independently here (scipy's exact binomial test and
-bootstrap, and a plain loop for the stratified average)."""
+bootstrap, and a plain loop for the stratified average). Several runs per arm:
+tests/test_eval_compare_arms.py."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from scipy import stats
 from seal.eval import compare as C
 from seal.eval import plots as plots_module
 from seal.eval import report
+from seal.eval import stats as S
 from seal.eval.summary import load_split_ids
 from seal.runs.records import ValidationRecord, write_step
 from seal.tocf.tags import CATEGORIES
@@ -67,20 +70,30 @@ def baseline_and_run(tmp_path):
     return write_run(tmp_path / "vanilla", base), write_run(tmp_path / "seal", run)
 
 
-def differences(baseline: Path, run: Path, seed: int = 3):
-    comparison = C.compare_runs([str(baseline), str(run)], None, RESAMPLES, seed)
-    return {d.category: d for d in comparison.differences["seal"]}
+def compare(baseline: Path, run: Path, seed: int = 3) -> C.Comparison:
+    return C.compare_arms(
+        [("vanilla", [str(baseline)]), ("seal", [str(run)])], resamples=RESAMPLES, seed=seed
+    )
 
 
-def test_a_run_compared_with_itself_differs_by_zero_with_p_one(tmp_path):
+def differences(baseline: Path, run: Path, seed: int = 3, selection: str = C.FINAL):
+    found = compare(baseline, run, seed).differences
+    return {d.column: d for d in found if d.selection == selection}
+
+
+def test_a_run_compared_with_a_copy_of_itself_differs_by_zero_with_p_one(tmp_path):
     baseline, _ = baseline_and_run(tmp_path)
-    comparison = C.compare_runs([str(baseline)], None, RESAMPLES, 0)
-    found = comparison.differences["vanilla"]
-    assert [d.category for d in found] == [*CATEGORIES, C.AVERAGE]
+    copy = shutil.copytree(baseline, tmp_path / "copy")
+    comparison = C.compare_arms([("vanilla", [str(baseline)]), ("copy", [str(copy)])])
+    found = comparison.differences
+    assert [(d.selection, d.column) for d in found] == [
+        (selection, column) for selection in C.SELECTIONS for column in [*CATEGORIES, C.AVERAGE]
+    ]
     for d in found:
         assert (d.difference_pct, d.low_pct, d.high_pct) == (0.0, 0.0, 0.0)
-        assert (d.gained, d.lost, d.p_value) == (0, 0, 1.0)
-    assert found[-1].tasks == 400 and found[0].tasks == 100
+        assert (d.gained, d.lost, d.p_value, d.holm_p) == (0, 0, 1.0, 1.0)
+        assert d.method == C.BOOTSTRAP_MCNEMAR
+    assert found[4].tasks == 400 and found[0].tasks == 100
 
 
 def test_differences_and_discordant_counts_are_the_constructed_ones(tmp_path):
@@ -92,7 +105,7 @@ def test_differences_and_discordant_counts_are_the_constructed_ones(tmp_path):
     net = [gained - lost for _, gained, lost in DESIGN.values()]
     average = found[C.AVERAGE]
     assert average.difference_pct == pytest.approx(sum(net) / 4)
-    assert average.run_pct == pytest.approx(sum(b + g - lost for b, g, lost in DESIGN.values()) / 4)
+    assert average.arm_pct == pytest.approx(sum(b + g - lost for b, g, lost in DESIGN.values()) / 4)
     gained = sum(g for _, g, _ in DESIGN.values())
     assert (average.gained, average.lost) == (gained, sum(lost for *_, lost in DESIGN.values()))
 
@@ -106,17 +119,22 @@ def test_p_values_equal_scipys_exact_binomial_test(tmp_path):
     assert found["multi_turn_base"].p_value < 1e-6
     for gained, lost in [(0, 0), (0, 1), (1, 0), (3, 3), (7, 2), (0, 30), (210, 180), (400, 0)]:
         expected = 1.0 if gained + lost == 0 else stats.binomtest(gained, gained + lost).pvalue
-        assert C.mcnemar_exact(gained, lost) == pytest.approx(expected, rel=1e-12, abs=1e-300)
+        assert S.mcnemar_exact(gained, lost) == pytest.approx(expected, rel=1e-12, abs=1e-300)
 
 
 def test_category_intervals_equal_scipys_percentile_bootstrap(tmp_path):
     baseline, run = baseline_and_run(tmp_path)
     seed = 3
     found = differences(baseline, run, seed)
-    comparison = C.compare_runs([str(baseline), str(run)], None, RESAMPLES, seed)
-    pairs = C.paired(comparison.runs[1], comparison.runs[0])
+    comparison = compare(baseline, run, seed)
+    task_ids = comparison.tasks[C.FINAL]
     for k, category in enumerate(CATEGORIES):
-        ours, theirs = pairs[category]
+        ours, theirs = (
+            C.score_matrix(comparison.arms[arm], C.FINAL, task_ids)[0]
+            for arm in ("seal", "vanilla")
+        )
+        keep = [i for i, t in enumerate(task_ids) if C.category_of(t) == category]
+        ours, theirs = ours[keep], theirs[keep]
         result = stats.bootstrap(
             (ours - theirs,),
             np.mean,
@@ -186,20 +204,35 @@ def test_command_line_compares_training_runs_and_an_endpoint_evaluation(tmp_path
     assert "compare.md" in capsys.readouterr().out
     page = (out / "compare.md").read_text()
     assert (out / "compare.png").stat().st_size > 10_000
-    assert "vanilla (baseline)" in page and "| seal | 10 (best) | 400 |" in page
+    # The arms' scores with standard errors over tasks (one run each: sqrt(p (1 - p) /
+    # (n - 1)) for 0/1 outcomes), at the final step (seal's worse step 20) and the best.
+    assert (
+        "| vanilla (baseline) | final step | 1 | 400 | 22.00 ± 4.16 | 14.00 ± 3.49 |" in page
+    )  # sqrt(.22 * .78 / 99) = 0.0416
+    assert "| seal | seal | 20 (final) | 5.00 ± 2.19 | 0.00 ± 0.00 |" in page
+    assert "| seal | seal | 10 (best, by average) | 58.00 ± 4.96 |" in page
+    assert (
+        "| seal | best step (selected on the test set: optimistic) | 1 | 400 | 58.00 ± 4.96" in page
+    )
     # The paper's rows of the runs' backbone, the reproduced ones marked.
-    assert "paper: Qwen2.5-7B-Instruct + SEAL (reproduced above) | – | – | 40.25 |" in page
+    assert (
+        "paper: Qwen2.5-7B-Instruct + SEAL (reproduced above) | – | – | – | 58.00 | 36.00 "
+        "| 34.00 | 33.00 | 40.25 |" in page
+    )
     assert "paper: Qwen2.5-7B-Instruct + vanilla RL (reproduced above)" in page
     assert "paper: Qwen2.5-7B-Instruct (reproduced above)" in page
     assert "paper: Qwen2.5-7B-Instruct + SEAL w/o closed-loop update |" in page
     numbers = json.loads((out / "compare.json").read_text())
-    assert [r["label"] for r in numbers["runs"]] == ["vanilla", "seal", "qwen7b"]
-    assert numbers["differences"]["vanilla"][-1]["p_value"] == 1.0
-    # A given step instead of the best.
+    assert [a["name"] for a in numbers["arms"]] == ["vanilla", "seal", "qwen7b"]
+    rows = {(d["arm"], d["selection"], d["column"]): d for d in numbers["differences"]}
+    final, best = rows["seal", "final", C.AVERAGE], rows["seal", "best", C.AVERAGE]
+    assert (final["gained"], final["lost"], best["gained"], best["lost"]) == (0, 51, 96, 15)
+    assert len(rows) == 20 and all(d["holm_p"] >= d["p_value"] for d in rows.values())
+    # A given step instead of the final and the best.
     assert report.main(["--compare", f"{run}@20", "--baseline", str(baseline),
                         "--out-dir", str(tmp_path / "cmp20"), "--resamples", "200"]) == 0  # fmt: skip
     page = (tmp_path / "cmp20" / "compare.md").read_text()
-    assert "| seal | 20 (given) | 400 |" in page
+    assert "| seal | seal | 20 (given) | 5.00 ± 2.19 |" in page
 
 
 def test_unpaired_tasks_are_left_out_and_named(tmp_path):
@@ -207,11 +240,11 @@ def test_unpaired_tasks_are_left_out_and_named(tmp_path):
     partial = tmp_path / "partial" / "validation"
     records = [record(t, 0, 1) for ids in BY_CATEGORY.values() for t in ids[:50]]
     write_step(partial, 0, records)
-    comparison = C.compare_runs([str(baseline), str(partial.parent)])
-    found = {d.category: d for d in comparison.differences["partial"]}
+    comparison = C.compare_arms([("vanilla", [str(baseline)]), ("partial", [str(partial.parent)])])
+    found = {d.column: d for d in comparison.differences if d.selection == C.FINAL}
     assert found["multi_turn_base"].tasks == 50 and found[C.AVERAGE].tasks == 200
-    assert (
-        "differ in 200 tasks (0 only in the run, 200 only in the baseline)" in comparison.notes[0]
+    assert comparison.notes[0] == (
+        "vanilla: 200 task(s) of its final step are not validated by every run and are left out"
     )
 
 

@@ -19,11 +19,14 @@ paper's rows of the run's backbone (Tables 1-3), the distribution of the paper's
 labels (Table 5), the interface state per step and, when guidelines were shown, whether
 the failures they target recurred less (seal.eval.paper_views).
 
-    seal-report --compare RUN [RUN ...] [--baseline RUN] [--out-dir DIR]
+    seal-report --compare [RUN ...] [--arm NAME RUN [RUN ...]] ... [--baseline ARM]
+                [--select {test,heldout}] [--tasks {sampled,fixed}] [--out-dir DIR]
 
-compares runs instead (seal.eval.compare): per category at each run's best (or given,
-RUN@STEP) step, the paper's rows beside them, and the differences to the baseline with a
-95% paired bootstrap interval and an exact McNemar p-value.
+compares arms of runs instead (seal.eval.compare; a plain RUN is an arm of one run): each
+run at its final and its best step (or a given one, RUN@STEP), each arm's mean over its runs
+with standard errors, the per-run table, the paper's rows beside them, the differences to
+the baseline arm with 95% intervals, p-values and Holm-adjusted p-values, and the config
+keys that differ between the runs.
 
     seal-report RUN_DIR --table {markdown,csv,json} [--val-dir DIR] [--no-split-check]
 
@@ -51,8 +54,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from seal.eval import compare as C
+from seal.eval import compare_page, plots
 from seal.eval import paper_views as V
-from seal.eval import plots
 from seal.eval.ood import table2, write_table2
 from seal.eval.paper import (
     PaperResult,
@@ -252,8 +255,9 @@ def paper_table(best: StepSummary, label: str, model: str | None, matched) -> st
         markdown_table(header, rows)
         + f"\nAccuracy in percent, as in the paper's Tables 1 and 3 (400 held-out tasks, 100 "
         f"per category). {which} This run's step {best.step}: {counts}. The best step has the "
-        "highest average of the four categories (the earliest on a tie); `seal-report "
-        "--compare` sets runs side by side with confidence intervals.\n"
+        "highest average of the four categories (the later step on a tie), chosen on these "
+        "same tasks, so it is optimistic; `seal-report --compare` sets runs side by side at "
+        "their final and best steps with confidence intervals.\n"
     )
     if backbone is not None and ood_results(backbone):
         text += "\n" + ood_table(backbone)
@@ -475,11 +479,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--compare",
-        nargs="+",
+        nargs="*",
         metavar="RUN",
         help="compare runs instead: training run directories, endpoint evaluations "
-        "(seal-eval --out-dir) or directories of step_*.jsonl; RUN@STEP "
-        "picks a step (default: each run's best)",
+        "(seal-eval --out-dir) or directories of step_*.jsonl, each an arm of one run; "
+        "RUN@STEP scores a run at that step (default: its final and its best step)",
+    )
+    parser.add_argument(
+        "--arm",
+        nargs="+",
+        action="append",
+        metavar=("NAME", "RUN"),
+        help="with --compare: an arm of several runs (its seeds), named NAME; repeat per arm",
+    )
+    parser.add_argument(
+        "--select",
+        choices=(C.TEST, C.HELDOUT),
+        default=C.TEST,
+        help="with --compare: where each run's best step is chosen: on the tasks it is scored "
+        "on (test, flagged as such) or on a held-out half of each category's tasks, the row "
+        "then scored on the other half (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tasks",
+        choices=("sampled", "fixed"),
+        default="sampled",
+        help="with --compare: the tasks as a sample (intervals over seeds and tasks) or fixed "
+        "(over seeds only: a claim about these tasks, e.g. the learning check's) "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--table2",
@@ -498,7 +525,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--baseline",
         metavar="RUN",
-        help="with --compare: the run the others are compared with (default: the first)",
+        help="with --compare: the arm (its name, or a plain RUN) the others are compared "
+        "with (default: the first)",
     )
     parser.add_argument(
         "--resamples",
@@ -539,21 +567,49 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     # --table reads only validation records, so --val-dir can stand for the run directory.
     run = args.run_dir if args.run_dir is not None or not args.table else args.val_dir
+    if args.arm and args.compare is None:
+        args.compare = []
     if sum(x is not None for x in (run, args.compare, args.table2)) != 1:
         parser.error("give a run directory, --compare RUN [RUN ...] or --table2 RUN [RUN ...]")
+    if args.compare is not None and not args.compare and not args.arm:
+        parser.error("--compare needs runs: RUN ... or --arm NAME RUN ...")
+    for arm in args.arm or []:
+        if len(arm) < 2:
+            parser.error(f"--arm {arm[0]} names no run: --arm NAME RUN [RUN ...]")
     if args.table and run is None:
         parser.error("--table goes with a run directory or --val-dir")
     if args.no_split_check:
         args.split = None
-    if args.baseline and not args.compare:
+    if args.baseline and args.compare is None:
         parser.error("--baseline goes with --compare")
     return args
 
 
+def compare_arms_of(args: argparse.Namespace) -> tuple[list[tuple[str, list[str]]], str | None]:
+    """(arms as (name, [RUN spec, ...]), the baseline arm's name) of the command line: each
+    plain RUN is an arm of one run named by its directory (by the spec where two share a
+    name); a --baseline that names no arm and is no RUN given is added first as one."""
+    arms = [(arm[0], arm[1:]) for arm in args.arm or []]
+    specs = list(args.compare)
+    baseline = args.baseline
+    if baseline is not None and baseline not in {n for n, _ in arms} | set(specs):
+        specs.insert(0, baseline)
+    names = [C.parse_spec(spec)[0].resolve().name for spec in specs]
+    if len(set(names)) != len(names):
+        names = specs
+    if baseline in specs:
+        baseline = names[specs.index(baseline)]
+    return [*((n, [s]) for n, s in zip(names, specs, strict=True)), *arms], baseline
+
+
 def compare_main(args: argparse.Namespace) -> Path:
-    comparison = C.compare_runs(args.compare, args.baseline, args.resamples, args.seed)
-    out_dir = args.out_dir or comparison.baseline.path / REPORT_DIRNAME / "compare"
-    return C.write_comparison(comparison, out_dir, args.resamples, args.seed)
+    arms, baseline = compare_arms_of(args)
+    comparison = C.compare_arms(
+        arms, baseline, args.select, args.tasks == "fixed", args.resamples, args.seed
+    )
+    first = comparison.arms[comparison.baseline][0]
+    out_dir = args.out_dir or first.path / REPORT_DIRNAME / "compare"
+    return compare_page.write_comparison(comparison, out_dir, args.resamples, args.seed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -562,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.table:
             print_table(args.val_dir or args.run_dir / "validation", args.table, args.split)
             return 0
-        if args.compare:
+        if args.compare is not None:
             page = compare_main(args)
         elif args.table2:
             first = Path(str(args.table2[0]).partition("@")[0])

@@ -139,7 +139,8 @@ class Pooled:
 def _seed_terms(strata: Sequence[Stratum], arm: int, tasks_fixed: bool) -> list[Term]:
     """The arm's between-run variance of its weighted score, less the residual it double
     counts with the task term (unless tasks are fixed: then there is no task term); []
-    with one run or where the seed component estimates below 0 (truncated at 0)."""
+    with one run or where the seed component estimates at or below 0 (truncated at 0: it
+    then adds neither variance nor degrees of freedom)."""
     runs = strata[0].scores[arm].shape[0]
     if runs < 2:
         return []
@@ -155,8 +156,8 @@ def _seed_terms(strata: Sequence[Stratum], arm: int, tasks_fixed: bool) -> list[
         residual = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0, keepdims=True) + y.mean()
         ms_e = float((residual**2).sum()) / ((runs - 1) * (tasks - 1))
         terms.append(Term(-(s.weight**2) / (runs * tasks), ms_e, (runs - 1) * (tasks - 1)))
-    if sum(t.coef * t.value for t in terms) < 0:
-        return []  # the seed variance component estimates below 0: taken as 0
+    if sum(t.coef * t.value for t in terms) <= 0:
+        return []  # the seed variance component estimates at or below 0: taken as 0
     return terms
 
 
@@ -179,8 +180,8 @@ def _pooled(estimate: float, terms: list[Term], seeds_in: bool, confidence: floa
         return Pooled(estimate, math.nan, math.nan, math.nan, math.nan, math.nan, seeds_in)
     parts = sum((t.coef * t.value) ** 2 / t.df for t in terms if t.value)
     if variance <= 0 or parts == 0:
-        # No variation at all (every run and task alike): the t-test is undefined.
-        return Pooled(estimate, 0.0, math.nan, estimate, estimate, math.nan, seeds_in)
+        # No variation estimated (e.g. every run and task alike): no interval, no t-test.
+        return Pooled(estimate, 0.0, math.nan, math.nan, math.nan, math.nan, seeds_in)
     se = math.sqrt(variance)
     df = variance**2 / parts  # Satterthwaite
     half = t_quantile(confidence, df) * se

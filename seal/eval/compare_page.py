@@ -324,4 +324,9 @@ def plot_comparison(comparison: Comparison, path: Path) -> Path:
         for arm, found in differences.items()
     }
     labels = [column_name(c) for c in columns]
-    return plots.plot_comparison(labels, scores, paper, intervals, comparison.baseline, path)
+    best_note = (
+        "chosen on a held-out half" if comparison.select == HELDOUT else "selected on the test set"
+    )
+    return plots.plot_comparison(
+        labels, scores, paper, intervals, comparison.baseline, best_note, path
+    )

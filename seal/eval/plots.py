@@ -231,8 +231,11 @@ def plot_weights_and_scale(
     mean_scale: Series | None,
     scaled_frac: Series | None,
     path: Path,
+    apatch_off: bool = False,
 ) -> Path:
-    """Dynamic tag weights (top) and A-Patch's mean scale and scaled share (bottom)."""
+    """Dynamic tag weights (top) and A-Patch's mean scale and scaled share (bottom, for the
+    steps it was on). `apatch_off`: A-Patch was off throughout, so the weights were
+    computed but not applied (the title says so)."""
     has_apatch = mean_scale is not None or scaled_frac is not None
     rows = int(bool(weights)) + int(has_apatch)
     fig, axes = plt.subplots(
@@ -244,7 +247,10 @@ def plot_weights_and_scale(
         for tag in reversed(ordered_tags(list(weights))):
             ax.plot(*weights[tag], color=tag_color(tag), label=tag)
         ax.set_ylabel("weight")
-        ax.set_title("Dynamic tag weights (clamped to [0.5, 2.0])")
+        title = "Dynamic tag weights (clamped to [0.5, 2.0])"
+        if apatch_off:
+            title += ": computed, not applied (A-Patch off)"
+        ax.set_title(title)
         ax.grid(alpha=0.3)
         _legend_outside(ax, "failure tag")
     if has_apatch:
@@ -255,7 +261,7 @@ def plot_weights_and_scale(
             ax.plot(*scaled_frac, color="tab:cyan", label="share of samples scaled")
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
         ax.set_ylabel("scale / share")
-        ax.set_title("A-Patch: mean advantage scale and share of samples scaled")
+        ax.set_title("A-Patch: mean advantage scale and share of samples scaled (steps it was on)")
         ax.grid(alpha=0.3)
         _legend_outside(ax)
     fig.axes[-1].set_xlabel("training step")
@@ -381,6 +387,7 @@ def plot_comparison(
     paper_pct: Mapping[str, tuple[str, Sequence[float]]],
     differences: Mapping[str, Mapping[str, Sequence[tuple[float, float, float]]]],
     baseline: str,
+    best_note: str,
     path: Path,
 ) -> Path:
     """Left: each arm's final-step score (%) per column as grouped bars with their standard
@@ -388,7 +395,8 @@ def plot_comparison(
     (`paper_pct`: arm -> (row, values)). Right: each other arm's difference to the baseline
     (points) with its 95% interval, filled at the final step and hollow at the best step
     (`differences`: arm -> {"final"|"best": [(difference, low, high)] per column}).
-    `columns`: the categories' short names and the summary column."""
+    A difference without an interval is not drawn. `columns`: the categories' short names
+    and the summary column; `best_note`: how the best step was chosen."""
     fig, (left, right) = plt.subplots(
         1, 2, figsize=(14, 4.8), layout="constrained", gridspec_kw={"width_ratios": [3, 2]}
     )
@@ -419,7 +427,8 @@ def plot_comparison(
             values = by_selection[selection]
             offset = (slot - (2 * len(differences) - 1) / 2) * spread
             slot += 1
-            diff = np.array([v[0] for v in values])
+            # No interval: not drawn (a bare point would read as a certain difference).
+            diff = np.array([math.nan if math.isnan(v[1]) else v[0] for v in values])
             low = np.nan_to_num(diff - np.array([v[1] for v in values]))
             high = np.nan_to_num(np.array([v[2] for v in values]) - diff)
             right.errorbar(
@@ -431,8 +440,8 @@ def plot_comparison(
     right.set_xticks(x, columns, rotation=20)
     right.set_ylabel("difference to the baseline (points)")
     right.set_title(
-        f"Difference to {baseline} with 95% intervals\n"
-        "(hollow: best step, selected on the test set unless held out)"
+        f"Difference to {baseline} with 95% intervals\n(filled: final step; hollow: best "
+        f"step, {best_note})"
     )
     if differences:
         right.legend(loc="best", frameon=False)

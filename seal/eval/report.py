@@ -63,7 +63,7 @@ from seal.eval.paper import (
     controlled_results,
     ood_results,
 )
-from seal.eval.run_source import paper_row, run_model
+from seal.eval.run_source import CONFIG_FILENAME, paper_row, run_config, run_model
 from seal.eval.summary import (
     RENDERERS,
     StepSummary,
@@ -328,8 +328,15 @@ def tag_sections(run: RunData, out_dir: Path) -> list[str]:
     return [_figure("Failure-tag distribution", png)]
 
 
+def apatch_steps(rows: list[dict]) -> tuple[int, int]:
+    """(steps A-Patch scaled advantages in, steps that say whether it did)."""
+    _, active = M.series(rows, M.APATCH_ACTIVE)
+    return sum(1 for value in active if value), len(active)
+
+
 def training_sections(run: RunData, out_dir: Path) -> list[str]:
-    """Training curves, then the dynamic tag weights and A-Patch's scales."""
+    """Training curves, then the dynamic tag weights and A-Patch's scales (its panel only
+    for the steps it was on: off, it scales nothing)."""
     sections = []
     panels = training_panels(run.metrics)
     if panels:
@@ -342,14 +349,62 @@ def training_sections(run: RunData, out_dir: Path) -> list[str]:
     mean_scale = M.series(run.metrics, M.APATCH_MEAN_SCALE)
     scaled_frac = M.series(run.metrics, M.APATCH_SCALED_FRAC)
     mean_scale, scaled_frac = (curve if curve[0] else None for curve in (mean_scale, scaled_frac))
+    on, reported = apatch_steps(run.metrics)
+    apatch_off = reported > 0 and on == 0
     if weights or mean_scale or scaled_frac:
         png = plots.plot_weights_and_scale(
-            weights, mean_scale, scaled_frac, out_dir / "tag_weights.png"
+            weights, mean_scale, scaled_frac, out_dir / "tag_weights.png", apatch_off
         )
-        sections.append(_figure("Dynamic tag weights and A-Patch", png))
+        text = ""
+        if apatch_off:
+            text = (
+                "A-Patch was off in every step (`apatch/active` 0): no advantage was scaled. "
+                "The capability state still computed the dynamic weights drawn here; they "
+                "were not applied.\n"
+            )
+        elif on < reported:
+            text = f"A-Patch scaled advantages in {on} of {reported} steps (off in the others).\n"
+        sections.append(_figure("Dynamic tag weights and A-Patch", png, text))
     else:
         run.notes.append("metrics.jsonl has no tag weights or A-Patch scales: figure skipped")
     return sections
+
+
+def settings_section(run_dir: Path, run: RunData) -> list[str]:
+    """What the run trained with, SEAL's parts on or off: from its config.yaml, else from
+    its metrics (A-Patch active per step, each layer's share of the training episodes)."""
+    config = run_config(run_dir)
+    rows = []
+    if config is not None and isinstance(config.get("trainer"), dict):
+        trainer = config["trainer"]
+        apatch = trainer.get("apatch", {})
+        source = f" ({apatch.get('weight_source')} weights)" if apatch.get("enable") else ""
+        rows.append(["A-Patch (advantage reweighting)", _on(apatch.get("enable")) + source])
+        for layer, on in trainer.get("evolution", {}).items():
+            if isinstance(on, bool):
+                rows.append([f"layer: {layer}", _on(on)])
+        push = trainer.get("rollout", {}).get("push_profile")
+        rows.append(["failure profile pushed to the service (closed loop)", _on(push)])
+        where = f"`{CONFIG_FILENAME}`"
+    elif run.metrics:
+        on, reported = apatch_steps(run.metrics)
+        if reported:
+            rows.append(["A-Patch (advantage reweighting)", f"on in {on} of {reported} steps"])
+        for layer in M.names_under(run.metrics, M.LAYER_PREFIX):
+            _, shares = M.series(run.metrics, M.LAYER_PREFIX + layer)
+            mean = sum(shares) / len(shares)
+            rows.append([f"layer: {layer}", "off" if mean == 0 else f"on ({mean:.0%} of episodes)"])
+        where = f"`{M.METRICS_FILENAME}`"
+    if not rows:
+        return []
+    return [
+        f"## What the run trained with\n\nFrom {where}. Off, a part changes nothing: no scale, "
+        "no layer.\n\n" + markdown_table(["part", "setting"], rows)
+    ]
+
+
+def _on(value) -> str:
+    return {True: "on", False: "off"}.get(value, "not set")
 
 
 def label_sections(run: RunData) -> list[str]:
@@ -430,7 +485,7 @@ def write_report(
     label = label or run_dir.resolve().name
     run = load_run(run_dir, Path(val_dir) if val_dir else run_dir / "validation")
 
-    sections = []
+    sections = settings_section(run_dir, run)
     if run.validation:
         sections += validation_sections(run_dir, run, label, split, out_dir)
     sections += tag_sections(run, out_dir)

@@ -16,8 +16,9 @@ and writes ``RUN_DIR/report/report.md`` with the PNGs it references by relative 
 folder can be moved or attached as it is. A missing part is skipped with a note on the page;
 a run with none of them is an error (exit status 1). Beside the pass rates it shows the
 paper's rows of the run's backbone (Tables 1-3), the distribution of the paper's failure
-labels (Table 5), the interface state per step and, when guidelines were shown, whether
-the failures they target recurred less (seal.eval.paper_views).
+labels (Table 5), the interface state per step and, when guidelines were shown, the
+failures they target: measured against a matched run without guidelines (`--control RUN`,
+seal.eval.recurrence), else described and said to be descriptive only.
 
     seal-report --compare [RUN ...] [--arm NAME RUN [RUN ...]] ... [--baseline ARM]
                 [--select {test,heldout}] [--tasks {sampled,fixed}] [--out-dir DIR]
@@ -56,6 +57,8 @@ from pathlib import Path
 from seal.eval import compare as C
 from seal.eval import compare_page, plots
 from seal.eval import paper_views as V
+from seal.eval import recurrence as R
+from seal.eval.config_diff import differing_keys
 from seal.eval.ood import table2, write_table2
 from seal.eval.paper import (
     PaperResult,
@@ -63,7 +66,7 @@ from seal.eval.paper import (
     controlled_results,
     ood_results,
 )
-from seal.eval.run_source import CONFIG_FILENAME, paper_row, run_config, run_model
+from seal.eval.run_source import CONFIG_FILENAME, paper_row, run_config, run_model, validation_dir
 from seal.eval.summary import (
     RENDERERS,
     StepSummary,
@@ -430,9 +433,14 @@ def label_sections(run: RunData) -> list[str]:
     return ["## Failure labels (the paper's Table 5)\n\n" + intro + "".join(parts)]
 
 
-def interface_sections(run: RunData) -> list[str]:
+GUIDELINE_KEYS = ("name", "trainer.evolution.guidelines", "trainer.evolution.max_guidelines")
+"""The config keys a guideline run and its control may differ in."""
+
+
+def interface_sections(run: RunData, run_dir: Path, control: Path | None) -> list[str]:
     """The interface state of each training step and, when guidelines were shown, the
-    recurrence of the failures they target."""
+    recurrence of the failures they target: measured against `control` (a matched run
+    without guidelines) or, without one, described and said to be descriptive only."""
     if not run.interfaces:
         if run.metrics:
             run.notes.append("no `interface/step_*.json`: interface state per step skipped")
@@ -443,16 +451,52 @@ def interface_sections(run: RunData) -> list[str]:
         "failure profile the service held when they were created, and the step's own profile "
         "(which chooses the next step's guidelines).\n\n" + V.interface_table(run.interfaces)
     ]
+    if not R.first_shown(run.interfaces):
+        return sections
+    title = "## Guidelines and the failures they target\n\n"
+    if control is not None:
+        return [*sections, title + measured_recurrence(run, run_dir, control)]
     recurrence = V.guideline_recurrence(run.interfaces, run.metrics)
-    if recurrence:
-        sections.append(
-            "## Guidelines and the failures they target\n\n"
-            "Each guideline with the first step its episodes showed it, and its tag's mean share "
-            "of the diagnosed training turns over the steps before that step and from it on "
-            "(did the failure it targets recur less?). A share moves for many reasons; read it "
-            "beside the pass rates.\n\n" + V.recurrence_table(recurrence)
-        )
+    sections.append(
+        title + "**Descriptive only**, not a measure of the guidelines' effect: each "
+        "guideline with the first step its episodes showed it, and its tag's mean share of the "
+        "diagnosed training turns before that step and from it on. The turns measured are "
+        "those of the episodes that carry the guideline; the tag was chosen for being frequent, "
+        "so it tends to fall anyway (regression to the mean); training lowers failures with or "
+        "without a guideline (no control); shares of all turns sum to one. `seal-report RUN "
+        "--control RUN_WITHOUT_GUIDELINES` measures it on validation episodes against a "
+        "matched control.\n\n" + V.recurrence_table(recurrence)
+    )
     return sections
+
+
+def measured_recurrence(run: RunData, run_dir: Path, control: Path) -> str:
+    """The guideline tags' rates per eligible turn on validation, run against control."""
+    control_validation = read_val_dir(validation_dir(control))
+    rows = R.guideline_recurrence(run.interfaces, run.validation, control_validation)
+    text = (
+        f"Measured against the control run `{control}` (trained alike, without guidelines), on "
+        "the validation steps both have: validation episodes carry no layer, so both runs are "
+        "scored on the plain benchmark. Each guideline's tag: its rate per eligible turn "
+        "(`spurious_tool_call` on turns whose ground truth calls no tool, the other failure "
+        "tags on turns whose ground truth calls tools), in the run and in the control, and the "
+        "difference with a 95% paired bootstrap interval over tasks (seal/eval/recurrence.py). "
+        "A difference whose interval holds 0 is no evidence that the guideline changed the "
+        "failure's rate.\n\n"
+    )
+    configs = {"run": run_config(run_dir), "control": run_config(control)}
+    if None in configs.values():
+        text += "Not checked that the control is matched: a run has no `config.yaml`.\n\n"
+    else:
+        other = [k for k in differing_keys(configs) if k not in GUIDELINE_KEYS]
+        if other:
+            text += (
+                f"**Warning:** the control is not matched: its config also differs in "
+                f"{', '.join(f'`{k}`' for k in other)}.\n\n"
+            )
+    if not rows:
+        return text + "No validation step of both runs to measure on.\n"
+    return text + R.recurrence_table(rows)
 
 
 def capability_sections(capability: Capability, out_dir: Path) -> list[str]:
@@ -476,10 +520,12 @@ def write_report(
     val_dir: Path | None = None,
     label: str | None = None,
     split: Path | None = DEFAULT_SPLIT,
+    control: Path | None = None,
 ) -> Path:
     """Write the PNGs and ``report.md`` to `out_dir` (default RUN_DIR/report); return the
     page. `split`: the split file whose "eval" ids each step is checked against (None: no
-    check)."""
+    check); `control`: a matched run without guidelines, against which the guidelines'
+    failures are measured (seal.eval.recurrence)."""
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir else run_dir / REPORT_DIRNAME
     label = label or run_dir.resolve().name
@@ -490,7 +536,7 @@ def write_report(
         sections += validation_sections(run_dir, run, label, split, out_dir)
     sections += tag_sections(run, out_dir)
     sections += label_sections(run)
-    sections += interface_sections(run)
+    sections += interface_sections(run, run_dir, control)
     if run.metrics:
         sections += training_sections(run, out_dir)
     if run.capability is not None:
@@ -608,6 +654,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--label", help="name of the run in titles and the paper table (default: RUN_DIR's name)"
     )
     parser.add_argument(
+        "--control",
+        type=Path,
+        metavar="RUN",
+        help="a run trained like RUN_DIR but without guidelines: the failures RUN_DIR's "
+        "guidelines target are measured against it on validation (default: described only)",
+    )
+    parser.add_argument(
         "--split",
         type=Path,
         default=DEFAULT_SPLIT,
@@ -637,6 +690,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.split = None
     if args.baseline and args.compare is None:
         parser.error("--baseline goes with --compare")
+    if args.control and run is None:
+        parser.error("--control goes with a run directory")
     return args
 
 
@@ -680,7 +735,9 @@ def main(argv: list[str] | None = None) -> int:
             page = write_table2(args.table2, args.out_dir or first / REPORT_DIRNAME)
             print(page.read_text())
         else:
-            page = write_report(args.run_dir, args.out_dir, args.val_dir, args.label, args.split)
+            page = write_report(
+                args.run_dir, args.out_dir, args.val_dir, args.label, args.split, args.control
+            )
     except (OSError, ValueError, EmptyRunError) as error:  # malformed files are ValueErrors
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -353,10 +353,17 @@ def load_arms(arms: list[tuple[str, list[str]]]) -> dict[str, list[ComparedRun]]
         raise ValueError(f"arm names must differ: {names}")
     loaded = {name: [load_run(spec, name) for spec in specs] for name, specs in arms}
     runs = [run for found in loaded.values() for run in found]
-    labels = [run.label for run in runs]
-    if len(set(labels)) != len(labels):  # two directories of one name: use the paths
-        for run in runs:
-            run.label = str(run.path)
+    parts = [run.path.resolve().parts for run in runs]
+    # Two directories of one name (e.g. each seed's OUT/run): the shortest path endings
+    # that tell them apart.
+    for length in range(1, max(map(len, parts)) + 1):
+        labels = ["/".join(p[-length:]) for p in parts]
+        if len(set(labels)) == len(labels):
+            break
+    else:
+        raise ValueError(f"a run is given twice: {[str(run.path) for run in runs]}")
+    for run, label in zip(runs, labels, strict=True):
+        run.label = label
     return loaded
 
 

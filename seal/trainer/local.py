@@ -238,7 +238,7 @@ class LocalTrainer:
         samples = self.rollout(
             self.val_ids, 1, mode="validate", temperature=self.cfg.validation.temperature
         )
-        records = [_record(s, step) for s in samples]
+        records = [validation_record(s, step) for s in samples]
         write_step(self.run_dir / "validation", step, records, overwrite=True)
         return M.validation_metrics(records) | {M.VAL_FAILED_EPISODES: self.failed_episodes}
 
@@ -345,7 +345,8 @@ def _console_line(step: int, m: dict[str, float]) -> str:
     return f"[step {step}] " + "  ".join(parts)
 
 
-def _record(s: EpisodeSample, step: int) -> ValidationRecord:
+def validation_record(s: EpisodeSample, step: int) -> ValidationRecord:
+    """The validation record of one episode (seal/runs/records.py)."""
     return ValidationRecord(
         task_id=s.task_id,
         data_source=s.category,

@@ -46,7 +46,7 @@ from env_service.execution import (
     RunResult,
     StepBudget,
 )
-from seal.bfcl import agentic, prompt, web_search
+from seal.bfcl import agentic, paper_calls, paper_prompt, prompt, web_search
 from seal.bfcl.backends import is_tool_error
 from seal.bfcl.calls import (
     ArgumentsTooDeep,
@@ -98,6 +98,9 @@ class StepPlan:
     """argument_size of each call in `to_run`."""
     ends_turn: bool
     """The message has no calls: it ends the user turn."""
+    checked: frozenset[int] = frozenset()
+    """Indices in `to_run` of calls already counted as invalid (the paper's rules run them
+    anyway, for the backend's own error): their error is not counted again."""
 
 
 @dataclass
@@ -131,41 +134,46 @@ class EpisodeFinishedError(RuntimeError):
 
 
 @functools.lru_cache(maxsize=4096)
-def _cued_tools(task_id: str, hints: bool) -> tuple[dict, ...]:
-    return tuple(evolution.add_schema_cues(d, hints) for d in load_task(task_id).tools)
+def _cued_tools(task_id: str, prompt_name: str, hints: bool) -> tuple[dict, ...]:
+    cue = evolution.TEXTS[prompt_name].cue
+    return tuple(cue(d, hints) for d in load_task(task_id).tools)
 
 
-def _first_tools(task: BfclTask, cues: bool, hints: bool) -> list[dict]:
+def _first_tools(task: BfclTask, prompt_name: str, cues: bool, hints: bool) -> list[dict]:
     """The docs of the tools available from turn 0, with the cues when on (cued once per
     task and settings: 20-30 KB of docs per create)."""
     if not cues:
         return task.tools
     if task is load_task(task.task_id):
-        return list(_cued_tools(task.task_id, hints))
-    return [evolution.add_schema_cues(d, hints) for d in task.tools]  # a modified copy (tests)
-
-
-@functools.lru_cache(maxsize=4096)
-def _wire_system_prompt_cached(
-    task_id: str, cues: bool, hints: bool, sections: tuple[str, ...]
-) -> str:
-    return _render_wire_system_prompt(load_task(task_id), cues, hints, sections)
+        return list(_cued_tools(task.task_id, prompt_name, hints))
+    cue = evolution.TEXTS[prompt_name].cue
+    return [cue(d, hints) for d in task.tools]  # a modified copy (tests)
 
 
 def _render_wire_system_prompt(
-    task: BfclTask, cues: bool, hints: bool, sections: tuple[str, ...]
+    task: BfclTask, prompt_name: str, cues: bool, hints: bool, sections: tuple[str, ...]
 ) -> str:
-    tools = [prompt.to_tool(d) for d in _first_tools(task, cues, hints)]
+    docs = _first_tools(task, prompt_name, cues, hints)
+    if prompt_name == "paper":
+        return paper_prompt.system_message(docs, sections)
+    tools = [prompt.to_tool(d) for d in prompt.language_hinted(docs)]
     return prompt.system_content(sections, tools)
 
 
-def _wire_system_prompt(task: BfclTask, cues: bool, hints: bool, sections: tuple[str, ...]) -> str:
+@functools.lru_cache(maxsize=4096)
+def _wire_system_prompt_cached(task_id: str, *settings) -> str:
+    return _render_wire_system_prompt(load_task(task_id), *settings)
+
+
+def _wire_system_prompt(
+    task: BfclTask, prompt_name: str, cues: bool, hints: bool, sections: tuple[str, ...]
+) -> str:
     """The wire protocol's system message, rendered once per task and settings:
     serialising 20-30 KB of tool signatures on every create was most of an episode's
     creation cost."""
     if task is load_task(task.task_id):
-        return _wire_system_prompt_cached(task.task_id, cues, hints, sections)
-    return _render_wire_system_prompt(task, cues, hints, sections)  # a modified copy (tests)
+        return _wire_system_prompt_cached(task.task_id, prompt_name, cues, hints, sections)
+    return _render_wire_system_prompt(task, prompt_name, cues, hints, sections)  # tests
 
 
 class Episode:
@@ -179,6 +187,8 @@ class Episode:
         self.task = task
         self.settings = settings
         self.layers = settings.effective_evolution
+        self.texts = evolution.TEXTS[settings.prompt]
+        """The texts this episode's prompt is written in (the paper's or the rich prompt's)."""
         self.caps = caps or EpisodeCaps.of(ServiceConfig())
         self.lock = asyncio.Lock()
         """Held by the engine's async paths for a step or an evaluation: one at a time."""
@@ -200,7 +210,7 @@ class Episode:
         self._held_back = frozenset(d["name"] for docs in task.held_out.values() for d in docs)
         self._available = {d["name"]: d for d in task.tools_until(0)}
         self.guidelines: list[tuple[str, str]] = (
-            evolution.guidelines_for(profile, self.layers.max_guidelines)
+            self.texts.guidelines_for(profile, self.layers.max_guidelines)
             if self.layers.guidelines
             else []
         )
@@ -212,14 +222,16 @@ class Episode:
         self.turn_steps = 0
         self._memory_saved_at: int | None = None
         self.system: list[str] | None = None
-        """The system prompt's sections: instructions (an agentic task: its own system
-        message), then the layers' sections. None until a memory episode knows its
+        """The system prompt's sections: the prompt's instructions (an agentic task: its own
+        system message), then the layers' sections. None until a memory episode knows its
         memory (`set_memory_context`)."""
         if self.agentic is None:
-            self.system = prompt.system_sections(self._extra_sections())
+            self.system = [*self.texts.instructions, *self._extra_sections()]
         elif not self.agentic.is_memory:
             self._agentic_system(None)
-        self.tools = _first_tools(task, self.layers.schema_cues, self.layers.type_hints)
+        self.tools = _first_tools(
+            task, settings.prompt, self.layers.schema_cues, self.layers.type_hints
+        )
         """Docs of the tools available from turn 0, as the model sees them."""
         self.first_messages = self.turn_messages(0)
 
@@ -233,16 +245,16 @@ class Episode:
         """The memory the episode's backend loaded, as its dump for the prompt."""
         self._agentic_system(memory_content)
 
-    def _doc(self, doc: dict) -> dict:
-        if self.layers.schema_cues:
-            return evolution.add_schema_cues(doc, type_hints=self.layers.type_hints)
+    def _revealed_doc(self, doc: dict) -> dict:
+        if self.layers.schema_cues and self.texts.cue_revealed:
+            return self.texts.cue(doc, self.layers.type_hints)
         return doc
 
     def _extra_sections(self) -> list[str]:
         sections = []
         if self.layers.schema_cues:
-            sections.append(evolution.CONSTRAINT_NOTE)
-        if section := evolution.guideline_section(self.guidelines):
+            sections.append(self.texts.note)
+        if section := self.texts.guideline_section(self.guidelines):
             sections.append(section)
         return sections
 
@@ -262,16 +274,24 @@ class Episode:
         """The user messages that open `turn` (observation messages, as data)."""
         revealed = self.task.held_out.get(turn)
         if revealed:
-            return [{"role": "user", "content": "", "tools": [self._doc(d) for d in revealed]}]
+            return [
+                {"role": "user", "content": "", "tools": [self._revealed_doc(d) for d in revealed]}
+            ]
         return [{"role": m["role"], "content": m["content"]} for m in self.task.questions[turn]]
 
     @property
     def initial_messages(self) -> list[dict]:
-        """The first messages as Qwen2.5 text (the wire protocol): the system message with
-        the tool signatures, then the first question."""
-        cues, hints = self.layers.schema_cues, self.layers.type_hints
-        system = _wire_system_prompt(self.task, cues, hints, tuple(self.system))
-        return [{"role": "system", "content": system}, *prompt.chat_messages(self.first_messages)]
+        """The first messages as text (the wire protocol): the system message with the
+        tool signatures, then the first question."""
+        name, cues, hints = self.settings.prompt, self.layers.schema_cues, self.layers.type_hints
+        system = _wire_system_prompt(self.task, name, cues, hints, tuple(self.system))
+        return [{"role": "system", "content": system}, *self.wire_messages(self.first_messages)]
+
+    def wire_messages(self, observation: list[dict]) -> list[dict]:
+        """Observation messages as the wire protocol's text."""
+        if self.settings.prompt == "paper":
+            return paper_prompt.chat_messages(observation)
+        return prompt.chat_messages(observation)
 
     def available_tools(self) -> list[str]:
         """Names of the tools the model may call in the current turn."""
@@ -289,7 +309,10 @@ class Episode:
         """Count the step and answer every call that may not run (malformed, unknown or
         unavailable tool, bad arguments, over a cap); the others are to run, in order.
         `calls`: the message's tool calls as the client parsed them (the native API; []
-        ends the user turn); None: parse `content` as Qwen2.5 text (the wire protocol)."""
+        ends the user turn); None: parse `content` as Qwen2.5 text (the wire protocol).
+        Under the paper's prompt, its rules (seal.bfcl.paper_calls): one malformed block or
+        unavailable tool answers the whole message with one error, and calls with argument
+        names that do not fit run for the backend's own error."""
         if self.terminated:
             raise EpisodeFinishedError(f"episode of {self.task.task_id} has already ended")
         self.counters.steps += 1
@@ -300,9 +323,11 @@ class Episode:
         parse_hint = "parse" if calls is None else "parse_any_format"
         # Calls past the message's cap are answered without being read: the event loop's
         # work on a message is bounded by the cap, not by the message's 7,000 blocks.
-        if calls is None:
+        paper = self.settings.prompt == "paper"
+        if calls is None and not paper:
             calls, more = parse_first_tool_calls(content, caps.max_calls_per_step)
         else:
+            calls = paper_calls.parse(content) if calls is None else calls
             calls, more = (
                 calls[: caps.max_calls_per_step],
                 max(0, len(calls) - caps.max_calls_per_step),
@@ -310,7 +335,10 @@ class Episode:
         if not calls:
             self.answer = content
             return StepPlan([], [], [], ends_turn=True)
+        if paper and (refusal := self._paper_refusal(calls)):
+            return StepPlan([refusal], [], [], ends_turn=False)
         answers: list[dict | int] = []
+        checked: set[int] = set()
         to_run: list[ToolCall] = []
         sizes: list[int] = []
         calls_left = caps.max_calls_per_episode - self.counters.tool_calls
@@ -321,7 +349,10 @@ class Episode:
                 answers.append(self._tool(None, self._reject("parse", message, hint=parse_hint)))
                 continue
             rejection = check_call(item, self._available, self._held_back)
-            if rejection is not None:
+            if rejection is not None and paper:
+                self._count_invalid(rejection.kind)  # it runs: the backend's error answers
+                checked.add(len(to_run))
+            elif rejection is not None:
                 message = self._reject(rejection.kind, f"Error: {rejection.message}")
                 answers.append(self._tool(item.name, message))
                 continue
@@ -352,7 +383,24 @@ class Episode:
             self.counters.invalid_calls += more - 1
             self.counters.invalid_by_kind["call_limit"] += more - 1
             answers.extend([refused] * more)
-        return StepPlan(answers, to_run, sizes, ends_turn=False)
+        return StepPlan(answers, to_run, sizes, ends_turn=False, checked=frozenset(checked))
+
+    def _paper_refusal(self, calls: list[ToolCall | CallParseError]) -> dict | None:
+        """The paper's one answer to a message none of whose calls may run, or None."""
+        errors = [c for c in calls if isinstance(c, CallParseError)]
+        if errors:
+            for _ in errors:
+                self._count_invalid("parse")
+            message = paper_calls.parse_error_message(errors)
+            if self.layers.recovery_feedback:
+                message = evolution.paper_parse_hint(message, [d["name"] for d in self.tools])
+            return self._env(message)
+        message = paper_calls.admission_error(calls, set(self._available))
+        if message is None:
+            return None
+        first = next(c for c in calls if c.name not in self._available)
+        self._count_invalid("unavailable_tool" if first.name in self._held_back else "unknown_tool")
+        return self._env(message)
 
     def finish_step(self, plan: StepPlan, run: RunResult | None) -> StepOutcome:
         """Answer the calls that ran (`run`: their results) and advance the episode."""
@@ -374,7 +422,8 @@ class Episode:
 
     def _answer(self, plan: StepPlan, run: RunResult) -> list[dict]:
         messages, executed = [], []
-        for answer in plan.answers:
+        # `position`: the call's place in its message (the paper's hints name it by that).
+        for position, answer in enumerate(plan.answers, start=1):
             if isinstance(answer, dict):
                 messages.append(answer)
                 continue
@@ -390,12 +439,15 @@ class Episode:
                 # The search backend gave up: not the model's doing (seal/bfcl/web_search.py).
                 self.aborted = web_search.ABORTED
                 self.terminated = True
-            if is_tool_error(result):
+            hint = None
+            if is_tool_error(result) and answer not in plan.checked:
                 self.counters.tool_errors += 1
                 self._signal(TOOL_ERROR)
-                if self.layers.recovery_feedback:
-                    result = evolution.with_hint(result, "tool_error")
-            messages.append(self._tool(call.name, result))
+            if self.layers.recovery_feedback and self.settings.prompt == "paper":
+                hint = evolution.paper_tool_hint(result, call.name, position, self.tools)
+            elif self.layers.recovery_feedback and is_tool_error(result):
+                result = evolution.with_hint(result, "tool_error")
+            messages.append(self._tool(call.name, result, hint))
         if executed:
             self.model_turns[self.turn].append(executed)
         if run.stopped in (STEP_TIME_BUDGET, REBUILD_TIME_BUDGET):
@@ -425,8 +477,13 @@ class Episode:
         return f"Error: not run: the step ran over the service's time budget of {budget} s, so the episode has ended"
 
     @staticmethod
-    def _tool(name: str | None, content: str) -> dict:
-        return {"role": "tool", "name": name, "content": content}
+    def _tool(name: str | None, content: str, hint: str | None = None) -> dict:
+        return {"role": "tool", "name": name, "content": content, "hint": hint}
+
+    @staticmethod
+    def _env(content: str) -> dict:
+        """The environment's own answer to a message (the paper's error message)."""
+        return {"role": "env", "content": content}
 
     def _next_turn(self) -> list[dict]:
         self.turn += 1
@@ -441,10 +498,13 @@ class Episode:
         signals = self.turn_signals[self.turn]
         signals[kind] = signals.get(kind, 0) + 1
 
-    def _reject(self, kind: str, message: str, hint: str | None = None) -> str:
+    def _count_invalid(self, kind: str) -> None:
         self.counters.invalid_calls += 1
         self.counters.invalid_by_kind[kind] = self.counters.invalid_by_kind.get(kind, 0) + 1
         self._signal(kind)
+
+    def _reject(self, kind: str, message: str, hint: str | None = None) -> str:
+        self._count_invalid(kind)
         if not self.layers.recovery_feedback:
             return message
         return evolution.with_hint(message, hint or kind)

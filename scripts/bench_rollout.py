@@ -35,7 +35,7 @@ from transformers import AutoTokenizer
 
 from seal.bench import bench_service, ground_truth_scripts
 from seal.eval.replay import split_task_ids
-from seal.formats.registry import HERMES, get_format
+from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.driver import run_episode
 from seal.rollout.env_client import EnvClient, StepReply
 from seal.rollout.protocol import EpisodeLimits, EpisodeSettings, EvolutionSettings
@@ -46,7 +46,7 @@ TOKENIZER_DIR = REPO_ROOT / "seal/assets/qwen2.5-tokenizer"
 SETTINGS = EpisodeSettings(mode="sample", evolution=EvolutionSettings(schema_cues=True))
 LENGTHS = (2, 5, 10, 20, 40)
 UNSOLVABLE = {"multi_turn_miss_func_49"}  # see README: its ground truth fails by design
-QWEN = get_format(HERMES)
+QWEN = get_format(PAPER_QWEN)
 TOOL_CALL = '<tool_call>\n{"name": "grep", "arguments": {"file_name": "report.txt", "pattern": "budget"}}\n</tool_call>'
 
 

@@ -22,12 +22,12 @@ from env_service.config import ServiceConfig
 from seal.bfcl.agentic import AgenticTask, agentic_task_ids
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.tasks import load_task
-from seal.formats.registry import HERMES, get_format
+from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.env_client import EnvClient
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
 
-FORMAT = get_format(HERMES)
+FORMAT = get_format(PAPER_QWEN)
 VALIDATE = EpisodeSettings(mode="validate")
 CORE_KEY, CORE_VALUE = "user_profile", "the user of this notetaker scenario"
 

@@ -11,6 +11,7 @@ so every check sees what a fresh BFCL process would.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import uuid
@@ -31,15 +32,24 @@ def official_accuracy(task: BfclTask, decoded: list[list[list[str]]]) -> int:
         "initial_config": task.initial_config,
         "involved_classes": task.involved_classes,
     }
-    saved = _save_defaults(task.involved_classes)
-    try:
+    with fresh_backends(model_name, task.involved_classes):
         result = multi_turn_checker(decoded, task.ground_truth, entry, task.category, model_name)
+    return int(result["valid"])
+
+
+@contextlib.contextmanager
+def fresh_backends(model_name: str, class_names: list[str]):
+    """Run bfcl-eval's executor under `model_name` as a fresh BFCL process would: afterwards
+    its cached instances for that name are deleted and the backends' mutated default
+    arguments restored."""
+    saved = _save_defaults(class_names)
+    try:
+        yield
     finally:
         _restore_defaults(saved)
         leftover = [k for k in vars(multi_turn_utils) if k.startswith(model_name)]
         for key in leftover:
             delattr(multi_turn_utils, key)
-    return int(result["valid"])
 
 
 def _save_defaults(class_names: list[str]) -> list[tuple[object, tuple]]:

@@ -38,12 +38,14 @@ from env_service.engine import EnvEngine, ServiceConfig
 from seal.bfcl.ground_truth import assistant_messages, ground_truth_trajectory
 from seal.bfcl.tasks import load_task
 from seal.formats.base import ToolFormat
-from seal.formats.registry import HERMES, get_format
+from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.env_client import call_body
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
 
-QWEN_FORMAT = get_format(HERMES)
-"""The tool format the harness writes and parses assistant texts in (Qwen2.5's)."""
+QWEN_FORMAT = get_format(PAPER_QWEN)
+"""The tool format the harness writes and parses assistant texts in (the paper's Qwen2.5
+prompt's; an episode made with `prompt="rich"` is parsed as the `qwen2.5` format does)."""
+PARSERS = {"paper": QWEN_FORMAT.parse, "rich": get_format("qwen2.5").parse}
 
 
 class Episodes:
@@ -54,17 +56,22 @@ class Episodes:
 
     def __init__(self, http: httpx.Client):
         self.http = http
+        self.prompts: dict[str, str] = {}
+        """The prompt each episode was made with (its texts are parsed by that prompt's
+        format)."""
 
     def create(self, task_id: str, episode_id: str | None = None, **settings) -> tuple[str, dict]:
         """Create an episode with `settings` (EpisodeSettings' keys): (its id, the reply)."""
         body = {"task_id": task_id, "episode_id": episode_id, "settings": settings}
         reply = self.http.post("/v1/episodes", json=body)
         assert reply.status_code == 201, reply.text
+        self.prompts[reply.json()["episode_id"]] = settings.get("prompt", "paper")
         return reply.json()["episode_id"], reply.json()
 
     def step(self, episode_id: str, text: str, expect: int = 200) -> dict:
         """One assistant turn: the StepResult, or the error's body when `expect` is one."""
-        calls = [call_body(call) for call in QWEN_FORMAT.parse(text)]
+        parse = PARSERS[self.prompts.get(episode_id, "paper")]
+        calls = [call_body(call) for call in parse(text)]
         body = {"content": text, "tool_calls": calls}
         reply = self.http.post(f"/v1/episodes/{episode_id}/steps", json=body)
         assert reply.status_code == expect, reply.text
@@ -248,7 +255,7 @@ def service_process():
 def gt_turns(task_id: str, tool_format: ToolFormat | None = None) -> list[list[str]]:
     """Per turn, the assistant texts of the ground-truth policy of `task_id`, its calls
     written as `tool_format` writes them (Qwen2.5's Hermes format by default)."""
-    call_text = (tool_format or get_format(HERMES)).call_text
+    call_text = (tool_format or get_format(PAPER_QWEN)).call_text
     return assistant_messages(ground_truth_trajectory(load_task(task_id)), call_text)
 
 

@@ -28,12 +28,12 @@ from env_service.engine import EnvEngine, ServiceConfig
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.tasks import load_task
 from seal.formats.handler_format import leaderboard
-from seal.formats.registry import FORMATS, HERMES, get_format
+from seal.formats.registry import FORMATS, PAPER_QWEN, get_format
 from seal.rollout.env_client import call_body
 from seal.rollout.protocol import CreateEpisode, EpisodeSettings, StepRequest
 
 VALIDATE = EpisodeSettings(mode="validate")
-HANDLER_FORMATS = [n for n in FORMATS if n != HERMES]
+HANDLER_FORMATS = [n for n in FORMATS if n != PAPER_QWEN]
 
 
 def bfcl_prompts(fmt, task_id: str, texts: list[str], snapshots) -> list[str]:

@@ -18,7 +18,7 @@ from seal.bfcl import prompt
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import tool_call_text
 from seal.bfcl.tasks import load_task
-from seal.formats.registry import HERMES, get_format
+from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.env_client import EnvClient, EnvServiceError, call_body
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
@@ -113,7 +113,7 @@ def test_max_steps_truncates(service):
 
 def native_step(text: str, seq: int | None) -> dict:
     """A step body: the text and the calls the Qwen2.5 format parses from it."""
-    calls = [call_body(c) for c in get_format(HERMES).parse(text)]
+    calls = [call_body(c) for c in get_format(PAPER_QWEN).parse(text)]
     return {"content": text, "tool_calls": calls, "seq": seq}
 
 

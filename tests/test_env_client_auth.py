@@ -11,7 +11,7 @@ import pytest
 from conftest import gt_texts
 
 from env_service.app import create_app
-from seal.formats.registry import HERMES, get_format
+from seal.formats.registry import PAPER_QWEN, get_format
 from seal.launch.service import new_token
 from seal.rollout.env_client import (
     TOKEN_ENV,
@@ -23,7 +23,7 @@ from seal.rollout.env_client import (
 from seal.rollout.protocol import EpisodeSettings
 
 TASK = "multi_turn_base_0"
-FMT = get_format(HERMES)
+FMT = get_format(PAPER_QWEN)
 
 
 class RecordingHeaders:

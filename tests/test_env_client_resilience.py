@@ -28,7 +28,7 @@ from misbehaving import LateReply, PlainText500, steps_of_task
 
 from env_service.app import create_app
 from env_service.engine import ServiceConfig
-from seal.formats.registry import HERMES, get_format
+from seal.formats.registry import PAPER_QWEN, get_format
 from seal.http import HttpError
 from seal.rollout.driver import play_batch, run_episode
 from seal.rollout.env_client import EnvClient, EnvClientSettings, EnvServiceError
@@ -36,7 +36,7 @@ from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import ScriptedGenerator, run_scripted_episode
 
 TASK = "multi_turn_base_0"
-FMT = get_format(HERMES)
+FMT = get_format(PAPER_QWEN)
 
 
 def quick(**overrides) -> EnvClientSettings:

@@ -1,6 +1,9 @@
 """Observation evolution: each layer alone in sample mode, and validation that stays the
 plain benchmark byte for byte whatever is requested, on the native API (the layers as
-the wire protocol's prompt text shows them: tests/test_wire_protocol.py)."""
+the wire protocol's prompt text shows them: tests/test_wire_protocol.py). The layers'
+texts here are the `rich` prompt's (this project's); the paper's are held to the
+original release's byte for byte by tests/test_paper_prompt.py, and their rules are
+checked in the last section."""
 
 import json
 import os
@@ -43,9 +46,17 @@ def call_text(name, **arguments):
     return tool_call_text([ToolCall(name, arguments)])
 
 
-def created(svc, task_id, mode="sample", evolve_in_validation=False, **layers) -> dict:
-    """The create reply of an episode with these evolution layers (EvolutionSettings)."""
-    settings = {"mode": mode, "evolve_in_validation": evolve_in_validation, "evolution": layers}
+def created(
+    svc, task_id, mode="sample", evolve_in_validation=False, prompt="rich", **layers
+) -> dict:
+    """The create reply of an episode with these evolution layers (EvolutionSettings), in
+    the `rich` prompt's texts unless `prompt` says otherwise."""
+    settings = {
+        "mode": mode,
+        "prompt": prompt,
+        "evolve_in_validation": evolve_in_validation,
+        "evolution": layers,
+    }
     return svc.create(task_id, **settings)[1]
 
 
@@ -127,14 +138,22 @@ def test_type_hints_need_schema_cues(service):
     assert hinted["ls"]["properties"]["a"]["description"].endswith("Expects true or false.")
 
 
-def test_revealed_tools_get_cues_too(service):
+@pytest.mark.parametrize("prompt_name", ["rich", "paper"])
+def test_revealed_tools_get_cues_in_the_rich_prompt_only(service, prompt_name):
     svc = service()
-    episode_id, _ = svc.create("multi_turn_miss_func_0", evolution={"schema_cues": True})
+    episode_id, _ = svc.create(
+        "multi_turn_miss_func_0", prompt=prompt_name, evolution={"schema_cues": True}
+    )
     turns = gt_turns("multi_turn_miss_func_0")
     replies = svc.play(episode_id, turns[:3])
     [holdout] = replies[-1]["messages"]
     sort_params = tools_of(holdout["tools"])["sort"]["properties"]
-    assert sort_params["file_name"]["description"].startswith("[required] ")
+    revealed = sort_params["file_name"]["description"]
+    bare = tools_of(load_task("multi_turn_miss_func_0").held_out[3])["sort"]["properties"]
+    if prompt_name == "rich":
+        assert revealed.startswith("[required] ")
+    else:  # the paper's cues mark the first turn's docs only
+        assert revealed == bare["file_name"]["description"]
 
 
 # --- recovery feedback --------------------------------------------------------------------------
@@ -152,8 +171,10 @@ BAD_CALLS = [
 @pytest.mark.parametrize(("text", "kind"), BAD_CALLS)
 def test_recovery_hints_only_with_the_layer(service, text, kind):
     svc = service()
-    hinted_id, _ = svc.create("multi_turn_miss_func_0", evolution={"recovery_feedback": True})
-    plain_id, _ = svc.create("multi_turn_miss_func_0")
+    hinted_id, _ = svc.create(
+        "multi_turn_miss_func_0", prompt="rich", evolution={"recovery_feedback": True}
+    )
+    plain_id, _ = svc.create("multi_turn_miss_func_0", prompt="rich")
     [hinted] = results(svc.step(hinted_id, text))
     [plain] = results(svc.step(plain_id, text))
     assert "Hint:" not in plain
@@ -169,7 +190,9 @@ def test_recovery_hints_only_with_the_layer(service, text, kind):
 
 def test_recovery_feedback_leaves_prompt_and_good_results_alone(service):
     svc = service()
-    episode_id, data = svc.create("multi_turn_base_1", evolution={"recovery_feedback": True})
+    episode_id, data = svc.create(
+        "multi_turn_base_1", prompt="rich", evolution={"recovery_feedback": True}
+    )
     plain = created(svc, "multi_turn_base_1")
     assert (data["system"], data["tools"]) == (plain["system"], plain["tools"])
     assert "Hint:" not in results(svc.step(episode_id, call_text("ls", a=True)))[0]
@@ -202,12 +225,13 @@ def test_pushed_profile_becomes_guidelines(service):
     )
 
 
-def test_profiles_without_known_failure_tags_add_nothing():
-    assert evolution.guidelines_for(None, 3) == []
-    assert evolution.guidelines_for({"tags": []}, 3) == []
-    assert evolution.guidelines_for({"tags": [{"tag": T.PASS}, {"tag": "made_up"}]}, 3) == []
-    assert evolution.guidelines_for(PROFILE, 0) == []
-    assert evolution.guideline_section([]) is None
+@pytest.mark.parametrize("texts", evolution.TEXTS.values(), ids=list(evolution.TEXTS))
+def test_profiles_without_known_failure_tags_add_nothing(texts):
+    assert texts.guidelines_for(None, 3) == []
+    assert texts.guidelines_for({"tags": []}, 3) == []
+    assert texts.guidelines_for({"tags": [{"tag": T.PASS}, {"tag": "made_up"}]}, 3) == []
+    assert texts.guidelines_for(PROFILE, 0) == []
+    assert texts.guideline_section([]) is None
 
 
 def test_the_create_reply_names_the_interface_it_shows(service):
@@ -230,9 +254,12 @@ def test_the_create_reply_names_the_interface_it_shows(service):
         "type_hints": False,
         "recovery_feedback": False,
         "guidelines": True,
-        "shown": [
-            {"tag": T.STATE_MISMATCH, "text": evolution.GUIDELINES[T.STATE_MISMATCH]},
-            {"tag": T.SPURIOUS_TOOL_CALL, "text": evolution.GUIDELINES[T.SPURIOUS_TOOL_CALL]},
+        "shown": [  # the paper's texts (the default prompt)
+            {"tag": T.STATE_MISMATCH, "text": evolution.PAPER_GUIDELINES[T.STATE_MISMATCH]},
+            {
+                "tag": T.SPURIOUS_TOOL_CALL,
+                "text": evolution.PAPER_GUIDELINES[T.SPURIOUS_TOOL_CALL],
+            },
         ],
     }
     assert all(entry["text"] in system[-1] for entry in guided["shown"])
@@ -292,19 +319,20 @@ def test_missing_state_file_means_no_guidelines(service, tmp_path):
 # --- train/validate separation ------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("prompt_name", list(evolution.TEXTS))
 @pytest.mark.parametrize("task_id", ONE_PER_CATEGORY)
-def test_validation_is_the_plain_benchmark_byte_for_byte(service, task_id):
+def test_validation_is_the_plain_benchmark_byte_for_byte(service, task_id, prompt_name):
     svc = service()
     svc.http.put("/v1/profile", json=PROFILE)  # guidelines would apply if allowed
 
     def shown(data):
         return json.dumps([data["system"], data["tools"], data["messages"]])
 
-    plain = created(svc, task_id)
-    validate = created(svc, task_id, mode="validate", **ALL_LAYERS)
-    evolved = created(svc, task_id, **ALL_LAYERS)
+    plain = created(svc, task_id, prompt=prompt_name)
+    validate = created(svc, task_id, mode="validate", prompt=prompt_name, **ALL_LAYERS)
+    evolved = created(svc, task_id, prompt=prompt_name, **ALL_LAYERS)
     assert shown(validate) == shown(plain)
-    assert plain["system"] == [prompt.BASE_INSTRUCTIONS]
+    assert plain["system"] == list(evolution.TEXTS[prompt_name].instructions)
     assert plain["tools"] == load_task(task_id).tools
     assert shown(evolved) != shown(plain)
     assert evolved["messages"] == plain["messages"]  # the user's words are never evolved
@@ -333,3 +361,64 @@ def test_evolve_in_validation_is_an_explicit_choice(service):
         svc, "multi_turn_base_0", mode="validate", schema_cues=True, evolve_in_validation=True
     )
     assert evolution.CONSTRAINT_NOTE in evolved and evolution.CONSTRAINT_NOTE not in plain
+
+
+# --- the paper's rules -------------------------------------------------------------------------
+
+
+def test_paper_cues_append_required_as_the_release_does():
+    doc = {
+        "name": "f",
+        "description": "A tool.",
+        "parameters": {
+            "type": "dict",
+            "properties": {
+                "path": {"type": "string", "description": "Where. "},  # BFCL's trailing space
+                "mode": {"type": "string", "description": "How.", "enum": ["a", "b"]},
+                "note": {"type": "string", "description": "Options are: x, y."},
+                "done": {"type": "boolean", "description": "Already [required]."},
+            },
+            "required": ["path", "done"],
+        },
+    }
+    props = evolution.add_paper_cues(doc, type_hints=False)["parameters"]["properties"]
+    assert props["path"]["description"] == "Where.  [required]"
+    assert props["mode"]["description"] == "How. Allowed values: a, b"  # from `enum` only
+    assert props["note"]["description"] == "Options are: x, y."  # prose is not read
+    assert props["done"]["description"] == "Already [required]."
+    hinted = evolution.add_paper_cues(doc, type_hints=True)["parameters"]["properties"]
+    assert hinted["note"]["description"] == "Options are: x, y. [type: string]"
+    assert doc["parameters"]["properties"]["path"]["description"] == "Where. "  # a copy
+
+
+def test_paper_rules_run_no_call_of_a_message_with_a_malformed_block(service):
+    svc = service()
+    episode_id, _ = svc.create("multi_turn_base_0")
+    good = call_text("cd", folder="document")
+    bad = '<tool_call>\n{"name": "ls", "arguments": }\n</tool_call>'
+    [answer] = svc.step(episode_id, good + "\n" + bad)["messages"]
+    assert answer["role"] == "env"
+    assert answer["content"].startswith("[ERROR] Invalid tool call format: Invalid tool call JSON")
+    # The good call did not run: the working directory is unchanged.
+    [pwd] = results(svc.step(episode_id, call_text("pwd")))
+    assert json.loads(pwd) == {"current_working_directory": "/workspace"}
+    report = svc.evaluate(episode_id)
+    assert report["invalid_by_kind"] == {"parse": 1} and report["tool_calls"] == 1
+
+
+def test_paper_rules_run_calls_with_wrong_argument_names_for_the_backends_error(service):
+    svc = service()
+    episode_id, _ = svc.create(
+        "multi_turn_base_0", evolution={"recovery_feedback": True}, mode="sample"
+    )
+    [answer] = svc.step(episode_id, call_text("mv", source="final_report.pdf"))["messages"]
+    assert answer["content"] == (
+        "Error during execution: GorillaFileSystem.mv() missing 1 required positional "
+        "argument: 'destination'"
+    )
+    assert answer["hint"] is None  # the paper's hints read JSON errors only
+    [missing_dir] = svc.step(episode_id, call_text("cd", folder="nowhere"))["messages"]
+    assert missing_dir["hint"].startswith("The path you passed to `cd_1` does not exist")
+    report = svc.evaluate(episode_id)
+    assert report["invalid_by_kind"] == {"missing_argument": 1}
+    assert report["tool_errors"] == 1  # the cd; the mv is counted once, as invalid

@@ -37,7 +37,7 @@ from seal.eval.evaluator import (
     partial_file,
 )
 from seal.formats.base import Conversation
-from seal.formats.registry import HERMES, get_format
+from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, turn_tokenizer
 from seal.runs.records import read_val_dir
@@ -53,7 +53,7 @@ LONG_TASK = "multi_turn_long_context_0"  # its first tool result is several hund
 MODEL = "fake-model"
 FAST_RETRIES = {"attempts": 3, "backoff_s": 0.001}
 TOKENIZER = shipped_tokenizer()
-TOKENS = turn_tokenizer(TOKENIZER, get_format(HERMES))
+TOKENS = turn_tokenizer(TOKENIZER, get_format(PAPER_QWEN))
 LLAMA_TOKENIZER = shipped_tokenizer(llama_tokens=True)  # for the Llama-layout formats
 
 

@@ -37,7 +37,7 @@ from seal.eval.chat_endpoint import EndpointSettings, PreflightError
 from seal.eval.evaluator import episode_stats, evaluate_endpoint, prerequisites_file
 from seal.eval.ood import write_table2
 from seal.formats.base import Conversation
-from seal.formats.registry import HERMES, get_format
+from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.turn_tokens import TextTokens
 
@@ -150,7 +150,7 @@ def test_tasks_are_scored_under_the_budget_against_transformers_serve(
     # at most that many, and the episode ends scored when the next question cannot fit.
     task_id = TASKS[0]
     first = json.loads(outcome.records[task_id].input)
-    prompt = len(TextTokens(TOKENIZER).encode(get_format(HERMES).render(Conversation(first))))
+    prompt = len(TextTokens(TOKENIZER).encode(get_format(PAPER_QWEN).render(Conversation(first))))
     small = EpisodeLimits(max_generations=4, max_new_tokens=16, max_context_tokens=prompt + 8)
     cut = evaluate(base_url, model, env_url, tmp_path / "small", [task_id], small)
     record = cut.records[task_id]

@@ -34,13 +34,15 @@ from seal.bfcl import prompt
 from seal.bfcl.ground_truth import ground_truth_trajectory
 from seal.bfcl.tasks import load_task, task_ids
 from seal.formats.handler_format import HandlerFormat, leaderboard
-from seal.formats.registry import AUTO, FORMATS, HERMES, default_format, get_format, resolve
+from seal.formats.registry import AUTO, FORMATS, default_format, get_format, resolve
 from seal.rollout.env_client import call_body
 from seal.rollout.protocol import CreateEpisode, EpisodeSettings, EvolutionSettings, StepRequest
 from seal.tocf.tags import CATEGORIES
 from seal.trainer.config import ModelSettings
 
 # 20 tasks: 5 per category, spread over each category's 200.
+RICH_QWEN = "qwen2.5"
+BFCL_FAMILIES = [n for n in FORMATS if hasattr(get_format(n), "REGISTRY_NAME")]
 REFERENCE_TASKS = [f"{c}_{k}" for c in CATEGORIES for k in (0, 41, 87, 133, 179)]
 UNSOLVABLE = "multi_turn_miss_func_49"
 VALIDATE = EpisodeSettings(mode="validate")
@@ -92,7 +94,7 @@ def engine():
     return EnvEngine(ServiceConfig(workers=0))
 
 
-@pytest.mark.parametrize("name", [n for n in FORMATS if n != HERMES])
+@pytest.mark.parametrize("name", BFCL_FAMILIES)
 def test_bfcl_family_prompts_equal_bfcl_eval_s_own_inference(engine, name):
     fmt = get_format(name)
     for task_id in REFERENCE_TASKS:
@@ -107,7 +109,7 @@ def test_bfcl_family_prompts_equal_bfcl_eval_s_own_inference(engine, name):
 
 
 @pytest.mark.parametrize(
-    "registry_name", [get_format(n).REGISTRY_NAME for n in FORMATS if n != HERMES]
+    "registry_name", [get_format(n).REGISTRY_NAME for n in BFCL_FAMILIES]
 )
 def test_leaderboard_prompts_equal_bfcl_eval_s_own_inference(engine, registry_name):
     """--leaderboard-format: BFCL's prompts exactly (no system message of ours), full
@@ -126,12 +128,15 @@ def test_leaderboard_prompts_equal_bfcl_eval_s_own_inference(engine, registry_na
 def test_qwen25_prompts_equal_the_template_with_tools(engine, tokenizer):
     """Each prompt equals the shipped Qwen2.5 template's render with `tools=`, the calls
     as structured tool_calls and their results as tool messages, byte for byte."""
-    fmt = get_format(HERMES)
+    fmt = get_format(RICH_QWEN)
     for task_id in REFERENCE_TASKS:
         texts = gt_texts(task_id, fmt)
-        created, observations, _ = asyncio.run(play_in_process(engine, task_id, texts, fmt))
+        rich = EpisodeSettings(mode="validate", prompt=fmt.prompt)
+        created, observations, _ = asyncio.run(
+            play_in_process(engine, task_id, texts, fmt, rich)
+        )
         ours = incremental_prompts(fmt, created, texts, observations)
-        tools = [prompt.to_tool(d) for d in load_task(task_id).tools]
+        tools = [prompt.to_tool(d) for d in prompt.language_hinted(load_task(task_id).tools)]
         messages = [{"role": "system", "content": "\n\n".join(created["system"])}]
         messages += prompt.chat_messages(created["messages"])
         for k, text in enumerate(texts[: len(ours)]):
@@ -157,13 +162,14 @@ carried structured episodes."""
 
 
 def test_qwen25_prompts_are_byte_identical_to_before(engine):
-    fmt, texts = get_format(HERMES), {}
+    fmt, texts = get_format(RICH_QWEN), {}
 
     async def create_all():
         for task_id in task_ids():
             for cues, hints in itertools.product((False, True), repeat=2):
                 layers = EvolutionSettings(schema_cues=cues, type_hints=hints)
-                body = CreateEpisode(task_id=task_id, settings=EpisodeSettings(evolution=layers))
+                settings = EpisodeSettings(prompt=fmt.prompt, evolution=layers)
+                body = CreateEpisode(task_id=task_id, settings=settings)
                 created = await api_native.create(engine, body)
                 key = f"{task_id}|{cues}|{hints}"
                 texts[key] = fmt.start(created.model_dump()).messages[0]["content"]
@@ -201,9 +207,9 @@ def test_every_ground_truth_round_trips_and_scores_799_of_800(engine, name):
 
 
 def test_auto_picks_the_format_by_model_name():
-    assert default_format("Qwen/Qwen2.5-7B-Instruct") == "qwen2.5"
-    assert default_format("Qwen/Qwen2.5-3B-Instruct") == "qwen2.5"
-    assert default_format("tiny-qwen2") == "qwen2.5"
+    assert default_format("Qwen/Qwen2.5-7B-Instruct") == "bfcl_qwen_fc"  # the paper's prompt
+    assert default_format("Qwen/Qwen2.5-3B-Instruct") == "bfcl_qwen_fc"
+    assert default_format("tiny-qwen2") == "bfcl_qwen_fc"
     assert default_format("Team-ACE/ToolACE-2-8B") == "bfcl_prompt"
     assert default_format("Qwen/Qwen3-4B-Instruct-2507") == "qwen3"  # its -FC entry
     assert default_format("meta-llama/Llama-3.1-8B-Instruct") == "llama3.1"

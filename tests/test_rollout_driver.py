@@ -14,7 +14,7 @@ from conftest import gt_texts
 
 from seal.bfcl.tasks import load_task
 from seal.formats.base import Conversation
-from seal.formats.registry import FORMATS, HERMES, get_format
+from seal.formats.registry import FORMATS, PAPER_QWEN, get_format
 from seal.rollout.driver import (
     EpisodeError,
     EpisodeSample,
@@ -76,7 +76,7 @@ def play(base_url, tokenizer, task_id, generator, limits=None, tool_format=None)
         async with RecordingEnv(base_url) as env:
             sample = await run_episode(
                 env, generator, tokenizer, task_id, settings(limits),
-                tool_format=tool_format or get_format(HERMES),
+                tool_format=tool_format or get_format(PAPER_QWEN),
             )  # fmt: skip
             return sample, env
 
@@ -176,7 +176,7 @@ def test_ground_truth_episode_scores_1_and_equals_a_full_rerender(live_service, 
     assert env.texts == texts  # the service got the texts
     assert_sequence_is_what_the_model_saw(generator, sample)
     # Canonical tokenization: the incremental ids are the full template render's.
-    fmt = get_format(HERMES)
+    fmt = get_format(PAPER_QWEN)
     for k, prompt in enumerate(generator.prompts):
         assert prompt == full_render_ids(tokenizer, fmt, env, k)
     assert sample.input_text == tokenizer.decode(sample.prompt_ids)
@@ -208,7 +208,7 @@ def test_non_canonical_generated_ids_are_kept_not_retokenized(live_service, toke
     assert sample.accuracy == 1  # the service got the same text
     assert_sequence_is_what_the_model_saw(generator, sample)
     full = sample.prompt_ids + sample.response_ids
-    retokenized = full_render_ids(tokenizer, get_format(HERMES), env, len(texts))
+    retokenized = full_render_ids(tokenizer, get_format(PAPER_QWEN), env, len(texts))
     assert tokenizer.decode(retokenized) == tokenizer.decode(full) + "\n<|im_start|>assistant\n"
     assert retokenized[: len(full)] != full  # a re-render would have drifted
 
@@ -287,7 +287,7 @@ def test_long_observations_are_clipped_and_marked(live_service, tokenizer):
     )
     assert sample.accuracy == 1
     assert_sequence_is_what_the_model_saw(generator, sample)
-    observations = [get_format(HERMES).observation(obs) for obs in env.observations]
+    observations = [get_format(PAPER_QWEN).observation(obs) for obs in env.observations]
     grep_answer = next(
         m["content"] for obs in observations for m in obs if "matching_lines" in m["content"]
     )
@@ -324,7 +324,7 @@ def test_length_stopped_generation_is_sent_and_its_turn_closed_unmasked(live_ser
     assert sample.response_ids[end] == tokenizer.eos_token_id  # closed by the driver
     assert sample.response_mask[end] == 0  # ... which the model did not generate
     for k, prompt in enumerate(generator.prompts):
-        assert prompt == full_render_ids(tokenizer, get_format(HERMES), env, k)
+        assert prompt == full_render_ids(tokenizer, get_format(PAPER_QWEN), env, k)
 
 
 SENTINEL = Path("/tmp/seal_format_test_code_ran")
@@ -478,7 +478,7 @@ def test_a_cancelled_episode_is_released(live_service, tokenizer, env_cls, gener
     async def main():
         async with env_cls(base_url) as env:
             episode = run_episode(
-                env, generator, tokenizer, GREP_TASK, settings(), tool_format=get_format(HERMES)
+                env, generator, tokenizer, GREP_TASK, settings(), tool_format=get_format(PAPER_QWEN)
             )
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(episode, timeout=0.5)
@@ -500,7 +500,7 @@ def test_concurrent_episodes_share_one_client(live_service, tokenizer):
                         tokenizer,
                         tid,
                         settings(),
-                        tool_format=get_format(HERMES),
+                        tool_format=get_format(PAPER_QWEN),
                     )
                     for tid in task_ids
                 )

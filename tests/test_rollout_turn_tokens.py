@@ -7,7 +7,7 @@ import pytest
 
 from seal.formats.base import Conversation
 from seal.formats.hermes import HermesFormat
-from seal.formats.registry import FORMATS, HERMES, get_format
+from seal.formats.registry import FORMATS, PAPER_QWEN, get_format
 from seal.rollout.turn_tokens import TurnTokenizer, turn_tokenizer
 
 FIRST = [
@@ -17,7 +17,7 @@ FIRST = [
 
 
 def qwen_chat(tokenizer) -> TurnTokenizer:
-    return TurnTokenizer(tokenizer, get_format(HERMES))
+    return TurnTokenizer(tokenizer, get_format(PAPER_QWEN))
 
 
 def full_ids(tokenizer, messages, add_generation_prompt=True) -> list[int]:
@@ -134,7 +134,7 @@ def test_clip_of_multibyte_text_stays_within_the_limit(tokenizer):
 
 
 def test_turn_tokenizer_is_built_once_per_tokenizer_and_format(tokenizer):
-    qwen = get_format(HERMES)
+    qwen = get_format(PAPER_QWEN)
     assert turn_tokenizer(tokenizer, qwen) is turn_tokenizer(tokenizer, qwen)
 
 

@@ -60,11 +60,13 @@ and this service's flat keys:
                           episode (EpisodeLimits.max_generations)         default 20
     partial_credit_cap    0 = binary reward (paper); see RewardSettings   default 0
     partial_credit_weight weight of progress under the cap                default 1
+    prompt                paper (the release's bfcl_qwen_fc text, byte for byte) |
+                          rich (this project's richer prompt)             default paper
 
 A release key this service cannot honour is refused (422) with the reason, never dropped:
 observation_lite add_required_hint=false, add_enum_hint=false, hide_optional=true or an
-instruction (the cues always mark required and optional parameters, surface allowed
-values and add a fixed note); diagnostic_evolution.guidelines (custom texts);
+instruction (the cues always mark required parameters, surface allowed values and add a
+fixed note); diagnostic_evolution.guidelines (custom texts);
 tool_feedback_evolution.max_tool_names; data_path and answer_path; any other value of
 the fixed keys above. Unknown keys are not an error (clients send their own) but are
 echoed in `info.ignored_params`.
@@ -89,11 +91,9 @@ Where this service differs from the release on purpose (the release is wrong the
 - strict_tool_parser: each malformed `<tool_call>` block is answered with its error and
   the valid blocks of the same message still run; the release rejects every call of a
   message with one malformed block.
-- The layers' texts are this service's (evolution.py), not the release's: the schema cues
-  also mark optional parameters, surface allowed values BFCL writes in prose (the
-  release's add_enum_hint only uses schema `enum` fields) and add CONSTRAINT_NOTE; the
-  guidelines and recovery hints have their own wording. Which layer is on when follows
-  the release.
+- The texts are the release's (`prompt: paper`, docs/paper_prompt.md) except the
+  recovery hints, which have this service's wording; `prompt: rich` gives this service's
+  richer texts throughout (evolution.py). Which layer is on when follows the release.
 - `/get_env_profile` is also served at `//get_env_profile`, the path the release's trainer
   client actually requests (it prefixes "/" to "/get_env_profile"; the release's own
   service answers that path 404).
@@ -121,7 +121,6 @@ from env_service.errors import EngineError, InvalidRequestError, NotFoundError
 from env_service.json_body import SafeJsonRoute
 from env_service.release import compat
 from env_service.statuses import wire_errors
-from seal.bfcl import prompt
 from seal.bfcl.agentic import is_agentic
 from seal.bfcl.tasks import UnknownTaskError, load_task
 
@@ -216,13 +215,14 @@ def _created(instance_id, ep, asked, task, create_params) -> Response:
 @router.post("/step", responses=wire_errors(404, 409, 413, 422))
 async def step(body: WireRequest, request: Request):
     instance_id = _require(body.instance_id, "instance_id")
+    episode = _engine(request).get(instance_id)
     outcome = await _engine(request).astep(instance_id, _assistant_text(body.messages))
     info = {"instance_id": instance_id, "turn": outcome.turn, "truncated": outcome.truncated}
     if outcome.aborted:
         info["aborted"] = outcome.aborted
     return ok(
         {
-            "state": compat.step_state(prompt.chat_messages(outcome.messages), outcome.terminated),
+            "state": compat.step_state(episode.wire_messages(outcome.messages), outcome.terminated),
             "reward": outcome.reward,
             "is_terminated": outcome.terminated,
             "info": info,

@@ -51,7 +51,10 @@ _FIXED = {
     "is_open_query": (False, "every BFCL turn is played; an open query is not supported"),
     "strict_tool_parser": (True, "malformed tool calls are always reported, never dropped"),
     "enforce_available_tools": (True, "tools not yet available are always refused"),
-    "tool_prompt_mode": ("bfcl_qwen_fc", "the system prompt is the Qwen2.5 tool format"),
+    "tool_prompt_mode": (
+        "bfcl_qwen_fc",
+        "the system prompt is the release's bfcl_qwen_fc (or this service's `prompt: rich`)",
+    ),
     "tool_result_mode": ("bfcl_tool_response", "tool results are <tool_response> blocks"),
     "tool_call_parser": ("xml_json", 'calls are <tool_call>{"name", "arguments"} blocks'),
     "terminate_on_parse_error": (False, "a malformed call is an observation, not the end"),
@@ -73,7 +76,7 @@ _FLAT_EVOLUTION = {
     "max_guidelines": "max_guidelines",
 }
 _REWARD_KEYS = {"partial_credit_cap", "partial_credit_weight"}
-_TOP_KEYS = {"rollout_mode", "evolve_in_validation", "max_steps"}
+_TOP_KEYS = {"rollout_mode", "evolve_in_validation", "max_steps", "prompt"}
 
 
 class _TrainOnlyLayer(BaseModel):
@@ -128,7 +131,7 @@ class ReleaseObservationLite(_TrainOnlyLayer):
             ),
             "instruction": (
                 self.instruction is not None,
-                "the constraint note of the schema cues is fixed (evolution.CONSTRAINT_NOTE)",
+                "the note of the schema cues is fixed (evolution.OBSERVATION_NOTE)",
             ),
         }
         for key, (asked, reason) in refused.items():
@@ -167,7 +170,7 @@ class ReleaseDiagnosticEvolution(_TrainOnlyLayer):
         if self.guidelines:
             raise InvalidRequestError(
                 f"{name}.guidelines cannot be honoured: the guideline texts are fixed "
-                "(evolution.GUIDELINES)"
+                "(evolution.PAPER_GUIDELINES)"
             )
 
     def thresholds(self) -> dict:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from env_service.evolution import GUIDELINES
+from env_service.evolution import PAPER_GUIDELINES
 from seal.tocf import tags as T
 
 TAG_TABLES = ("window_tags", "total_tags")
@@ -76,7 +76,12 @@ def release_profile(
     entries = []
     for tag, stats in source.items():
         count = counts[tag]
-        if tag in _NO_GUIDELINE or tag not in GUIDELINES or count < min_tag_count or not total:
+        if (
+            tag in _NO_GUIDELINE
+            or tag not in PAPER_GUIDELINES
+            or count < min_tag_count
+            or not total
+        ):
             continue
         share = count / total
         mean = _mean_reward(stats, count)

@@ -157,7 +157,8 @@ def category_tasks(category: str) -> dict[str, AgenticTask]:
         a["id"].replace(prefix, scored, 1): tuple(a["ground_truth"])
         for a in load_ground_truth_entry(scored)
     }
-    entries = load_dataset_entry(scored)
+    # Bare docs, as for the multi-turn tasks (BfclTask.tools): the formats add the hint.
+    entries = load_dataset_entry(scored, include_language_specific_hint=False)
     chains: dict[str, list[str]] = {}
     for entry in entries:
         if agentic_category(entry["id"]).endswith("_prereq"):

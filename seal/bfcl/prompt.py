@@ -1,20 +1,23 @@
-"""Prompt text for BFCL episodes in the Qwen2.5 tool-calling format.
+"""Prompt text of the `qwen2.5` format (this project's richer prompt), and what every
+format's prompt shares (BFCL's language hint, observations grouped into chat messages).
 
-The system message carries the tool signatures exactly as the Qwen2.5 chat template
-would render them from a `tools=` argument, so a client renders the conversation with
-the plain template (no tools argument) and the model sees its native format. Tool
-results come back as one user message of `<tool_response>` blocks, again byte-equal to
-what the template renders for consecutive `tool` messages.
-
-Two users: the wire protocol (env_service/release/api.py), whose clients get this text,
-and the Qwen2.5 tool format (seal/formats/hermes.py), which renders the native API's
-structured episodes with it.
+The paper's prompt is seal/bfcl/paper_prompt.py. This one, beyond the paper (a named
+option, `tool_format: qwen2.5`; docs/paper_prompt.md): instructions before the tools, the
+tool signatures exactly as the Qwen2.5 chat template renders them from a `tools=` argument
+(JSON Schema type names, no `response` schema, BFCL's language hint), a reveal turn as a
+notice and a `<tools>` block, and tool results as the template renders consecutive `tool`
+messages. Its users: the wire protocol's `rich` prompt and the Qwen2.5 tool format
+(seal/formats/hermes.py).
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from bfcl_eval.utils import _get_language_specific_hint
 
 BASE_INSTRUCTIONS = (
     "You are an assistant that completes the user's requests by calling the provided tools. "
@@ -24,6 +27,48 @@ BASE_INSTRUCTIONS = (
 )
 
 HOLDOUT_NOTICE = "New tools are now available to you. Please continue with my earlier request."
+
+LANGUAGE_HINT = _get_language_specific_hint("multi_turn_base")
+"""BFCL's note on a tool's description (" Note that the provided function is in Python 3
+syntax."): its loader adds it to every task's docs; the service sends docs without it and
+each format adds it where its reference pipeline does."""
+
+
+def language_hinted(docs: Sequence[dict]) -> list[dict]:
+    """Copies of BFCL tool docs whose descriptions end with LANGUAGE_HINT."""
+    out = []
+    for doc in docs:
+        doc = copy.copy(doc)
+        doc["description"] = doc["description"] + LANGUAGE_HINT
+        out.append(doc)
+    return out
+
+
+def group_observation(
+    observation: Sequence[dict],
+    results_message: Callable[[list[dict]], str],
+    reveal_message: Callable[[list[dict]], str],
+) -> list[dict]:
+    """Observation messages (seal.rollout.protocol.ObservationMessage as dicts) as chat
+    messages: consecutive tool results as one user message (`results_message` of their
+    messages), a reveal turn's docs as `reveal_message`, the environment's own answer
+    (`env`) and questions as user messages."""
+    out: list[dict] = []
+    results: list[dict] = []
+    for message in observation:
+        if message["role"] == "tool":
+            results.append(message)
+            continue
+        if results:
+            out.append({"role": "user", "content": results_message(results)})
+            results = []
+        revealed = message.get("tools")
+        content = reveal_message(revealed) if revealed else message["content"]
+        out.append({"role": "user", "content": content})
+    if results:
+        out.append({"role": "user", "content": results_message(results)})
+    return out
+
 
 # BFCL writes Python type names in its docs; JSON Schema (what the template shows) differs.
 _JSON_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string"}
@@ -105,24 +150,9 @@ def tool_response_message(results: list[str]) -> str:
     return "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in results)
 
 
-def chat_messages(observation: list[dict]) -> list[dict]:
-    """Observation messages (seal.rollout.protocol.ObservationMessage as dicts) as chat
-    messages: consecutive tool results as one user message of `<tool_response>` blocks,
-    a holdout turn's revealed tool docs as `holdout_message`, questions as they are."""
-    out: list[dict] = []
-    results: list[str] = []
-    for message in observation:
-        if message["role"] == "tool":
-            results.append(message["content"])
-            continue
-        if results:
-            out.append({"role": "user", "content": tool_response_message(results)})
-            results = []
-        revealed = message.get("tools")
-        content = (
-            holdout_message([to_tool(d) for d in revealed]) if revealed else message["content"]
-        )
-        out.append({"role": message["role"], "content": content})
-    if results:
-        out.append({"role": "user", "content": tool_response_message(results)})
-    return out
+chat_messages = functools.partial(
+    group_observation,
+    results_message=lambda messages: tool_response_message([m["content"] for m in messages]),
+    reveal_message=lambda docs: holdout_message([to_tool(d) for d in docs]),
+)
+"""Observation messages as this prompt's chat messages (`group_observation`)."""

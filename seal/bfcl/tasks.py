@@ -28,7 +28,9 @@ class BfclTask:
     initial_config: dict
     involved_classes: list[str]
     tools: list[dict]
-    """BFCL tool docs available from turn 0 (held-out ones removed)."""
+    """BFCL tool docs available from turn 0 (held-out ones removed), bare: without the
+    language hint bfcl-eval's loader adds by default (each format adds it where its
+    reference pipeline does: seal.bfcl.prompt.language_hinted)."""
     held_out: dict[int, list[dict]] = field(default_factory=dict)
     """Turn index -> tool docs revealed at the start of that turn."""
     ground_truth: list[list[str]] = field(default_factory=list)
@@ -75,7 +77,7 @@ def _category_tasks(category: str) -> dict[str, BfclTask]:
     # Imported here so that merely importing this module stays cheap.
     from bfcl_eval.utils import load_dataset_entry, load_ground_truth_entry
 
-    entries = load_dataset_entry(category)
+    entries = load_dataset_entry(category, include_language_specific_hint=False)
     answers = {a["id"]: a["ground_truth"] for a in load_ground_truth_entry(category)}
     tasks = {}
     for entry in entries:

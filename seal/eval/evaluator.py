@@ -86,7 +86,7 @@ from seal.eval.chat_endpoint import (
 )
 from seal.eval.replay import record_from_report
 from seal.formats.base import Conversation, ToolFormat
-from seal.formats.registry import HERMES, get_format
+from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.driver import StopReason, generation_budget
 from seal.rollout.env_client import EnvClient, EnvServiceError
 from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
@@ -144,7 +144,7 @@ class Prompting:
     """How the endpoint is asked: a tool format, and whether the conversation is sent as
     chat messages or as the format's rendered prompt to the completions API."""
 
-    tool_format: ToolFormat = field(default_factory=lambda: get_format(HERMES))
+    tool_format: ToolFormat = field(default_factory=lambda: get_format(PAPER_QWEN))
     completions: bool = False
 
     @property
@@ -218,7 +218,9 @@ async def run_episode(
         # is sent, so no format needs to say how its turns end.
         return len(tokens.encode(fmt.render(conversation)))
 
-    async with env.episode(task_id, EpisodeSettings(mode="validate", limits=limits)) as episode:
+    async with env.episode(
+        task_id, EpisodeSettings(mode="validate", prompt=fmt.prompt, limits=limits)
+    ) as episode:
         conversation = fmt.start(episode.created)
         first = list(conversation.messages)
         used = context = prompt_tokens(conversation)

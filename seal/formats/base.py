@@ -1,9 +1,9 @@
 """What a tool format is: how one model family sees a BFCL episode and writes tool calls.
 
 The environment service speaks structured data (seal.rollout.protocol): at creation the
-tool docs (BFCL's, with the training-time schema cues when on), the system-prompt
-sections (the instructions, then the constraint note and guidelines when on) and the
-first question; after each step the observation, as tool results (`role: tool`, one
+tool docs (BFCL's bare docs, with the training-time schema cues when on), the
+system-prompt sections (the layers' note and guidelines when on; the `rich` prompt's
+instructions first) and the first question; after each step the observation, as tool results (`role: tool`, one
 per call, in order) or user messages (the next question; on a miss_func holdout turn an
 empty one carrying the revealed tools). A `ToolFormat` is the client's half:
 
@@ -49,6 +49,8 @@ class ToolFormat(ABC):
     """The value of `trainer.model.tool_format` (and seal-eval's --tool-format)."""
     end_of_turn: str
     """The token that closes an assistant turn (where generation stops)."""
+    prompt: str = "paper"
+    """The service texts this format's prompt is made for (EpisodeSettings.prompt)."""
 
     @abstractmethod
     def start(self, created: dict) -> Conversation:

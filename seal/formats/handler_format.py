@@ -13,9 +13,10 @@ seal/bfcl/calls.py turns into data (literals only).
 
 Two uses:
 - training formats (`qwen3`, `llama3.1`, `bfcl_prompt`): one handler each, the
-  service's system-prompt sections as the task's system message (BFCL's own way of
-  adding a test case's system message), and a call the text attempts but the decoder
-  cannot read answered as a malformed call;
+  service's system-prompt sections (the paper's texts: the layers' note and guidelines,
+  no instructions of ours) as the task's system message (BFCL's own way of adding a test
+  case's system message), and a call the text attempts but the decoder cannot read
+  answered as a malformed call;
 - `leaderboard(registry_name)` (seal-eval --leaderboard-format): the
   model's own handler from bfcl-eval's model map, no system message of ours (a BFCL V4
   agentic task's own system message is kept, as bfcl-eval keeps it), and BFCL's
@@ -35,6 +36,7 @@ from bfcl_eval.constants.default_prompts import (
 )
 
 from seal.bfcl.calls import CallParseError, ToolCall, parse_call_string
+from seal.bfcl.prompt import language_hinted
 from seal.formats.base import Conversation, ParsedCalls, ToolFormat
 from seal.formats.bfcl_handlers import RegistryEntry, build_handler, registry_entry
 
@@ -65,7 +67,10 @@ class HandlerFormat(ToolFormat):
         # (BFCL V4 agentic: bfcl-eval puts it first in the question).
         if created["system"] and (not self.leaderboard or created.get("system_from_task")):
             first.insert(0, {"role": "system", "content": "\n\n".join(created["system"])})
-        entry = {"id": created["task_id"], "function": list(created["tools"]), "question": [first]}
+        # BFCL's loader adds its language hint to the docs available from the start (the
+        # service sends them bare); its inference shows revealed docs without it.
+        docs = language_hinted(created["tools"])
+        entry = {"id": created["task_id"], "function": docs, "question": [first]}
         data = self.handler._pre_query_processing_prompting(entry)
         data = self.handler.add_first_turn_message_prompting(data, entry["question"][0])
         return Conversation(data["message"], data["function"])
@@ -75,9 +80,12 @@ class HandlerFormat(ToolFormat):
         data = {"message": []}
         if results:
             decoded = {"model_responses_decoded": [m.get("name") for m in results]}
-            self.handler._add_execution_results_prompting(
-                data, [m["content"] for m in results], decoded
-            )
+            # A result's recovery hint (the paper's D.3) follows it in its content here.
+            contents = [
+                m["content"] + (f"\n[ToolHint] {m['hint']}" if m.get("hint") else "")
+                for m in results
+            ]
+            self.handler._add_execution_results_prompting(data, contents, decoded)
         users = self._user_messages([m for m in messages if m["role"] != "tool"])
         if users:
             self.handler._add_next_turn_user_message_prompting(data, users)
@@ -85,12 +93,13 @@ class HandlerFormat(ToolFormat):
 
     @staticmethod
     def _user_messages(messages: list[dict]) -> list[dict]:
-        """Questions as they are; a holdout turn as BFCL's prompt-mode message (the
-        revealed functions as a Python list, then a request to continue)."""
+        """Questions (and the environment's own answers) as user messages; a holdout turn
+        as BFCL's prompt-mode message (the revealed functions as a Python list, then a
+        request to continue)."""
         return [
             {"role": "user", "content": HOLDOUT_PROMPT.format(functions=m["tools"])}
             if m.get("tools")
-            else {"role": m["role"], "content": m["content"]}
+            else {"role": "user", "content": m["content"]}
             for m in messages
         ]
 

@@ -1,15 +1,19 @@
 """Tool formats by name (`trainer.model.tool_format`, seal-eval's --tool-format), and
 the default for a model.
 
-    qwen2.5      Qwen2.5 / Hermes `<tool_call>` JSON blocks (the shipped Qwen2.5 template)
+    bfcl_qwen_fc the paper's Qwen2.5 prompt, byte for byte the original release's
+                 (`<tool_call>` JSON blocks; seal/formats/paper_qwen.py)
+    qwen2.5      this project's richer Qwen2.5 prompt (the template's own `tools=`
+                 rendering, instructions; beyond the paper: seal/formats/hermes.py)
     qwen3        Qwen3 instruct, bfcl-eval's QwenFCHandler
     llama3.1     Llama 3.1 JSON tool calls, bfcl-eval's LlamaHandler_3_1
     bfcl_prompt  BFCL's prompt mode, Python-style call lists in Llama 3's layout
                  (bfcl-eval's LlamaHandler: ToolACE-2-8B, watt-tool-8B)
 
-`auto` picks by model name: Qwen2.5 models (and the tiny test model) use qwen2.5, which
-bfcl-eval does not rank; any other model bfcl-eval ranks uses the format of its handler
-there, function-calling mode first (`<name>-FC`). Any other name needs an explicit one.
+`auto` picks by model name: Qwen2.5 models (and the tiny test model) use bfcl_qwen_fc, the
+paper's prompt (bfcl-eval does not rank Qwen2.5); any other model bfcl-eval ranks uses
+the format of its handler there, function-calling mode first (`<name>-FC`). Any other
+name needs an explicit one.
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ from seal.formats.base import ToolFormat
 
 AUTO = "auto"
 FORMATS = {
+    "bfcl_qwen_fc": "seal.formats.paper_qwen:PaperQwenFormat",
     "qwen2.5": "seal.formats.hermes:HermesFormat",
     "qwen3": "seal.formats.handler_format:QwenFCFormat",
     "llama3.1": "seal.formats.handler_format:LlamaJsonFormat",
     "bfcl_prompt": "seal.formats.handler_format:PythonListFormat",
 }
-HERMES = "qwen2.5"
+PAPER_QWEN = "bfcl_qwen_fc"
 TINY_MODEL = "tiny-qwen2"
 
 
@@ -47,13 +52,13 @@ def get_format(name: str) -> ToolFormat:
 def default_format(model: str) -> str:
     """The format `auto` means for `model` (a Hugging Face name); see the module docstring."""
     if model == TINY_MODEL or "qwen2.5" in model.lower():
-        return HERMES
+        return PAPER_QWEN
     from seal.formats.bfcl_handlers import ranked_entry, registry_entry
 
     by_handler = {
         registry_entry(_format_class(n).REGISTRY_NAME).handler_class: n
         for n in FORMATS
-        if n != HERMES
+        if hasattr(_format_class(n), "REGISTRY_NAME")
     }
     entry = ranked_entry(model)
     if entry is not None and entry.handler_class in by_handler:

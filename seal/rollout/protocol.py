@@ -39,6 +39,7 @@ _STRICT = ConfigDict(extra="forbid")
 """pydantic reads this off a stdlib dataclass: unknown keys in a request are a 422."""
 
 ROLLOUT_MODES = ("sample", "validate")
+PROMPTS = ("paper", "rich")
 
 TOKEN_ENV = "SEAL_ENV_TOKEN"
 """Environment variable holding the service's bearer token: the service reads it when
@@ -154,6 +155,13 @@ class EpisodeSettings:
 
     mode: str = "sample"
     """`sample` (training: evolution allowed) or `validate` (the plain benchmark)."""
+    prompt: str = "paper"
+    """Whose texts the service writes (env_service/evolution.py TEXTS): `paper`, the
+    original release's (Appendix D: no instructions, ` [required]` on required parameters,
+    its D.2 note, D.4 guidelines), or `rich`, this project's (instructions before the
+    tools, [required]/[optional] markers, allowed values read from BFCL's prose, its own
+    note and guidelines; beyond the paper). A client's tool format asks for the one its
+    prompt is made for (seal.formats.base.ToolFormat.prompt)."""
     evolution: EvolutionSettings = field(default_factory=EvolutionSettings)
     evolve_in_validation: bool = False
     """Apply the evolution layers in validate mode too (off: validation is the benchmark)."""
@@ -163,6 +171,8 @@ class EpisodeSettings:
     def __post_init__(self):
         if self.mode not in ROLLOUT_MODES:
             raise ValueError(f"mode must be one of {ROLLOUT_MODES}, not {self.mode!r}")
+        if self.prompt not in PROMPTS:
+            raise ValueError(f"prompt must be one of {PROMPTS}, not {self.prompt!r}")
 
     @property
     def effective_evolution(self) -> EvolutionSettings:
@@ -177,11 +187,16 @@ class EpisodeSettings:
 class ObservationMessage(BaseModel):
     """One message the episode shows the model, in no model's format."""
 
-    role: Literal["user", "tool"]
+    role: Literal["user", "tool", "env"]
     content: str = ""
-    """A question, or a tool's result (an error text for a call that could not run)."""
+    """A question, a tool's result (an error text for a call that could not run), or the
+    environment's own answer (`env`: under the paper's prompt, the one error that answers
+    a message none of whose calls may run; formats show it as a user message)."""
     name: str | None = None
     """`tool`: the tool the call named (None when the call could not be parsed)."""
+    hint: str | None = None
+    """`tool`, under the paper's prompt with recovery feedback: its hint on this result
+    (the paper's D.3), which the format shows after it; None: no hint."""
     tools: list[dict] | None = None
     """`user` on a miss_func holdout turn: the tool docs revealed now (content empty)."""
 
@@ -243,12 +258,12 @@ class EpisodeCreated(BaseModel):
     category: str
     num_turns: int
     system: list[str]
-    """The system prompt's sections in order: the instructions, then the training
-    layers' constraint note and guidelines when they are on. The client's format lays
-    them out with the tools."""
+    """The system prompt's sections in order: the `rich` prompt's instructions (the paper's
+    has none), then the training layers' note and guidelines when they are on. The
+    client's format lays them out with the tools."""
     tools: list[dict]
-    """BFCL's docs of the tools available from the first turn, with the schema cues when
-    they are on."""
+    """BFCL's docs of the tools available from the first turn, bare (no language hint:
+    the format adds it where its prompt has it), with the schema cues when they are on."""
     messages: list[ObservationMessage]
     """The first turn's user messages."""
     interface: EpisodeInterface = Field(default_factory=EpisodeInterface)

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Callable
 
 from seal.formats.base import ToolFormat
-from seal.formats.registry import HERMES, get_format
+from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.env_client import EnvClient
 from seal.rollout.generation import Generation, GenerationError, SamplingParams
 from seal.rollout.protocol import EpisodeSettings
@@ -35,7 +35,7 @@ async def run_scripted_episode(
     default; 'input': the first messages, 'output': the rest). `pause()` seconds are
     waited before the episode starts and before each text, standing in for generation
     time."""
-    fmt = tool_format or get_format(HERMES)
+    fmt = tool_format or get_format(PAPER_QWEN)
     if pause is not None:
         await asyncio.sleep(pause())
     transcript: list[dict] = []

@@ -70,10 +70,13 @@ class ModelSettings:
     """Recompute activations in the backward pass (less memory, about 30% slower)."""
     tool_format: str = AUTO
     """How the model sees episodes and writes tool calls (seal/formats/registry.py):
-    qwen2.5 (Hermes <tool_call> JSON blocks) | qwen3 (Qwen3 instruct) | llama3.1 (Llama
-    3.1 JSON calls) | bfcl_prompt (BFCL's prompt mode: Python-style call lists, as
-    ToolACE-2-8B is ranked) | auto: by `path`, qwen2.5 for Qwen2.5 models and tiny-qwen2,
-    else the format bfcl-eval ranks the model in (an unknown name is an error)."""
+    bfcl_qwen_fc (the paper's Qwen2.5 prompt, byte for byte the original release's) |
+    qwen2.5 (this project's richer Qwen2.5 prompt, beyond the paper) | qwen3 (Qwen3
+    instruct) | llama3.1 (Llama 3.1 JSON calls) | bfcl_prompt (BFCL's prompt mode:
+    Python-style call lists, as ToolACE-2-8B is ranked) | auto: by `path`, bfcl_qwen_fc for
+    Qwen2.5 models and tiny-qwen2, else the format bfcl-eval ranks the model in (an
+    unknown name is an error). The format also picks the service's texts
+    (EpisodeSettings.prompt)."""
     tiny: TinyModelSettings = field(default_factory=TinyModelSettings)
 
     def __post_init__(self):
@@ -217,5 +220,9 @@ class TrainerConfig:
         `validate` episodes are the plain benchmark; both share the limits and reward."""
         evolution = self.evolution if mode == "sample" else EvolutionSettings()
         return EpisodeSettings(
-            mode=mode, evolution=evolution, limits=self.limits, reward=self.reward
+            mode=mode,
+            prompt=self.model.resolved_tool_format().prompt,
+            evolution=evolution,
+            limits=self.limits,
+            reward=self.reward,
         )

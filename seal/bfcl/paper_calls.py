@@ -1,0 +1,75 @@
+"""The paper's rules for the calls in a message: the original release's parser and checks.
+
+The release reads `<tool_call>{...}</tool_call>` blocks with one regular expression and
+answers a message with any malformed block, or any call of a tool not available yet, with
+one error message instead of running any of its calls (`parse` and `admission_error`
+here; env_service/episode.py applies them under the paper's prompt). Calls whose argument
+names do not fit the tool still run: the backend's own error is the answer, as in the
+release, whose executor ran them (here as data, never as code: seal/bfcl/calls.py).
+The texts are the release's, byte for byte (tests/test_paper_prompt.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from seal.bfcl.calls import CallParseError, ToolCall
+
+ERROR_PREFIX = "[ERROR] Invalid tool call format: "
+"""How the release's environment answers a message whose calls it would not run."""
+
+_BLOCK = re.compile(r"<tool_call>\s*\n?({.*?})\s*\n?\</tool_call>", re.DOTALL)
+NO_VALID_BLOCK = "Found tool_call tag text, but no valid <tool_call>{...}</tool_call> block."
+
+
+def parse(text: str) -> list[ToolCall | CallParseError]:
+    """The calls of a message as the release's strict parser reads them: every complete
+    block, in order, each a ToolCall or the release's error for it; a message that
+    mentions the tag without a complete block is one error; [] is an answer. A call's
+    name is kept as the release passes it on (`str` of it; "" when it has none), so that
+    `admission_error` can answer it as the release does."""
+    blocks = list(_BLOCK.finditer(text))
+    if not blocks:
+        return [CallParseError(text, NO_VALID_BLOCK)] if _mentions_tag(text) else []
+    return [_call(m.group(1).strip()) for m in blocks]
+
+
+def _mentions_tag(text: str) -> bool:
+    return "<tool_call" in text or "</tool_call>" in text
+
+
+def _call(raw: str) -> ToolCall | CallParseError:
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as e:
+        return CallParseError(raw, f"Invalid tool call JSON: {e}")
+    except (ValueError, RecursionError) as e:  # Python's own limits (digits, depth)
+        return CallParseError(raw, f"Invalid tool call JSON: {e}")
+    if "name" not in data or "arguments" not in data:
+        return CallParseError(raw, "Tool call JSON must contain both 'name' and 'arguments'.")
+    name, arguments = data["name"], data["arguments"]
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return CallParseError(raw, f"Tool '{name}' has non-JSON string arguments.")
+    if not isinstance(arguments, dict):
+        return CallParseError(raw, f"Tool '{name}' arguments must be a JSON object.")
+    return ToolCall(str(name) if name else "", arguments)
+
+
+def parse_error_message(errors: list[CallParseError]) -> str:
+    """The answer to a message with malformed blocks."""
+    return ERROR_PREFIX + "; ".join(e.reason for e in errors)
+
+
+def admission_error(calls: list[ToolCall], available: set[str]) -> str | None:
+    """The answer to a well-formed message that calls a tool it may not (the first such
+    call's error), or None when every call may run."""
+    for call in calls:
+        if not call.name:
+            return ERROR_PREFIX + "Missing function name in tool call."
+        if call.name not in available:
+            return ERROR_PREFIX + f"Tool '{call.name}' is not available in the current tool list."
+    return None

@@ -176,6 +176,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="(0 1 2)")
     a.add_argument("--out-dir", type=Path, default=REPO_ROOT / "outputs" / "learning_check_arms")
     a.add_argument(
+        "--warm-policy",
+        type=Path,
+        default=None,
+        help="start every run from this warm-up (a seal `run --eval-mode validate`'s "
+        "OUT/warm_policy.pt) (default: the first seal run warms up)",
+    )
+    a.add_argument(
         "run_args",
         nargs=argparse.REMAINDER,
         help="after --: arguments of every `run` (e.g. -- --steps 4 --eval-every 2)",
@@ -319,18 +326,24 @@ def ground_truth_samples(
 
 
 def nll_step(model, optimizer, samples: list[EpisodeSample], pad_id: int, chunk: int) -> float:
-    """One supervised step on the mean NLL per generated token (one batch of all
-    samples); returns the NLL per episode (nats), whose exp(-x) approximates the chance
-    that sampling reproduces the ground truth."""
+    """One supervised step on the mean NLL per generated token over all samples; returns
+    the NLL per episode (nats), whose exp(-x) approximates the chance that sampling
+    reproduces the ground truth. The gradient is accumulated one episode at a time: the
+    same gradient as one batch, without padding every episode to the longest, and the
+    logits of one episode in memory at a time (151,936 per token)."""
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    batch = collate(samples, list(range(len(samples))), pad_id, torch.device("cpu"))
-    logp, _ = response_logprobs(model, batch, chunk)
-    loss = -(logp * batch.response_mask).sum() / batch.response_mask.sum()
-    loss.backward()
+    tokens = sum(sum(s.response_mask) for s in samples)
+    total = 0.0
+    for k in range(len(samples)):
+        batch = collate(samples, [k], pad_id, torch.device("cpu"))
+        logp, _ = response_logprobs(model, batch, chunk)
+        nll = -(logp * batch.response_mask).sum()
+        (nll / tokens).backward()
+        total += nll.item()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
-    return loss.item() * float(batch.response_mask.sum()) / len(samples)
+    return total / len(samples)
 
 
 def sampled_success(
@@ -686,15 +699,19 @@ def seeds_command(paths: list[Path], labels: list[str], png: Path | None) -> int
     return 0
 
 
-def arms_command(seeds: list[int], out_dir: Path, run_args: list[str]) -> int:
+def arms_command(
+    seeds: list[int], out_dir: Path, run_args: list[str], warm: Path | None = None
+) -> int:
     """The `arms` command: `run` for the seal and the grpo arm over `seeds`, one run at a
     time and each in its own process (a run's memory is freed before the next starts), all
     from one warm-up (the first seal run's, on the ground truth of both arms' training
     episodes and the plain benchmark), all evaluated on the plain benchmark
     (`--eval-mode validate`, the same episodes for both arms); then `seal-report --compare`
-    of the two arms into OUT/compare/. Returns 1 if a run failed."""
+    of the two arms into OUT/compare/. `warm`: a warm-up to start every run from instead.
+    Returns 1 if a run failed."""
     run_args = [a for a in run_args if a != "--"]
-    warm = out_dir / f"{SEAL_ARM}_{seeds[0]}" / "warm_policy.pt"
+    warmed_here = warm is None
+    warm = warm or out_dir / f"{SEAL_ARM}_{seeds[0]}" / "warm_policy.pt"
     times = []
     for arm in (SEAL_ARM, GRPO_ARM):
         for seed in seeds:
@@ -702,7 +719,7 @@ def arms_command(seeds: list[int], out_dir: Path, run_args: list[str]) -> int:
             command = [sys.executable, "-m", "seal.learning_check", "run", *run_args,
                        "--eval-mode", "validate", "--arm", arm, "--seed", str(seed),
                        "--out-dir", str(out)]  # fmt: skip
-            if (arm, seed) != (SEAL_ARM, seeds[0]):  # the first run makes the warm-up
+            if not warmed_here or (arm, seed) != (SEAL_ARM, seeds[0]):  # else it warms up
                 command += ["--warm-policy", str(warm)]
             print(f"[arms] {' '.join(command)}", flush=True)
             if subprocess.run(command, check=False).returncode != 0:
@@ -733,7 +750,7 @@ def arms_command(seeds: list[int], out_dir: Path, run_args: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.command == "arms":
-        return arms_command(args.seeds, args.out_dir, args.run_args)
+        return arms_command(args.seeds, args.out_dir, args.run_args, args.warm_policy)
     if args.command == "table":
         return table_command(args.curve)
     if args.command == "seeds":

@@ -108,9 +108,7 @@ def test_bfcl_family_prompts_equal_bfcl_eval_s_own_inference(engine, name):
         assert ours == reference and len(ours) == len(texts), task_id
 
 
-@pytest.mark.parametrize(
-    "registry_name", [get_format(n).REGISTRY_NAME for n in BFCL_FAMILIES]
-)
+@pytest.mark.parametrize("registry_name", [get_format(n).REGISTRY_NAME for n in BFCL_FAMILIES])
 def test_leaderboard_prompts_equal_bfcl_eval_s_own_inference(engine, registry_name):
     """--leaderboard-format: BFCL's prompts exactly (no system message of ours), full
     re-renders of the conversation as the evaluator builds it."""
@@ -132,9 +130,7 @@ def test_qwen25_prompts_equal_the_template_with_tools(engine, tokenizer):
     for task_id in REFERENCE_TASKS:
         texts = gt_texts(task_id, fmt)
         rich = EpisodeSettings(mode="validate", prompt=fmt.prompt)
-        created, observations, _ = asyncio.run(
-            play_in_process(engine, task_id, texts, fmt, rich)
-        )
+        created, observations, _ = asyncio.run(play_in_process(engine, task_id, texts, fmt, rich))
         ours = incremental_prompts(fmt, created, texts, observations)
         tools = [prompt.to_tool(d) for d in prompt.language_hinted(load_task(task_id).tools)]
         messages = [{"role": "system", "content": "\n\n".join(created["system"])}]

@@ -126,3 +126,34 @@ def test_the_arms_command_compares_seal_and_vanilla_grpo_from_one_warm_up(tmp_pa
         "seal_0/run": True,
         "grpo_0/run": False,
     }
+
+
+def test_the_warm_up_step_accumulates_the_gradient_of_one_batch():
+    """nll_step goes one episode at a time (memory: one episode's logits); its gradient and
+    its NLL per episode are those of all episodes as one padded batch."""
+    import torch
+    from conftest import tiny_qwen2
+    from test_trainer_update import PAD, SAMPLES
+
+    from seal.trainer.update import collate, response_logprobs
+
+    model = tiny_qwen2()
+    batch = collate(SAMPLES, list(range(len(SAMPLES))), PAD, torch.device("cpu"))
+    logp, _ = response_logprobs(model, batch, 1024)
+    loss = -(logp * batch.response_mask).sum() / batch.response_mask.sum()
+    loss.backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    expected_nll = loss.item() * float(batch.response_mask.sum()) / len(SAMPLES)
+
+    class KeepGradients(torch.optim.SGD):
+        def step(self, closure=None):  # the gradient nll_step leaves, before any change
+            self.grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    optimizer = KeepGradients(model.parameters(), lr=0.0)
+    model.zero_grad()
+    nll = lc.nll_step(model, optimizer, SAMPLES, PAD, 1024)
+    assert nll == pytest.approx(expected_nll, rel=1e-5)
+    clipped = min(1.0, 1.0 / torch.cat([g.flatten() for g in expected.values()]).norm().item())
+    for name, grad in optimizer.grads.items():
+        relative = ((grad - expected[name] * clipped).norm() / expected[name].norm()).item()
+        assert relative < 1e-4, name

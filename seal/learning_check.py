@@ -5,7 +5,15 @@
     seal-learning-check table OUT/curve.json      # redraw a saved run's table and figure
     seal-learning-check seeds OUT_*/curve.json [--label NAME ...] [--png FILE]
                                                   # combine several seeds
+    seal-learning-check arms [--seeds 0 1 2] [--out-dir DIR] [-- RUN ARGS]
+                                                  # SEAL against vanilla GRPO, compared
     (or python -m seal.learning_check ...)
+
+`run --arm grpo` is vanilla GRPO (A-Patch, schema cues and the pushed failure profile off,
+as exp/GRPO.yaml); `arms` runs both arms over the seeds from one warm-up, evaluated on the
+plain benchmark (`--eval-mode validate`), one run at a time, then `seal-report --compare`
+(docs/learning_check_arms.md). Each evaluation is also written as validation records
+(RUN/validation, the samples of a task numbered) beside the run's config.yaml.
 
 What `run` shows: on K easy BFCL training tasks that the policy can partly solve, GRPO with
 the project's own machinery (LocalTrainer.train_step: rollouts through the real
@@ -32,10 +40,11 @@ Simplifications, named:
   (`LocalTrainer.restart_from_current_policy`: new KL reference, fresh optimizer).
 - The K tasks are both the training and the evaluation tasks: this checks that the
   optimisation works (the policy learns what it is rewarded for), not generalisation.
-- Evaluation is sampled (temperature 1, --eval-samples per task) in the training episode
-  mode (same observation layers as the rollouts), because that is the distribution GRPO
-  optimises; greedy success on the plain benchmark (validate mode) is reported before and
-  after GRPO for reference.
+- Evaluation is sampled (temperature 1, --eval-samples per task), by default in the
+  training episode mode (same observation layers as the rollouts), because that is the
+  distribution GRPO optimises (`--eval-mode validate`: the plain benchmark; the warm-up
+  then fits both prompt forms); greedy success on the plain benchmark is reported before
+  and after GRPO for reference.
 - Each GRPO step uses all K tasks (batch = K), so `epoch` = step - 1 for the capability
   state; the trainer's own validation loop (greedy, eval split) is not used.
 - Weights and the NLL warm-up are seeded and repeat exactly; sampled rollouts do not

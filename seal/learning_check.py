@@ -716,7 +716,8 @@ def arms_command(
     from one warm-up (the first seal run's, on the ground truth of both arms' training
     episodes and the plain benchmark), all evaluated on the plain benchmark
     (`--eval-mode validate`, the same episodes for both arms); then `seal-report --compare`
-    of the two arms into OUT/compare/. `warm`: a warm-up to start every run from instead.
+    of the two arms into OUT/compare/ (tasks as a sample) and OUT/compare_fixed/ (`--tasks
+    fixed`). `warm`: a warm-up to start every run from instead.
     Returns 1 if a run failed."""
     run_args = [a for a in run_args if a != "--"]
     warmed_here = warm is None
@@ -745,15 +746,12 @@ def arms_command(
     arms = []
     for arm in (SEAL_ARM, GRPO_ARM):
         arms += ["--arm", arm.upper(), *(str(out_dir / f"{arm}_{seed}" / "run") for seed in seeds)]
-    argv = [
-        "--compare",
-        *arms,
-        "--baseline",
-        GRPO_ARM.upper(),
-        "--out-dir",
-        str(out_dir / "compare"),
-    ]
-    return report.main(argv)
+    argv = ["--compare", *arms, "--baseline", GRPO_ARM.upper()]
+    # The tasks taken as a sample (the default) and as fixed: the check trains and evaluates
+    # on the same K tasks, so its own claim is about these tasks.
+    if report.main([*argv, "--out-dir", str(out_dir / "compare")]):
+        return 1
+    return report.main([*argv, "--tasks", "fixed", "--out-dir", str(out_dir / "compare_fixed")])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -116,6 +116,7 @@ def test_the_arms_command_compares_seal_and_vanilla_grpo_from_one_warm_up(tmp_pa
     for arm in lc.ARMS:
         records = read_val_dir(out / f"{arm}_0" / "run" / "validation")[1]
         assert [r.extra["mode"] for r in records] == ["validate", "validate"]
+    assert (out / "compare_fixed" / "compare.md").exists()
     numbers = json.loads((out / "compare" / "compare.json").read_text())
     assert [a["name"] for a in numbers["arms"]] == ["SEAL", "GRPO"] and numbers[
         "baseline"

@@ -413,14 +413,14 @@ def compare_arms(
         raise ValueError(f"--baseline {baseline!r} is none of the arms {list(loaded)}")
     comparison = Comparison(loaded, baseline, select, tasks_fixed)
     runs = comparison.runs
-    report_tasks = None
+    selection_tasks = report_tasks = None
     if select == HELDOUT:
         everywhere = set.intersection(
             *({r.task_id for records in run.steps.values() for r in records} for run in runs)
         )
         selection_tasks, report_tasks = heldout_halves(everywhere)
     for run in runs:
-        choose_steps(run, select, selection_tasks if select == HELDOUT else None)
+        choose_steps(run, select, selection_tasks)
     for selection in SELECTIONS:
         task_ids, left_out = paired_tasks(runs, selection)
         if selection == BEST and report_tasks is not None:
@@ -454,6 +454,8 @@ def _fill_rows(comparison: Comparison, resamples: int, seed: int) -> None:
         matrices = {
             arm: score_matrix(rs, selection, task_ids) for arm, rs in comparison.arms.items()
         }
+        # The exact tests need one 0/1 outcome per task (not a sampled task's rate).
+        single = {arm: _one_outcome_per_task(rs, selection) for arm, rs in comparison.arms.items()}
         for column in columns:
             for arm, arm_runs in comparison.arms.items():
                 parts = strata(column, task_ids, [matrices[arm]])
@@ -464,8 +466,10 @@ def _fill_rows(comparison: Comparison, resamples: int, seed: int) -> None:
                 if arm == comparison.baseline:
                     continue
                 parts = strata(column, task_ids, [matrices[arm], matrices[comparison.baseline]])
-                exact = _one_outcome_per_task([*arm_runs, *base_runs], selection) and all(
-                    s.scores[a].shape[0] == 1 for s in parts for a in (0, 1)
+                exact = (
+                    single[arm]
+                    and single[comparison.baseline]
+                    and len(arm_runs) == len(base_runs) == 1
                 )
                 comparison.differences.append(
                     difference(arm, selection, column, parts, exact, fixed, resamples, seed)

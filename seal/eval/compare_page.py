@@ -180,7 +180,7 @@ def _tasks_sentence(comparison: Comparison) -> str:
     return f"{len(comparison.tasks[FINAL])} paired tasks ({listed})"
 
 
-def intro(comparison: Comparison, resamples: int, seed: int) -> str:
+def intro(comparison: Comparison) -> str:
     arms = "; ".join(
         f"**{arm}**{' (baseline)' if arm == comparison.baseline else ''}: "
         + ", ".join(run.label for run in runs)
@@ -233,7 +233,7 @@ def write_comparison(comparison: Comparison, out_dir: Path, resamples: int, seed
     if comparison.warnings:
         page.append("".join(f"**Warning:** {w}\n\n" for w in comparison.warnings))
     page += [
-        intro(comparison, resamples, seed),
+        intro(comparison),
         "## Scores per arm (%)\n",
         arms_table(comparison),
         "\nThe paper's rows (Tables 1 and 3) are those of the runs' backbones.\n"

@@ -5,7 +5,15 @@
     seal-learning-check table OUT/curve.json      # redraw a saved run's table and figure
     seal-learning-check seeds OUT_*/curve.json [--label NAME ...] [--png FILE]
                                                   # combine several seeds
+    seal-learning-check arms [--seeds 0 1 2] [--out-dir DIR] [-- RUN ARGS]
+                                                  # SEAL against vanilla GRPO, compared
     (or python -m seal.learning_check ...)
+
+`run --arm grpo` is vanilla GRPO (A-Patch, schema cues and the pushed failure profile off,
+as exp/GRPO.yaml); `arms` runs both arms over the seeds from one warm-up, evaluated on the
+plain benchmark (`--eval-mode validate`), one run at a time, then `seal-report --compare`
+(docs/learning_check_arms.md). Each evaluation is also written as validation records
+(RUN/validation, the samples of a task numbered) beside the run's config.yaml.
 
 What `run` shows: on K easy BFCL training tasks that the policy can partly solve, GRPO with
 the project's own machinery (LocalTrainer.train_step: rollouts through the real
@@ -32,10 +40,11 @@ Simplifications, named:
   (`LocalTrainer.restart_from_current_policy`: new KL reference, fresh optimizer).
 - The K tasks are both the training and the evaluation tasks: this checks that the
   optimisation works (the policy learns what it is rewarded for), not generalisation.
-- Evaluation is sampled (temperature 1, --eval-samples per task) in the training episode
-  mode (same observation layers as the rollouts), because that is the distribution GRPO
-  optimises; greedy success on the plain benchmark (validate mode) is reported before and
-  after GRPO for reference.
+- Evaluation is sampled (temperature 1, --eval-samples per task), by default in the
+  training episode mode (same observation layers as the rollouts), because that is the
+  distribution GRPO optimises (`--eval-mode validate`: the plain benchmark; the warm-up
+  then fits both prompt forms); greedy success on the plain benchmark is reported before
+  and after GRPO for reference.
 - Each GRPO step uses all K tasks (batch = K), so `epoch` = step - 1 for the capability
   state; the trainer's own validation loop (greedy, eval split) is not used.
 - Weights and the NLL warm-up are seeded and repeat exactly; sampled rollouts do not
@@ -63,6 +72,7 @@ import random
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -74,17 +84,26 @@ from omegaconf import OmegaConf
 
 from seal.bfcl.ground_truth import ground_truth_texts
 from seal.bfcl.tasks import load_task
+from seal.eval import report
 from seal.launch.service import new_token, start_service
 from seal.rollout.driver import EpisodeSample, run_episode
 from seal.rollout.env_client import EnvClient
 from seal.rollout.scripted import ScriptedGenerator
 from seal.runs.data_order import task_ids_of
+from seal.runs.metrics_log import APATCH_MEAN_SCALE
+from seal.runs.records import write_step
 from seal.trainer.config import TrainerConfig
-from seal.trainer.local import LocalTrainer
+from seal.trainer.local import LocalTrainer, validation_record
 from seal.trainer.model import load_tokenizer
 from seal.trainer.update import collate, response_logprobs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+SEAL_ARM, GRPO_ARM = "seal", "grpo"
+ARMS = {
+    SEAL_ARM: {"apatch": True, "schema_cues": True, "push_profile": True},
+    GRPO_ARM: {"apatch": False, "schema_cues": False, "push_profile": False},
+}
+"""What each arm switches: A-Patch, the schema-cue layer, the failure profile pushed."""
 
 
 # --- settings ------------------------------------------------------------------------------
@@ -102,6 +121,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=12, help="GRPO steps (12)")
     p.add_argument("--n", type=int, default=8, help="GRPO samples per task (8)")
     p.add_argument("--lr", type=float, default=1e-4, help="GRPO learning rate (1e-4)")
+    p.add_argument(
+        "--arm",
+        choices=sorted(ARMS),
+        default=SEAL_ARM,
+        help="seal: A-Patch, schema cues and the closed loop on; grpo: vanilla GRPO, all "
+        "three off (as exp/GRPO.yaml) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--eval-mode",
+        choices=("sample", "validate"),
+        default="sample",
+        help="episodes the evaluation (and the warm-up's check) plays: sample = the training "
+        "episodes' layers, validate = the plain benchmark, the same for every arm (sample)",
+    )
     p.add_argument(
         "--guidelines",
         action=argparse.BooleanOptionalAction,
@@ -143,12 +176,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "same --hidden/--layers/--k/--seed) and only run GRPO (default: warm up)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of everything (0)")
+    p.add_argument("--port", type=int, default=0, help="the service's port (0: a free one)")
     p.add_argument(
         "--out-dir",
         type=Path,
         default=REPO_ROOT / "outputs" / "learning_check",
         help="outputs: curve.json, curve.png, warm_policy.pt, run/ "
         "(default outputs/learning_check)",
+    )
+    a = commands.add_parser(
+        "arms",
+        help="the seal and grpo arms over several seeds, one run at a time, one shared "
+        "warm-up; then seal-report --compare",
+    )
+    a.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="(0 1 2)")
+    a.add_argument("--out-dir", type=Path, default=REPO_ROOT / "outputs" / "learning_check_arms")
+    a.add_argument(
+        "--warm-policy",
+        type=Path,
+        default=None,
+        help="start every run from this warm-up (a seal `run --eval-mode validate`'s "
+        "OUT/warm_policy.pt) (default: the first seal run warms up)",
+    )
+    a.add_argument(
+        "run_args",
+        nargs=argparse.REMAINDER,
+        help="after --: arguments of every `run` (e.g. -- --steps 4 --eval-every 2)",
     )
     t = commands.add_parser("table", help="print a saved curve.json's table, redraw its PNG")
     t.add_argument("curve", type=Path, help="a run's curve.json")
@@ -174,7 +227,9 @@ def seed_everything(seed: int) -> None:
 
 
 def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerConfig:
-    """The tiny CPU trainer, shaped like tests/test_trainer_e2e.py, sized to the tasks."""
+    """The tiny CPU trainer, shaped like tests/test_trainer_e2e.py, sized to the tasks, with
+    the arm's switches (ARMS)."""
+    arm = ARMS[args.arm]
     overrides = {
         "total_steps": args.steps,
         "model": {
@@ -189,7 +244,13 @@ def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerCo
             },
         },
         "data": {"train_batch_size": args.k, "seed": args.seed},
-        "rollout": {"n": args.n, "temperature": 1.0, "max_batch_size": 64, "seed": args.seed},
+        "rollout": {
+            "n": args.n,
+            "temperature": 1.0,
+            "max_batch_size": 64,
+            "seed": args.seed,
+            "push_profile": arm["push_profile"],
+        },
         "limits": {
             "max_generations": max_generations,
             "max_new_tokens": max_new_tokens,
@@ -198,10 +259,10 @@ def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerCo
         },
         # Guidelines change the system prompt mid-run; a tiny model that memorised its
         # warm-up prompt is thrown off by that (suspected cause of the first run's collapse).
-        "evolution": {"guidelines": args.guidelines},
+        "evolution": {"guidelines": args.guidelines, "schema_cues": arm["schema_cues"]},
         # One optimizer step per task group: 4 updates per GRPO step with K = 4.
         "optim": {"lr": args.lr, "mini_batch_size": 1, "micro_batch_size": 4},
-        "apatch": {"enable": True},
+        "apatch": {"enable": arm["apatch"]},
         "validation": {"before_train": False},
         "checkpoint": {"save_freq": 0},
         "logging": {"wandb": "disabled"},
@@ -261,11 +322,20 @@ async def _gt_episodes(trainer: LocalTrainer, task_ids, settings) -> list[Episod
         return await asyncio.gather(*jobs)
 
 
-def ground_truth_samples(trainer: LocalTrainer, task_ids: list[str]) -> list[EpisodeSample]:
-    """The ground truth played through the service in the training episode mode, so the
-    warm-up sees the same prompts and observations as the GRPO rollouts."""
-    settings = trainer.cfg.episode_settings("sample")
-    samples = asyncio.run(_gt_episodes(trainer, task_ids, settings))
+def ground_truth_samples(
+    trainer: LocalTrainer, task_ids: list[str], modes: tuple[str, ...] = ("sample",)
+) -> list[EpisodeSample]:
+    """The ground truth played through the service in each episode mode, so the warm-up
+    sees the prompts and observations of the GRPO rollouts (`sample`) and of the evaluation;
+    an episode equal to one already played (no layer differs) is played once."""
+    samples, seen = [], set()
+    for mode in modes:
+        settings = trainer.cfg.episode_settings(mode)
+        for sample in asyncio.run(_gt_episodes(trainer, task_ids, settings)):
+            key = (tuple(sample.prompt_ids), tuple(sample.response_ids))
+            if key not in seen:
+                seen.add(key)
+                samples.append(sample)
     failed = [s.task_id for s in samples if not s.accuracy]
     if failed:
         raise SystemExit(f"error: the ground truth fails through the service on {failed}")
@@ -273,31 +343,54 @@ def ground_truth_samples(trainer: LocalTrainer, task_ids: list[str]) -> list[Epi
 
 
 def nll_step(model, optimizer, samples: list[EpisodeSample], pad_id: int, chunk: int) -> float:
-    """One supervised step on the mean NLL per generated token (one batch of all
-    samples); returns the NLL per episode (nats), whose exp(-x) approximates the chance
-    that sampling reproduces the ground truth."""
+    """One supervised step on the mean NLL per generated token over all samples; returns
+    the NLL per episode (nats), whose exp(-x) approximates the chance that sampling
+    reproduces the ground truth. The gradient is accumulated one episode at a time: the
+    same gradient as one batch, without padding every episode to the longest, and the
+    logits of one episode in memory at a time (151,936 per token)."""
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    batch = collate(samples, list(range(len(samples))), pad_id, torch.device("cpu"))
-    logp, _ = response_logprobs(model, batch, chunk)
-    loss = -(logp * batch.response_mask).sum() / batch.response_mask.sum()
-    loss.backward()
+    tokens = sum(sum(s.response_mask) for s in samples)
+    total = 0.0
+    for k in range(len(samples)):
+        batch = collate(samples, [k], pad_id, torch.device("cpu"))
+        logp, _ = response_logprobs(model, batch, chunk)
+        nll = -(logp * batch.response_mask).sum()
+        (nll / tokens).backward()
+        total += nll.item()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
-    return loss.item() * float(batch.response_mask.sum()) / len(samples)
+    return total / len(samples)
 
 
-def sampled_success(trainer: LocalTrainer, task_ids: list[str], n: int) -> dict[str, float]:
-    """Success rate and mean reward of n episodes per task at temperature 1, training mode."""
-    samples = trainer.rollout(task_ids, n, mode="sample", temperature=1.0)
+def sampled_success(
+    trainer: LocalTrainer, task_ids: list[str], n: int, mode: str
+) -> tuple[dict, list[EpisodeSample]]:
+    """Success rate and mean reward of n episodes per task at temperature 1 in `mode`
+    (`sample`: the training layers; `validate`: the plain benchmark), and the episodes."""
+    samples = trainer.rollout(task_ids, n, mode=mode, temperature=1.0)
     per_task = {
         t: float(np.mean([s.accuracy for s in samples if s.task_id == t])) for t in task_ids
     }
-    return {
+    check = {
         "success": float(np.mean([s.accuracy for s in samples])),
         "reward": float(np.mean([s.reward for s in samples])),
         "per_task": per_task,
     }
+    return check, samples
+
+
+def write_eval_records(run_dir: Path, step: int, samples: list[EpisodeSample], mode: str) -> None:
+    """The evaluation's episodes as validation records (RUN/validation/step_N.jsonl), the
+    samples of a task numbered, so `seal-report --compare` scores each task by its mean."""
+    numbers: dict[str, int] = defaultdict(int)
+    records = []
+    for sample in samples:
+        record = validation_record(sample, step)
+        extra = {"sample": numbers[sample.task_id], "mode": mode, "temperature": 1.0}
+        numbers[sample.task_id] += 1
+        records.append(record.model_copy(update={"extra": extra}))
+    write_step(run_dir / "validation", step, records)
 
 
 def greedy_success(trainer: LocalTrainer, task_ids: list[str]) -> dict[str, int]:
@@ -307,8 +400,10 @@ def greedy_success(trainer: LocalTrainer, task_ids: list[str]) -> dict[str, int]
 
 
 def warm_up(trainer: LocalTrainer, task_ids: list[str], args) -> tuple[list[dict], bool]:
-    """Supervised warm-up until the sampled success rate is in [low, high] (or budget)."""
-    gt = ground_truth_samples(trainer, task_ids)
+    """Supervised warm-up on the ground truth of the training episodes and of the
+    evaluation's (when they differ), until the evaluation's sampled success rate is in
+    [low, high] (or the budget is spent)."""
+    gt = ground_truth_samples(trainer, task_ids, tuple(dict.fromkeys(("sample", args.eval_mode))))
     optimizer = torch.optim.AdamW(trainer.policy.parameters(), lr=args.warmup_lr)
     chunk = trainer.cfg.optim.logprob_chunk_tokens
     history: list[dict] = []
@@ -321,7 +416,7 @@ def warm_up(trainer: LocalTrainer, task_ids: list[str], args) -> tuple[list[dict
         due = step % args.warmup_check_every == 0 and loss <= args.warmup_check_nll
         if not due and step != args.warmup_max_steps:
             continue
-        check = sampled_success(trainer, task_ids, args.warmup_check_samples)
+        check, _ = sampled_success(trainer, task_ids, args.warmup_check_samples, args.eval_mode)
         history[-1] |= check
         print(
             f"[warm-up {step:4d}] episode NLL {loss:.2f}  sampled success {check['success']:.3f}  "
@@ -343,7 +438,7 @@ def warm_up(trainer: LocalTrainer, task_ids: list[str], args) -> tuple[list[dict
 
 def grpo(trainer: LocalTrainer, task_ids: list[str], args) -> list[dict]:
     """GRPO steps on all K tasks; the curve rows (train metrics, periodic evaluation)."""
-    curve = [{"step": 0, **_eval_row(trainer, task_ids, args)}]
+    curve = [{"step": 0, **_eval_row(trainer, task_ids, args, 0)}]
     print(_row_line(curve[-1]), flush=True)
     for step in range(1, args.steps + 1):
         trainer.capability.start_epoch(step - 1)
@@ -353,20 +448,22 @@ def grpo(trainer: LocalTrainer, task_ids: list[str], args) -> list[dict]:
             "step": step,
             "train_success": metrics["train/accuracy"],
             "train_reward": metrics["train/reward_mean"],
-            "apatch_mean_scale": metrics.get("apatch/mean_scale", float("nan")),
+            # None when A-Patch is off: it scales nothing (table and figure say "off").
+            "apatch_mean_scale": metrics.get(APATCH_MEAN_SCALE),
             "kl": metrics.get("actor/kl_loss", float("nan")),
             "time_s": metrics["time/rollout_s"] + metrics["time/update_s"],
         }
         if step % args.eval_every == 0 or step == args.steps:
-            row |= _eval_row(trainer, task_ids, args)
+            row |= _eval_row(trainer, task_ids, args, step)
         curve.append(row)
         print(_row_line(row), flush=True)
     trainer.log.close()
     return curve
 
 
-def _eval_row(trainer: LocalTrainer, task_ids: list[str], args) -> dict:
-    check = sampled_success(trainer, task_ids, args.eval_samples)
+def _eval_row(trainer: LocalTrainer, task_ids: list[str], args, step: int) -> dict:
+    check, samples = sampled_success(trainer, task_ids, args.eval_samples, args.eval_mode)
+    write_eval_records(trainer.run_dir, step, samples, args.eval_mode)
     return {
         "eval_success": check["success"],
         "eval_reward": check["reward"],
@@ -384,15 +481,18 @@ def _row_line(row: dict) -> str:
         "eval_reward",
     ):
         if key in row:
-            parts.append(f"{key} {row[key]:.3f}")
+            parts.append(f"{key} {_fmt(row[key], off=key == 'apatch_mean_scale')}")
     return "[grpo] " + "  ".join(parts)
 
 
 # --- outputs -------------------------------------------------------------------------------
 
 
-def _fmt(value) -> str:
-    return "" if value is None else f"{value:.3f}"
+def _fmt(value, off: bool = False) -> str:
+    """A table cell; `off`: the column is A-Patch's, whose None means it was off."""
+    if value is None:
+        return "off" if off else ""
+    return f"{value:.3f}"
 
 
 def print_table(curve: list[dict]) -> None:
@@ -400,7 +500,7 @@ def print_table(curve: list[dict]) -> None:
     print("\n" + header + "\n|---|---|---|---|---|---|")
     for r in curve:
         cells = [
-            _fmt(r.get(k))
+            _fmt(r.get(k), off=k == "apatch_mean_scale" and "train_success" in r)
             for k in (
                 "train_success",
                 "train_reward",
@@ -440,14 +540,16 @@ def plot_curve(curve: list[dict], warm: list[dict], path: Path) -> None:
         "o-",
         label="eval success (temp 1)",
     )
-    ax1.plot(
-        [r["step"] for r in train],
-        [r["apatch_mean_scale"] for r in train],
-        "x:",
-        label="A-Patch mean scale",
-    )
+    scaled = [r for r in train if r.get("apatch_mean_scale") is not None]
+    if scaled:  # A-Patch off scales nothing: no line that would read like a SEAL run's
+        ax1.plot(
+            [r["step"] for r in scaled],
+            [r["apatch_mean_scale"] for r in scaled],
+            "x:",
+            label="A-Patch mean scale",
+        )
     ax1.set(
-        title="GRPO (SEAL) on the same tasks",
+        title="GRPO on the same tasks" + (" (SEAL: A-Patch on)" if scaled else " (A-Patch off)"),
         xlabel="GRPO step",
         ylim=(0, max(2.0, ax1.get_ylim()[1])),
     )
@@ -537,10 +639,14 @@ def run_check(args: argparse.Namespace) -> int:
     settings = {"args": {k: str(v) for k, v in vars(args).items()}, "tasks": task_ids,
                 "max_new_tokens": cfg.limits.max_new_tokens,
                 "max_generations": cfg.limits.max_generations}  # fmt: skip
-    print(f"[learning-check] seed {args.seed}; tasks {task_ids}")
+    print(f"[learning-check] arm {args.arm}, seed {args.seed}; tasks {task_ids}")
     print(f"[learning-check] settings {json.dumps(settings)}", flush=True)
+    # The run's config, as a training run's config.yaml, for seal-report (--compare tables
+    # the keys that differ between runs).
+    config = {"job": "learning_check", "learning_check": settings["args"], "trainer": cfg}
+    OmegaConf.save(OmegaConf.create(config), run_dir / "config.yaml")
 
-    with start_service("127.0.0.1", 0, run_dir / "service.log", new_token()) as service:
+    with start_service("127.0.0.1", args.port, run_dir / "service.log", new_token()) as service:
         # The warm-up's client takes the trainer's token and client settings too.
         trainer = LocalTrainer(cfg, service.url, run_dir, token=service.token)
         greedy_start = greedy_success(trainer, task_ids)
@@ -556,7 +662,9 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"[learning-check] warm-up {warm_s:.0f} s; greedy success (validate) {greedy_warm}")
         trainer.restart_from_current_policy()  # GRPO starts from the warmed-up weights
         seed_everything(args.seed + 1)  # GRPO's sampling does not depend on the warm-up length
+        t1 = time.perf_counter()
         curve = grpo(trainer, task_ids, args)
+        grpo_s = time.perf_counter() - t1
         greedy_end = greedy_success(trainer, task_ids)
     runtime = time.perf_counter() - t_start
 
@@ -579,6 +687,7 @@ def run_check(args: argparse.Namespace) -> int:
         },
         "curve": curve,
         "eval_success_rose": rose,
+        "grpo_s": grpo_s,
         "runtime_s": runtime,
     }
     (out_dir / "curve.json").write_text(json.dumps(result, indent=2))
@@ -607,8 +716,56 @@ def seeds_command(paths: list[Path], labels: list[str], png: Path | None) -> int
     return 0
 
 
+def arms_command(
+    seeds: list[int], out_dir: Path, run_args: list[str], warm: Path | None = None
+) -> int:
+    """The `arms` command: `run` for the seal and the grpo arm over `seeds`, one run at a
+    time and each in its own process (a run's memory is freed before the next starts), all
+    from one warm-up (the first seal run's, on the ground truth of both arms' training
+    episodes and the plain benchmark), all evaluated on the plain benchmark
+    (`--eval-mode validate`, the same episodes for both arms); then `seal-report --compare`
+    of the two arms into OUT/compare/ (tasks as a sample) and OUT/compare_fixed/ (`--tasks
+    fixed`). `warm`: a warm-up to start every run from instead.
+    Returns 1 if a run failed."""
+    run_args = [a for a in run_args if a != "--"]
+    warmed_here = warm is None
+    warm = warm or out_dir / f"{SEAL_ARM}_{seeds[0]}" / "warm_policy.pt"
+    times = []
+    for arm in (SEAL_ARM, GRPO_ARM):
+        for seed in seeds:
+            out = out_dir / f"{arm}_{seed}"
+            command = [sys.executable, "-m", "seal.learning_check", "run", *run_args,
+                       "--eval-mode", "validate", "--arm", arm, "--seed", str(seed),
+                       "--out-dir", str(out)]  # fmt: skip
+            if not warmed_here or (arm, seed) != (SEAL_ARM, seeds[0]):  # else it warms up
+                command += ["--warm-policy", str(warm)]
+            print(f"[arms] {' '.join(command)}", flush=True)
+            if subprocess.run(command, check=False).returncode != 0:
+                print(f"[arms] the {arm} run of seed {seed} failed", file=sys.stderr)
+                return 1
+            saved = json.loads((out / "curve.json").read_text())
+            times.append(
+                (arm, seed, saved["warmup"]["seconds"], saved["grpo_s"], saved["runtime_s"])
+            )
+    print("\n| arm | seed | warm-up (s) | GRPO and its evaluations (s) | run (s) |")
+    print("|---|---|---|---|---|")
+    for arm, seed, warm_s, grpo_s, run_s in times:
+        print(f"| {arm} | {seed} | {warm_s:.0f} | {grpo_s:.0f} | {run_s:.0f} |")
+    arms = []
+    for arm in (SEAL_ARM, GRPO_ARM):
+        arms += ["--arm", arm.upper(), *(str(out_dir / f"{arm}_{seed}" / "run") for seed in seeds)]
+    argv = ["--compare", *arms, "--baseline", GRPO_ARM.upper()]
+    # The tasks taken as a sample (the default) and as fixed: the check trains and evaluates
+    # on the same K tasks, so its own claim is about these tasks.
+    if report.main([*argv, "--out-dir", str(out_dir / "compare")]):
+        return 1
+    return report.main([*argv, "--tasks", "fixed", "--out-dir", str(out_dir / "compare_fixed")])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.command == "arms":
+        return arms_command(args.seeds, args.out_dir, args.run_args, args.warm_policy)
     if args.command == "table":
         return table_command(args.curve)
     if args.command == "seeds":

@@ -155,3 +155,25 @@ def test_rejects_mismatched_lengths_and_bad_options():
         APatchConfig(weight_source="learned")
     with pytest.raises(ValueError, match="min_scale"):
         APatchConfig(min_scale=2.0, max_scale=1.0)
+
+
+def test_a_patch_off_reports_no_scale():
+    """With A-Patch off (or in its warm-up) no advantage is scaled: the metrics say it is
+    off and carry no mean scale that would read like a SEAL run's (issue 32)."""
+    for config, step in ((APatchConfig(weight_source="static", enable=False), 0),
+                         (APatchConfig(weight_source="static", warmup_steps=5), 4)):  # fmt: skip
+        _, metrics = patch(config, step=step)
+        assert metrics["apatch/active"] == 0.0
+        assert "apatch/mean_scale" not in metrics and "apatch/scaled_frac" not in metrics
+
+
+def test_the_console_line_shows_a_patch_and_the_layers_off():
+    from seal.trainer.local import _console_line
+
+    _, off = patch(APatchConfig(weight_source="static", enable=False))
+    layers_off = {"layer/schema_cues": 0.0, "layer/guidelines": 0.0}
+    line = _console_line(3, {"train/reward_mean": 0.5, **off, **layers_off})
+    assert "apatch off" in line and "scale" not in line and "layers none" in line
+    _, on = patch(APatchConfig(weight_source="static"))
+    line = _console_line(3, {**on, "layer/schema_cues": 1.0, "layer/guidelines": 0.5})
+    assert "apatch scale 1.033" in line and "layers schema_cues, guidelines 0.5" in line

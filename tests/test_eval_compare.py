@@ -1,11 +1,13 @@
-"""`seal-report --compare`: runs side by side with paired bootstrap intervals and exact
+"""`seal-report --compare` with one run per arm: paired bootstrap intervals and exact
 McNemar p-values, on constructed runs whose per-task outcomes are known; the numbers are
 checked against computations made independently here (scipy's exact binomial test and
-bootstrap, and a plain loop for the stratified average)."""
+bootstrap, and a plain loop for the stratified average). Several runs per arm:
+tests/test_eval_compare_arms.py."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -15,7 +17,9 @@ from omegaconf import OmegaConf
 from scipy import stats
 
 from seal.eval import compare as C
+from seal.eval import plots as plots_module
 from seal.eval import report
+from seal.eval import stats as S
 from seal.eval.summary import load_split_ids
 from seal.runs.records import ValidationRecord, write_step
 from seal.tocf.tags import CATEGORIES
@@ -66,20 +70,30 @@ def baseline_and_run(tmp_path):
     return write_run(tmp_path / "vanilla", base), write_run(tmp_path / "seal", run)
 
 
-def differences(baseline: Path, run: Path, seed: int = 3):
-    comparison = C.compare_runs([str(baseline), str(run)], None, RESAMPLES, seed)
-    return {d.category: d for d in comparison.differences["seal"]}
+def compare(baseline: Path, run: Path, seed: int = 3) -> C.Comparison:
+    return C.compare_arms(
+        [("vanilla", [str(baseline)]), ("seal", [str(run)])], resamples=RESAMPLES, seed=seed
+    )
 
 
-def test_a_run_compared_with_itself_differs_by_zero_with_p_one(tmp_path):
+def differences(baseline: Path, run: Path, seed: int = 3, selection: str = C.FINAL):
+    found = compare(baseline, run, seed).differences
+    return {d.column: d for d in found if d.selection == selection}
+
+
+def test_a_run_compared_with_a_copy_of_itself_differs_by_zero_with_p_one(tmp_path):
     baseline, _ = baseline_and_run(tmp_path)
-    comparison = C.compare_runs([str(baseline)], None, RESAMPLES, 0)
-    found = comparison.differences["vanilla"]
-    assert [d.category for d in found] == [*CATEGORIES, C.AVERAGE]
+    copy = shutil.copytree(baseline, tmp_path / "copy")
+    comparison = C.compare_arms([("vanilla", [str(baseline)]), ("copy", [str(copy)])])
+    found = comparison.differences
+    assert [(d.selection, d.column) for d in found] == [
+        (selection, column) for selection in C.SELECTIONS for column in [*CATEGORIES, C.AVERAGE]
+    ]
     for d in found:
         assert (d.difference_pct, d.low_pct, d.high_pct) == (0.0, 0.0, 0.0)
-        assert (d.gained, d.lost, d.p_value) == (0, 0, 1.0)
-    assert found[-1].tasks == 400 and found[0].tasks == 100
+        assert (d.gained, d.lost, d.p_value, d.holm_p) == (0, 0, 1.0, 1.0)
+        assert d.method == C.BOOTSTRAP_MCNEMAR
+    assert found[4].tasks == 400 and found[0].tasks == 100
 
 
 def test_differences_and_discordant_counts_are_the_constructed_ones(tmp_path):
@@ -91,7 +105,7 @@ def test_differences_and_discordant_counts_are_the_constructed_ones(tmp_path):
     net = [gained - lost for _, gained, lost in DESIGN.values()]
     average = found[C.AVERAGE]
     assert average.difference_pct == pytest.approx(sum(net) / 4)
-    assert average.run_pct == pytest.approx(sum(b + g - lost for b, g, lost in DESIGN.values()) / 4)
+    assert average.arm_pct == pytest.approx(sum(b + g - lost for b, g, lost in DESIGN.values()) / 4)
     gained = sum(g for _, g, _ in DESIGN.values())
     assert (average.gained, average.lost) == (gained, sum(lost for *_, lost in DESIGN.values()))
 
@@ -105,17 +119,22 @@ def test_p_values_equal_scipys_exact_binomial_test(tmp_path):
     assert found["multi_turn_base"].p_value < 1e-6
     for gained, lost in [(0, 0), (0, 1), (1, 0), (3, 3), (7, 2), (0, 30), (210, 180), (400, 0)]:
         expected = 1.0 if gained + lost == 0 else stats.binomtest(gained, gained + lost).pvalue
-        assert C.mcnemar_exact(gained, lost) == pytest.approx(expected, rel=1e-12, abs=1e-300)
+        assert S.mcnemar_exact(gained, lost) == pytest.approx(expected, rel=1e-12, abs=1e-300)
 
 
 def test_category_intervals_equal_scipys_percentile_bootstrap(tmp_path):
     baseline, run = baseline_and_run(tmp_path)
     seed = 3
     found = differences(baseline, run, seed)
-    comparison = C.compare_runs([str(baseline), str(run)], None, RESAMPLES, seed)
-    pairs = C.paired(comparison.runs[1], comparison.runs[0])
+    comparison = compare(baseline, run, seed)
+    task_ids = comparison.tasks[C.FINAL]
     for k, category in enumerate(CATEGORIES):
-        ours, theirs = pairs[category]
+        ours, theirs = (
+            C.score_matrix(comparison.arms[arm], C.FINAL, task_ids)[0]
+            for arm in ("seal", "vanilla")
+        )
+        keep = [i for i, t in enumerate(task_ids) if C.category_of(t) == category]
+        ours, theirs = ours[keep], theirs[keep]
         result = stats.bootstrap(
             (ours - theirs,),
             np.mean,
@@ -185,20 +204,35 @@ def test_command_line_compares_training_runs_and_an_endpoint_evaluation(tmp_path
     assert "compare.md" in capsys.readouterr().out
     page = (out / "compare.md").read_text()
     assert (out / "compare.png").stat().st_size > 10_000
-    assert "vanilla (baseline)" in page and "| seal | 10 (best) | 400 |" in page
+    # The arms' scores with standard errors over tasks (one run each: sqrt(p (1 - p) /
+    # (n - 1)) for 0/1 outcomes), at the final step (seal's worse step 20) and the best.
+    assert (
+        "| vanilla (baseline) | final step | 1 | 400 | 22.00 ± 4.16 | 14.00 ± 3.49 |" in page
+    )  # sqrt(.22 * .78 / 99) = 0.0416
+    assert "| seal | seal | 20 (final) | 5.00 ± 2.19 | 0.00 ± 0.00 |" in page
+    assert "| seal | seal | 10 (best, by average) | 58.00 ± 4.96 |" in page
+    assert (
+        "| seal | best step (selected on the test set: optimistic) | 1 | 400 | 58.00 ± 4.96" in page
+    )
     # The paper's rows of the runs' backbone, the reproduced ones marked.
-    assert "paper: Qwen2.5-7B-Instruct + SEAL (reproduced above) | – | – | 40.25 |" in page
+    assert (
+        "paper: Qwen2.5-7B-Instruct + SEAL (reproduced above) | – | – | – | 58.00 | 36.00 "
+        "| 34.00 | 33.00 | 40.25 |" in page
+    )
     assert "paper: Qwen2.5-7B-Instruct + vanilla RL (reproduced above)" in page
     assert "paper: Qwen2.5-7B-Instruct (reproduced above)" in page
     assert "paper: Qwen2.5-7B-Instruct + SEAL w/o closed-loop update |" in page
     numbers = json.loads((out / "compare.json").read_text())
-    assert [r["label"] for r in numbers["runs"]] == ["vanilla", "seal", "qwen7b"]
-    assert numbers["differences"]["vanilla"][-1]["p_value"] == 1.0
-    # A given step instead of the best.
+    assert [a["name"] for a in numbers["arms"]] == ["vanilla", "seal", "qwen7b"]
+    rows = {(d["arm"], d["selection"], d["column"]): d for d in numbers["differences"]}
+    final, best = rows["seal", "final", C.AVERAGE], rows["seal", "best", C.AVERAGE]
+    assert (final["gained"], final["lost"], best["gained"], best["lost"]) == (0, 51, 96, 15)
+    assert len(rows) == 20 and all(d["holm_p"] >= d["p_value"] for d in rows.values())
+    # A given step instead of the final and the best.
     assert report.main(["--compare", f"{run}@20", "--baseline", str(baseline),
                         "--out-dir", str(tmp_path / "cmp20"), "--resamples", "200"]) == 0  # fmt: skip
     page = (tmp_path / "cmp20" / "compare.md").read_text()
-    assert "| seal | 20 (given) | 400 |" in page
+    assert "| seal | seal | 20 (given) | 5.00 ± 2.19 |" in page
 
 
 def test_unpaired_tasks_are_left_out_and_named(tmp_path):
@@ -206,11 +240,11 @@ def test_unpaired_tasks_are_left_out_and_named(tmp_path):
     partial = tmp_path / "partial" / "validation"
     records = [record(t, 0, 1) for ids in BY_CATEGORY.values() for t in ids[:50]]
     write_step(partial, 0, records)
-    comparison = C.compare_runs([str(baseline), str(partial.parent)])
-    found = {d.category: d for d in comparison.differences["partial"]}
+    comparison = C.compare_arms([("vanilla", [str(baseline)]), ("partial", [str(partial.parent)])])
+    found = {d.column: d for d in comparison.differences if d.selection == C.FINAL}
     assert found["multi_turn_base"].tasks == 50 and found[C.AVERAGE].tasks == 200
-    assert (
-        "differ in 200 tasks (0 only in the run, 200 only in the baseline)" in comparison.notes[0]
+    assert comparison.notes[0] == (
+        "vanilla: 200 task(s) of its final step are not validated by every run and are left out"
     )
 
 
@@ -222,3 +256,86 @@ def test_bad_arguments_are_clear(tmp_path, capsys):
     assert "no validation step 7" in capsys.readouterr().err
     assert report.main(["--compare", str(tmp_path / "nowhere")]) == 1
     assert "no validation records" in capsys.readouterr().err
+
+
+# --- issue 32, finding 4: what a comparison of short or flat runs said -----------------
+
+
+def test_a_tie_of_the_best_step_goes_to_the_later_step_and_the_final_step_is_shown(tmp_path):
+    """Two short runs whose steps 0 and 10 have equal averages: the best step is 10 (not the
+    identical untrained step 0 of both), and the final step (10) is scored beside it."""
+    untrained = {c: set(range(10)) for c in CATEGORIES}
+    run_a = write_run(tmp_path / "a", untrained, step=0)
+    write_run(run_a, {c: set(range(10)) for c in CATEGORIES}, step=10)
+    run_b = write_run(tmp_path / "b", untrained, step=0)
+    write_run(run_b, {c: set(range(5, 15)) for c in CATEGORIES}, step=10)  # 5 gained, 5 lost
+    out = tmp_path / "cmp"
+    argv = ["--compare", str(run_a), str(run_b), "--out-dir", str(out), "--resamples", "200"]
+    assert report.main(argv) == 0
+    numbers = json.loads((out / "compare.json").read_text())
+    runs = [run for arm in numbers["arms"] for run in arm["runs"]]
+    assert [(r["label"], r["final_step"], r["best_step"]) for r in runs] == [
+        ("a", 10, 10),
+        ("b", 10, 10),
+    ]
+    rows = {(d["selection"], d["column"]): d for d in numbers["differences"]}
+    assert rows["final", "multi_turn_base"]["gained"] == 5
+    assert rows["best", "multi_turn_base"]["lost"] == 5
+
+
+def test_a_category_too_small_for_a_test_is_warned_about(tmp_path):
+    """2 tasks per category: no test can reach p < 0.05 (the exact McNemar test's smallest
+    p-value with 2 tasks is 0.5); the page says so and never speaks of 100 tasks."""
+    small = {c: ids[:2] for c, ids in BY_CATEGORY.items()}
+
+    def small_run(folder, passed):
+        records = [
+            record(t, 10, int(k in passed)) for ids in small.values() for k, t in enumerate(ids)
+        ]
+        write_step(folder / "validation", 10, records)
+        return folder
+
+    base, run = small_run(tmp_path / "base", set()), small_run(tmp_path / "run", {0, 1})
+    out = tmp_path / "cmp"
+    assert report.main(["--compare", str(base), str(run), "--out-dir", str(out)]) == 0
+    page = (out / "compare.md").read_text()
+    assert "100 tasks" not in page
+    warning = next(line for line in page.splitlines() if "too few tasks" in line)
+    assert "multi_turn_base (2 tasks)" in warning and "at least 6" in warning
+    numbers = json.loads((out / "compare.json").read_text())
+    assert any("too few tasks" in w for w in numbers["warnings"])
+
+
+def test_the_figure_titles_say_what_is_drawn(tmp_path, monkeypatch):
+    """No paper row is drawn for runs of an unknown model: no title speaks of one."""
+    titles = []
+
+    def keep_titles(fig, path):
+        titles.extend(ax.get_title() for ax in fig.axes)
+        path.write_bytes(b"png")
+        return path
+
+    monkeypatch.setattr(plots_module, "_save", keep_titles)
+    baseline, run = baseline_and_run(tmp_path)
+    argv = ["--compare", str(baseline), str(run), "--out-dir", str(tmp_path / "cmp")]
+    assert report.main([*argv, "--resamples", "200"]) == 0
+    assert titles and not any("paper" in title for title in titles)
+    assert any("95%" in title for title in titles)
+
+
+def test_the_config_keys_that_differ_between_the_runs_are_tabled(tmp_path):
+    baseline, run = baseline_and_run(tmp_path)
+    save_training_config(baseline, "GRPO")
+    save_training_config(run, "SEAL")
+    out = tmp_path / "cmp"
+    argv = ["--compare", str(baseline), str(run), "--out-dir", str(out), "--resamples", "200"]
+    assert report.main(argv) == 0
+    page = (out / "compare.md").read_text()
+    assert "## Config keys that differ" in page
+    assert "| trainer.apatch.enable | False | True |" in page
+    assert "| trainer.evolution.schema_cues | False | True |" in page
+    numbers = json.loads((out / "compare.json").read_text())
+    assert numbers["config_differences"]["trainer.apatch.enable"] == {
+        "vanilla": False,
+        "seal": True,
+    }

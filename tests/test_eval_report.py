@@ -271,3 +271,58 @@ def test_module_runs_as_a_command(run_dir):
     )
     assert done.returncode == 0, done.stderr
     assert (out_dir / "report.md").exists() and (out_dir / "capability.png").exists()
+
+
+def test_a_run_with_a_patch_and_the_layers_off_is_shown_as_such(tmp_path, monkeypatch):
+    """A vanilla GRPO run (exp/GRPO.yaml: apatch.enable false, no layer): its report says A-Patch
+    and each layer were off and draws no A-Patch scale (issue 32: it looked like a SEAL run's,
+    "scale 1.728")."""
+    import torch
+
+    from seal.tocf.apatch import APatchConfig, apply_apatch
+
+    sys.path.insert(0, str(REPO))
+    from omegaconf import OmegaConf
+
+    import launcher
+
+    OmegaConf.save(
+        launcher.compose(REPO / "exp/GRPO.yaml", ["job=local"]), tmp_path / "config.yaml"
+    )
+    state = CapabilityState()
+    off = APatchConfig(enable=False)
+    with M.MetricsWriter(tmp_path) as log:
+        for step in range(1, 4):
+            tags = [["empty_turn_model_response"], ["pass"]]
+            for k, sample_tags in enumerate(tags):
+                outcome = TrajectoryOutcome(
+                    CATEGORIES[0], f"t{k}", k, bool(k), sample_tags, step, 0
+                )
+                state.observe(outcome)
+            state.update_weights()
+            advantages = torch.tensor([[-1.0], [1.0]])
+            _, apatch = apply_apatch(advantages, torch.ones(2, 1), tags, off, step=step,
+                                     weights=state.weights)  # fmt: skip
+            interface = {"episodes": 2, "layers": dict(NO_LAYERS)}
+            log.write(step, {**state.metrics(), **apatch, **M.layer_metrics(interface)})
+    titles = []
+    save = plots._save
+
+    def keep_titles(fig, path):
+        titles.extend(ax.get_title() for ax in fig.axes)
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep_titles)
+    text = write_report(tmp_path).read_text()
+    settings = section(text, "What the run trained with")
+    assert "| A-Patch (advantage reweighting) | off |" in settings
+    assert "| layer: schema_cues | off |" in settings and "| layer: guidelines | off |" in settings
+    assert "| failure profile pushed to the service (closed loop) | off |" in settings
+    assert "A-Patch was off in every step" in text
+    assert not any("A-Patch: mean advantage scale" in title for title in titles)
+    assert any("not applied (A-Patch off)" in title for title in titles)
+    # Without a config, the metrics say the same.
+    (tmp_path / "config.yaml").unlink()
+    settings = section(write_report(tmp_path).read_text(), "What the run trained with")
+    assert "| A-Patch (advantage reweighting) | on in 0 of 3 steps |" in settings
+    assert "| layer: schema_cues | off |" in settings

@@ -100,25 +100,30 @@ def test_step_missing_a_category_has_no_average_and_cannot_be_best():
     assert [row["best"] for row in rows] == ["*", ""]
 
 
-def test_best_step_has_the_highest_average_and_ties_go_to_the_earliest():
+def test_best_step_has_the_highest_average_and_ties_go_to_the_later_step():
+    """A flat run's best step is its last of the equal ones, not the untrained step 0
+    (issue 32: two short flat runs compared their identical step 0)."""
     steps = {
         step: step_records(step, counts_with_rates(*rates))
         for step, rates in [(0, (1, 1, 1, 1)), (10, (3, 3, 3, 3)), (20, (6, 2, 2, 2))]
     }
     steps[30] = step_records(30, counts_with_rates(2, 2, 2, 2))
     summaries = summarize(steps)
-    assert best_step(summaries) == 10
-    assert [row["best"] for row in table_rows(summaries)] == ["", "*", "", ""]
+    assert best_step(summaries) == 20
+    assert [row["best"] for row in table_rows(summaries)] == ["", "", "*", ""]
+    flat = {step: step_records(step, counts_with_rates(1, 1, 1, 1)) for step in (0, 10, 20)}
+    assert best_step(summarize(flat)) == 20
 
 
 def test_tie_is_exact_even_where_float_sums_differ():
     # In floats, (0 + .07 + .07 + .21) / 4 < (.21 + .07 + .07 + 0) / 4: a float average
-    # would pick step 20 over the equal step 10.
+    # would pick the later step 20 over the equal step 10 for the wrong reason, and step
+    # 10 when they are swapped.
     steps = {
-        10: step_records(10, counts_with_rates(0, 7, 7, 21)),
-        20: step_records(20, counts_with_rates(21, 7, 7, 0)),
+        10: step_records(10, counts_with_rates(21, 7, 7, 0)),
+        20: step_records(20, counts_with_rates(0, 7, 7, 21)),
     }
-    assert best_step(summarize(steps)) == 10
+    assert best_step(summarize(steps)) == 20
 
 
 def test_best_step_is_none_without_a_complete_step():

@@ -1,68 +1,84 @@
-"""Runs side by side, with honest statistics: `seal-report --compare RUN [RUN ...]`.
+"""Arms of runs side by side, with the statistics a claim needs: `seal-report --compare`.
+
+    seal-report --compare --arm GRPO RUN [RUN ...] --arm SEAL RUN [RUN ...] [--baseline GRPO]
+    seal-report --compare RUN [RUN ...] [--baseline RUN]      # each RUN an arm of one run
 
 Each RUN is a training run's directory, an endpoint evaluation's output directory
-(`seal-eval --out-dir`) or a directory of `step_*.jsonl` records
-(seal.eval.run_source); `RUN@STEP` picks a validation step, else the run's best (the
-highest average of the four categories, the earliest on a tie). The page shows every run's
-pass rates per category and average, the paper's rows of the runs' backbones beside them,
-and for each run its difference to the baseline (`--baseline`, default the first run):
+(`seal-eval --out-dir`) or a directory of `step_*.jsonl` records (seal.eval.run_source);
+an arm's runs are its seeds. Every run is scored at two steps: its **final** validation
+step and its **best** one (the highest average of the four categories, or of all tasks when
+a run does not cover the four; the later step on a tie). The best step is chosen on the same
+tasks it is scored on, so its row is flagged as selected on the test set; `--select heldout`
+chooses it on half of each category's tasks and scores it on the other half. `RUN@STEP`
+scores the run at that step in both rows.
 
-- paired over the tasks both runs validated at their steps (the 400 held-out tasks when
-  both ran them all; tasks only one run has are left out and counted);
-- a 95% percentile bootstrap interval of the difference in pass rate, resampling tasks
-  with replacement: within each category for the category's difference, and, for the
-  average, within every category at once (a stratified resample, as the average is the
-  mean of the four category rates). Category k's resamples come from
-  `numpy.random.default_rng([seed, k])` (k its position in seal.tocf.tags.CATEGORIES),
-  each drawn as `rng.integers(0, n, (resamples, n))`, so a category's interval is
-  exactly `scipy.stats.bootstrap`'s percentile interval under that generator;
-- the exact McNemar test: of the discordant tasks (one run passed, the other failed),
-  how likely a split at least as uneven is under a fair coin (two-sided binomial test);
-  computed exactly with integers here (scipy is not a dependency of the package; the
-  tests check it against `scipy.stats.binomtest`).
-
-With 100 tasks per category, a 95% interval of a difference is about +-10 points wide for
-pass rates near 30%: differences of a few points are noise, which this page shows.
+Per arm, selection and category (and the paper's average): the mean over the arm's runs
+with its standard error over seeds and tasks; per run, the same (the per-seed table); per
+arm against the baseline arm: the difference, its 95% interval, a p-value and the p-value
+Holm-adjusted across all rows of the comparison. When both arms are one run with one
+0/1 outcome per task, the interval is the paired percentile bootstrap over tasks and the
+p-value the exact McNemar test; otherwise the pooled estimate over seeds and tasks with
+Student's t (seal.eval.stats; docs/comparing_runs.md). Tasks are paired across all runs:
+those some run did not validate are left out and counted. A category with too few tasks
+for any test to reach p < 0.05 is warned about.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-from dataclasses import asdict, dataclass, field
-from fractions import Fraction
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import fmean
 
 import numpy as np
 
-from seal.eval import plots
-from seal.eval.paper import PaperResult, backbone_of, controlled_results
-from seal.eval.run_source import paper_row, run_model, validation_dir
-from seal.eval.summary import best_step, summarize, summarize_step
-from seal.eval.tables import markdown_table
+from seal.eval import stats as S
+from seal.eval.config_diff import differing_keys
+from seal.eval.paper import PaperResult
+from seal.eval.run_source import paper_row, run_config, run_model, validation_dir
+from seal.eval.summary import StepSummary, best_step, summarize
 from seal.runs.records import ValidationRecord, read_val_dir
 from seal.tocf.tags import CATEGORIES
 
 RESAMPLES = 10_000
-CONFIDENCE = 0.95
 AVERAGE = "average"
-COMPARE_FILENAME = "compare.md"
+"""The paper's average: the mean of the four category rates."""
+ALL_TASKS = "all tasks"
+"""The mean over all tasks, the summary column when the runs do not cover the four
+categories (e.g. the learning check's few tasks)."""
+FINAL, BEST = "final", "best"
+SELECTIONS = (FINAL, BEST)
+TEST, HELDOUT = "test", "heldout"
+"""Where the best step is chosen: on the tasks it is scored on, or on a held-out half."""
+SAMPLE_KEY = "sample"
+"""A record's `extra` key numbering its task's samples (several episodes of one task at
+one step, e.g. the learning check's sampled evaluation): scored as the task's mean."""
+BOOTSTRAP_MCNEMAR = "paired bootstrap / exact McNemar"
+POOLED_T = "pooled over seeds and tasks / t-test"
+POOLED_T_FIXED = "over seeds, tasks fixed / Welch t-test"
+
+
+# --- runs and their steps ------------------------------------------------------------------
 
 
 @dataclass
 class ComparedRun:
     label: str
     path: Path
-    step: int
-    step_given: bool
-    """The step was asked for (RUN@STEP), not chosen as the best."""
-    records: dict[str, ValidationRecord]
-    """The step's records by task id."""
+    arm: str
+    steps: dict[int, list[ValidationRecord]]
+    given: int | None
+    """The step asked for (RUN@STEP), which replaces both the final and the best step."""
     model: str | None
     paper: PaperResult | None
     """The paper's row this run reproduces, if any."""
+    config: dict | None
+    """The run's saved config (config.yaml), if any."""
+    chosen: dict[str, int] = field(default_factory=dict)
+    """The step scored per selection (FINAL, BEST)."""
+    best_by: str = AVERAGE
+    """What the best step maximised: AVERAGE or ALL_TASKS."""
 
 
 def parse_spec(spec: str) -> tuple[Path, int | None]:
@@ -73,304 +89,401 @@ def parse_spec(spec: str) -> tuple[Path, int | None]:
     return Path(spec), None
 
 
-def load_compared(spec: str) -> ComparedRun:
+def task_scores(records: list[ValidationRecord], where: str) -> dict[str, tuple[float, int]]:
+    """Per task id: (mean score, episodes). A task validated more than once must number
+    its samples (`extra["sample"]`), else it is an error."""
+    by_task: dict[str, list[ValidationRecord]] = defaultdict(list)
+    for record in records:
+        by_task[record.task_id].append(record)
+    out = {}
+    for task_id, found in by_task.items():
+        samples = [r.extra.get(SAMPLE_KEY) for r in found]
+        if len(found) > 1 and (None in samples or len(set(samples)) != len(samples)):
+            raise ValueError(f"{where} validates task {task_id} {len(found)} times")
+        out[task_id] = (fmean(r.score for r in found), len(found))
+    return out
+
+
+def load_run(spec: str, arm: str) -> ComparedRun:
     path, step = parse_spec(spec)
     steps = read_val_dir(validation_dir(path))
     if not steps:
         raise FileNotFoundError(f"{path}: no validation step to compare")
-    given = step is not None
-    if given and step not in steps:
+    if step is not None and step not in steps:
         raise ValueError(f"{path}: no validation step {step} (it has {sorted(steps)})")
-    if not given:
-        step = best_step(summarize(steps))
-        if step is None:
-            raise ValueError(f"{path}: no validation step covers all four categories")
-    records = steps[step]
-    by_task = {record.task_id: record for record in records}
-    if len(by_task) != len(records):
-        raise ValueError(f"{path}: step {step} validates a task twice")
-    model, _ = run_model(path, records)
+    for s, records in steps.items():
+        task_scores(records, f"{path}: step {s}")  # refuses a task validated twice
+    shown = steps[step if step is not None else max(steps)]
+    model, _ = run_model(path, shown)
     label = path.resolve().name
-    return ComparedRun(label, path, step, given, by_task, model, paper_row(path, records))
+    return ComparedRun(
+        label, path, arm, steps, step, model, paper_row(path, shown), run_config(path)
+    )
 
 
-# --- statistics ---------------------------------------------------------------------------
+def choose_best(summaries: list[StepSummary]) -> tuple[int, str]:
+    """(best step, what it maximised): the highest average of the four categories, or,
+    when no step covers the four, the highest pass rate over all tasks; the later step on
+    a tie (a flat run is scored where it ended, not at its untrained step 0)."""
+    step = best_step(summaries)
+    if step is not None:
+        return step, AVERAGE
+    scored = [s for s in summaries if s.overall.total]
+    return max(scored, key=lambda s: (s.overall.rate, s.step)).step, ALL_TASKS
 
 
-def mcnemar_exact(gained: int, lost: int) -> float:
-    """Two-sided exact McNemar p-value of `gained` tasks only the run passed against
-    `lost` ones only the baseline passed: 2 x P(X <= min) for X ~ Binomial(gained + lost,
-    1/2), at most 1; 1 when no task is discordant."""
-    n = gained + lost
-    if n == 0:
-        return 1.0
-    # Exact integers: the tail of 400 discordant tasks is far below float's resolution.
-    tail = sum(math.comb(n, i) for i in range(min(gained, lost) + 1))
-    return float(min(Fraction(1), Fraction(2 * tail, 2**n)))
+def heldout_halves(task_ids: set[str]) -> tuple[set[str], set[str]]:
+    """(selection half, report half): within each category, the tasks in id order taken
+    alternately, so each half holds about half of every category."""
+    selection, report = set(), set()
+    by_category = defaultdict(list)
+    for task_id in task_ids:
+        by_category[task_id.rsplit("_", 1)[0]].append(task_id)
+    for category, ids in by_category.items():
+        if len(ids) < 2:
+            raise ValueError(
+                f"--select heldout needs at least 2 tasks per category; {category} has {len(ids)}"
+            )
+        ordered = sorted(ids)
+        selection.update(ordered[0::2])
+        report.update(ordered[1::2])
+    return selection, report
 
 
-def bootstrap_means(differences: np.ndarray, resamples: int, seed: int, k: int) -> np.ndarray:
-    """`resamples` means of `differences` resampled with replacement, drawn from
-    default_rng([seed, k]) as scipy.stats.bootstrap draws them."""
-    rng = np.random.default_rng([seed, k])
-    n = len(differences)
-    return differences[rng.integers(0, n, (resamples, n))].mean(axis=-1)
+def choose_steps(run: ComparedRun, select: str, selection_tasks: set[str] | None) -> None:
+    """Fill `run.chosen` (and `best_by`); with `selection_tasks`, the best step is chosen on
+    those tasks' records only."""
+    if run.given is not None:
+        run.chosen = {FINAL: run.given, BEST: run.given}
+        return
+    steps = run.steps
+    if select == HELDOUT:
+        steps = {s: [r for r in rs if r.task_id in selection_tasks] for s, rs in steps.items()}
+    best, run.best_by = choose_best(summarize(steps))
+    run.chosen = {FINAL: max(run.steps), BEST: best}
 
 
-def percentile_interval(means: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    alpha = (1 - confidence) / 2
-    return float(np.percentile(means, alpha * 100)), float(np.percentile(means, (1 - alpha) * 100))
+# --- rows -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Score:
+    """An arm's (or one run's) score on a column at a selection, in points (pct)."""
+
+    arm: str
+    run: str | None
+    """The run's label for a per-run score; None for the arm's mean over its runs."""
+    selection: str
+    column: str
+    tasks: int
+    runs: int
+    pct: float
+    se_pct: float
+    """Standard error over seeds and tasks (over tasks for one run); nan if undefined."""
 
 
 @dataclass(frozen=True)
 class Difference:
-    """One run against the baseline on one category (or the average), in points (pp)."""
+    """An arm against the baseline arm on a column at a selection, in points (pct)."""
 
-    category: str
+    arm: str
+    selection: str
+    column: str
     tasks: int
-    """Tasks both runs validated (per category; for the average, all of them)."""
-    run_pct: float
+    runs: int
+    baseline_runs: int
+    arm_pct: float
     baseline_pct: float
     difference_pct: float
+    se_pct: float
     low_pct: float
     high_pct: float
-    """The 95% paired bootstrap interval of the difference."""
-    gained: int
-    """Tasks the run passed and the baseline failed."""
-    lost: int
-    """Tasks the baseline passed and the run failed."""
+    """The 95% interval of the difference."""
+    method: str
     p_value: float
-    """Exact McNemar test of gained against lost."""
-
-
-def paired(run: ComparedRun, baseline: ComparedRun) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per category, the scores of the tasks both validated (in task-id order): (run's,
-    baseline's)."""
-    shared = sorted(run.records.keys() & baseline.records.keys())
-    out = {}
-    for category in CATEGORIES:
-        ids = [t for t in shared if run.records[t].data_source == category]
-        if ids:
-            out[category] = (
-                np.array([run.records[t].score for t in ids]),
-                np.array([baseline.records[t].score for t in ids]),
-            )
-    return out
-
-
-def _difference(category, ours, theirs, means) -> Difference:
-    low, high = percentile_interval(means)
-    gained = int(((ours == 1) & (theirs == 0)).sum())
-    lost = int(((ours == 0) & (theirs == 1)).sum())
-    return Difference(
-        category,
-        len(ours),
-        float(ours.mean()) * 100,
-        float(theirs.mean()) * 100,
-        float((ours - theirs).mean()) * 100,
-        low * 100,
-        high * 100,
-        gained,
-        lost,
-        mcnemar_exact(gained, lost),
-    )
-
-
-def compare_pair(
-    run: ComparedRun, baseline: ComparedRun, resamples: int = RESAMPLES, seed: int = 0
-) -> list[Difference]:
-    """The run's difference to the baseline per category and on the average (when both
-    cover all four categories), with intervals and p-values (module docstring)."""
-    pairs = paired(run, baseline)
-    out, boots = [], []
-    for k, category in enumerate(CATEGORIES):
-        if category not in pairs:
-            continue
-        ours, theirs = pairs[category]
-        means = bootstrap_means(ours - theirs, resamples, seed, k)
-        boots.append(means)
-        out.append(_difference(category, ours, theirs, means))
-    if len(pairs) == len(CATEGORIES):
-        ours = np.concatenate([pairs[c][0] for c in CATEGORIES])
-        theirs = np.concatenate([pairs[c][1] for c in CATEGORIES])
-        pooled = _difference(AVERAGE, ours, theirs, np.mean(boots, axis=0))
-        # The paper's average is the mean of the four category rates, not of all tasks;
-        # the discordant counts and McNemar's test pool the tasks.
-        out.append(
-            dataclasses.replace(
-                pooled,
-                run_pct=fmean(d.run_pct for d in out),
-                baseline_pct=fmean(d.baseline_pct for d in out),
-                difference_pct=fmean(d.difference_pct for d in out),
-            )
-        )
-    return out
-
-
-# --- the page -----------------------------------------------------------------------------
+    holm_p: float = math.nan
+    """The p-value Holm-adjusted across all rows of the comparison."""
+    df: float = math.nan
+    """Satterthwaite's degrees of freedom of a pooled t interval."""
+    gained: int | None = None
+    """Tasks the arm's run passed and the baseline's failed (one run each, 0/1 outcomes)."""
+    lost: int | None = None
 
 
 @dataclass
 class Comparison:
-    runs: list[ComparedRun]
-    baseline: ComparedRun
-    differences: dict[str, list[Difference]] = field(default_factory=dict)
-    """Per run label (the baseline's own included: 0, p = 1)."""
+    arms: dict[str, list[ComparedRun]]
+    baseline: str
+    select: str
+    tasks_fixed: bool
+    tasks: dict[str, list[str]] = field(default_factory=dict)
+    """Per selection, the task ids every run validated at its chosen step (paired)."""
+    columns: list[str] = field(default_factory=list)
+    scores: list[Score] = field(default_factory=list)
+    differences: list[Difference] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    config_differences: dict[str, dict[str, object]] = field(default_factory=dict)
+
+    @property
+    def runs(self) -> list[ComparedRun]:
+        return [run for runs in self.arms.values() for run in runs]
 
 
-def compare_runs(
-    specs: list[str], baseline_spec: str | None = None, resamples: int = RESAMPLES, seed: int = 0
-) -> Comparison:
-    if baseline_spec is not None and baseline_spec not in specs:
-        specs = [baseline_spec, *specs]
-    runs = [load_compared(spec) for spec in specs]
-    labels = [run.label for run in runs]
-    if len(set(labels)) != len(labels):  # two directories of one name: use the paths
-        for run in runs:
-            run.label = str(run.path)
-    baseline = runs[specs.index(baseline_spec) if baseline_spec is not None else 0]
-    comparison = Comparison(runs, baseline)
+def category_of(task_id: str) -> str:
+    return task_id.rsplit("_", 1)[0]
+
+
+def columns_of(task_ids: list[str]) -> list[str]:
+    """The categories present (in the paper's order), then AVERAGE when all four are,
+    else ALL_TASKS."""
+    present = [c for c in CATEGORIES if any(category_of(t) == c for t in task_ids)]
+    return [*present, AVERAGE if len(present) == len(CATEGORIES) else ALL_TASKS]
+
+
+def score_matrix(runs: list[ComparedRun], selection: str, task_ids: list[str]) -> np.ndarray:
+    """runs x tasks: each run's per-task score at its chosen step."""
+    rows = []
     for run in runs:
-        comparison.differences[run.label] = compare_pair(run, baseline, resamples, seed)
-        only_run = len(run.records.keys() - baseline.records.keys())
-        only_base = len(baseline.records.keys() - run.records.keys())
-        if only_run or only_base:
-            comparison.notes.append(
-                f"{run.label} (step {run.step}) and the baseline differ in {only_run + only_base} "
-                f"tasks ({only_run} only in the run, {only_base} only in the baseline): "
-                "they are left out of its differences"
-            )
+        step = run.chosen[selection]
+        scores = task_scores(run.steps[step], f"{run.path}: step {step}")
+        rows.append([scores[t][0] for t in task_ids])
+    return np.array(rows, dtype=float).reshape(len(runs), len(task_ids))
+
+
+def strata(column: str, task_ids: list[str], matrices: list[np.ndarray]) -> list[S.Stratum]:
+    """The strata of a column: one category; the four, a quarter each (AVERAGE); or all
+    tasks as one (ALL_TASKS). `matrices`: per arm, runs x `task_ids`."""
+    if column == ALL_TASKS:
+        return [S.Stratum(1.0, tuple(matrices), ALL_TASKS)]
+    categories = CATEGORIES if column == AVERAGE else [column]
+    out = []
+    for category in categories:
+        keep = [k for k, t in enumerate(task_ids) if category_of(t) == category]
+        out.append(S.Stratum(1 / len(categories), tuple(m[:, keep] for m in matrices), category))
+    return out
+
+
+def bootstrap_difference(parts: list[S.Stratum], resamples: int, seed: int) -> dict:
+    """One run against one run with 0/1 outcomes: the paired percentile bootstrap interval
+    (stratified by category for the average: each resample draws every category's tasks
+    anew and averages the category differences) and the exact McNemar test of the pooled
+    discordant tasks. A category's resamples come from default_rng([seed, k]), k its
+    position in CATEGORIES (4 for ALL_TASKS), as scipy.stats.bootstrap draws them."""
+    boots = []
+    for s in parts:
+        k = CATEGORIES.index(s.name) if s.name in CATEGORIES else len(CATEGORIES)
+        boots.append(S.bootstrap_means(s.scores[0][0] - s.scores[1][0], resamples, seed, k))
+    low, high = S.percentile_interval(np.mean(boots, axis=0))
+    ours = np.concatenate([s.scores[0][0] for s in parts])
+    theirs = np.concatenate([s.scores[1][0] for s in parts])
+    gained = int(((ours == 1) & (theirs == 0)).sum())
+    lost = int(((ours == 0) & (theirs == 1)).sum())
+    return {
+        "low_pct": low * 100,
+        "high_pct": high * 100,
+        "method": BOOTSTRAP_MCNEMAR,
+        "p_value": S.mcnemar_exact(gained, lost),
+        "gained": gained,
+        "lost": lost,
+    }
+
+
+def _one_outcome_per_task(runs: list[ComparedRun], selection: str) -> bool:
+    return all(
+        n == 1
+        for run in runs
+        for _, n in task_scores(run.steps[run.chosen[selection]], str(run.path)).values()
+    )
+
+
+def difference(
+    arm: str,
+    selection: str,
+    column: str,
+    parts: list[S.Stratum],
+    exact: bool,
+    tasks_fixed: bool,
+    resamples: int,
+    seed: int,
+) -> Difference:
+    """`parts`' arm 0 against arm 1 (the baseline). `exact`: one run each with 0/1
+    outcomes, so the bootstrap and McNemar's test apply (unless tasks are fixed)."""
+    pooled = S.pooled_difference(parts, tasks_fixed)
+    # The standard error always comes from the pooled estimate (over tasks for one run
+    # each), so every row shows one.
+    found = {
+        "low_pct": pooled.low * 100,
+        "high_pct": pooled.high * 100,
+        "method": POOLED_T_FIXED if tasks_fixed else POOLED_T,
+        "p_value": pooled.p_value,
+        "df": pooled.df,
+    }
+    if exact and not tasks_fixed:
+        found = bootstrap_difference(parts, resamples, seed)
+    return Difference(
+        arm=arm,
+        selection=selection,
+        column=column,
+        tasks=sum(s.scores[0].shape[1] for s in parts),
+        runs=parts[0].scores[0].shape[0],
+        baseline_runs=parts[0].scores[1].shape[0],
+        arm_pct=sum(s.weight * s.scores[0].mean() for s in parts) * 100,
+        baseline_pct=sum(s.weight * s.scores[1].mean() for s in parts) * 100,
+        difference_pct=pooled.estimate * 100,
+        se_pct=pooled.se * 100,
+        **found,
+    )
+
+
+def _score(arm, run, selection, column, parts, tasks_fixed) -> Score:
+    pooled = S.pooled_score(parts, tasks_fixed)
+    tasks = sum(s.scores[0].shape[1] for s in parts)
+    runs = parts[0].scores[0].shape[0]
+    return Score(arm, run, selection, column, tasks, runs, pooled.estimate * 100, pooled.se * 100)
+
+
+# --- the comparison -----------------------------------------------------------------------
+
+
+def load_arms(arms: list[tuple[str, list[str]]]) -> dict[str, list[ComparedRun]]:
+    """{arm: its runs} from (name, [RUN spec, ...]); run labels made unique."""
+    names = [name for name, _ in arms]
+    if len(set(names)) != len(names):
+        raise ValueError(f"arm names must differ: {names}")
+    loaded = {name: [load_run(spec, name) for spec in specs] for name, specs in arms}
+    runs = [run for found in loaded.values() for run in found]
+    parts = [run.path.resolve().parts for run in runs]
+    # Two directories of one name (e.g. each seed's OUT/run): the shortest path endings
+    # that tell them apart.
+    for length in range(1, max(map(len, parts)) + 1):
+        labels = ["/".join(p[-length:]) for p in parts]
+        if len(set(labels)) == len(labels):
+            break
+    else:
+        raise ValueError(f"a run is given twice: {[str(run.path) for run in runs]}")
+    for run, label in zip(runs, labels, strict=True):
+        run.label = label
+    return loaded
+
+
+def paired_tasks(runs: list[ComparedRun], selection: str) -> tuple[list[str], dict[str, int]]:
+    """The tasks every run validated at its chosen step (sorted), and per run how many of
+    its tasks are left out."""
+    sets = {run.label: {r.task_id for r in run.steps[run.chosen[selection]]} for run in runs}
+    shared = set.intersection(*sets.values())
+    return sorted(shared), {label: len(ids - shared) for label, ids in sets.items()}
+
+
+def small_category_warning(comparison: Comparison) -> str | None:
+    """A warning naming the categories with fewer tasks than any paired test needs to
+    reach p < 0.05 (the exact McNemar test's smallest p-value on n tasks is 2 / 2^n)."""
+    needed = S.tasks_for_a_test()
+    counts = defaultdict(int)
+    for task_id in comparison.tasks[FINAL]:
+        counts[category_of(task_id)] += 1
+    small = [
+        f"{c} ({counts[c]} task{'s' * (counts[c] != 1)})"
+        for c in CATEGORIES
+        if 0 < counts[c] < needed
+    ]
+    if not small:
+        return None
+    return (
+        f"too few tasks for a test in {', '.join(small)}: a paired test needs at least "
+        f"{needed} tasks to reach p < 0.05 even if every task is gained (on n tasks the exact "
+        "McNemar test's smallest p-value is 2/2^n), and a one-task category has no interval at "
+        "all. Read those columns as descriptions, not evidence."
+    )
+
+
+def compare_arms(
+    arms: list[tuple[str, list[str]]],
+    baseline: str | None = None,
+    select: str = TEST,
+    tasks_fixed: bool = False,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Comparison:
+    """Load the arms (name, [RUN spec, ...]), score every run at its final and best step,
+    and compare each arm with `baseline` (an arm's name; default the first arm)."""
+    loaded = load_arms(arms)
+    baseline = baseline if baseline is not None else arms[0][0]
+    if baseline not in loaded:
+        raise ValueError(f"--baseline {baseline!r} is none of the arms {list(loaded)}")
+    comparison = Comparison(loaded, baseline, select, tasks_fixed)
+    runs = comparison.runs
+    selection_tasks = report_tasks = None
+    if select == HELDOUT:
+        everywhere = set.intersection(
+            *({r.task_id for records in run.steps.values() for r in records} for run in runs)
+        )
+        selection_tasks, report_tasks = heldout_halves(everywhere)
+    for run in runs:
+        choose_steps(run, select, selection_tasks)
+    for selection in SELECTIONS:
+        task_ids, left_out = paired_tasks(runs, selection)
+        if selection == BEST and report_tasks is not None:
+            task_ids = [t for t in task_ids if t in report_tasks]
+        if not task_ids:
+            raise ValueError(f"the runs share no validated task at their {selection} steps")
+        comparison.tasks[selection] = task_ids
+        for label, count in left_out.items():
+            if count:
+                comparison.notes.append(
+                    f"{label}: {count} task(s) of its {selection} step are not validated by "
+                    "every run and are left out"
+                )
+    comparison.columns = columns_of(comparison.tasks[FINAL])
+    _fill_rows(comparison, resamples, seed)
+    warning = small_category_warning(comparison)
+    if warning:
+        comparison.warnings.append(warning)
+    comparison.config_differences = differing_keys(
+        {run.label: run.config for run in runs if run.config is not None}
+    )
     return comparison
 
 
-def _rate_cells(records: list[ValidationRecord]) -> list[str]:
-    summary = summarize_step(0, records)
-    cells = []
-    for category in CATEGORIES:
-        count = summary.by_category[category]
-        cells.append("–" if count.rate is None else f"{float(count.rate) * 100:.2f}")
-    average = summary.average
-    return ["–" if average is None else f"{float(average) * 100:.2f}", *cells]
-
-
-def rates_table(comparison: Comparison) -> str:
-    rows = []
-    for run in comparison.runs:
-        chosen = "given" if run.step_given else "best"
-        name = run.label + (" (baseline)" if run is comparison.baseline else "")
-        row = [name, f"{run.step} ({chosen})", len(run.records)]
-        rows.append([*row, *_rate_cells(list(run.records.values()))])
-    backbones = []
-    for run in comparison.runs:
-        backbone = backbone_of(run.model) if run.model else None
-        if backbone and backbone not in backbones:
-            backbones.append(backbone)
-    matched = [run.paper for run in comparison.runs if run.paper is not None]
-    for backbone in backbones:
-        for result in controlled_results(backbone):
-            mark = " (reproduced above)" if result in matched else ""
-            cells = [f"{result.average_pct:.2f}"]
-            cells += [f"{result.category_pct[c]:.2f}" for c in CATEGORIES]
-            rows.append([f"paper: {result.label}{mark}", "–", "–", *cells])
-    header = ["run", "step", "tasks", "avg", "base", "miss_func", "miss_param", "long_ctx"]
-    return markdown_table(header, rows)
-
-
-def differences_table(comparison: Comparison) -> str:
-    rows = []
-    for run in comparison.runs:
-        if run is comparison.baseline:
-            continue
-        for d in comparison.differences[run.label]:
-            rows.append(
-                [
-                    run.label,
-                    plots.short_category(d.category),
-                    d.tasks,
-                    f"{d.run_pct:.2f} vs {d.baseline_pct:.2f}",
-                    f"{d.difference_pct:+.2f}",
-                    f"[{d.low_pct:+.2f}, {d.high_pct:+.2f}]",
-                    f"{d.gained} / {d.lost}",
-                    f"{d.p_value:.3g}",
-                ]
-            )
-    header = [
-        "run",
-        "category",
-        "paired tasks",
-        "run vs baseline (%)",
-        "difference (pp)",
-        "95% bootstrap interval",
-        "gained / lost",
-        "McNemar p",
+def _fill_rows(comparison: Comparison, resamples: int, seed: int) -> None:
+    fixed = comparison.tasks_fixed
+    base_runs = comparison.arms[comparison.baseline]
+    for selection in SELECTIONS:
+        task_ids = comparison.tasks[selection]
+        columns = [c for c in comparison.columns if c in columns_of(task_ids)]
+        matrices = {
+            arm: score_matrix(rs, selection, task_ids) for arm, rs in comparison.arms.items()
+        }
+        # The exact tests need one 0/1 outcome per task (not a sampled task's rate).
+        single = {arm: _one_outcome_per_task(rs, selection) for arm, rs in comparison.arms.items()}
+        for column in columns:
+            for arm, arm_runs in comparison.arms.items():
+                parts = strata(column, task_ids, [matrices[arm]])
+                comparison.scores.append(_score(arm, None, selection, column, parts, fixed))
+                for k, run in enumerate(arm_runs):
+                    one = strata(column, task_ids, [matrices[arm][k : k + 1]])
+                    comparison.scores.append(_score(arm, run.label, selection, column, one, False))
+                if arm == comparison.baseline:
+                    continue
+                parts = strata(column, task_ids, [matrices[arm], matrices[comparison.baseline]])
+                exact = (
+                    single[arm]
+                    and single[comparison.baseline]
+                    and len(arm_runs) == len(base_runs) == 1
+                )
+                comparison.differences.append(
+                    difference(arm, selection, column, parts, exact, fixed, resamples, seed)
+                )
+    arms, columns = list(comparison.arms), comparison.columns
+    comparison.differences.sort(
+        key=lambda d: (arms.index(d.arm), SELECTIONS.index(d.selection), columns.index(d.column))
+    )
+    adjusted = S.holm([d.p_value for d in comparison.differences])
+    comparison.differences = [
+        replace(d, holm_p=p) for d, p in zip(comparison.differences, adjusted, strict=True)
     ]
-    return markdown_table(header, rows)
-
-
-def write_comparison(
-    comparison: Comparison, out_dir: Path, resamples: int = RESAMPLES, seed: int = 0
-) -> Path:
-    """compare.md, compare.png and compare.json (the numbers) in `out_dir`."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    png = plot_comparison(comparison, out_dir / "compare.png")
-    base = comparison.baseline
-    page = [
-        "# Runs compared\n",
-        f"Baseline: **{base.label}** (step {base.step}). Each run at its best validation step "
-        "(highest average of the four categories) unless a step was given (`RUN@STEP`).\n",
-        "## Pass rates per category (%)\n",
-        rates_table(comparison),
-        "\nThe paper's rows (Tables 1 and 3) are those of the runs' backbones.\n",
-        "## Differences to the baseline\n",
-        f"Paired over the tasks both validated: the difference in pass rate (points), its "
-        f"95% bootstrap interval ({resamples} resamples of the tasks, within each category; "
-        f"seed {seed}), the tasks only the run passed / only the baseline passed, and the "
-        "exact McNemar p-value. An interval that holds 0 (a large p) is a difference within "
-        "the noise of 100 tasks per category.\n",
-        differences_table(comparison),
-        f"\n![runs compared]({png.name})\n",
-    ]
-    if comparison.notes:
-        page.append("\nNotes:\n\n" + "".join(f"- {note}\n" for note in comparison.notes))
-    path = out_dir / COMPARE_FILENAME
-    path.write_text("\n".join(page), encoding="utf-8")
-    numbers = {
-        "baseline": base.label,
-        "runs": [
-            {"label": r.label, "path": str(r.path), "step": r.step, "tasks": len(r.records)}
-            for r in comparison.runs
-        ],
-        "differences": {
-            label: [asdict(d) for d in diffs] for label, diffs in comparison.differences.items()
-        },
-        "resamples": resamples,
-        "seed": seed,
-    }
-    (out_dir / "compare.json").write_text(json.dumps(numbers, indent=2) + "\n", encoding="utf-8")
-    return path
-
-
-def plot_comparison(comparison: Comparison, path: Path) -> Path:
-    columns = [*CATEGORIES, AVERAGE]
-    rates, intervals = {}, {}
-    for run in comparison.runs:
-        by_column = {d.category: d for d in comparison.differences[run.label]}
-        rates[run.label] = [by_column[c].run_pct if c in by_column else math.nan for c in columns]
-        if run is not comparison.baseline:
-            intervals[run.label] = [
-                (by_column[c].difference_pct, by_column[c].low_pct, by_column[c].high_pct)
-                if c in by_column
-                else (math.nan,) * 3
-                for c in columns
-            ]
-    paper = {
-        run.label: (
-            run.paper.label,
-            [*(run.paper.category_pct[c] for c in CATEGORIES), run.paper.average_pct],
+    if any(len(rs) == 1 for rs in comparison.arms.values()) and not fixed:
+        comparison.notes.append(
+            "an arm of one run: its seed-to-seed variation is not in the standard errors and "
+            "intervals (they cover the tasks only); train several seeds per arm"
         )
-        for run in comparison.runs
-        if run.paper is not None
-    }
-    labels = [plots.short_category(c) for c in columns]
-    return plots.plot_comparison(labels, rates, paper, intervals, comparison.baseline.label, path)

@@ -231,8 +231,11 @@ def plot_weights_and_scale(
     mean_scale: Series | None,
     scaled_frac: Series | None,
     path: Path,
+    apatch_off: bool = False,
 ) -> Path:
-    """Dynamic tag weights (top) and A-Patch's mean scale and scaled share (bottom)."""
+    """Dynamic tag weights (top) and A-Patch's mean scale and scaled share (bottom, for the
+    steps it was on). `apatch_off`: A-Patch was off throughout, so the weights were
+    computed but not applied (the title says so)."""
     has_apatch = mean_scale is not None or scaled_frac is not None
     rows = int(bool(weights)) + int(has_apatch)
     fig, axes = plt.subplots(
@@ -244,7 +247,10 @@ def plot_weights_and_scale(
         for tag in reversed(ordered_tags(list(weights))):
             ax.plot(*weights[tag], color=tag_color(tag), label=tag)
         ax.set_ylabel("weight")
-        ax.set_title("Dynamic tag weights (clamped to [0.5, 2.0])")
+        title = "Dynamic tag weights (clamped to [0.5, 2.0])"
+        if apatch_off:
+            title += ": computed, not applied (A-Patch off)"
+        ax.set_title(title)
         ax.grid(alpha=0.3)
         _legend_outside(ax, "failure tag")
     if has_apatch:
@@ -255,7 +261,7 @@ def plot_weights_and_scale(
             ax.plot(*scaled_frac, color="tab:cyan", label="share of samples scaled")
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
         ax.set_ylabel("scale / share")
-        ax.set_title("A-Patch: mean advantage scale and share of samples scaled")
+        ax.set_title("A-Patch: mean advantage scale and share of samples scaled (steps it was on)")
         ax.grid(alpha=0.3)
         _legend_outside(ax)
     fig.axes[-1].set_xlabel("training step")
@@ -377,45 +383,66 @@ def plot_capability(
 
 def plot_comparison(
     columns: Sequence[str],
-    rates_pct: Mapping[str, Sequence[float]],
+    scores_pct: Mapping[str, Sequence[tuple[float, float]]],
     paper_pct: Mapping[str, tuple[str, Sequence[float]]],
-    differences: Mapping[str, Sequence[tuple[float, float, float]]],
+    differences: Mapping[str, Mapping[str, Sequence[tuple[float, float, float]]]],
     baseline: str,
+    best_note: str,
     path: Path,
 ) -> Path:
-    """Left: each run's pass rate (%) per column as grouped bars, with a black bar over a
-    run's bar at the paper's number for the row it reproduces (`paper_pct`: run -> (row,
-    values)). Right: each other run's difference to the baseline (points) with its 95%
-    interval, in the run's colour. `columns`: the categories' short names and "average"."""
+    """Left: each arm's final-step score (%) per column as grouped bars with their standard
+    errors, and a black bar at the paper's number where an arm reproduces one of its rows
+    (`paper_pct`: arm -> (row, values)). Right: each other arm's difference to the baseline
+    (points) with its 95% interval, filled at the final step and hollow at the best step
+    (`differences`: arm -> {"final"|"best": [(difference, low, high)] per column}).
+    A difference without an interval is not drawn. `columns`: the categories' short names
+    and the summary column; `best_note`: how the best step was chosen."""
     fig, (left, right) = plt.subplots(
         1, 2, figsize=(14, 4.8), layout="constrained", gridspec_kw={"width_ratios": [3, 2]}
     )
     x = np.arange(len(columns))
-    width = 0.8 / max(1, len(rates_pct))
-    colors = {label: f"C{k}" for k, label in enumerate(rates_pct)}
-    for k, (label, values) in enumerate(rates_pct.items()):
-        offset = (k - (len(rates_pct) - 1) / 2) * width
-        left.bar(x + offset, values, width=width, label=label, color=colors[label])
+    width = 0.8 / max(1, len(scores_pct))
+    colors = {label: f"C{k}" for k, label in enumerate(scores_pct)}
+    for k, (label, values) in enumerate(scores_pct.items()):
+        offset = (k - (len(scores_pct) - 1) / 2) * width
+        pct = np.array([v[0] for v in values])
+        se = np.nan_to_num(np.array([v[1] for v in values]))
+        left.bar(x + offset, pct, width=width, yerr=se, capsize=3, label=label,
+                 color=colors[label])  # fmt: skip
         if label in paper_pct:
             row, paper = paper_pct[label]
             left.hlines(paper, x + offset - width / 2, x + offset + width / 2, color="black",
                         linewidth=2.5, label=f"paper: {row}")  # fmt: skip
     left.set_xticks(x, columns)
     left.set_ylabel("pass rate (%)")
-    left.set_title("Pass rate per category (black: the paper's number of the run's row)")
+    title = "Final-step score per arm (mean over its runs ± standard error)"
+    if paper_pct:
+        title += "\nblack: the paper's number of the row an arm reproduces"
+    left.set_title(title)
     _legend_outside(left)
-    spread = 0.6 / max(1, len(differences))
-    for k, (label, values) in enumerate(differences.items()):
-        offset = (k - (len(differences) - 1) / 2) * spread
-        diff = np.array([v[0] for v in values])
-        low = np.array([v[1] for v in values])
-        high = np.array([v[2] for v in values])
-        right.errorbar(x + offset, diff, yerr=[diff - low, high - diff], fmt="o", capsize=4,
-                       label=label, color=colors.get(label))  # fmt: skip
+    spread = 0.6 / max(1, 2 * len(differences))
+    slot = 0
+    for label, by_selection in differences.items():
+        for selection, marker in (("final", "o"), ("best", "s")):
+            values = by_selection[selection]
+            offset = (slot - (2 * len(differences) - 1) / 2) * spread
+            slot += 1
+            # No interval: not drawn (a bare point would read as a certain difference).
+            diff = np.array([math.nan if math.isnan(v[1]) else v[0] for v in values])
+            low = np.nan_to_num(diff - np.array([v[1] for v in values]))
+            high = np.nan_to_num(np.array([v[2] for v in values]) - diff)
+            right.errorbar(
+                x + offset, diff, yerr=[low, high], fmt=marker, capsize=4, color=colors.get(label),
+                markerfacecolor=colors.get(label) if selection == "final" else "white",
+                label=f"{label}, {selection} step",
+            )  # fmt: skip
     right.axhline(0, color="grey", linewidth=1)
     right.set_xticks(x, columns, rotation=20)
     right.set_ylabel("difference to the baseline (points)")
-    right.set_title(f"Against {baseline}: 95% paired bootstrap intervals")
+    right.set_title(
+        f"Difference to {baseline} with 95% intervals\n(filled: final step; hollow: best "
+        f"step, {best_note})"
+    )
     if differences:
         right.legend(loc="best", frameon=False)
     return _save(fig, path)

@@ -16,14 +16,18 @@ and writes ``RUN_DIR/report/report.md`` with the PNGs it references by relative 
 folder can be moved or attached as it is. A missing part is skipped with a note on the page;
 a run with none of them is an error (exit status 1). Beside the pass rates it shows the
 paper's rows of the run's backbone (Tables 1-3), the distribution of the paper's failure
-labels (Table 5), the interface state per step and, when guidelines were shown, whether
-the failures they target recurred less (seal.eval.paper_views).
+labels (Table 5), the interface state per step and, when guidelines were shown, the
+failures they target: measured against a matched run without guidelines (`--control RUN`,
+seal.eval.recurrence), else described and said to be descriptive only.
 
-    seal-report --compare RUN [RUN ...] [--baseline RUN] [--out-dir DIR]
+    seal-report --compare [RUN ...] [--arm NAME RUN [RUN ...]] ... [--baseline ARM]
+                [--select {test,heldout}] [--tasks {sampled,fixed}] [--out-dir DIR]
 
-compares runs instead (seal.eval.compare): per category at each run's best (or given,
-RUN@STEP) step, the paper's rows beside them, and the differences to the baseline with a
-95% paired bootstrap interval and an exact McNemar p-value.
+compares arms of runs instead (seal.eval.compare; a plain RUN is an arm of one run): each
+run at its final and its best step (or a given one, RUN@STEP), each arm's mean over its runs
+with standard errors, the per-run table, the paper's rows beside them, the differences to
+the baseline arm with 95% intervals, p-values and Holm-adjusted p-values, and the config
+keys that differ between the runs.
 
     seal-report RUN_DIR --table {markdown,csv,json} [--val-dir DIR] [--no-split-check]
 
@@ -51,8 +55,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from seal.eval import compare as C
+from seal.eval import compare_page, plots
 from seal.eval import paper_views as V
-from seal.eval import plots
+from seal.eval import recurrence as R
+from seal.eval.config_diff import differing_keys
 from seal.eval.ood import table2, write_table2
 from seal.eval.paper import (
     PaperResult,
@@ -60,7 +66,14 @@ from seal.eval.paper import (
     controlled_results,
     ood_results,
 )
-from seal.eval.run_source import paper_row, run_model, validation_subset
+from seal.eval.run_source import (
+    CONFIG_FILENAME,
+    paper_row,
+    run_config,
+    run_model,
+    validation_dir,
+    validation_subset,
+)
 from seal.eval.summary import (
     RENDERERS,
     StepSummary,
@@ -253,8 +266,9 @@ def paper_table(best: StepSummary, label: str, model: str | None, matched) -> st
         markdown_table(header, rows)
         + f"\nAccuracy in percent, as in the paper's Tables 1 and 3 (400 held-out tasks, 100 "
         f"per category). {which} This run's step {best.step}: {counts}. The best step has the "
-        "highest average of the four categories (the earliest on a tie); `seal-report "
-        "--compare` sets runs side by side with confidence intervals.\n"
+        "highest average of the four categories (the later step on a tie), chosen on these "
+        "same tasks, so it is optimistic; `seal-report --compare` sets runs side by side at "
+        "their final and best steps with confidence intervals.\n"
     )
     if backbone is not None and ood_results(backbone):
         text += "\n" + ood_table(backbone)
@@ -331,8 +345,15 @@ def tag_sections(run: RunData, out_dir: Path) -> list[str]:
     return [_figure("Failure-tag distribution", png)]
 
 
+def apatch_steps(rows: list[dict]) -> tuple[int, int]:
+    """(steps A-Patch scaled advantages in, steps that say whether it did)."""
+    _, active = M.series(rows, M.APATCH_ACTIVE)
+    return sum(1 for value in active if value), len(active)
+
+
 def training_sections(run: RunData, out_dir: Path) -> list[str]:
-    """Training curves, then the dynamic tag weights and A-Patch's scales."""
+    """Training curves, then the dynamic tag weights and A-Patch's scales (its panel only
+    for the steps it was on: off, it scales nothing)."""
     sections = []
     panels = training_panels(run.metrics)
     if panels:
@@ -345,14 +366,62 @@ def training_sections(run: RunData, out_dir: Path) -> list[str]:
     mean_scale = M.series(run.metrics, M.APATCH_MEAN_SCALE)
     scaled_frac = M.series(run.metrics, M.APATCH_SCALED_FRAC)
     mean_scale, scaled_frac = (curve if curve[0] else None for curve in (mean_scale, scaled_frac))
+    on, reported = apatch_steps(run.metrics)
+    apatch_off = reported > 0 and on == 0
     if weights or mean_scale or scaled_frac:
         png = plots.plot_weights_and_scale(
-            weights, mean_scale, scaled_frac, out_dir / "tag_weights.png"
+            weights, mean_scale, scaled_frac, out_dir / "tag_weights.png", apatch_off
         )
-        sections.append(_figure("Dynamic tag weights and A-Patch", png))
+        text = ""
+        if apatch_off:
+            text = (
+                "A-Patch was off in every step (`apatch/active` 0): no advantage was scaled. "
+                "The capability state still computed the dynamic weights drawn here; they "
+                "were not applied.\n"
+            )
+        elif on < reported:
+            text = f"A-Patch scaled advantages in {on} of {reported} steps (off in the others).\n"
+        sections.append(_figure("Dynamic tag weights and A-Patch", png, text))
     else:
         run.notes.append("metrics.jsonl has no tag weights or A-Patch scales: figure skipped")
     return sections
+
+
+def settings_section(run_dir: Path, run: RunData) -> list[str]:
+    """What the run trained with, SEAL's parts on or off: from its config.yaml, else from
+    its metrics (A-Patch active per step, each layer's share of the training episodes)."""
+    config = run_config(run_dir)
+    rows = []
+    if config is not None and isinstance(config.get("trainer"), dict):
+        trainer = config["trainer"]
+        apatch = trainer.get("apatch", {})
+        source = f" ({apatch.get('weight_source')} weights)" if apatch.get("enable") else ""
+        rows.append(["A-Patch (advantage reweighting)", _on(apatch.get("enable")) + source])
+        for layer, on in trainer.get("evolution", {}).items():
+            if isinstance(on, bool):
+                rows.append([f"layer: {layer}", _on(on)])
+        push = trainer.get("rollout", {}).get("push_profile")
+        rows.append(["failure profile pushed to the service (closed loop)", _on(push)])
+        where = f"`{CONFIG_FILENAME}`"
+    elif run.metrics:
+        on, reported = apatch_steps(run.metrics)
+        if reported:
+            rows.append(["A-Patch (advantage reweighting)", f"on in {on} of {reported} steps"])
+        for layer in M.names_under(run.metrics, M.LAYER_PREFIX):
+            _, shares = M.series(run.metrics, M.LAYER_PREFIX + layer)
+            mean = sum(shares) / len(shares)
+            rows.append([f"layer: {layer}", "off" if mean == 0 else f"on ({mean:.0%} of episodes)"])
+        where = f"`{M.METRICS_FILENAME}`"
+    if not rows:
+        return []
+    return [
+        f"## What the run trained with\n\nFrom {where}. Off, a part changes nothing: no scale, "
+        "no layer.\n\n" + markdown_table(["part", "setting"], rows)
+    ]
+
+
+def _on(value) -> str:
+    return {True: "on", False: "off"}.get(value, "not set")
 
 
 def label_sections(run: RunData) -> list[str]:
@@ -378,9 +447,14 @@ def label_sections(run: RunData) -> list[str]:
     return ["## Failure labels (the paper's Table 5)\n\n" + intro + "".join(parts)]
 
 
-def interface_sections(run: RunData) -> list[str]:
+GUIDELINE_KEYS = ("name", "trainer.evolution.guidelines", "trainer.evolution.max_guidelines")
+"""The config keys a guideline run and its control may differ in."""
+
+
+def interface_sections(run: RunData, run_dir: Path, control: Path | None) -> list[str]:
     """The interface state of each training step and, when guidelines were shown, the
-    recurrence of the failures they target."""
+    recurrence of the failures they target: measured against `control` (a matched run
+    without guidelines) or, without one, described and said to be descriptive only."""
     if not run.interfaces:
         if run.metrics:
             run.notes.append("no `interface/step_*.json`: interface state per step skipped")
@@ -391,16 +465,52 @@ def interface_sections(run: RunData) -> list[str]:
         "failure profile the service held when they were created, and the step's own profile "
         "(which chooses the next step's guidelines).\n\n" + V.interface_table(run.interfaces)
     ]
+    if not R.first_shown(run.interfaces):
+        return sections
+    title = "## Guidelines and the failures they target\n\n"
+    if control is not None:
+        return [*sections, title + measured_recurrence(run, run_dir, control)]
     recurrence = V.guideline_recurrence(run.interfaces, run.metrics)
-    if recurrence:
-        sections.append(
-            "## Guidelines and the failures they target\n\n"
-            "Each guideline with the first step its episodes showed it, and its tag's mean share "
-            "of the diagnosed training turns over the steps before that step and from it on "
-            "(did the failure it targets recur less?). A share moves for many reasons; read it "
-            "beside the pass rates.\n\n" + V.recurrence_table(recurrence)
-        )
+    sections.append(
+        title + "**Descriptive only**, not a measure of the guidelines' effect: each "
+        "guideline with the first step its episodes showed it, and its tag's mean share of the "
+        "diagnosed training turns before that step and from it on. The turns measured are "
+        "those of the episodes that carry the guideline; the tag was chosen for being frequent, "
+        "so it tends to fall anyway (regression to the mean); training lowers failures with or "
+        "without a guideline (no control); shares of all turns sum to one. `seal-report RUN "
+        "--control RUN_WITHOUT_GUIDELINES` measures it on validation episodes against a "
+        "matched control.\n\n" + V.recurrence_table(recurrence)
+    )
     return sections
+
+
+def measured_recurrence(run: RunData, run_dir: Path, control: Path) -> str:
+    """The guideline tags' rates per eligible turn on validation, run against control."""
+    control_validation = read_val_dir(validation_dir(control))
+    rows = R.guideline_recurrence(run.interfaces, run.validation, control_validation)
+    text = (
+        f"Measured against the control run `{control}` (trained alike, without guidelines), on "
+        "the validation steps both have: validation episodes carry no layer, so both runs are "
+        "scored on the plain benchmark. Each guideline's tag: its rate per eligible turn "
+        "(`spurious_tool_call` on turns whose ground truth calls no tool, the other failure "
+        "tags on turns whose ground truth calls tools), in the run and in the control, and the "
+        "difference with a 95% paired bootstrap interval over tasks (seal/eval/recurrence.py). "
+        "A difference whose interval holds 0 is no evidence that the guideline changed the "
+        "failure's rate.\n\n"
+    )
+    configs = {"run": run_config(run_dir), "control": run_config(control)}
+    if None in configs.values():
+        text += "Not checked that the control is matched: a run has no `config.yaml`.\n\n"
+    else:
+        other = [k for k in differing_keys(configs) if k not in GUIDELINE_KEYS]
+        if other:
+            text += (
+                f"**Warning:** the control is not matched: its config also differs in "
+                f"{', '.join(f'`{k}`' for k in other)}.\n\n"
+            )
+    if not rows:
+        return text + "No validation step of both runs to measure on.\n"
+    return text + R.recurrence_table(rows)
 
 
 def capability_sections(capability: Capability, out_dir: Path) -> list[str]:
@@ -424,21 +534,23 @@ def write_report(
     val_dir: Path | None = None,
     label: str | None = None,
     split: Path | None = DEFAULT_SPLIT,
+    control: Path | None = None,
 ) -> Path:
     """Write the PNGs and ``report.md`` to `out_dir` (default RUN_DIR/report); return the
     page. `split`: the split file whose "eval" ids each step is checked against (None: no
-    check)."""
+    check); `control`: a matched run without guidelines, against which the guidelines'
+    failures are measured (seal.eval.recurrence)."""
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir else run_dir / REPORT_DIRNAME
     label = label or run_dir.resolve().name
     run = load_run(run_dir, Path(val_dir) if val_dir else run_dir / "validation")
 
-    sections = []
+    sections = settings_section(run_dir, run)
     if run.validation:
         sections += validation_sections(run_dir, run, label, split, out_dir)
     sections += tag_sections(run, out_dir)
     sections += label_sections(run)
-    sections += interface_sections(run)
+    sections += interface_sections(run, run_dir, control)
     if run.metrics:
         sections += training_sections(run, out_dir)
     if run.capability is not None:
@@ -480,11 +592,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--compare",
-        nargs="+",
+        nargs="*",
         metavar="RUN",
         help="compare runs instead: training run directories, endpoint evaluations "
-        "(seal-eval --out-dir) or directories of step_*.jsonl; RUN@STEP "
-        "picks a step (default: each run's best)",
+        "(seal-eval --out-dir) or directories of step_*.jsonl, each an arm of one run; "
+        "RUN@STEP scores a run at that step (default: its final and its best step)",
+    )
+    parser.add_argument(
+        "--arm",
+        nargs="+",
+        action="append",
+        metavar=("NAME", "RUN"),
+        help="with --compare: an arm of several runs (its seeds), named NAME; repeat per arm",
+    )
+    parser.add_argument(
+        "--select",
+        choices=(C.TEST, C.HELDOUT),
+        default=C.TEST,
+        help="with --compare: where each run's best step is chosen: on the tasks it is scored "
+        "on (test, flagged as such) or on a held-out half of each category's tasks, the row "
+        "then scored on the other half (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tasks",
+        choices=("sampled", "fixed"),
+        default="sampled",
+        help="with --compare: the tasks as a sample (intervals over seeds and tasks) or fixed "
+        "(over seeds only: a claim about these tasks, e.g. the learning check's) "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--table2",
@@ -503,7 +638,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--baseline",
         metavar="RUN",
-        help="with --compare: the run the others are compared with (default: the first)",
+        help="with --compare: the arm (its name, or a plain RUN) the others are compared "
+        "with (default: the first)",
     )
     parser.add_argument(
         "--resamples",
@@ -530,6 +666,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--label", help="name of the run in titles and the paper table (default: RUN_DIR's name)"
     )
     parser.add_argument(
+        "--control",
+        type=Path,
+        metavar="RUN",
+        help="a run trained like RUN_DIR but without guidelines: the failures RUN_DIR's "
+        "guidelines target are measured against it on validation (default: described only)",
+    )
+    parser.add_argument(
         "--split",
         type=Path,
         default=DEFAULT_SPLIT,
@@ -544,21 +687,51 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     # --table reads only validation records, so --val-dir can stand for the run directory.
     run = args.run_dir if args.run_dir is not None or not args.table else args.val_dir
+    if args.arm and args.compare is None:
+        args.compare = []
     if sum(x is not None for x in (run, args.compare, args.table2)) != 1:
         parser.error("give a run directory, --compare RUN [RUN ...] or --table2 RUN [RUN ...]")
+    if args.compare is not None and not args.compare and not args.arm:
+        parser.error("--compare needs runs: RUN ... or --arm NAME RUN ...")
+    for arm in args.arm or []:
+        if len(arm) < 2:
+            parser.error(f"--arm {arm[0]} names no run: --arm NAME RUN [RUN ...]")
     if args.table and run is None:
         parser.error("--table goes with a run directory or --val-dir")
     if args.no_split_check:
         args.split = None
-    if args.baseline and not args.compare:
+    if args.baseline and args.compare is None:
         parser.error("--baseline goes with --compare")
+    if args.control and run is None:
+        parser.error("--control goes with a run directory")
     return args
 
 
+def compare_arms_of(args: argparse.Namespace) -> tuple[list[tuple[str, list[str]]], str | None]:
+    """(arms as (name, [RUN spec, ...]), the baseline arm's name) of the command line: each
+    plain RUN is an arm of one run named by its directory (by the spec where two share a
+    name); a --baseline that names no arm and is no RUN given is added first as one."""
+    arms = [(arm[0], arm[1:]) for arm in args.arm or []]
+    specs = list(args.compare)
+    baseline = args.baseline
+    if baseline is not None and baseline not in {n for n, _ in arms} | set(specs):
+        specs.insert(0, baseline)
+    names = [C.parse_spec(spec)[0].resolve().name for spec in specs]
+    if len(set(names)) != len(names):
+        names = specs
+    if baseline in specs:
+        baseline = names[specs.index(baseline)]
+    return [*((n, [s]) for n, s in zip(names, specs, strict=True)), *arms], baseline
+
+
 def compare_main(args: argparse.Namespace) -> Path:
-    comparison = C.compare_runs(args.compare, args.baseline, args.resamples, args.seed)
-    out_dir = args.out_dir or comparison.baseline.path / REPORT_DIRNAME / "compare"
-    return C.write_comparison(comparison, out_dir, args.resamples, args.seed)
+    arms, baseline = compare_arms_of(args)
+    comparison = C.compare_arms(
+        arms, baseline, args.select, args.tasks == "fixed", args.resamples, args.seed
+    )
+    first = comparison.arms[comparison.baseline][0]
+    out_dir = args.out_dir or first.path / REPORT_DIRNAME / "compare"
+    return compare_page.write_comparison(comparison, out_dir, args.resamples, args.seed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -568,14 +741,16 @@ def main(argv: list[str] | None = None) -> int:
             subset = validation_subset(args.run_dir) if args.run_dir else 0
             print_table(args.val_dir or args.run_dir / "validation", args.table, args.split, subset)
             return 0
-        if args.compare:
+        if args.compare is not None:
             page = compare_main(args)
         elif args.table2:
             first = Path(str(args.table2[0]).partition("@")[0])
             page = write_table2(args.table2, args.out_dir or first / REPORT_DIRNAME)
             print(page.read_text())
         else:
-            page = write_report(args.run_dir, args.out_dir, args.val_dir, args.label, args.split)
+            page = write_report(
+                args.run_dir, args.out_dir, args.val_dir, args.label, args.split, args.control
+            )
     except (OSError, ValueError, EmptyRunError) as error:  # malformed files are ValueErrors
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -29,14 +29,23 @@ def validation_dir(run: Path) -> Path:
     raise FileNotFoundError(f"{run}: no validation records (validation/step_*.jsonl)")
 
 
+def run_config(run: Path) -> dict | None:
+    """The run's saved config (RUN/config.yaml) as plain data, or None without one."""
+    config = run / CONFIG_FILENAME
+    if not config.exists():
+        return None
+    cfg = OmegaConf.to_container(OmegaConf.load(config))
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{config}: not a mapping of config keys")
+    return cfg
+
+
 def run_model(run: Path, records: list[ValidationRecord]) -> tuple[str | None, dict | None]:
     """(model, trainer section) of a training run's saved config; for an endpoint
     evaluation (no config) the model its records name and None (an untrained model)."""
-    config = run / CONFIG_FILENAME
-    if config.exists():
-        cfg = OmegaConf.to_container(OmegaConf.load(config))
-        if isinstance(cfg, dict) and cfg.get("job") in TRAINING_JOBS:
-            return cfg["trainer"]["model"]["path"], cfg["trainer"]
+    cfg = run_config(run)
+    if cfg is not None and cfg.get("job") in TRAINING_JOBS:
+        return cfg["trainer"]["model"]["path"], cfg["trainer"]
     models = {record.extra.get("model") for record in records} - {None}
     return (models.pop() if len(models) == 1 else None), None
 

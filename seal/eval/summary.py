@@ -2,8 +2,9 @@
 
 One row per step: the four BFCL multi-turn categories and overall as ``0.5800 (58/100)``
 cells, and the paper's average (the unweighted mean of the four category rates). The best
-step is the one with the highest average, the earliest on a tie: all four categories count,
-not one alone as in the original release. Steps whose task ids differ from the expected split are
+step is the one with the highest average, the later on a tie (a flat run is scored where it
+ended, not at its untrained step 0): all four categories count, not one alone as in the
+original release. Steps whose task ids differ from the expected split are
 reported, since their rates are not comparable with the paper's 400 held-out tasks.
 ``seal-report --table`` (seal.eval.report) is the command line for this module.
 """
@@ -79,11 +80,11 @@ def summarize(steps: dict[int, list[ValidationRecord]]) -> list[StepSummary]:
 
 
 def best_step(summaries: Sequence[StepSummary]) -> int | None:
-    """The step with the highest average, the earliest on a tie; None if no step has one."""
+    """The step with the highest average, the later on a tie; None if no step has one."""
     scored = [summary for summary in summaries if summary.average is not None]
     if not scored:
         return None
-    return max(scored, key=lambda summary: (summary.average, -summary.step)).step
+    return max(scored, key=lambda summary: (summary.average, summary.step)).step
 
 
 def load_split_ids(path: str | Path, key: str) -> list[str]:

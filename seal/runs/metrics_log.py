@@ -65,10 +65,17 @@ UNLABELLED = "unlabelled"
 failing turn's check raised: seal.bfcl.diagnosis.paper_label)."""
 TAG_WEIGHT_PREFIX = "tocf/weight/"
 """+ tag: the live dynamic tag weight after the step's update (`CapabilityState.metrics`)."""
+APATCH_ACTIVE = "apatch/active"
+"""1 when A-Patch scaled the step's advantages, 0 when it was off (`apatch.enable` false, or
+its warm-up) (`apply_apatch`)."""
 APATCH_MEAN_SCALE = "apatch/mean_scale"
-"""Mean A-Patch advantage scale over the step's samples (`apply_apatch`)."""
+"""Mean A-Patch advantage scale over the step's samples (`apply_apatch`); only while active."""
 APATCH_SCALED_FRAC = "apatch/scaled_frac"
-"""Share of the step's samples whose advantages A-Patch changed (`scaled_count` / samples)."""
+"""Share of the step's samples whose advantages A-Patch changed (`scaled_count` / samples);
+only while active."""
+LAYER_PREFIX = "layer/"
+"""+ observation layer (seal.runs.interface_log.LAYERS): the share of the step's training
+episodes that had it on (`layer_metrics`); 0 when off."""
 # The loss keys are verl's own names (seal.algos.loss keeps them), so that runs of the local
 # trainer and of verl compare key for key.
 LOSS_POLICY = "actor/pg_loss"
@@ -121,6 +128,15 @@ def label_fractions(
     counts = Counter(label or UNLABELLED for label in labels)
     total = sum(counts.values())
     return {prefix + label: count / total for label, count in sorted(counts.items())}
+
+
+def layer_metrics(interface_row: Mapping) -> dict[str, float]:
+    """`layer/<name>` of a step from its interface record (seal.runs.interface_log)."""
+    episodes = interface_row["episodes"]
+    return {
+        LAYER_PREFIX + name: (count / episodes if episodes else 0.0)
+        for name, count in interface_row["layers"].items()
+    }
 
 
 def tag_weight_key(tag: str) -> str:

@@ -86,9 +86,9 @@ def apply_apatch(
 
     `sample_tags[i]` are sample i's turn tags; `weights` the tag weights of
     `config.weight_source` (`tag_weights` picks them from a capability state). Metrics: `active`
-    (0 during warm-up or when disabled), `mean_scale` over the batch, `scaled_count`
-    (samples whose advantages changed), `tag_frac/<tag>` (fraction of samples carrying the
-    tag) and `weight/<tag>`, all under "apatch/".
+    (0 during warm-up or when disabled), `scaled_count` (samples whose advantages changed),
+    `tag_frac/<tag>` (fraction of samples carrying the tag) and, only while active,
+    `mean_scale` over the batch, `scaled_frac` and `weight/<tag>`, all under "apatch/".
     """
     if len(sample_tags) != advantages.shape[0]:
         raise ValueError(f"{len(sample_tags)} tag lists for {advantages.shape[0]} samples")
@@ -118,15 +118,15 @@ def apply_apatch(
         patched = torch.where(touched_tokens, advantages * scales[:, None], advantages)
         scaled_count = int((touched & (scales != 1)).sum())
 
-    metrics = {
-        "apatch/active": float(active),
-        "apatch/mean_scale": scales.mean().item() if len(sample_tags) else 1.0,
-        "apatch/scaled_count": float(scaled_count),
-        "apatch/scaled_frac": scaled_count / len(sample_tags) if len(sample_tags) else 0.0,
-    }
+    # Off (disabled or in warm-up), A-Patch scales nothing: no scale or weight is reported,
+    # which would read like a SEAL run's.
+    metrics = {"apatch/active": float(active), "apatch/scaled_count": float(scaled_count)}
     carriers = Counter(tag for tags in sample_tags for tag in set(tags))
     for tag, count in sorted(carriers.items()):
         metrics[f"apatch/tag_frac/{tag}"] = count / len(sample_tags)
-    for tag, weight in weights.items():
-        metrics[f"apatch/weight/{tag}"] = float(weight)
+    if active:
+        metrics["apatch/mean_scale"] = scales.mean().item() if len(sample_tags) else 1.0
+        metrics["apatch/scaled_frac"] = scaled_count / len(sample_tags) if len(sample_tags) else 0.0
+        for tag, weight in weights.items():
+            metrics[f"apatch/weight/{tag}"] = float(weight)
     return patched, metrics

@@ -266,7 +266,7 @@ class LocalTrainer:
         samples = self.rollout(
             self.val_ids, 1, mode="validate", temperature=self.cfg.validation.temperature
         )
-        records = [_record(s, step) for s in samples]
+        records = [validation_record(s, step) for s in samples]
         write_step(self.run_dir / "validation", step, records, overwrite=True)
         return M.validation_metrics(records) | {M.VAL_FAILED_EPISODES: self.failed_episodes}
 
@@ -349,10 +349,10 @@ def run_local_training(cfg, env_url: str, run: Run, split_file: Path) -> None:
 
 
 def _console_line(step: int, m: dict[str, float]) -> str:
-    keys = {
-        "reward": M.REWARD_MEAN,
-        "acc": M.ACCURACY,
-        "scale": M.APATCH_MEAN_SCALE,
+    """The step's line: reward, accuracy, A-Patch's mean scale or "apatch off", the layers
+    its training episodes had on ("layers none" when off), losses, times, validation."""
+    keys = {"reward": M.REWARD_MEAN, "acc": M.ACCURACY}
+    later = {
         "pg": M.LOSS_POLICY,
         "kl": M.LOSS_KL,
         "clip": "actor/pg_clipfrac",
@@ -361,6 +361,18 @@ def _console_line(step: int, m: dict[str, float]) -> str:
         "val_avg": M.VAL_AVERAGE,
     }
     parts = [f"{name} {m[key]:.4g}" for name, key in keys.items() if key in m]
+    if M.APATCH_ACTIVE in m:
+        on = m[M.APATCH_ACTIVE] and M.APATCH_MEAN_SCALE in m
+        parts.append(f"apatch scale {m[M.APATCH_MEAN_SCALE]:.4g}" if on else "apatch off")
+    layers = {
+        k.removeprefix(M.LAYER_PREFIX): v for k, v in m.items() if k.startswith(M.LAYER_PREFIX)
+    }
+    if layers:
+        shown = [
+            name if share == 1 else f"{name} {share:.2g}" for name, share in layers.items() if share
+        ]
+        parts.append("layers " + (", ".join(shown) or "none"))
+    parts += [f"{name} {m[key]:.4g}" for name, key in later.items() if key in m]
     return f"[step {step}] " + "  ".join(parts)
 
 
@@ -377,7 +389,8 @@ def base_model_identity(model: ModelSettings, tokenizer) -> dict:
             "tokenizer": tokenizer.name_or_path, "weights_sha256": weights}  # fmt: skip
 
 
-def _record(s: EpisodeSample, step: int) -> ValidationRecord:
+def validation_record(s: EpisodeSample, step: int) -> ValidationRecord:
+    """The validation record of one episode (seal/runs/records.py)."""
     return ValidationRecord(
         task_id=s.task_id,
         data_source=s.category,

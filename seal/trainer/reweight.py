@@ -66,9 +66,11 @@ def record_interface(
     samples: Sequence[SampleOutcome],
     served_profile: dict | None,
     capability: CapabilityState,
-) -> None:
+) -> dict:
     """The step's interface state beside its failure profiles (seal/runs/interface_log.py):
-    what the samples' episodes were shown, the profile that chose it, the step's own."""
+    what the samples' episodes were shown, the profile that chose it, the step's own.
+    Returns the record."""
     interfaces = [s.interface for s in samples]
     row = interface_row(step, interfaces, served_profile, capability.failure_profile())
     write_interface(run_dir, row)
+    return row

@@ -25,7 +25,7 @@ import torch
 
 from seal.rollout.env_client import EnvClientSettings, push_profile
 from seal.runs.atomic_file import StateFileError, read_json, write_json_atomic
-from seal.runs.metrics_log import outcome_metrics
+from seal.runs.metrics_log import layer_metrics, outcome_metrics
 from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state
 from seal.tocf.summary import write_epoch_summary
 from seal.trainer.config import TrainerConfig
@@ -106,14 +106,14 @@ class SealStep:
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """The capability state observes the samples and moves the dynamic tag weights;
         A-Patch scales each sample's advantages by the weights of its tags. Returns the
-        patched advantages and the step's SEAL and outcome metrics; the step's interface
-        state is recorded beside its failure profiles."""
+        patched advantages and the step's SEAL, outcome and layer metrics; the step's
+        interface state is recorded beside its failure profiles."""
         patched, metrics = observe_and_reweight(
             self.capability, samples, advantages, response_mask, self.cfg.apatch,
             step=step, epoch=epoch,
         )  # fmt: skip
-        record_interface(self.run_dir, step, samples, self.served_profile, self.capability)
-        return patched, metrics | outcome_metrics(samples)
+        row = record_interface(self.run_dir, step, samples, self.served_profile, self.capability)
+        return patched, metrics | outcome_metrics(samples) | layer_metrics(row)
 
     def close_loop(self) -> None:
         """After the step: save the capability state; the service's guidelines follow the

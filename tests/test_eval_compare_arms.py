@@ -44,6 +44,22 @@ def test_t_distribution_equals_scipys(df):
     assert S.t_quantile(0.95, df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-9)
 
 
+def test_t_distribution_keeps_its_precision_after_bfcl_s_math_api_lowered_mpmath_s():
+    """mpmath's precision is global; BFCL's MathAPI sets it on each call, so a process that
+    ran a math task (a trainer, the test suite) must still get the t-test right."""
+    import mpmath
+    from bfcl_eval.eval_checker.multi_turn_eval.func_source_code.math_api import MathAPI
+
+    before = mpmath.mp.dps
+    try:
+        MathAPI().logarithm(value=8.0, base=2.0, precision=2)
+        assert mpmath.mp.dps == 2  # the state every other test in the process would meet
+        assert S.t_two_sided_p(1.96, 7.5) == pytest.approx(2 * stats.t.sf(1.96, 7.5), rel=1e-9)
+        assert S.t_quantile(0.95, 30) == pytest.approx(stats.t.ppf(0.975, 30), rel=1e-9)
+    finally:
+        mpmath.mp.dps = before
+
+
 # --- the pooled estimate -------------------------------------------------------------------
 
 # Arm A: 3 runs x 4 tasks, arm B: 2 runs x 4 tasks (one category).

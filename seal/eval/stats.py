@@ -69,6 +69,9 @@ def percentile_interval(means: np.ndarray, confidence: float = CONFIDENCE) -> tu
 # --- Student's t ---------------------------------------------------------------------------
 # scipy is not a dependency of the package (it is of the tests, which check these against
 # scipy.stats.t); mpmath is (bfcl-eval's checker needs it) and has the incomplete beta.
+# mpmath's precision is global and BFCL's MathAPI sets it per call (to as few as 2 digits),
+# so every use here names its own.
+_DIGITS = 15  # mpmath's default, a float's precision: findroot's tolerance follows it
 
 
 def t_two_sided_p(t: float, df: float) -> float:
@@ -77,23 +80,25 @@ def t_two_sided_p(t: float, df: float) -> float:
     if math.isinf(df):
         return math.erfc(abs(t) / math.sqrt(2))
     x = df / (df + t * t)
-    return float(mpmath.betainc(df / 2, 0.5, 0, x, regularized=True))
+    with mpmath.workdps(_DIGITS):
+        return float(mpmath.betainc(df / 2, 0.5, 0, x, regularized=True))
 
 
 def t_quantile(confidence: float, df: float) -> float:
     """The t with P(|T| <= t) = confidence (the two-sided critical value)."""
     alpha = 1 - confidence
     if math.isinf(df):
-        return float(mpmath.sqrt(2) * mpmath.erfinv(confidence))
+        with mpmath.workdps(_DIGITS):
+            return float(mpmath.sqrt(2) * mpmath.erfinv(confidence))
     # p(t) falls from 1 at t = 0; bracket the root, then bisect (to float resolution).
     low, high = 0.0, 1.0
     while t_two_sided_p(high, df) > alpha:
         low, high = high, high * 2
-    return float(
-        mpmath.findroot(
+    with mpmath.workdps(_DIGITS):
+        root = mpmath.findroot(
             lambda t: t_two_sided_p(float(t), df) - alpha, (low, high), solver="anderson"
         )
-    )
+    return float(root)
 
 
 # --- several runs per arm: the pooled estimate over seeds and tasks --------------------------

@@ -32,7 +32,10 @@ def read_floors(config: Path) -> list[list[str]]:
     if contract is None:
         raise SystemExit(f"{config}: no import contract with id {CONTRACT!r}")
     # import-linter's own layer syntax: `a | b` (independent) or `a : b` on one floor.
-    return [[room.strip() for room in layer.replace(":", "|").split("|")] for layer in reversed(contract["layers"])]
+    return [
+        [room.strip() for room in layer.replace(":", "|").split("|")]
+        for layer in reversed(contract["layers"])
+    ]
 
 
 @dataclass

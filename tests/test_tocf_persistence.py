@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from seal.runs import atomic_file
+from seal import atomic_file
 from seal.tocf.state import (
     STATE_FILENAME,
     CapabilityConfig,

@@ -35,9 +35,9 @@ from conftest import serving
 import launcher
 from env_service.app import create_app
 from seal.algos.loss import PolicyLossConfig, needs_reference
+from seal.atomic_file import StateFileError
 from seal.rollout.env_client import TOKEN_ENV
 from seal.runs import checkpoint as ckpt
-from seal.runs.atomic_file import StateFileError
 from seal.runs.checks import UNFINISHED_DIR, check_run_dir
 from seal.runs.data_order import DATA_ORDER_FILENAME, DataOrderChanged
 from seal.runs.metrics_log import read_metrics

@@ -12,8 +12,8 @@ from conftest import tiny_qwen2
 from transformers import Qwen2ForCausalLM
 
 from seal.algos.loss import PolicyLossConfig
+from seal.atomic_file import StateFileError
 from seal.runs import checkpoint as ckpt
-from seal.runs.atomic_file import StateFileError
 from seal.runs.data_order import epoch_order
 from seal.tocf.state import STATE_FILENAME
 from seal.trainer.config import TrainerConfig

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 from pathlib import Path
 
-from seal.runs.atomic_file import write_text_atomic
+from seal.atomic_file import write_text_atomic
 from seal.tocf.tags import CATEGORIES
 
 METRICS_FILENAME = "metrics.jsonl"

@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from seal.atomic_file import write_text_atomic
 from seal.bfcl.tasks import UnknownTaskError, category_of
-from seal.runs.atomic_file import write_text_atomic
 
 STEP_FILE_GLOB = "step_*.jsonl"
 _STEP_FILE_NAME = re.compile(r"step_(\d+)\.jsonl")

@@ -46,7 +46,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from seal.runs.atomic_file import StateFileError, read_json, write_json_atomic
+from seal.atomic_file import StateFileError, read_json, write_json_atomic
 from seal.tocf.tags import BASE_TAG_WEIGHTS, EXCLUDED_TAGS, FAILURE_TAGS, PASS, turn_position
 
 STATE_FILENAME = "capability_state.json"

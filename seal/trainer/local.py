@@ -38,6 +38,7 @@ from tqdm import tqdm
 
 from seal.algos.advantage import grpo_advantages
 from seal.algos.loss import needs_reference
+from seal.atomic_file import StateFileError
 from seal.eval.summary import render_markdown, summarize
 from seal.rollout.driver import EpisodeSample, play_batch, run_episode
 from seal.rollout.env_client import EnvClient, EnvClientSettings
@@ -45,7 +46,6 @@ from seal.rollout.hf_generator import HFGenerator
 from seal.rollout.turn_tokens import turn_tokenizer
 from seal.runs import checkpoint as ckpt
 from seal.runs import metrics_log as M
-from seal.runs.atomic_file import StateFileError
 from seal.runs.data_order import epoch_order, task_ids_of
 from seal.runs.export import export_hint
 from seal.runs.records import ValidationRecord, read_val_dir, write_step

@@ -1,11 +1,11 @@
 """The import drawing of seal and env_service: rooms, floors, arrows, arrows back up, circles.
 
-Rooms and floors are the layers of the `floors` import contract in pyproject.toml (highest
-first there, lowest first here), so the figures and `lint-imports` (tests/test_import_layers.py)
-judge the same drawing; this script adds the counts and names each arrow back up (an import
-from a room to a room on a higher floor, or to another room of its floor) and each circle
-(rooms, or the modules of one package, that import each other round). Every import counts:
-module level, in a function, under TYPE_CHECKING. Figures and their dates: docs/import_drawing.md.
+Rooms and floors are those of the import contracts in pyproject.toml (the `floors` layers,
+highest first there, lowest first here), so these figures and `lint-imports`
+(tests/test_import_layers.py) judge one drawing. Named here: each arrow back up (an import
+from a room into a room on a higher floor, or into another room of its own floor) and each
+circle (rooms, or the modules of one package, that import each other round). Every import
+counts: module level, in a function, under TYPE_CHECKING. Figures: docs/import_drawing.md.
 
     python scripts/import_drawing.py [--config pyproject.toml]
 """
@@ -26,16 +26,24 @@ CONTRACT = "floors"
 
 
 def read_floors(config: Path) -> list[list[str]]:
-    """The rooms of each floor, lowest floor first, from the `floors` layers contract."""
+    """The rooms of each floor, lowest floor first: the layers of the `floors` contract,
+    and each package of a `protected` contract (one no other room may import, so nested in
+    a room of the floors) as a room of its own on a floor just above the room that holds it."""
     contracts = read_configuration(str(config))["contracts_options"]
-    contract = next((c for c in contracts if c.get("id") == CONTRACT), None)
-    if contract is None:
+    layers = next((c["layers"] for c in contracts if c.get("id") == CONTRACT), None)
+    if layers is None:
         raise SystemExit(f"{config}: no import contract with id {CONTRACT!r}")
     # import-linter's own layer syntax: `a | b` (independent) or `a : b` on one floor.
-    return [
-        [room.strip() for room in layer.replace(":", "|").split("|")]
-        for layer in reversed(contract["layers"])
+    floors = [
+        [room.strip() for room in layer.replace(":", "|").split("|")] for layer in reversed(layers)
     ]
+    protected = [m for c in contracts if c["type"] == "protected" for m in c["protected_modules"]]
+    for nested in protected:
+        holder = next(
+            i for i, rs in enumerate(floors) if any(nested.startswith(r + ".") for r in rs)
+        )
+        floors.insert(holder + 1, [nested])
+    return floors
 
 
 @dataclass
@@ -156,9 +164,13 @@ def report(d: Drawing) -> str:
     for a, b in d.back_arrows:
         imports = ", ".join(f"{i} -> {j} (l.{n})" for i, j, n in sorted(d.arrows[(a, b)]))
         lines.append(f"  {a} (floor {floor[a] + 1}) -> {b} (floor {floor[b] + 1}): {imports}")
+    if not d.back_arrows:
+        lines.append("  none")
     lines += ["", "circles:"]
     lines += [f"  rooms: {' <-> '.join(group)}" for group in d.room_circles]
     lines += [f"  in {package}: {' <-> '.join(group)}" for package, group in d.module_circles]
+    if not d.circles:
+        lines.append("  none")
     return "\n".join(lines)
 
 

@@ -33,7 +33,7 @@ from seal.runs.metrics_log import METRICS_FILENAME, MetricsFormatError, read_met
 from seal.tocf.state import STATE_FILENAME, CapabilityState
 
 if TYPE_CHECKING:  # the run config's `trainer` section; read, never built, here
-    from seal.trainer.config import TrainerConfig
+    from seal.trainer_config import TrainerConfig
 
 UNFINISHED_DIR = "unfinished_attempts"
 """Where a resume moves the files of a run that never reached its first checkpoint."""

@@ -51,7 +51,6 @@ from seal.runs.export import export_hint
 from seal.runs.records import ValidationRecord, read_val_dir, write_step
 from seal.runs.run import Run, open_run
 from seal.runs.run_record import model_identity, record_base_model, weights_sha256
-from seal.trainer.config import ModelSettings, TrainerConfig
 from seal.trainer.local_preflight import refuse_if_it_cannot_fit
 from seal.trainer.model import (
     TINY_MODELS,
@@ -66,6 +65,7 @@ from seal.trainer.model import (
 from seal.trainer.precision import MixedPrecision
 from seal.trainer.seal_step import SealStep
 from seal.trainer.update import batch_logprobs, policy_update, response_mask_matrix
+from seal.trainer_config import ModelSettings, TrainerConfig
 
 
 class LocalTrainer:

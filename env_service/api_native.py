@@ -44,7 +44,8 @@ from env_service.errors import ForbiddenError, NotFoundError
 from env_service.json_body import SafeJsonRoute
 from env_service.statuses import errors
 from seal.bfcl.calls import CallParseError, ToolCall, checked_call
-from seal.bfcl.tasks import UnknownTaskError, load_task
+from seal.bfcl.multi_turn import UnknownTaskError
+from seal.bfcl.tasks import load_task
 from seal.rollout.protocol import (
     AssistantCall,
     CreateEpisode,

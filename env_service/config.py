@@ -117,7 +117,7 @@ class ServiceConfig(BaseModel):
     capability_state_path: Path | None = None
     """A persisted capability state to read the failure profile from when no trainer has
     pushed one: this project's (seal.tocf) or the original release's (its wire clients'
-    diagnostic_evolution thresholds then select from it, env_service/release/state.py).
+    diagnostic_evolution thresholds then select from it, env_service/release_state.py).
     Re-read whenever the file changes. Unreadable at start: the service refuses to start.
     Unreadable later: the last good profile is kept and a warning names the file (GET
     /v1/profile shows it). The only file the service reads besides its own code and

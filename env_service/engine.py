@@ -55,15 +55,16 @@ from env_service.execution import (
 )
 from env_service.in_process import InProcessPool
 from env_service.outside import TO_TEXT_S, OutsideCalls
-from env_service.release.state import check_release_state, is_release_state, release_profile
+from env_service.release_state import check_release_state, is_release_state, release_profile
 from env_service.workers import WorkerPool
+from seal.atomic_file import StateFileError, read_json
 from seal.bfcl import memory, web_search
 from seal.bfcl.agentic import WEB_SEARCH, AgenticTask, missing_dependency
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.diagnosis import Diagnosis
-from seal.bfcl.tasks import UnknownTaskError, load_task
+from seal.bfcl.multi_turn import UnknownTaskError
+from seal.bfcl.tasks import load_task
 from seal.rollout.protocol import EpisodeSettings
-from seal.runs.atomic_file import StateFileError, read_json
 from seal.tocf.state import CapabilityState
 
 __all__ = ["EnvEngine", "ServiceConfig"]  # ServiceConfig is imported from here too
@@ -129,7 +130,7 @@ class StateFile:
 
 def read_state_file(path: Path) -> StateFile:
     """This project's capability state (seal.tocf) or the original release's
-    (env_service/release/state.py); raises OSError or ValueError (StateFileError) with
+    (env_service/release_state.py); raises OSError or ValueError (StateFileError) with
     the reason."""
     data = read_json(path, "capability state")
     if is_release_state(data):
@@ -521,7 +522,7 @@ class EnvEngine:
         A file that cannot be read (truncated, half-written by hand) keeps the last good
         profile in use and logs one warning naming it, until it changes: failing every
         guided episode would stop training over a file a trainer writes atomically
-        (seal.runs.atomic_file), so a bad one is an operator's slip to report, not to crash on.
+        (seal.atomic_file), so a bad one is an operator's slip to report, not to crash on.
         """
         if self.pushed_profile is not None:
             return self.pushed_profile

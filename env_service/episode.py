@@ -48,6 +48,7 @@ from env_service.execution import (
     StepBudget,
 )
 from seal.bfcl import agentic, paper_calls, web_search
+from seal.bfcl import tags as T
 from seal.bfcl.backends import is_tool_error
 from seal.bfcl.calls import (
     ArgumentsTooDeep,
@@ -58,9 +59,9 @@ from seal.bfcl.calls import (
     parse_first_tool_calls,
 )
 from seal.bfcl.diagnosis import TOOL_ERROR, Diagnosis, paper_label
-from seal.bfcl.tasks import BfclTask, load_task
+from seal.bfcl.multi_turn import BfclTask
+from seal.bfcl.tasks import load_task
 from seal.rollout.protocol import EpisodeSettings
-from seal.tocf import tags as T
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from seal.bfcl import tags as T
 from seal.bfcl.prompt import BASE_INSTRUCTIONS, json_type
-from seal.tocf import tags as T
 
 # --- the paper's texts (the original release's environment, mode bfcl_qwen_fc) -------------
 

@@ -15,9 +15,10 @@ import time
 import torch
 
 from seal.algos.advantage import grpo_advantages
+from seal.bfcl.tags import FAILURE_TAGS, PASS
+from seal.bfcl.tasks import CATEGORIES
 from seal.tocf.apatch import APatchConfig, apply_apatch
 from seal.tocf.state import CapabilityState, TrajectoryOutcome
-from seal.tocf.tags import CATEGORIES, FAILURE_TAGS, PASS
 
 
 def time_ms(fn, runs: int) -> tuple[float, float]:

@@ -92,10 +92,10 @@ from seal.rollout.scripted import ScriptedGenerator
 from seal.runs.data_order import task_ids_of
 from seal.runs.metrics_log import APATCH_MEAN_SCALE
 from seal.runs.records import write_step
-from seal.trainer.config import TrainerConfig
 from seal.trainer.local import LocalTrainer, validation_record
 from seal.trainer.model import load_tokenizer
 from seal.trainer.update import collate, response_logprobs
+from seal.trainer_config import TrainerConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SEAL_ARM, GRPO_ARM = "seal", "grpo"

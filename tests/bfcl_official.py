@@ -21,7 +21,7 @@ from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
 from seal.bfcl.backends import mutable_defaults
-from seal.bfcl.tasks import BfclTask
+from seal.bfcl.multi_turn import BfclTask
 
 
 def official_accuracy(task: BfclTask, decoded: list[list[list[str]]]) -> int:

@@ -5,7 +5,7 @@ import torch
 
 from seal.tocf.apatch import APatchConfig, apply_apatch, sample_scale, tag_weights
 from seal.tocf.state import CapabilityConfig, CapabilityState
-from seal.tocf.tags import BASE_TAG_WEIGHTS
+from seal.tocf.weights import BASE_TAG_WEIGHTS
 
 
 def scale(tags, weights=BASE_TAG_WEIGHTS):

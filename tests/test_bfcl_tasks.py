@@ -4,14 +4,8 @@ import copy
 
 import pytest
 
-from seal.bfcl.tasks import (
-    UnknownTaskError,
-    category_of,
-    initial_config_copy,
-    load_task,
-    task_ids,
-)
-from seal.tocf.tags import CATEGORIES
+from seal.bfcl.multi_turn import UnknownTaskError, initial_config_copy
+from seal.bfcl.tasks import CATEGORIES, category_of, load_task, task_ids
 
 
 def test_two_hundred_tasks_per_category_in_bfcl_order():

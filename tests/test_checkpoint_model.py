@@ -184,8 +184,8 @@ def test_a_verl_run_s_checkpoint_exports_or_names_verl_s_merge_command(tmp_path,
     verl.export_hf_weights); the export finds the best or the latest one, and without
     weights names verl's own merge command."""
     from seal.runs.export import main as seal_export
-    from seal.trainer.config import ModelSettings
     from seal.trainer.model import save_tiny_model
+    from seal.trainer_config import ModelSettings
 
     run_dir = tmp_path / "verl_run"
     step2 = run_dir / "checkpoints/global_step_2/actor/huggingface"

@@ -22,7 +22,7 @@ from env_service import __main__ as service_main
 from env_service import evolution
 from env_service.app import create_app
 from env_service.engine import ServiceConfig
-from seal.tocf import tags as T
+from seal.bfcl import tags as T
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -12,9 +12,9 @@ from engine_episodes import EngineEpisode
 from seal.bfcl import ground_truth as gt
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.diagnosis import diagnose
-from seal.bfcl.tasks import load_task, task_ids
+from seal.bfcl.tags import PASS
+from seal.bfcl.tasks import CATEGORIES, load_task, task_ids
 from seal.rollout.protocol import EpisodeSettings
-from seal.tocf.tags import CATEGORIES, PASS
 
 TASKS_PER_CATEGORY = 10
 CORRUPTIONS = ("drop_call", "skip_turn", "duplicate_call")

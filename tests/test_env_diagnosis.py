@@ -9,12 +9,12 @@ from engine_episodes import EngineEpisode
 
 import seal.bfcl.diagnosis as diagnosis_module
 from seal.bfcl import ground_truth as gt
+from seal.bfcl import tags as T
 from seal.bfcl.backends import ERROR_PREFIX, Backends, format_result
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.diagnosis import diagnose
 from seal.bfcl.tasks import load_task
 from seal.rollout.protocol import EpisodeSettings, RewardSettings
-from seal.tocf import tags as T
 
 # multi_turn_base_0 (GorillaFileSystem + TwitterAPI), ground truth per turn:
 #   0: cd(document), mkdir(temp), mv(final_report.pdf -> temp)

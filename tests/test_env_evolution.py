@@ -13,10 +13,10 @@ from conftest import gt_turns, results
 
 from env_service import evolution
 from seal.bfcl import prompt
+from seal.bfcl import tags as T
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import tool_call_text
 from seal.bfcl.tasks import load_task
-from seal.tocf import tags as T
 from seal.tocf.state import TrajectoryOutcome, open_capability_state
 
 ONE_PER_CATEGORY = [

@@ -16,13 +16,13 @@ import pytest
 from omegaconf import OmegaConf
 from scipy import stats
 
+from seal.bfcl.tasks import CATEGORIES
 from seal.eval import compare as C
 from seal.eval import plots as plots_module
 from seal.eval import report
 from seal.eval import stats as S
 from seal.eval.summary import load_split_ids
 from seal.runs.records import ValidationRecord, write_step
-from seal.tocf.tags import CATEGORIES
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

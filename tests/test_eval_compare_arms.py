@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from seal.bfcl.tasks import CATEGORIES
 from seal.eval import compare as C
 from seal.eval import report
 from seal.eval import stats as S
 from seal.runs.records import ValidationRecord, write_step
-from seal.tocf.tags import CATEGORIES
 
 # --- Holm ----------------------------------------------------------------------------------
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from seal.bfcl.tasks import CATEGORIES
 from seal.eval import paper as P
-from seal.tocf.tags import CATEGORIES
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

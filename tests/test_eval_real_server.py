@@ -51,8 +51,8 @@ TOKENIZER = shipped_tokenizer()  # the tiny model's
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    from seal.trainer.config import ModelSettings
     from seal.trainer.model import build_tiny_model
+    from seal.trainer_config import ModelSettings
 
     path = tmp_path_factory.mktemp("tiny-qwen2")
     model = build_tiny_model(ModelSettings(path="tiny-qwen2"), TOKENIZER)

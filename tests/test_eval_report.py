@@ -8,6 +8,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
+from seal.bfcl.tasks import CATEGORIES
 from seal.eval import plots
 from seal.eval.report import (
     EmptyRunError,
@@ -21,7 +22,6 @@ from seal.runs.interface_log import write_interface
 from seal.runs.records import ValidationRecord, read_val_dir, write_step
 from seal.tocf.state import STATE_FILENAME, CapabilityState, TrajectoryOutcome
 from seal.tocf.summary import write_epoch_summary
-from seal.tocf.tags import CATEGORIES
 
 REPO = Path(__file__).resolve().parent.parent
 SPLIT = REPO / "data" / "seal_split.json"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from seal.bfcl.tasks import category_of
+from seal.bfcl.tasks import CATEGORIES, category_of
 from seal.eval.summary import (
     best_step,
     load_split_ids,
@@ -23,7 +23,6 @@ from seal.eval.summary import (
     table_rows,
 )
 from seal.runs.records import ValidationRecord, write_step
-from seal.tocf.tags import CATEGORIES
 
 REPO = Path(__file__).resolve().parent.parent
 # The paper's SEAL row for Qwen2.5-7B-Instruct, as passed/total per category.

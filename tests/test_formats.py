@@ -32,13 +32,12 @@ from env_service import api_native
 from env_service.engine import EnvEngine, ServiceConfig
 from seal.bfcl import prompt
 from seal.bfcl.ground_truth import ground_truth_trajectory
-from seal.bfcl.tasks import load_task, task_ids
+from seal.bfcl.tasks import CATEGORIES, load_task, task_ids
 from seal.formats.handler_format import HandlerFormat, leaderboard
 from seal.formats.registry import AUTO, FORMATS, default_format, get_format, resolve
 from seal.rollout.env_client import call_body
 from seal.rollout.protocol import CreateEpisode, EpisodeSettings, EvolutionSettings, StepRequest
-from seal.tocf.tags import CATEGORIES
-from seal.trainer.config import ModelSettings
+from seal.trainer_config import ModelSettings
 
 # 20 tasks: 5 per category, spread over each category's 200.
 RICH_QWEN = "qwen2.5"

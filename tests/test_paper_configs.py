@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from seal.rollout.protocol import EvolutionSettings
-from seal.trainer.config import TrainerConfig
+from seal.trainer_config import TrainerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

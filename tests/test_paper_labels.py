@@ -16,11 +16,11 @@ from engine_episodes import EngineEpisode
 
 from env_service.execution import STEP_TIME_BUDGET
 from seal.bfcl import ground_truth as gt
+from seal.bfcl import tags as T
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.diagnosis import TOOL_ERROR, paper_label
 from seal.bfcl.tasks import load_task
 from seal.rollout.protocol import EpisodeSettings
-from seal.tocf import tags as T
 
 BASE = "multi_turn_base_0"
 

@@ -21,7 +21,7 @@ import pytest
 from omegaconf import OmegaConf
 from wire_client import SEAL_YAML_BFCL, TOOLACE_YAML_BFCL, WireClient
 
-from env_service.release import state
+from env_service import release_state
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.ground_truth import ground_truth_texts, ground_truth_trajectory
 from seal.bfcl.tasks import load_task, task_ids
@@ -285,7 +285,7 @@ def test_every_paper_config_asks_for_a_golden_setting(name, setting):
 def test_the_guideline_state_selects_three_guidelines():
     """The `full` setting's state selects three tags, so the golden file holds D.4's block
     with several lines (not an empty selection that any texts would match)."""
-    profile = state.release_profile(golden()["guideline_state"], "multi_turn_base")
+    profile = release_state.release_profile(golden()["guideline_state"], "multi_turn_base")
     assert [e["tag"] for e in profile["tags"]] == [
         "state_mismatch",
         "empty_turn_model_response",
@@ -314,7 +314,7 @@ def test_the_trainers_profile_selects_the_guidelines_the_release_selects():
         tallies, step=1, epoch=0, min_share=0.10, min_count=8, max_mean_reward=0.6, top_k=5
     )
     release = {"window_tags": {t: {"count": n, "reward_sum": r} for t, (n, r) in stats.items()}}
-    theirs = state.release_profile(release, "multi_turn_base")
+    theirs = release_state.release_profile(release, "multi_turn_base")
     assert [e["tag"] for e in ours["tags"]] == [e["tag"] for e in theirs["tags"]]
     assert [e["tag"] for e in ours["tags"]] == [
         "spurious_tool_call",  # less prevalent than state_mismatch, never solved

@@ -31,8 +31,8 @@ from omegaconf import OmegaConf
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 import launcher  # noqa: E402
-from seal.trainer.config import ModelSettings  # noqa: E402
 from seal.trainer.model import build_tiny_model, load_tokenizer  # noqa: E402
+from seal.trainer_config import ModelSettings  # noqa: E402
 
 VANILLA = [
     "trainer.apatch.enable=false",

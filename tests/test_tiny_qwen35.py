@@ -12,7 +12,6 @@ from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 from seal.formats.registry import default_format
 from seal.trainer import checks
 from seal.trainer.checks import OK, WARN, linear_attention_check
-from seal.trainer.config import ModelSettings
 from seal.trainer.memory import ModelShape
 from seal.trainer.model import (
     base_model_kind,
@@ -20,6 +19,7 @@ from seal.trainer.model import (
     load_tokenizer,
     model_config,
 )
+from seal.trainer_config import ModelSettings
 
 
 def tiny(**tiny_overrides) -> ModelSettings:

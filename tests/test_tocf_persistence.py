@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from seal.runs import atomic_file
+from seal import atomic_file
 from seal.tocf.state import (
     STATE_FILENAME,
     CapabilityConfig,
@@ -113,7 +113,7 @@ def test_load_failure_profile_from_file(tmp_path):
 def test_state_and_profile_import_without_torch(tmp_path):
     path = busy_state().save(tmp_path / STATE_FILENAME)
     code = (
-        "import sys, seal.tocf, seal.tocf.tags, seal.tocf.summary\n"
+        "import sys, seal.tocf, seal.tocf.weights, seal.tocf.summary\n"
         "from seal.tocf import load_failure_profile\n"
         f"load_failure_profile({str(path)!r})\n"
         "assert 'torch' not in sys.modules, 'seal.tocf imported torch'\n"

@@ -10,9 +10,10 @@ from seal.tocf.state import (
     TrajectoryOutcome,
     ema_step,
     target_tag_weight,
+    turn_position,
 )
 from seal.tocf.summary import epoch_summary, write_epoch_summary
-from seal.tocf.tags import BASE_TAG_WEIGHTS, turn_position
+from seal.tocf.weights import BASE_TAG_WEIGHTS
 
 
 def outcome(tags, reward, success=False, task="t0", category="multi_turn_base", step=1, epoch=0):

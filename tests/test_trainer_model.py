@@ -10,10 +10,10 @@ import torch
 from conftest import tiny_qwen2
 from omegaconf import OmegaConf
 
-from seal.trainer.config import TrainerConfig
 from seal.trainer.local import LocalTrainer
 from seal.trainer.model import gpu_peak_gb
 from seal.trainer.precision import MixedPrecision
+from seal.trainer_config import TrainerConfig
 
 
 def test_gpu_peak_is_not_reported_for_a_model_on_the_cpu():

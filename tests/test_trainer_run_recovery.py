@@ -35,9 +35,9 @@ from conftest import serving
 import launcher
 from env_service.app import create_app
 from seal.algos.loss import PolicyLossConfig, needs_reference
+from seal.atomic_file import StateFileError
 from seal.rollout.env_client import TOKEN_ENV
 from seal.runs import checkpoint as ckpt
-from seal.runs.atomic_file import StateFileError
 from seal.runs.checks import UNFINISHED_DIR, check_run_dir
 from seal.runs.data_order import DATA_ORDER_FILENAME, DataOrderChanged
 from seal.runs.metrics_log import read_metrics
@@ -67,7 +67,7 @@ from pathlib import Path
 sys.path.insert(0, {repo!r})
 from omegaconf import OmegaConf
 from seal.runs import checkpoint as ckpt
-from seal.trainer.config import TrainerConfig
+from seal.trainer_config import TrainerConfig
 from seal.trainer.local import LocalTrainer
 
 run_dir, url, resume, fault = sys.argv[1:5]
@@ -248,7 +248,7 @@ def test_a_crash_between_a_checkpoints_rename_and_its_pointer_resumes_the_one_be
 def tiny_config(resume: bool):
     from omegaconf import OmegaConf
 
-    from seal.trainer.config import TrainerConfig
+    from seal.trainer_config import TrainerConfig
 
     merged = OmegaConf.merge(
         OmegaConf.structured(TrainerConfig), TINY, {"checkpoint": {"resume": resume}}

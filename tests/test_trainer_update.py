@@ -12,14 +12,14 @@ from conftest import tiny_qwen2
 from transformers import Qwen2ForCausalLM
 
 from seal.algos.loss import PolicyLossConfig
+from seal.atomic_file import StateFileError
 from seal.runs import checkpoint as ckpt
-from seal.runs.atomic_file import StateFileError
 from seal.runs.data_order import epoch_order
 from seal.tocf.state import STATE_FILENAME
-from seal.trainer.config import TrainerConfig
 from seal.trainer.precision import MixedPrecision
 from seal.trainer.seal_step import BEST_FILE, SealStep
 from seal.trainer.update import batch_logprobs, collate, policy_update, response_logprobs
+from seal.trainer_config import TrainerConfig
 
 PAD = 151643
 

@@ -18,8 +18,8 @@ from conftest import free_port
 
 pytest.importorskip("verl")
 
-from seal.trainer.config import ModelSettings  # noqa: E402
 from seal.trainer.model import save_tiny_model  # noqa: E402
+from seal.trainer_config import ModelSettings  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -23,10 +23,10 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
 from launcher import compose  # noqa: E402
 from seal.algos.advantage import GRPOConfig, grpo_advantages  # noqa: E402
+from seal.bfcl.tags import PASS  # noqa: E402
 from seal.runs.interface_log import read_interfaces  # noqa: E402
 from seal.tocf.apatch import APatchConfig  # noqa: E402
 from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state  # noqa: E402
-from seal.tocf.tags import PASS  # noqa: E402
 from seal.trainer.reweight import SampleOutcome, observe_and_reweight  # noqa: E402
 from seal.trainer.seal_step import BEST_FILE  # noqa: E402
 from seal.trainer.verl.config import compose_verl_config  # noqa: E402

@@ -23,11 +23,11 @@ from env_service import __main__ as service_main
 from env_service import evolution
 from env_service.engine import ServiceConfig
 from env_service.release import compat
+from seal.bfcl import tags as T
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import END_OF_TURN_TEXT, ground_truth_trajectory, tool_call_text
-from seal.bfcl.tasks import load_task, task_ids
+from seal.bfcl.tasks import CATEGORIES, load_task, task_ids
 from seal.rollout.env_client import call_body
-from seal.tocf import tags as T
 
 
 def seal_params(mode: str = "sample", **bfcl) -> dict:
@@ -650,7 +650,7 @@ def test_get_env_profile_serves_the_paper_split(release):
 def test_numeric_task_ids_are_the_release_data_rows(release):
     _, trainer = release()
     # The release's data file: the four categories in sorted name order, bfcl-eval order.
-    rows = [tid for c in sorted(T.CATEGORIES) for tid in task_ids(c)]
+    rows = [tid for c in sorted(CATEGORIES) for tid in task_ids(c)]
     assert len(rows) == 800
     for row in (0, 199, 200, 400, 600, 799):
         data = trainer.create_instance(str(row), f"row{row}", seal_params())

@@ -20,8 +20,8 @@ from wire_client import WireClient, tool_responses
 from env_service import evolution
 from env_service.release import compat
 from seal.bfcl import prompt
+from seal.bfcl import tags as T
 from seal.bfcl.tasks import load_task
-from seal.tocf import tags as T
 
 FS_TASK = "multi_turn_base_1"
 WIRE_PATHS = ["/create", "/step", "/evaluate", "/release", "/get_info", "/get_env_profile"]

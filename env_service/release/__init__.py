@@ -7,7 +7,9 @@ native API. Served while `ServiceConfig.release_protocol` is on (the default;
 `--no-release-protocol` turns it off).
 
 - api.py: the routes, and every difference from the release on purpose;
-- compat.py: the release's params, task ids, replies and splits, in this service's terms;
-- state.py: the release's capability-state file (read by env_service/engine.py for
-  `--capability-state`), and the guideline selection its `diagnostic_evolution` makes.
+- compat.py: the release's params, task ids, replies and splits, in this service's terms.
+
+The release's capability-state file and its guideline selection are
+env_service/release_state.py, below both this package and the engine, which reads the
+file for `--capability-state`.
 """

@@ -132,7 +132,8 @@ from env_service.json_body import SafeJsonRoute
 from env_service.release import compat
 from env_service.statuses import wire_errors
 from seal.bfcl.agentic import is_agentic
-from seal.bfcl.tasks import UnknownTaskError, load_task
+from seal.bfcl.multi_turn import UnknownTaskError
+from seal.bfcl.tasks import load_task
 
 ENV_TYPE = "bfcl"
 

@@ -7,7 +7,7 @@ the translation, so the engine and the native API stay free of it:
   block plus `rollout_mode` and `is_open_query`) and this service's own flat keys, into
   `EpisodeSettings` and, for `diagnostic_evolution` with the release's capability-state
   file given to the service by its operator (`--capability-state`), the failure profile
-  the release's selection makes from it (state.py);
+  the release's selection makes from it (env_service/release_state.py);
 - `resolve_task_id`: the release's numeric task ids (row numbers of its data file);
 - `evaluation`: the report plus the fields the release's `bfcl-dense-env` grader and env
   manager read (`completed`, `bfcl_progress*`, `bfcl_progress_info`);
@@ -30,12 +30,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from env_service import release_state
 from env_service.errors import EngineError, InvalidRequestError, NotFoundError
-from env_service.release import state
+from seal.bfcl import tags as T
 from seal.bfcl.diagnosis import progress_counts
-from seal.bfcl.tasks import task_ids
+from seal.bfcl.tasks import CATEGORIES, task_ids
 from seal.rollout.protocol import EpisodeSettings, EvolutionSettings
-from seal.tocf import tags as T
 
 COMPLETED = "[CONVERSATION_COMPLETED]"
 """Content of the release's last /step message: the episode has run out of user turns."""
@@ -104,10 +104,10 @@ class _TrainOnlyLayer(BaseModel):
 
     def check(self, name: str) -> None:
         wanted = [self.categories] if isinstance(self.categories, str) else self.categories or []
-        unknown = sorted(set(wanted) - set(T.CATEGORIES))
+        unknown = sorted(set(wanted) - set(CATEGORIES))
         if unknown:
             raise InvalidRequestError(
-                f"{name}.categories: unknown categories {unknown}; known: {list(T.CATEGORIES)}"
+                f"{name}.categories: unknown categories {unknown}; known: {list(CATEGORIES)}"
             )
 
 
@@ -154,9 +154,9 @@ class ReleaseDiagnosticEvolution(_TrainOnlyLayer):
 
     state_path: str | None = None
     """Refused: see `check`."""
-    prevalence_threshold: float = Field(state.DEFAULT_PREVALENCE, ge=0.0, le=1.0)
-    reward_threshold: float = state.DEFAULT_REWARD
-    min_tag_count: int = Field(state.DEFAULT_MIN_COUNT, ge=0)
+    prevalence_threshold: float = Field(release_state.DEFAULT_PREVALENCE, ge=0.0, le=1.0)
+    reward_threshold: float = release_state.DEFAULT_REWARD
+    min_tag_count: int = Field(release_state.DEFAULT_MIN_COUNT, ge=0)
     max_lines: int = Field(3, ge=0)
     category_tags: bool = False
     guidelines: dict[str, str | None] | None = None
@@ -182,7 +182,7 @@ class ReleaseDiagnosticEvolution(_TrainOnlyLayer):
             )
 
     def thresholds(self) -> dict:
-        """The keys state.release_profile takes."""
+        """The keys release_state.release_profile takes."""
         return self.model_dump(
             include={"prevalence_threshold", "reward_threshold", "min_tag_count", "category_tags"}
         )
@@ -328,7 +328,7 @@ def translate_params(
         if diag.enable and release is None:
             diag.refuse_thresholds("diagnostic_evolution")
         if evo["guidelines"] and release is not None:
-            profile = state.release_profile(release, category, **diag.thresholds())
+            profile = release_state.release_profile(release, category, **diag.thresholds())
             notes["diagnostic_evolution"] = {
                 "source": "--capability-state (the original release's capability state)",
                 "guideline_tags": [e["tag"] for e in profile["tags"]][: evo["max_guidelines"]],
@@ -376,7 +376,7 @@ def _refuse_twice(params: dict, layers: dict) -> None:
 
 # The release's data file (bfcl_dataprocess.py) holds the four categories in sorted name
 # order, each in bfcl-eval's file order; a numeric task id is a row number of that file.
-RELEASE_ROW_ORDER = tuple(sorted(T.CATEGORIES))
+RELEASE_ROW_ORDER = tuple(sorted(CATEGORIES))
 
 
 def resolve_task_id(task_id: str) -> str:

@@ -2,7 +2,7 @@
 
 The paper's out-of-distribution check (its Table 2) scores a checkpoint on bfcl-eval's
 agentic categories, which this module serves to the environment service as tasks like
-the multi-turn ones (seal.bfcl.tasks), read from the pinned bfcl-eval (2026.3.23) with its
+the multi-turn ones (seal.bfcl.multi_turn), read from the pinned bfcl-eval (2026.3.23) with its
 own loader (`load_dataset_entry`, which links each memory question to its scenario's
 prerequisite conversations and adds the answer-format system message):
 
@@ -27,7 +27,7 @@ import functools
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from seal.bfcl.tasks import BfclTask, UnknownTaskError
+from seal.bfcl.multi_turn import BfclTask, UnknownTaskError
 
 MEMORY_BACKENDS = ("kv", "vector", "rec_sum")
 MEMORY_CATEGORIES = tuple(f"memory_{b}" for b in MEMORY_BACKENDS)

@@ -38,7 +38,8 @@ from bfcl_eval.constants.executable_backend_config import (
 
 from seal.bfcl import web_search
 from seal.bfcl.calls import ToolCall, json_failure
-from seal.bfcl.tasks import BfclTask
+from seal.bfcl.memory import import_vector_backend, snapshots
+from seal.bfcl.multi_turn import BfclTask
 
 ERROR_PREFIX = "Error during execution: "
 MULTI_TURN_CLASSES = (
@@ -62,8 +63,6 @@ def _backend_class(class_name: str) -> type:
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(name, "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        from seal.bfcl.memory import import_vector_backend
-
         return getattr(import_vector_backend(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
     module = importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name])
     if class_name == "WebSearchAPI":
@@ -170,8 +169,6 @@ class Backends:
             instance = _backend_class(class_name)()
             if class_name not in STATELESS_CLASSES:
                 if getattr(task, "is_memory", False):
-                    from seal.bfcl.memory import snapshots
-
                     config = snapshots().backend_config(task, memory_version)
                 else:
                     config = task.backend_config(class_name)
@@ -202,8 +199,6 @@ class Backends:
     def save_memory(self) -> None:
         """Save a prerequisite conversation's memory (bfcl-eval's flush at the end of its
         conversation) and discard the checkpoints it makes stale (seal.bfcl.memory)."""
-        from seal.bfcl.memory import snapshots
-
         if not self.task.is_prereq:
             raise ValueError(f"{self.task.task_id} is not a prerequisite conversation")
         snapshots().save(self.task, self._memory())

@@ -44,10 +44,10 @@ from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (
     state_checker,
 )
 
+from seal.bfcl import tags as T
 from seal.bfcl.backends import ERROR_PREFIX, Backends
 from seal.bfcl.calls import ToolCall, parse_call_string
-from seal.bfcl.tasks import BfclTask
-from seal.tocf import tags as T
+from seal.bfcl.multi_turn import BfclTask
 
 # Ground-truth strings repeat across episodes; parsing them once is safe because
 # Backends.call copies arguments before every call.

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 
 from seal.bfcl.calls import ToolCall, parse_call_string
-from seal.bfcl.tasks import BfclTask
+from seal.bfcl.multi_turn import BfclTask
 
 Trajectory = list[list[list[ToolCall]]]  # turn -> step -> calls
 END_OF_TURN_TEXT = "Done."

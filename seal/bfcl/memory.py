@@ -38,8 +38,8 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
+from seal.atomic_file import StateFileError, read_json, write_text_atomic
 from seal.bfcl.agentic import AgenticTask
-from seal.runs.atomic_file import StateFileError, read_json, write_text_atomic
 
 _ROOT: Path | None = None
 _ENCODER: Path | None = None

@@ -33,13 +33,13 @@ from statistics import fmean
 
 import numpy as np
 
+from seal.bfcl.tasks import CATEGORIES
 from seal.eval import stats as S
 from seal.eval.config_diff import differing_keys
 from seal.eval.paper import PaperResult
 from seal.eval.run_source import paper_row, run_config, run_model, validation_dir
 from seal.eval.summary import StepSummary, best_step, summarize
 from seal.runs.records import ValidationRecord, read_val_dir
-from seal.tocf.tags import CATEGORIES
 
 RESAMPLES = 10_000
 AVERAGE = "average"

@@ -8,6 +8,7 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
+from seal.bfcl.tasks import CATEGORIES
 from seal.eval import plots
 from seal.eval import stats as S
 from seal.eval.compare import (
@@ -23,7 +24,6 @@ from seal.eval.compare import (
 from seal.eval.config_diff import MISSING
 from seal.eval.paper import backbone_of, controlled_results
 from seal.eval.tables import markdown_table
-from seal.tocf.tags import CATEGORIES
 
 COMPARE_FILENAME = "compare.md"
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from seal.tocf.tags import CATEGORIES
+from seal.bfcl.tasks import CATEGORIES
 
 QWEN_3B = "Qwen2.5-3B-Instruct"
 QWEN_7B = "Qwen2.5-7B-Instruct"

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from seal.bfcl.tags import PAPER_LABELS
 from seal.eval.tables import markdown_table
 from seal.runs import metrics_log as M
 from seal.runs.interface_log import LAYERS
 from seal.runs.records import ValidationRecord
-from seal.tocf.tags import PAPER_LABELS
 
 LABEL_COLUMNS = (*PAPER_LABELS, M.UNLABELLED)
 

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from seal.tocf import tags as T  # noqa: E402
+from seal.bfcl import tags as T  # noqa: E402
 
 Series = tuple[Sequence[int], Sequence[float]]  # steps, values
 

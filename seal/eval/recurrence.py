@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seal.bfcl import tags as T
 from seal.eval import stats as S
 from seal.eval.tables import markdown_table
 from seal.runs.records import ValidationRecord
-from seal.tocf import tags as T
 
 EMPTY_GROUND_TRUTH = frozenset({T.SPURIOUS_TOOL_CALL, T.CORRECT_ABSTENTION})
 """The tags a turn whose ground truth calls no tool can get."""

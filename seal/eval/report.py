@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from seal.bfcl.tasks import CATEGORIES
 from seal.eval import compare as C
 from seal.eval import compare_page, plots
 from seal.eval import paper_views as V
@@ -89,7 +90,6 @@ from seal.runs import metrics_log as M
 from seal.runs.interface_log import read_interfaces
 from seal.runs.records import ValidationRecord, read_val_dir
 from seal.tocf.state import STATE_FILENAME, CapabilityState
-from seal.tocf.tags import CATEGORIES
 
 REPORT_DIRNAME = "report"
 REPORT_FILENAME = "report.md"

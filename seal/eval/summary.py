@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from seal.bfcl.tasks import CATEGORIES
 from seal.runs.records import ValidationRecord
-from seal.tocf.tags import CATEGORIES
 
 COLUMNS = ("step", *CATEGORIES, "overall", "average", "best")
 BEST_MARK = "*"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from seal.rollout.env_client import EnvClientSettings
-from seal.trainer.config import TrainerConfig
+from seal.trainer_config import TrainerConfig
 
 
 @dataclass

@@ -33,7 +33,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from seal.tocf.tags import FAILURE_TAGS
+from seal.bfcl.tags import FAILURE_TAGS
 
 _STRICT = ConfigDict(extra="forbid")
 """pydantic reads this off a stdlib dataclass: unknown keys in a request are a 422."""
@@ -244,7 +244,7 @@ class GuidelineShown(BaseModel):
     """One diagnostic guideline an episode's system prompt carries."""
 
     tag: str
-    """The failure tag it addresses (seal.tocf.tags.FAILURE_TAGS)."""
+    """The failure tag it addresses (seal.bfcl.tags.FAILURE_TAGS)."""
     text: str
 
 
@@ -318,10 +318,10 @@ class Evaluation(BaseModel):
     """Turns tagged pass over the turns with a non-empty ground truth, as the release's
     grader counts them (seal.bfcl.diagnosis.progress_counts); 0 when there are none."""
     failure_tags: list[str]
-    """One diagnosis tag per ground-truth turn (seal.tocf.tags)."""
+    """One diagnosis tag per ground-truth turn (seal.bfcl.tags)."""
     tag_notes: list[str]
     paper_label: str | None = None
-    """A failed episode's label in the paper's Table 5 (seal.tocf.tags.PAPER_LABELS, by
+    """A failed episode's label in the paper's Table 5 (seal.bfcl.tags.PAPER_LABELS, by
     seal.bfcl.diagnosis.paper_label); None for a passed episode, one the service ended
     (`aborted`), or one whose failing turn's check raised."""
     num_turns: int

@@ -10,7 +10,6 @@
     records.py      validation records (validation/step_N.jsonl)
     metrics_log.py  metrics.jsonl and the names of its metrics
     interface_log.py  interface/step_N.json: what each step's episodes were shown
-    atomic_file.py  files a crash leaves whole or unchanged
 
 Nothing here imports a trainer, the launcher, verl or Ray.
 """

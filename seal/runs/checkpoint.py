@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from seal.runs.atomic_file import StateFileError, read_json, write_json_atomic
+from seal.atomic_file import StateFileError, read_json, write_json_atomic
 
 LATEST = "latest"
 

@@ -26,14 +26,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from seal.atomic_file import StateFileError
 from seal.runs import checkpoint as ckpt
-from seal.runs.atomic_file import StateFileError
 from seal.runs.data_order import check_data_order
 from seal.runs.metrics_log import METRICS_FILENAME, MetricsFormatError, read_metrics
 from seal.tocf.state import STATE_FILENAME, CapabilityState
 
 if TYPE_CHECKING:  # the run config's `trainer` section; read, never built, here
-    from seal.trainer.config import TrainerConfig
+    from seal.trainer_config import TrainerConfig
 
 UNFINISHED_DIR = "unfinished_attempts"
 """Where a resume moves the files of a run that never reached its first checkpoint."""

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
-from seal.runs.atomic_file import StateFileError, read_json, write_json_atomic
+from seal.atomic_file import StateFileError, read_json, write_json_atomic
 
 if TYPE_CHECKING:  # the run config's `trainer` section; read, never built, here
-    from seal.trainer.config import TrainerConfig
+    from seal.trainer_config import TrainerConfig
 
 
 def task_ids_of(parquet: str, limit: int = 0) -> list[str]:

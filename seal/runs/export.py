@@ -28,8 +28,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from seal.atomic_file import read_json, write_json_atomic
 from seal.runs import checkpoint as ckpt
-from seal.runs.atomic_file import read_json, write_json_atomic
 from seal.runs.run_record import CONFIG_FILENAME
 
 TRAINER_FILES = {

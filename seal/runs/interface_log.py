@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from seal.runs.atomic_file import read_json, write_json_atomic
+from seal.atomic_file import read_json, write_json_atomic
 
 INTERFACE_DIRNAME = "interface"
 LAYERS = ("schema_cues", "type_hints", "recovery_feedback", "guidelines")

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 from pathlib import Path
 
-from seal.runs.atomic_file import write_text_atomic
-from seal.tocf.tags import CATEGORIES
+from seal.atomic_file import write_text_atomic
+from seal.bfcl.tasks import CATEGORIES
 
 METRICS_FILENAME = "metrics.jsonl"
 STEP = "step"
@@ -59,7 +59,7 @@ TAG_FRAC_PREFIX = "train/tag_frac/"
 """+ tag: share of the step's diagnosed turns carrying the tag (they sum to 1; `tag_fractions`)."""
 PAPER_LABEL_PREFIX = "train/paper_label/"
 """+ label: share of the step's failed rollouts carrying that label of the paper's Table 5
-(seal.tocf.tags.PAPER_LABELS; they sum to 1 with `UNLABELLED`); absent when none failed."""
+(seal.bfcl.tags.PAPER_LABELS; they sum to 1 with `UNLABELLED`); absent when none failed."""
 UNLABELLED = "unlabelled"
 """The label-share name of failed episodes without a label (the service ended them, or the
 failing turn's check raised: seal.bfcl.diagnosis.paper_label)."""

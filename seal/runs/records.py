@@ -17,8 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from seal.bfcl.tasks import UnknownTaskError, category_of
-from seal.runs.atomic_file import write_text_atomic
+from seal.atomic_file import write_text_atomic
+from seal.bfcl.multi_turn import UnknownTaskError
+from seal.bfcl.tasks import category_of
 
 STEP_FILE_GLOB = "step_*.jsonl"
 _STEP_FILE_NAME = re.compile(r"step_(\d+)\.jsonl")
@@ -36,7 +37,9 @@ class ValidationRecord(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     task_id: str = Field(description="BFCL task id, e.g. 'multi_turn_base_4'.")
-    data_source: str = Field(description="BFCL category (tocf.tags.CATEGORIES), the id's prefix.")
+    data_source: str = Field(
+        description="BFCL category (seal.bfcl.tasks.CATEGORIES), the id's prefix."
+    )
     score: int = Field(ge=0, le=1, description="Episode accuracy by the official checker.")
     reward: float = Field(description="Reward given to the trajectory.")
     step: int = Field(ge=0, description="Training step at which validation ran (0: before).")
@@ -45,7 +48,7 @@ class ValidationRecord(BaseModel):
     failure_tags: list[str] = Field(description="Diagnosis, one tag per ground-truth turn.")
     paper_label: str | None = Field(
         default=None,
-        description="A failed episode's label in the paper's Table 5 (seal.tocf.tags."
+        description="A failed episode's label in the paper's Table 5 (seal.bfcl.tags."
         "PAPER_LABELS); None when passed, or when the failure says nothing about the model.",
     )
     turns: int = Field(ge=0, description="Number of model generations in the episode.")

@@ -24,7 +24,7 @@ from seal.runs.data_order import record_data_order
 from seal.runs.lock import RunDirLock, lock_run_dir
 
 if TYPE_CHECKING:  # the run config's `trainer` section; read, never built, here
-    from seal.trainer.config import TrainerConfig
+    from seal.trainer_config import TrainerConfig
 
 
 @dataclass

@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from seal.runs.atomic_file import write_json_atomic, write_text_atomic
+from seal.atomic_file import write_json_atomic, write_text_atomic
 
 ATTEMPTS_DIR = "attempts"
 CONFIG_FILENAME = "config.yaml"

@@ -5,9 +5,9 @@ which never spells it out; read it as "the capability state and what it drives":
 rates per category and failure tag across training and validation (state.py), the
 dynamic tag weights and failure profile derived from them, and A-Patch (apatch.py).
 
-Importing this package stays light (no torch): the environment service uses the tag
-names and the failure profile. A-Patch, the one torch user, is imported from
-`seal.tocf.apatch`.
+Importing this package stays light (no torch): the environment service uses the
+capability state and the failure profile (the tag names are seal/bfcl/tags.py). A-Patch,
+the one torch user, is imported from `seal.tocf.apatch`.
 """
 
 from seal.tocf.state import (

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from seal.tocf.tags import EXCLUDED_TAGS, UNKNOWN_TAG_WEIGHT
+from seal.bfcl.tags import EXCLUDED_TAGS
+from seal.tocf.weights import UNKNOWN_TAG_WEIGHT
 
 APPLY_TO_CHOICES = ("all", "positive", "negative")
 WEIGHT_SOURCES = ("dynamic", "static")

@@ -46,8 +46,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from seal.runs.atomic_file import StateFileError, read_json, write_json_atomic
-from seal.tocf.tags import BASE_TAG_WEIGHTS, EXCLUDED_TAGS, FAILURE_TAGS, PASS, turn_position
+from seal.atomic_file import StateFileError, read_json, write_json_atomic
+from seal.bfcl.tags import EXCLUDED_TAGS, FAILURE_TAGS, PASS
+from seal.tocf.weights import BASE_TAG_WEIGHTS
 
 STATE_FILENAME = "capability_state.json"
 STATE_FORMAT_VERSION = 1
@@ -70,7 +71,7 @@ class CapabilityConfig:
     """Upper clamp of a target weight. Default 2.0."""
     base_weights: dict[str, float] = field(default_factory=lambda: dict(BASE_TAG_WEIGHTS))
     """Starting weight and target baseline per tag; also A-Patch's weights when its
-    `weight_source` is static. Default `tags.BASE_TAG_WEIGHTS`."""
+    `weight_source` is static. Default `weights.BASE_TAG_WEIGHTS`."""
     fixed_tags: list[str] = field(default_factory=lambda: [PASS])
     """Tags that keep their base weight whatever the statistics say. Default ["pass"]."""
     profile_min_share: float = 0.10
@@ -85,6 +86,19 @@ class CapabilityConfig:
 
 
 # --- tallies --------------------------------------------------------------------------
+
+
+def turn_position(turn_index: int, num_turns: int) -> str:
+    """Thirds of the episode (early, middle, late), the key of the per-position tallies: the
+    first turn is early and, from two turns up, the last is late."""
+    if not 0 <= turn_index < num_turns:
+        raise ValueError(f"turn {turn_index} outside an episode of {num_turns} turns")
+    span = num_turns - 1
+    if 3 * turn_index < span or span == 0:
+        return "early"
+    if 3 * turn_index > 2 * span:
+        return "late"
+    return "middle"
 
 
 @dataclass

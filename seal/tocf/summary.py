@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seal.runs.atomic_file import write_json_atomic
+from seal.atomic_file import write_json_atomic
 from seal.tocf.state import CapabilityState
 
 

@@ -38,6 +38,7 @@ from tqdm import tqdm
 
 from seal.algos.advantage import grpo_advantages
 from seal.algos.loss import needs_reference
+from seal.atomic_file import StateFileError
 from seal.eval.summary import render_markdown, summarize
 from seal.rollout.driver import EpisodeSample, play_batch, run_episode
 from seal.rollout.env_client import EnvClient, EnvClientSettings
@@ -45,13 +46,11 @@ from seal.rollout.hf_generator import HFGenerator
 from seal.rollout.turn_tokens import turn_tokenizer
 from seal.runs import checkpoint as ckpt
 from seal.runs import metrics_log as M
-from seal.runs.atomic_file import StateFileError
 from seal.runs.data_order import epoch_order, task_ids_of
 from seal.runs.export import export_hint
 from seal.runs.records import ValidationRecord, read_val_dir, write_step
 from seal.runs.run import Run, open_run
 from seal.runs.run_record import model_identity, record_base_model, weights_sha256
-from seal.trainer.config import ModelSettings, TrainerConfig
 from seal.trainer.local_preflight import refuse_if_it_cannot_fit
 from seal.trainer.model import (
     TINY_MODELS,
@@ -66,6 +65,7 @@ from seal.trainer.model import (
 from seal.trainer.precision import MixedPrecision
 from seal.trainer.seal_step import SealStep
 from seal.trainer.update import batch_logprobs, policy_update, response_mask_matrix
+from seal.trainer_config import ModelSettings, TrainerConfig
 
 
 class LocalTrainer:

@@ -175,7 +175,7 @@ class LocalShape:
 
     @classmethod
     def from_trainer(cls, t) -> LocalShape:
-        """From the `trainer` section (seal/trainer/config.py)."""
+        """From the `trainer` section (seal/trainer_config.py)."""
         return cls(
             compute_bytes={"float32": 4, "bfloat16": 2, "float16": 2}[t.model.dtype],
             reference=needs_reference(t.loss),

@@ -24,8 +24,8 @@ from seal.formats import qwen35
 from seal.formats.registry import TINY_MODEL as TINY
 from seal.formats.registry import TINY_QWEN35
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
-from seal.trainer.config import ModelSettings
 from seal.trainer.precision import MASTER_DTYPE, cast_parameters
+from seal.trainer_config import ModelSettings
 
 TINY_MODELS = (TINY, TINY_QWEN35)
 """The random models built from config (`trainer.model.tiny`): nothing is downloaded."""

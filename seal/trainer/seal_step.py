@@ -23,13 +23,13 @@ from pathlib import Path
 
 import torch
 
+from seal.atomic_file import StateFileError, read_json, write_json_atomic
 from seal.rollout.env_client import EnvClientSettings, push_profile
-from seal.runs.atomic_file import StateFileError, read_json, write_json_atomic
 from seal.runs.metrics_log import layer_metrics, outcome_metrics
 from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state
 from seal.tocf.summary import write_epoch_summary
-from seal.trainer.config import TrainerConfig
 from seal.trainer.reweight import SampleOutcome, observe_and_reweight, record_interface
+from seal.trainer_config import TrainerConfig
 
 BEST_FILE = "seal_best.json"
 """The best validated step so far and its metric (`SealStep.best`), in each checkpoint."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from omegaconf import OmegaConf
 
 from seal.rollout.env_client import EnvClientSettings
-from seal.trainer.config import TrainerConfig
+from seal.trainer_config import TrainerConfig
 
 
 @dataclass

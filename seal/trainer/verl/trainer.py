@@ -42,8 +42,8 @@ from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.utils.padding import response_to_nested
 
+from seal.atomic_file import write_json_atomic
 from seal.rollout.env_client import is_healthy
-from seal.runs.atomic_file import write_json_atomic
 from seal.runs.metrics_log import MetricsWriter, validation_metrics
 from seal.runs.records import ValidationRecord, write_step
 from seal.trainer.reweight import SampleOutcome

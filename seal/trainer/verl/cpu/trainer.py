@@ -38,8 +38,8 @@ from verl.utils.distributed import initialize_global_process_group_ray
 from verl.workers.engine_workers import ActorRolloutRefWorker
 from verl.workers.rollout.llm_server import LLMServerManager
 
+from seal.atomic_file import write_json_atomic
 from seal.rollout.generation import SamplingParams
-from seal.runs.atomic_file import write_json_atomic
 from seal.trainer.verl.generator import VerlGenerator
 from seal.trainer.verl.trainer import SealPPOTrainer
 

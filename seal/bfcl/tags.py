@@ -1,9 +1,10 @@
-"""Failure-tag vocabulary, BFCL multi-turn categories and the base tag weights.
+"""The diagnosis's vocabulary: the failure tag of each ground-truth turn (the paper's
+Table 6) and the label of a failed episode (its Table 5).
 
-The single source of these names for the whole project: the environment service's
-diagnosis emits these tags (one per ground-truth turn), the capability state counts them
-and A-Patch turns them into advantage scales. Plain constants, no imports, so the
-service can use them without pulling in torch.
+The single source of these names for the whole project: the diagnosis
+(seal/bfcl/diagnosis.py) emits them, the environment service shows them, the capability
+state counts them and A-Patch weights them (seal/tocf, where the weights are), the reports
+print them. Plain constants, no imports, so every floor can use them without torch.
 """
 
 PASS = "pass"
@@ -41,19 +42,6 @@ FAILURE_TAGS = (
     RESPONSE_MISMATCH,
 )
 
-# The paper's base weights. Abstention errors weigh most (rare and cheap to fix), a wrong
-# set of instances least (usually a symptom of an earlier mistake, not its own cause).
-BASE_TAG_WEIGHTS = {
-    SPURIOUS_TOOL_CALL: 2.0,
-    CORRECT_ABSTENTION: 1.8,
-    EMPTY_TURN_MODEL_RESPONSE: 1.5,
-    STATE_MISMATCH: 1.0,
-    RESPONSE_MISMATCH: 0.9,
-    INSTANCE_MISMATCH: 0.6,
-    PASS: 1.0,
-}
-UNKNOWN_TAG_WEIGHT = 1.0
-
 # The paper's trajectory labels (its Table 5), highest priority first. A failed episode
 # gets one (seal.bfcl.diagnosis.paper_label, docs/diagnosis_labels.md) for the reports;
 # A-Patch and the capability state use the turn tags above (the paper's Table 6).
@@ -72,24 +60,3 @@ PAPER_LABELS = (
     MISSING_TOOL_CALL,
     RESPONSE_MISMATCH_LABEL,
 )
-
-CATEGORIES = (
-    "multi_turn_base",
-    "multi_turn_miss_func",
-    "multi_turn_miss_param",
-    "multi_turn_long_context",
-)
-
-TURN_POSITIONS = ("early", "middle", "late")
-
-
-def turn_position(turn_index: int, num_turns: int) -> str:
-    """Thirds of the episode: the first turn is early and, from two turns up, the last is late."""
-    if not 0 <= turn_index < num_turns:
-        raise ValueError(f"turn {turn_index} outside an episode of {num_turns} turns")
-    span = num_turns - 1
-    if 3 * turn_index < span or span == 0:
-        return "early"
-    if 3 * turn_index > 2 * span:
-        return "late"
-    return "middle"

@@ -10,7 +10,9 @@ Each concept has one class, defined where the code that uses it lives, and that 
 is the YAML section itself: `limits`, `evolution`, `reward` (seal/rollout/protocol.py,
 shared with the environment service), `advantage` (seal/algos/advantage.py), `loss`
 (seal/algos/loss.py), `apatch` (seal/tocf/apatch.py), `capability`
-(seal/tocf/state.py). The sections only the trainers need are defined here.
+(seal/tocf/state.py). The sections only the trainers need are defined here. At the
+package root, below the run directory (seal/runs, which reads it), the launcher (which
+composes it into the run config) and both trainers.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from env_service.evolution import PAPER_GUIDELINES
-from seal.tocf import tags as T
+from seal.bfcl import tags as T
 
 TAG_TABLES = ("window_tags", "total_tags")
 CATEGORY_TABLES = ("window_category_tags", "total_category_tags")

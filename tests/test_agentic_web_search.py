@@ -253,8 +253,13 @@ def test_a_search_that_gives_up_aborts_the_episode_instead_of_scoring_it(tmp_pat
 def test_searches_are_paced_across_the_service(fake_serpapi):
     limits = web_search.SearchLimits(min_interval_s=0.15, attempts=1, timeout_s=2)
     searched(limits, *[f"q{k}" for k in range(6)])
-    gaps = [b - a for a, b in zip(fake_serpapi.seen, fake_serpapi.seen[1:], strict=False)]
-    assert len(gaps) == 5 and min(gaps) >= 0.15 - 0.01, gaps  # each search had a slot of its own
+    # Each search had a slot of its own: the k-th is sent k intervals after the first. They
+    # are timed where they arrive, so one late thread shortens the gap after it; the
+    # slots are absolute, so the k-th's distance from the first is what holds.
+    seen = fake_serpapi.seen
+    assert len(seen) == 6
+    late_first = 0.05  # the first search's own delay on a loaded machine
+    assert all(seen[k] - seen[0] >= 0.15 * k - late_first for k in range(6)), seen
 
 
 def test_web_search_is_refused_without_a_key(tmp_path, monkeypatch):

@@ -1,45 +1,15 @@
-"""Turn a run directory into PNG plots and one Markdown page beside them.
+"""`seal-report`: a run's reports from its records (docs/evaluation.md, docs/comparing_runs.md).
 
-    seal-report RUN_DIR [--val-dir DIR] [--out-dir DIR] [--label NAME] [--split FILE]
-    python -m seal.report.cli RUN_DIR
-
-Reads what the run left (each part optional, but not all of them):
-
-    RUN_DIR/validation/step_*.jsonl   validation records (seal.runs.records)
-    RUN_DIR/metrics.jsonl             per-step training metrics (seal.runs.metrics_log)
-    RUN_DIR/tocf/epoch_*.json         capability-state epoch summaries (seal.tocf.summary)
-    RUN_DIR/capability_state.json     the capability state, used when no epoch summary exists
-    RUN_DIR/interface/step_*.json     the interface state per training step (seal.runs.interface_log)
-    RUN_DIR/config.yaml               the run's config: which of the paper's rows it reproduces
-
-and writes ``RUN_DIR/report/report.md`` with the PNGs it references by relative path, so the
-folder can be moved or attached as it is. A missing part is skipped with a note on the page;
-a run with none of them is an error (exit status 1). Beside the pass rates it shows the
-paper's rows of the run's backbone (Tables 1-3), the distribution of the paper's failure
-labels (Table 5), the interface state per step and, when guidelines were shown, the
-failures they target: measured against a matched run without guidelines (`--control RUN`,
-seal.report.recurrence), else described and said to be descriptive only.
-
-    seal-report --compare [RUN ...] [--arm NAME RUN [RUN ...]] ... [--baseline ARM]
-                [--select {test,heldout}] [--tasks {sampled,fixed}] [--out-dir DIR]
-
-compares arms of runs instead (seal.report.compare; a plain RUN is an arm of one run): each
-run at its final and its best step (or a given one, RUN@STEP), each arm's mean over its runs
-with standard errors, the per-run table, the paper's rows beside them, the differences to
-the baseline arm with 95% intervals, p-values and Holm-adjusted p-values, and the config
-keys that differ between the runs.
-
+    seal-report RUN_DIR [--val-dir DIR] [--out-dir DIR] [--label NAME] [--control RUN]
     seal-report RUN_DIR --table {markdown,csv,json} [--val-dir DIR] [--no-split-check]
-
-prints the per-category pass rates of each validation step instead, in the paper's format
-with the best step marked (seal.report.summary), and writes nothing; warnings about task ids
-that differ from the split go to stderr, so the table on stdout stays machine-readable. With
---val-dir, RUN_DIR may be left out.
-
+    seal-report --compare [RUN ...] [--arm NAME RUN [RUN ...]] ... [--baseline ARM]
     seal-report --table2 RUN [RUN ...] [--out-dir DIR]
+    python -m seal.report.cli ...        # the same
 
-writes the paper's Table 2 (out of distribution) for evaluated checkpoints instead
-(seal.report.ood): BFCL V4 agentic from each RUN's records, tau2-bench from RUN/tau2/.
+In order: one run's page and PNGs (seal.report.run_page); its per-category pass rates alone
+on stdout, split warnings on stderr, nothing written (seal.report.summary); arms of runs
+compared (seal.report.compare); the paper's Table 2 (seal.report.ood). Exit status 1 when
+there is nothing to report or a file is malformed.
 """
 
 from __future__ import annotations

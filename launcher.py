@@ -22,6 +22,7 @@ job runs (and before the job's heavy imports):
    given, seeds, code and uncommitted diff, package versions) with the data order, so a
    refused start leaves an earlier run's files as they were.
 The job gets the opened run (`Run`, path-like); the local trainer uses it as it is.
+Once a training job returns, the launcher prints its validation pass rates per category.
 The service the launcher starts is stopped on every exit: return, error, Ctrl-C (which
 reaches the launcher only: the service has a process group of its own; a training run
 prints its resume command), SIGTERM, and kill -9 of the launcher (the service watches a
@@ -50,7 +51,10 @@ from seal.launch.config import RunConfig
 from seal.launch.config_docs import closest_keys, render
 from seal.launch.resume import ACCEPT_FLAG, check_resume, recorded_config
 from seal.launch.service import service_for_run, token_in_environment
+from seal.report.summary import render_markdown, summarize
 from seal.runs.checks import unfinished_attempt
+from seal.runs.export import export_hint
+from seal.runs.records import read_val_dir
 from seal.runs.run import Run, open_run
 from seal.runs.run_record import start_attempt
 from seal.trainer.verl.cpu import PLATFORM_ENV as CPU_PLATFORM_ENV
@@ -224,6 +228,23 @@ def _check_resume_config(args, cfg, run_dir: Path, backend: str, accepted: list)
         print(f"[launcher] resuming with a changed config (accepted): {change}")
 
 
+def print_end_of_run(run_dir: Path, note: str | None) -> None:
+    """A training run's last lines, printed here once its job returns (the trainers report
+    nothing themselves): the validation pass rates per category from the run's records
+    (seal/report/summary.py), the job's note (the local trainer's best step), and which
+    checkpoint to export."""
+    val_dir = run_dir / "validation"
+    steps = read_val_dir(val_dir) if val_dir.is_dir() else {}
+    if steps:
+        print(f"\nvalidation pass rates per category ({val_dir}):\n")
+        print(render_markdown(summarize(steps)))
+    else:  # e.g. verl with trainer.validation.before_train=false and test_freq=0
+        print("\nno validation ran (trainer.validation): no pass rates to show")
+    if note:
+        print(note)
+    print(export_hint(run_dir))
+
+
 def run(args: argparse.Namespace) -> None:
     cfg = configure(args)
     check_job(cfg.job, preflight=args.preflight)  # imports nothing: the lock comes first
@@ -251,7 +272,9 @@ def run(args: argparse.Namespace) -> None:
             try:
                 with token_in_environment(service.token):
                     job = job_function(cfg.job, preflight=args.preflight)
-                    job(cfg, service.url, run, REPO_ROOT / "data/seal_split.json")
+                    note = job(cfg, service.url, run, REPO_ROOT / "data/seal_split.json")
+                if training and not args.preflight:
+                    print_end_of_run(run_dir, note)
             except (KeyboardInterrupt, Terminated):
                 if training and not args.preflight:
                     print(f"\n[launcher] resume with: {resume_command(run_dir)}", file=sys.stderr)

@@ -84,8 +84,8 @@ from omegaconf import OmegaConf
 
 from seal.bfcl.ground_truth import ground_truth_texts
 from seal.bfcl.tasks import load_task
-from seal.eval import report
 from seal.launch.service import new_token, start_service
+from seal.report import cli
 from seal.rollout.driver import EpisodeSample, run_episode
 from seal.rollout.env_client import EnvClient
 from seal.rollout.scripted import ScriptedGenerator
@@ -757,9 +757,9 @@ def arms_command(
     argv = ["--compare", *arms, "--baseline", GRPO_ARM.upper()]
     # The tasks taken as a sample (the default) and as fixed: the check trains and evaluates
     # on the same K tasks, so its own claim is about these tasks.
-    if report.main([*argv, "--out-dir", str(out_dir / "compare")]):
+    if cli.main([*argv, "--out-dir", str(out_dir / "compare")]):
         return 1
-    return report.main([*argv, "--tasks", "fixed", "--out-dir", str(out_dir / "compare_fixed")])
+    return cli.main([*argv, "--tasks", "fixed", "--out-dir", str(out_dir / "compare_fixed")])
 
 
 def main(argv: list[str] | None = None) -> int:

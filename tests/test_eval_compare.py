@@ -17,11 +17,11 @@ from omegaconf import OmegaConf
 from scipy import stats
 
 from seal.bfcl.tasks import CATEGORIES
-from seal.eval import compare as C
-from seal.eval import plots as plots_module
-from seal.eval import report
-from seal.eval import stats as S
-from seal.eval.summary import load_split_ids
+from seal.report import cli
+from seal.report import compare as C
+from seal.report import plots as plots_module
+from seal.report import stats as S
+from seal.report.summary import load_split_ids
 from seal.runs.records import ValidationRecord, write_step
 
 REPO = Path(__file__).resolve().parent.parent
@@ -200,7 +200,7 @@ def test_command_line_compares_training_runs_and_an_endpoint_evaluation(tmp_path
         "--out-dir",
         str(out),
     ]
-    assert report.main([*argv, "--resamples", "500"]) == 0
+    assert cli.main([*argv, "--resamples", "500"]) == 0
     assert "compare.md" in capsys.readouterr().out
     page = (out / "compare.md").read_text()
     assert (out / "compare.png").stat().st_size > 10_000
@@ -229,7 +229,7 @@ def test_command_line_compares_training_runs_and_an_endpoint_evaluation(tmp_path
     assert (final["gained"], final["lost"], best["gained"], best["lost"]) == (0, 51, 96, 15)
     assert len(rows) == 20 and all(d["holm_p"] >= d["p_value"] for d in rows.values())
     # A given step instead of the final and the best.
-    assert report.main(["--compare", f"{run}@20", "--baseline", str(baseline),
+    assert cli.main(["--compare", f"{run}@20", "--baseline", str(baseline),
                         "--out-dir", str(tmp_path / "cmp20"), "--resamples", "200"]) == 0  # fmt: skip
     page = (tmp_path / "cmp20" / "compare.md").read_text()
     assert "| seal | seal | 20 (given) | 5.00 ± 2.19 |" in page
@@ -250,11 +250,11 @@ def test_unpaired_tasks_are_left_out_and_named(tmp_path):
 
 def test_bad_arguments_are_clear(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        report.parse_args(["--baseline", "x"])
+        cli.parse_args(["--baseline", "x"])
     baseline, _ = baseline_and_run(tmp_path)
-    assert report.main(["--compare", f"{baseline}@7"]) == 1
+    assert cli.main(["--compare", f"{baseline}@7"]) == 1
     assert "no validation step 7" in capsys.readouterr().err
-    assert report.main(["--compare", str(tmp_path / "nowhere")]) == 1
+    assert cli.main(["--compare", str(tmp_path / "nowhere")]) == 1
     assert "no validation records" in capsys.readouterr().err
 
 
@@ -271,7 +271,7 @@ def test_a_tie_of_the_best_step_goes_to_the_later_step_and_the_final_step_is_sho
     write_run(run_b, {c: set(range(5, 15)) for c in CATEGORIES}, step=10)  # 5 gained, 5 lost
     out = tmp_path / "cmp"
     argv = ["--compare", str(run_a), str(run_b), "--out-dir", str(out), "--resamples", "200"]
-    assert report.main(argv) == 0
+    assert cli.main(argv) == 0
     numbers = json.loads((out / "compare.json").read_text())
     runs = [run for arm in numbers["arms"] for run in arm["runs"]]
     assert [(r["label"], r["final_step"], r["best_step"]) for r in runs] == [
@@ -297,7 +297,7 @@ def test_a_category_too_small_for_a_test_is_warned_about(tmp_path):
 
     base, run = small_run(tmp_path / "base", set()), small_run(tmp_path / "run", {0, 1})
     out = tmp_path / "cmp"
-    assert report.main(["--compare", str(base), str(run), "--out-dir", str(out)]) == 0
+    assert cli.main(["--compare", str(base), str(run), "--out-dir", str(out)]) == 0
     page = (out / "compare.md").read_text()
     assert "100 tasks" not in page
     warning = next(line for line in page.splitlines() if "too few tasks" in line)
@@ -318,7 +318,7 @@ def test_the_figure_titles_say_what_is_drawn(tmp_path, monkeypatch):
     monkeypatch.setattr(plots_module, "_save", keep_titles)
     baseline, run = baseline_and_run(tmp_path)
     argv = ["--compare", str(baseline), str(run), "--out-dir", str(tmp_path / "cmp")]
-    assert report.main([*argv, "--resamples", "200"]) == 0
+    assert cli.main([*argv, "--resamples", "200"]) == 0
     assert titles and not any("paper" in title for title in titles)
     assert any("95%" in title for title in titles)
 
@@ -329,7 +329,7 @@ def test_the_config_keys_that_differ_between_the_runs_are_tabled(tmp_path):
     save_training_config(run, "SEAL")
     out = tmp_path / "cmp"
     argv = ["--compare", str(baseline), str(run), "--out-dir", str(out), "--resamples", "200"]
-    assert report.main(argv) == 0
+    assert cli.main(argv) == 0
     page = (out / "compare.md").read_text()
     assert "## Config keys that differ" in page
     assert "| trainer.apatch.enable | False | True |" in page

@@ -14,9 +14,9 @@ import pytest
 from scipy import stats
 
 from seal.bfcl.tasks import CATEGORIES
-from seal.eval import compare as C
-from seal.eval import report
-from seal.eval import stats as S
+from seal.report import cli
+from seal.report import compare as C
+from seal.report import stats as S
 from seal.runs.records import ValidationRecord, write_step
 
 # --- Holm ----------------------------------------------------------------------------------
@@ -226,7 +226,7 @@ def test_two_arms_of_three_runs_on_the_command_line(tmp_path):
     grpo, seal = arms(tmp_path)
     out = tmp_path / "cmp"
     argv = ["--compare", "--arm", "GRPO", *grpo, "--arm", "SEAL", *seal, "--out-dir", str(out)]
-    assert report.main(argv) == 0
+    assert cli.main(argv) == 0
     page = (out / "compare.md").read_text()
     numbers = json.loads((out / "compare.json").read_text())
     runs = {r["label"]: r for arm in numbers["arms"] for r in arm["runs"]}

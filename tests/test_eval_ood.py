@@ -1,7 +1,7 @@
 """Table 2 (out of distribution): BFCL V4 scores from validation records as bfcl-eval's
 leaderboard summarises them, tau2-bench's pass^1 from its results files (both its
 formats), and `seal-report --table2` laying out our rows beside the paper's
-(seal.eval.paper's Table 2 accessor)."""
+(seal.report.paper's Table 2 accessor)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from seal.bfcl.agentic import agentic_task_ids
-from seal.eval import ood
-from seal.eval.paper import QWEN_7B, SEAL, UNTRAINED, ood_result
-from seal.eval.report import main as seal_report
+from seal.report import ood
+from seal.report.cli import main as seal_report
+from seal.report.paper import QWEN_7B, SEAL, UNTRAINED, ood_result
 from seal.runs.records import ValidationRecord, write_step
 
 # Passes per category (7/100 and 6/100 web search; 18, 18, 19 of 155 memory questions).

@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from seal.bfcl.tasks import CATEGORIES
-from seal.eval import paper as P
+from seal.report import paper as P
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

@@ -32,9 +32,9 @@ from seal.bfcl.agentic import ANSWER_NOT_FOUND, NO_FINAL_ANSWER, PASS, missing_d
 from seal.bfcl.tasks import load_task
 from seal.eval.chat_endpoint import EndpointSettings, PreflightError
 from seal.eval.evaluator import episode_stats, evaluate_endpoint, prerequisites_file
-from seal.eval.ood import write_table2
 from seal.formats.base import Conversation
 from seal.formats.registry import PAPER_QWEN, get_format
+from seal.report.ood import write_table2
 from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.turn_tokens import TextTokens
 

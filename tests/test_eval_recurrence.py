@@ -1,4 +1,4 @@
-"""The guideline-recurrence measure (seal.eval.recurrence, `seal-report RUN --control`) on a
+"""The guideline-recurrence measure (seal.report.recurrence, `seal-report RUN --control`) on a
 constructed run and control whose validation tags are known: the rate per eligible turn, the
 paired interval (checked against scipy's bootstrap), and the page with and without a
 control."""
@@ -14,8 +14,8 @@ import pytest
 from omegaconf import OmegaConf
 from scipy import stats
 
-from seal.eval import recurrence as R
-from seal.eval.report import write_report
+from seal.report import recurrence as R
+from seal.report.run_page import write_report
 from seal.runs.interface_log import write_interface
 from seal.runs.records import ValidationRecord, read_val_dir, write_step
 

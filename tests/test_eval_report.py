@@ -9,10 +9,10 @@ import matplotlib.image
 import pytest
 
 from seal.bfcl.tasks import CATEGORIES
-from seal.eval import plots
-from seal.eval.report import (
+from seal.report import plots
+from seal.report.cli import main
+from seal.report.run_page import (
     EmptyRunError,
-    main,
     training_tag_shares,
     validation_tag_shares,
     write_report,
@@ -264,7 +264,7 @@ def test_colours_are_fixed_per_tag():
 def test_module_runs_as_a_command(run_dir):
     out_dir = run_dir / "elsewhere"
     done = subprocess.run(
-        [sys.executable, "-m", "seal.eval.report", str(run_dir), "--out-dir", str(out_dir)],
+        [sys.executable, "-m", "seal.report.cli", str(run_dir), "--out-dir", str(out_dir)],
         capture_output=True,
         text=True,
         check=False,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from seal.bfcl.tasks import CATEGORIES, category_of
-from seal.eval.summary import (
+from seal.report.summary import (
     best_step,
     load_split_ids,
     render_csv,
@@ -233,7 +233,7 @@ def run_table(*args):
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
     return subprocess.run(
-        [sys.executable, "-m", "seal.eval.report", *args],
+        [sys.executable, "-m", "seal.report.cli", *args],
         capture_output=True,
         text=True,
         env=env,

@@ -30,6 +30,7 @@ from seal.rollout.env_client import TOKEN_ENV, is_healthy  # noqa: E402
 from seal.runs import checkpoint as ckpt  # noqa: E402
 from seal.runs.checks import check_run_dir  # noqa: E402
 from seal.runs.data_order import DATA_ORDER_FILENAME, DataOrderChanged, data_order  # noqa: E402
+from seal.runs.records import ValidationRecord, write_step  # noqa: E402
 from seal.tocf.state import STATE_FILENAME, CapabilityState  # noqa: E402
 
 CPU = REPO / "exp/cpu_default.yaml"
@@ -56,7 +57,7 @@ _hooks: dict = {}
 
 
 def _run_recorded_job(cfg, url, run_dir, split_file):
-    _hooks["job"](cfg, url, run_dir, split_file)
+    return _hooks["job"](cfg, url, run_dir, split_file)
 
 
 def test_compose_merges_yaml_and_overrides():
@@ -233,6 +234,39 @@ def _status(url: str, token: str | None) -> int:
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return request_once(url, "GET", "/v1/stats", "a probe", headers=headers).status
+
+
+def test_a_training_job_ends_with_the_pass_rates_the_launcher_prints(
+    tmp_path, capsys, monkeypatch, job_named_record
+):
+    """The trainers print no table: once a training job returns, the launcher prints the
+    per-category pass rates of the run's validation records, the job's note under them and
+    the export hint, in that order (the user sees what the trainers printed before)."""
+    passed = ValidationRecord(
+        task_id="multi_turn_base_3", data_source="multi_turn_base", score=1, reward=1.0,
+        step=0, input="", output="", failure_tags=["pass"], turns=1,
+    )  # fmt: skip
+
+    def job(cfg, url, run, split_file):
+        write_step(Path(run) / "validation", 0, [passed])
+        return "best step 0 (the job's note)"
+
+    job_named_record["job"] = job
+    monkeypatch.setitem(launcher.JOBS, "local", f"{__name__}:_run_recorded_job")
+    assert launcher.main(training_args(tmp_path, "job=local")) == 0
+    out = capsys.readouterr().out
+    table = out.index(f"validation pass rates per category ({tmp_path / 'run' / 'validation'})")
+    note = out.index("best step 0 (the job's note)")
+    hint = out.index("no checkpoint to export")
+    assert table < out.index("1.0000 (1/1)") < note < hint, out  # base passed 1/1
+    assert "n/a (0/0)" in out[table:note]  # the categories not validated
+
+
+def test_a_training_run_without_validation_says_so(tmp_path, capsys):
+    launcher.print_end_of_run(tmp_path, None)
+    out = capsys.readouterr().out
+    assert "no validation ran (trainer.validation): no pass rates to show" in out
+    assert "pass rates per category" not in out and "no checkpoint to export" in out
 
 
 # --- refusals before anything is written ------------------------------------------------

@@ -312,24 +312,18 @@ def test_each_row_uses_its_model_s_format(tmp_path):
         assert model.tool_format in ("auto", default_format(model.path))
 
 
-def test_verl_job_hands_the_validated_config_to_verl(tmp_path, monkeypatch, capsys):
+def test_verl_job_hands_the_validated_config_to_verl(tmp_path, monkeypatch):
     """The launcher's `verl` job up to verl's entry point (which needs GPUs): the config
-    it passes is the validated one, saved in the run directory, and the job prints the
-    per-category table from the records the trainer writes."""
+    it passes is the validated one, saved in the run directory (the pass rates after it are
+    the launcher's: tests/test_launcher.py)."""
     from omegaconf import OmegaConf
 
-    from seal.runs.records import ValidationRecord, write_step
     from seal.trainer.verl import launch
 
     handed = {}
 
     def fake_run_ppo(config, task_runner_class):
         handed["config"], handed["runner"] = config, task_runner_class
-        record = ValidationRecord(
-            task_id="multi_turn_base_3", data_source="multi_turn_base", score=1, reward=1.0,
-            step=0, input="", output="", failure_tags=["pass"], turns=1,
-        )  # fmt: skip
-        write_step(Path(config.seal.run_dir) / "validation", 0, [record])
 
     def fake_start_ray(config, env):
         handed["worker_env"] = env
@@ -356,8 +350,6 @@ def test_verl_job_hands_the_validated_config_to_verl(tmp_path, monkeypatch, caps
     assert "the-run-token" not in (tmp_path / "verl_config.yaml").read_text()
     assert config.trainer.v1.trainer_mode == "seal_sync" and config.seal.env_url == URL
     assert OmegaConf.load(tmp_path / "verl_config.yaml") == config
-    out = capsys.readouterr().out
-    assert "1.0000 (1/1)" in out and "n/a (0/0)" in out  # base passed 1/1, others not run
 
 
 def test_ray_gets_verl_s_own_arguments_plus_the_workers_environment(tmp_path, monkeypatch):

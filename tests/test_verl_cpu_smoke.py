@@ -210,14 +210,14 @@ def test_each_step_logs_the_seal_metrics_and_validation_records(smoke):
 
 def test_reports_read_the_run(smoke, tmp_path):
     stats = subprocess.run(
-        [sys.executable, "-m", "seal.eval.report", str(smoke.run_dir), "--table", "markdown"],
+        [sys.executable, "-m", "seal.report.cli", str(smoke.run_dir), "--table", "markdown"],
         cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip
     table = [line for line in stats.stdout.splitlines() if line.startswith("| ")]
     assert [line.split("|")[1].strip() for line in table[2:]] == ["0", "2"]
     assert all("(0/1)" in line for line in table[2:])
     report = subprocess.run(
-        [sys.executable, "-m", "seal.eval.report", str(smoke.run_dir), "--out-dir", str(tmp_path)],
+        [sys.executable, "-m", "seal.report.cli", str(smoke.run_dir), "--out-dir", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True,
     )  # fmt: skip
     assert report.returncode == 0, report.stderr[-3000:]

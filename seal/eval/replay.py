@@ -19,7 +19,7 @@ from tqdm.asyncio import tqdm_asyncio
 
 from seal.bfcl import ground_truth as gt
 from seal.bfcl.tasks import load_task, task_ids
-from seal.eval.summary import render_markdown, summarize_step
+from seal.report.summary import render_markdown, summarize_step
 from seal.rollout.env_client import EnvClient
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode

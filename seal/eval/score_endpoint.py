@@ -71,14 +71,14 @@ from seal.eval.evaluator import (
     load_tokenizer,
 )
 from seal.eval.model_server import serve_model, server_error
-from seal.eval.ood import Scores, bfcl_v4_scores, table2
-from seal.eval.paper import backbone_of
 from seal.eval.replay import split_task_ids
-from seal.eval.summary import render_markdown, summarize_step
 from seal.formats.bfcl_handlers import ranked_entry
 from seal.formats.handler_format import leaderboard
 from seal.formats.registry import AUTO, FORMATS, resolve
 from seal.launch.service import new_token, start_service, token_in_environment
+from seal.report.ood import Scores, bfcl_v4_scores, table2
+from seal.report.paper import backbone_of
+from seal.report.summary import render_markdown, summarize_step
 from seal.rollout.protocol import EpisodeLimits
 
 REPO = Path(__file__).resolve().parents[2]

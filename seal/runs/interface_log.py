@@ -21,7 +21,7 @@ atomically by both trainers (a resumed step rewrites its file):
 - ``failure_profile``: the step's own profile, after its rollouts were observed (the
   paper's C_r; the next step's guidelines come from it when it is pushed).
 
-``seal.eval.report`` reads these files for the interface table and, with guidelines on,
+``seal.report.run_page`` reads these files for the interface table and, with guidelines on,
 the recurrence table (each guideline's first step and its tag's share before and after).
 """
 

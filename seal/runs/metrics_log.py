@@ -21,7 +21,7 @@ $WANDB_RUN_ID: seal/trainer/verl/ray_init.py).
 
 The metric names are made here and nowhere else: the constants and `*_key` builders
 below, `outcome_metrics` (a training batch's outcomes, both trainers) and
-`episode_metrics` (the local trainer's episode sizes); ``seal.eval.report`` plots them.
+`episode_metrics` (the local trainer's episode sizes); ``seal.report.run_page`` plots them.
 ``CapabilityState.metrics()`` (``tocf/...``) and ``apply_apatch`` (``apatch/...``) name
 their own, listed here where the report reads them.
 """

@@ -39,7 +39,6 @@ from tqdm import tqdm
 from seal.algos.advantage import grpo_advantages
 from seal.algos.loss import needs_reference
 from seal.atomic_file import StateFileError
-from seal.eval.summary import render_markdown, summarize
 from seal.rollout.driver import EpisodeSample, play_batch, run_episode
 from seal.rollout.env_client import EnvClient, EnvClientSettings
 from seal.rollout.hf_generator import HFGenerator
@@ -47,8 +46,7 @@ from seal.rollout.turn_tokens import turn_tokenizer
 from seal.runs import checkpoint as ckpt
 from seal.runs import metrics_log as M
 from seal.runs.data_order import epoch_order, task_ids_of
-from seal.runs.export import export_hint
-from seal.runs.records import ValidationRecord, read_val_dir, write_step
+from seal.runs.records import ValidationRecord, write_step
 from seal.runs.run import Run, open_run
 from seal.runs.run_record import model_identity, record_base_model, weights_sha256
 from seal.trainer.local_preflight import refuse_if_it_cannot_fit
@@ -329,20 +327,17 @@ class LocalTrainer:
         return self.tokenizer.pad_token_id
 
 
-def run_local_training(cfg, env_url: str, run: Run, split_file: Path) -> None:
-    """The launcher's `local` job: train, then print validation pass rates per category."""
+def run_local_training(cfg, env_url: str, run: Run, split_file: Path) -> str:
+    """The launcher's `local` job: train; return the line the launcher prints under the
+    run's pass rates (the best step, where the checkpoints and the report are)."""
     client = OmegaConf.to_object(cfg.service.client)
     trainer = LocalTrainer(cfg.trainer, env_url, run, client=client)
     trainer.fit()
     best, run_dir = trainer.seal.best, run.dir
-    summaries = summarize(read_val_dir(run_dir / "validation"))
-    print(f"\nvalidation pass rates per category ({run_dir / 'validation'}):\n")
-    print(render_markdown(summaries))
-    print(
+    return (
         f"\nbest step {best['step']} ({best['metric']} = {best['value']:.4f}); "
         f"checkpoints in {run_dir / 'checkpoints'}; report: seal-report {run_dir}"
     )
-    print(export_hint(run_dir))
 
 
 # --- helpers -------------------------------------------------------------------------------

@@ -18,9 +18,6 @@ import ray
 from omegaconf import OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
-from seal.eval.summary import render_markdown, summarize
-from seal.runs.export import export_hint
-from seal.runs.records import read_val_dir
 from seal.runs.run import Run
 from seal.runs.run_record import model_identity, record_base_model
 from seal.trainer.checks import raise_on_blockers, render
@@ -73,7 +70,7 @@ def run_verl_preflight(cfg, env_url: str, run: Run | Path, split_file: Path) -> 
 
 def run_verl_training(cfg, env_url: str, run: Run | Path, split_file: Path) -> None:
     """The launcher's `verl` job in its opened run (the launcher holds its lock while verl's
-    processes write into the directory)."""
+    processes write into the directory, and prints the pass rates once it returns)."""
     run_dir = Path(run)
     config = prepare(cfg, env_url, run_dir)
     start_ray(config, worker_env(cfg, run_dir))
@@ -92,11 +89,3 @@ def run_verl_training(cfg, env_url: str, run: Run | Path, split_file: Path) -> N
             # what this run created, on success and on error.
             removed = remove_new_segments(shm_before, wait_s=30)
             print(f"[verl] removed {len(removed)} shared-memory segments of vLLM: {removed}")
-    val_dir = run_dir / "validation"
-    if not val_dir.is_dir():  # trainer.validation.before_train=false and test_freq=0
-        print("\nno validation ran (trainer.validation): no pass rates to show")
-        print(export_hint(run_dir))
-        return
-    print(f"\nvalidation pass rates per category ({val_dir}):\n")
-    print(render_markdown(summarize(read_val_dir(val_dir))))
-    print(export_hint(run_dir))

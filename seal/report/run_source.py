@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from seal.eval.paper import PaperResult, matching_result
+from seal.report.paper import PaperResult, matching_result
 from seal.runs.records import STEP_FILE_GLOB, ValidationRecord
 
 CONFIG_FILENAME = "config.yaml"

@@ -1,73 +1,35 @@
-"""Turn a run directory into PNG plots and one Markdown page beside them.
+"""One run's report page: a run directory turned into PNG plots and ``report.md`` beside them.
 
-    seal-report RUN_DIR [--val-dir DIR] [--out-dir DIR] [--label NAME] [--split FILE]
-    python -m seal.eval.report RUN_DIR
-
-Reads what the run left (each part optional, but not all of them):
-
-    RUN_DIR/validation/step_*.jsonl   validation records (seal.runs.records)
-    RUN_DIR/metrics.jsonl             per-step training metrics (seal.runs.metrics_log)
-    RUN_DIR/tocf/epoch_*.json         capability-state epoch summaries (seal.tocf.summary)
-    RUN_DIR/capability_state.json     the capability state, used when no epoch summary exists
-    RUN_DIR/interface/step_*.json     the interface state per training step (seal.runs.interface_log)
-    RUN_DIR/config.yaml               the run's config: which of the paper's rows it reproduces
-
-and writes ``RUN_DIR/report/report.md`` with the PNGs it references by relative path, so the
-folder can be moved or attached as it is. A missing part is skipped with a note on the page;
-a run with none of them is an error (exit status 1). Beside the pass rates it shows the
-paper's rows of the run's backbone (Tables 1-3), the distribution of the paper's failure
-labels (Table 5), the interface state per step and, when guidelines were shown, the
-failures they target: measured against a matched run without guidelines (`--control RUN`,
-seal.eval.recurrence), else described and said to be descriptive only.
-
-    seal-report --compare [RUN ...] [--arm NAME RUN [RUN ...]] ... [--baseline ARM]
-                [--select {test,heldout}] [--tasks {sampled,fixed}] [--out-dir DIR]
-
-compares arms of runs instead (seal.eval.compare; a plain RUN is an arm of one run): each
-run at its final and its best step (or a given one, RUN@STEP), each arm's mean over its runs
-with standard errors, the per-run table, the paper's rows beside them, the differences to
-the baseline arm with 95% intervals, p-values and Holm-adjusted p-values, and the config
-keys that differ between the runs.
-
-    seal-report RUN_DIR --table {markdown,csv,json} [--val-dir DIR] [--no-split-check]
-
-prints the per-category pass rates of each validation step instead, in the paper's format
-with the best step marked (seal.eval.summary), and writes nothing; warnings about task ids
-that differ from the split go to stderr, so the table on stdout stays machine-readable. With
---val-dir, RUN_DIR may be left out.
-
-    seal-report --table2 RUN [RUN ...] [--out-dir DIR]
-
-writes the paper's Table 2 (out of distribution) for evaluated checkpoints instead
-(seal.eval.ood): BFCL V4 agentic from each RUN's records, tau2-bench from RUN/tau2/.
+Reads the run's validation records, metrics, capability state, interface records and config
+(each optional, not all of them); a missing part is skipped with a note on the page. Beside
+the pass rates: the paper's rows of the run's backbone, its failure labels (Table 5), the
+interface state per step and the failures the guidelines target (seal.report.recurrence).
+``seal-report RUN_DIR`` (seal/report/cli.py) is its command line; docs/evaluation.md the page.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from seal.bfcl.tasks import CATEGORIES
-from seal.eval import compare as C
-from seal.eval import compare_page, plots
-from seal.eval import paper_views as V
-from seal.eval import recurrence as R
-from seal.eval.config_diff import differing_keys
-from seal.eval.ood import table2, write_table2
-from seal.eval.paper import (
+from seal.report import paper_views as V
+from seal.report import plots
+from seal.report import recurrence as R
+from seal.report.config_diff import differing_keys
+from seal.report.ood import table2
+from seal.report.paper import (
     PaperResult,
     backbone_of,
     controlled_results,
     ood_results,
 )
-from seal.eval.run_source import (
+from seal.report.run_source import (
     CONFIG_FILENAME,
     paper_row,
     run_config,
@@ -75,8 +37,7 @@ from seal.eval.run_source import (
     validation_dir,
     validation_subset,
 )
-from seal.eval.summary import (
-    RENDERERS,
+from seal.report.summary import (
     StepSummary,
     best_step,
     is_chosen_subset,
@@ -85,7 +46,7 @@ from seal.eval.summary import (
     split_warnings,
     summarize,
 )
-from seal.eval.tables import markdown_table
+from seal.report.tables import markdown_table
 from seal.runs import metrics_log as M
 from seal.runs.interface_log import read_interfaces
 from seal.runs.records import ValidationRecord, read_val_dir
@@ -494,7 +455,7 @@ def measured_recurrence(run: RunData, run_dir: Path, control: Path) -> str:
         "scored on the plain benchmark. Each guideline's tag: its rate per eligible turn "
         "(`spurious_tool_call` on turns whose ground truth calls no tool, the other failure "
         "tags on turns whose ground truth calls tools), in the run and in the control, and the "
-        "difference with a 95% paired bootstrap interval over tasks (seal/eval/recurrence.py). "
+        "difference with a 95% paired bootstrap interval over tasks (seal/report/recurrence.py). "
         "A difference whose interval holds 0 is no evidence that the guideline changed the "
         "failure's rate.\n\n"
     )
@@ -539,7 +500,7 @@ def write_report(
     """Write the PNGs and ``report.md`` to `out_dir` (default RUN_DIR/report); return the
     page. `split`: the split file whose "eval" ids each step is checked against (None: no
     check); `control`: a matched run without guidelines, against which the guidelines'
-    failures are measured (seal.eval.recurrence)."""
+    failures are measured (seal.report.recurrence)."""
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir else run_dir / REPORT_DIRNAME
     label = label or run_dir.resolve().name
@@ -564,199 +525,3 @@ def write_report(
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text("\n".join([header, *sections]), encoding="utf-8")
     return page
-
-
-def print_table(val_dir: Path, fmt: str, split: Path | None, subset: int = 0) -> None:
-    """The per-category pass rates of each validation step on stdout, in `fmt` (a key of
-    seal.eval.summary.RENDERERS); steps whose task ids differ from the split's "eval" ids
-    are named on stderr, once per difference, but for the run's chosen subset of `subset`
-    tasks (`split` None: not checked)."""
-    steps = read_val_dir(val_dir) if val_dir.is_dir() else {}
-    if not steps:
-        raise EmptyRunError(f"no step_*.jsonl files in {val_dir}")
-    if split is not None:
-        for warning in split_warnings(steps, load_split_ids(split, "eval"), subset):
-            print(f"warning: {warning}", file=sys.stderr)
-    sys.stdout.write(RENDERERS[fmt](summarize(steps)))
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="seal-report", description="Plots and a Markdown report of a SEAL run directory."
-    )
-    parser.add_argument(
-        "run_dir",
-        type=Path,
-        nargs="?",
-        help="the run directory (validation/, metrics.jsonl, tocf/, capability_state.json)",
-    )
-    parser.add_argument(
-        "--compare",
-        nargs="*",
-        metavar="RUN",
-        help="compare runs instead: training run directories, endpoint evaluations "
-        "(seal-eval --out-dir) or directories of step_*.jsonl, each an arm of one run; "
-        "RUN@STEP scores a run at that step (default: its final and its best step)",
-    )
-    parser.add_argument(
-        "--arm",
-        nargs="+",
-        action="append",
-        metavar=("NAME", "RUN"),
-        help="with --compare: an arm of several runs (its seeds), named NAME; repeat per arm",
-    )
-    parser.add_argument(
-        "--select",
-        choices=(C.TEST, C.HELDOUT),
-        default=C.TEST,
-        help="with --compare: where each run's best step is chosen: on the tasks it is scored "
-        "on (test, flagged as such) or on a held-out half of each category's tasks, the row "
-        "then scored on the other half (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--tasks",
-        choices=("sampled", "fixed"),
-        default="sampled",
-        help="with --compare: the tasks as a sample (intervals over seeds and tasks) or fixed "
-        "(over seeds only: a claim about these tasks, e.g. the learning check's) "
-        "(default: %(default)s)",
-    )
-    parser.add_argument(
-        "--table2",
-        nargs="+",
-        metavar="RUN",
-        help="the paper's Table 2 (out of distribution) instead: BFCL V4 agentic from each "
-        "RUN's records (seal-eval --split agentic; RUN@STEP picks a step), "
-        "tau2-bench from the results files in RUN/tau2/; the paper's rows beside them",
-    )
-    parser.add_argument(
-        "--table",
-        choices=sorted(RENDERERS),
-        help="print the per-category pass rates of each validation step in this format "
-        "instead (json: numbers rather than text cells); writes nothing",
-    )
-    parser.add_argument(
-        "--baseline",
-        metavar="RUN",
-        help="with --compare: the arm (its name, or a plain RUN) the others are compared "
-        "with (default: the first)",
-    )
-    parser.add_argument(
-        "--resamples",
-        type=int,
-        default=C.RESAMPLES,
-        help="with --compare: bootstrap resamples (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="with --compare: bootstrap seed (default: 0)"
-    )
-    parser.add_argument(
-        "--val-dir",
-        type=Path,
-        help="validation records to use instead of RUN_DIR/validation "
-        "(e.g. outputs/replay_demo/validation/drop_call)",
-    )
-    parser.add_argument(
-        "--out-dir",
-        type=Path,
-        help="where the page and PNGs go (default: RUN_DIR/report; with --compare: "
-        "BASELINE/report/compare; with --table2: the first RUN's report/)",
-    )
-    parser.add_argument(
-        "--label", help="name of the run in titles and the paper table (default: RUN_DIR's name)"
-    )
-    parser.add_argument(
-        "--control",
-        type=Path,
-        metavar="RUN",
-        help="a run trained like RUN_DIR but without guidelines: the failures RUN_DIR's "
-        "guidelines target are measured against it on validation (default: described only)",
-    )
-    parser.add_argument(
-        "--split",
-        type=Path,
-        default=DEFAULT_SPLIT,
-        help="split file whose 'eval' ids each validation step is checked against; "
-        "differences are noted on the page (with --table: on stderr) (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--no-split-check",
-        action="store_true",
-        help="do not check task ids against the split (e.g. a validation on a subset)",
-    )
-    args = parser.parse_args(argv)
-    # --table reads only validation records, so --val-dir can stand for the run directory.
-    run = args.run_dir if args.run_dir is not None or not args.table else args.val_dir
-    if args.arm and args.compare is None:
-        args.compare = []
-    if sum(x is not None for x in (run, args.compare, args.table2)) != 1:
-        parser.error("give a run directory, --compare RUN [RUN ...] or --table2 RUN [RUN ...]")
-    if args.compare is not None and not args.compare and not args.arm:
-        parser.error("--compare needs runs: RUN ... or --arm NAME RUN ...")
-    for arm in args.arm or []:
-        if len(arm) < 2:
-            parser.error(f"--arm {arm[0]} names no run: --arm NAME RUN [RUN ...]")
-    if args.table and run is None:
-        parser.error("--table goes with a run directory or --val-dir")
-    if args.no_split_check:
-        args.split = None
-    if args.baseline and args.compare is None:
-        parser.error("--baseline goes with --compare")
-    if args.control and run is None:
-        parser.error("--control goes with a run directory")
-    return args
-
-
-def compare_arms_of(args: argparse.Namespace) -> tuple[list[tuple[str, list[str]]], str | None]:
-    """(arms as (name, [RUN spec, ...]), the baseline arm's name) of the command line: each
-    plain RUN is an arm of one run named by its directory (by the spec where two share a
-    name); a --baseline that names no arm and is no RUN given is added first as one."""
-    arms = [(arm[0], arm[1:]) for arm in args.arm or []]
-    specs = list(args.compare)
-    baseline = args.baseline
-    if baseline is not None and baseline not in {n for n, _ in arms} | set(specs):
-        specs.insert(0, baseline)
-    names = [C.parse_spec(spec)[0].resolve().name for spec in specs]
-    if len(set(names)) != len(names):
-        names = specs
-    if baseline in specs:
-        baseline = names[specs.index(baseline)]
-    return [*((n, [s]) for n, s in zip(names, specs, strict=True)), *arms], baseline
-
-
-def compare_main(args: argparse.Namespace) -> Path:
-    arms, baseline = compare_arms_of(args)
-    comparison = C.compare_arms(
-        arms, baseline, args.select, args.tasks == "fixed", args.resamples, args.seed
-    )
-    first = comparison.arms[comparison.baseline][0]
-    out_dir = args.out_dir or first.path / REPORT_DIRNAME / "compare"
-    return compare_page.write_comparison(comparison, out_dir, args.resamples, args.seed)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        if args.table:
-            subset = validation_subset(args.run_dir) if args.run_dir else 0
-            print_table(args.val_dir or args.run_dir / "validation", args.table, args.split, subset)
-            return 0
-        if args.compare is not None:
-            page = compare_main(args)
-        elif args.table2:
-            first = Path(str(args.table2[0]).partition("@")[0])
-            page = write_table2(args.table2, args.out_dir or first / REPORT_DIRNAME)
-            print(page.read_text())
-        else:
-            page = write_report(
-                args.run_dir, args.out_dir, args.val_dir, args.label, args.split, args.control
-            )
-    except (OSError, ValueError, EmptyRunError) as error:  # malformed files are ValueErrors
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    print(f"report written to {page}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

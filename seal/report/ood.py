@@ -17,7 +17,7 @@ tau2-bench, the paper's rows beside them.
 
 `seal-report --table2 RUN [RUN ...]` reads each RUN's validation records and the tau2-bench
 results under RUN/tau2/, and writes the table with the paper's rows of the runs' backbones
-(seal.eval.paper's Table 2).
+(seal.report.paper's Table 2).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from pathlib import Path
 from statistics import fmean
 
 from seal.bfcl.agentic import MEMORY_CATEGORIES, WEB_SEARCH_CATEGORIES, is_agentic
-from seal.eval.paper import BFCL_V4_PARTS, TAU2_PARTS, backbone_of, ood_results
-from seal.eval.run_source import validation_dir
-from seal.eval.summary import PassCount
-from seal.eval.tables import markdown_table
+from seal.report.paper import BFCL_V4_PARTS, TAU2_PARTS, backbone_of, ood_results
+from seal.report.run_source import validation_dir
+from seal.report.summary import PassCount
+from seal.report.tables import markdown_table
 from seal.runs.records import STEP_FILE_GLOB, ValidationRecord, read_val_dir
 
 TAU2_DOMAINS = ("retail", "airline", "telecom")

@@ -4,7 +4,7 @@
     seal-report --compare RUN [RUN ...] [--baseline RUN]      # each RUN an arm of one run
 
 Each RUN is a training run's directory, an endpoint evaluation's output directory
-(`seal-eval --out-dir`) or a directory of `step_*.jsonl` records (seal.eval.run_source);
+(`seal-eval --out-dir`) or a directory of `step_*.jsonl` records (seal.report.run_source);
 an arm's runs are its seeds. Every run is scored at two steps: its **final** validation
 step and its **best** one (the highest average of the four categories, or of all tasks when
 a run does not cover the four; the later step on a tie). The best step is chosen on the same
@@ -18,7 +18,7 @@ arm against the baseline arm: the difference, its 95% interval, a p-value and th
 Holm-adjusted across all rows of the comparison. When both arms are one run with one
 0/1 outcome per task, the interval is the paired percentile bootstrap over tasks and the
 p-value the exact McNemar test; otherwise the pooled estimate over seeds and tasks with
-Student's t (seal.eval.stats; docs/comparing_runs.md). Tasks are paired across all runs:
+Student's t (seal.report.stats; docs/comparing_runs.md). Tasks are paired across all runs:
 those some run did not validate are left out and counted. A category with too few tasks
 for any test to reach p < 0.05 is warned about.
 """
@@ -34,11 +34,11 @@ from statistics import fmean
 import numpy as np
 
 from seal.bfcl.tasks import CATEGORIES
-from seal.eval import stats as S
-from seal.eval.config_diff import differing_keys
-from seal.eval.paper import PaperResult
-from seal.eval.run_source import paper_row, run_config, run_model, validation_dir
-from seal.eval.summary import StepSummary, best_step, summarize
+from seal.report import stats as S
+from seal.report.config_diff import differing_keys
+from seal.report.paper import PaperResult
+from seal.report.run_source import paper_row, run_config, run_model, validation_dir
+from seal.report.summary import StepSummary, best_step, summarize
 from seal.runs.records import ValidationRecord, read_val_dir
 
 RESAMPLES = 10_000

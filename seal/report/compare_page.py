@@ -1,5 +1,5 @@
 """The page of `seal-report --compare`: compare.md, its figure compare.png and the numbers
-in compare.json, from a seal.eval.compare.Comparison."""
+in compare.json, from a seal.report.compare.Comparison."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from seal.bfcl.tasks import CATEGORIES
-from seal.eval import plots
-from seal.eval import stats as S
-from seal.eval.compare import (
+from seal.report import plots
+from seal.report import stats as S
+from seal.report.compare import (
     ALL_TASKS,
     AVERAGE,
     BEST,
@@ -21,9 +21,9 @@ from seal.eval.compare import (
     Comparison,
     Difference,
 )
-from seal.eval.config_diff import MISSING
-from seal.eval.paper import backbone_of, controlled_results
-from seal.eval.tables import markdown_table
+from seal.report.config_diff import MISSING
+from seal.report.paper import backbone_of, controlled_results
+from seal.report.tables import markdown_table
 
 COMPARE_FILENAME = "compare.md"
 

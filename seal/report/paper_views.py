@@ -3,7 +3,7 @@ labels (Table 5), the interface state of each step (Appendix C.4) and, with guid
 whether the failure a guideline targets recurred less after it appeared.
 
 Plain functions from loaded data (validation records, metrics rows, interface records)
-to Markdown; ``seal.eval.report`` places them on the page.
+to Markdown; ``seal.report.run_page`` places them on the page.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from seal.bfcl.tags import PAPER_LABELS
-from seal.eval.tables import markdown_table
+from seal.report.tables import markdown_table
 from seal.runs import metrics_log as M
 from seal.runs.interface_log import LAYERS
 from seal.runs.records import ValidationRecord

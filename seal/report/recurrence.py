@@ -1,7 +1,7 @@
 """Did a guideline make its failure recur less? Measured against a matched control run.
 
 A guideline is shown for the failure tag the failure profile reports as prevalent, and only
-in training episodes. The report's descriptive table (seal.eval.paper_views) compares the
+in training episodes. The report's descriptive table (seal.report.paper_views) compares the
 tag's share of the training turns before and after the guideline appeared; it cannot answer
 the question: the episodes measured carry the guideline, the tag was chosen for being
 frequent (so it tends to fall anyway: regression to the mean), training lowers failures
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from seal.bfcl import tags as T
-from seal.eval import stats as S
-from seal.eval.tables import markdown_table
+from seal.report import stats as S
+from seal.report.tables import markdown_table
 from seal.runs.records import ValidationRecord
 
 EMPTY_GROUND_TRUTH = frozenset({T.SPURIOUS_TOOL_CALL, T.CORRECT_ABSTENTION})

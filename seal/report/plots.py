@@ -1,6 +1,6 @@
 """The report's figures: matplotlib (Agg backend), one function per PNG, plain data in.
 
-Every function takes numbers already gathered by ``seal.eval.report`` and writes one PNG.
+Every function takes numbers already gathered by ``seal.report.run_page`` and writes one PNG.
 Colours are fixed per category and per failure tag, so one tag looks the same in every
 figure of every report; legends sit outside the axes so that they never hide a curve.
 """

@@ -6,7 +6,7 @@ step is the one with the highest average, the later on a tie (a flat run is scor
 ended, not at its untrained step 0): all four categories count, not one alone as in the
 original release. Steps whose task ids differ from the expected split are
 reported, since their rates are not comparable with the paper's 400 held-out tasks.
-``seal-report --table`` (seal.eval.report) is the command line for this module.
+``seal-report --table`` (seal/report/cli.py) is the command line for this module.
 """
 
 import csv

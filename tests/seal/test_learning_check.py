@@ -133,11 +133,11 @@ def test_the_warm_up_step_accumulates_the_gradient_of_one_batch():
     """nll_step goes one episode at a time (memory: one episode's logits); its gradient and
     its NLL per episode are those of all episodes as one padded batch."""
     import torch
-    from conftest import PAD, SAMPLES, tiny_qwen2
+    from conftest import PAD, SAMPLES, SMALL_VOCAB, tiny_qwen2
 
     from seal.trainer.update import collate, response_logprobs
 
-    model = tiny_qwen2()
+    model = tiny_qwen2(vocab_size=SMALL_VOCAB)
     batch = collate(SAMPLES, list(range(len(SAMPLES))), PAD, torch.device("cpu"))
     logp, _ = response_logprobs(model, batch, 1024)
     loss = -(logp * batch.response_mask).sum() / batch.response_mask.sum()

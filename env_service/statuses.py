@@ -3,7 +3,7 @@
 Routes list the statuses they answer with `responses=errors(...)` (native API) or
 `wire_errors(...)` (wire protocol): 401 on every route but `GET /healthz` (when the
 service runs with a token), 413 on every route that takes a body, 422 wherever FastAPI
-validates something, and the route's own. tests/test_env_access.py provokes each status
+validates something, and the route's own. tests/env_service/test_access.py provokes each status
 on each route and checks the schema lists it.
 """
 

@@ -42,7 +42,7 @@ calls a verification replays, so an episode that cannot be rebuilt in it could n
 verified in it either); past it the episode ends as a failure tagged
 `rebuild_time_budget`. Interleaved, because a replay run before any other work holds
 every other episode's step on that worker for as long as the replay takes
-(tests/test_env_worker_liveness.py's rebuild case), while interleaved the step waits for
+(tests/env_service/test_worker_liveness.py's rebuild case), while interleaved the step waits for
 one call; a budget alone, with the replay still first, would hold them for up to the
 whole budget.
 """

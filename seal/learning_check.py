@@ -227,7 +227,7 @@ def seed_everything(seed: int) -> None:
 
 
 def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerConfig:
-    """The tiny CPU trainer, shaped like tests/test_trainer_e2e.py, sized to the tasks, with
+    """The tiny CPU trainer, shaped like tests/seal/trainer/test_e2e.py, sized to the tasks, with
     the arm's switches (ARMS)."""
     arm = ARMS[args.arm]
     overrides = {

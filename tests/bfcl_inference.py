@@ -1,6 +1,6 @@
 """bfcl-eval's own multi-turn inference loop, run with a scripted model: the reference the
-tool-format tests compare the service's prompts with (tests/test_formats.py,
-tests/test_agentic_formats.py)."""
+tool-format tests compare the service's prompts with (tests/seal/formats/test_formats.py,
+tests/seal/formats/test_agentic_formats.py)."""
 
 from __future__ import annotations
 

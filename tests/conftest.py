@@ -27,6 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -337,9 +338,16 @@ def qwen35_tokenizer():
     return qwen35_stand_in_tokenizer()
 
 
+SMALL_VOCAB = 64
+"""The tiny Qwen2's vocabulary for tests that feed it token ids and need no tokenizer
+(`tiny_qwen2(vocab_size=SMALL_VOCAB)`): Qwen2.5's 151,936 rows are most of the model's
+cost (the logits, their softmax and their gradient), a 64-row one leaves the layers'."""
+
+
 def tiny_qwen2_config(**overrides):
-    """The tests' tiny Qwen2: Qwen2.5's vocabulary, one layer 32 wide (the vocabulary is
-    most of its cost), tied embeddings; `overrides` are Qwen2Config's own arguments."""
+    """The tests' tiny Qwen2: Qwen2.5's vocabulary (the shipped tokenizer's), one layer 32
+    wide (the vocabulary is most of its cost), tied embeddings; `overrides` are
+    Qwen2Config's own arguments."""
     from transformers import Qwen2Config
 
     shape = {
@@ -374,6 +382,23 @@ def tiny_qwen2(seed: int = 0, **overrides):
     return Qwen2ForCausalLM(tiny_qwen2_config(**overrides))
 
 
+def sample(prompt, response, mask):
+    """A training sample as the trainers' update reads it (token ids, no tokenizer)."""
+    return SimpleNamespace(prompt_ids=prompt, response_ids=response, response_mask=mask)
+
+
+PAD = SMALL_VOCAB - 1
+"""The padding id of the update tests' samples (a model of `SMALL_VOCAB` ids)."""
+SAMPLES = [
+    sample([1, 2, 3, 4], [5, 6, 7, 8, 9], [1, 1, 0, 1, 1]),
+    sample([10, 11], [12, 13, 14], [1, 0, 1]),
+    sample([20, 21, 22], [23, 24, 25, 26], [0, 1, 1, 1]),
+    sample([30], [31, 32], [1, 1]),
+]
+"""Four samples of different lengths and masks, for the update and warm-up tests (ids
+below `PAD`)."""
+
+
 # --- runs started ahead of their tests --------------------------------------------------
 
 EARLY_RUNS = pytest.StashKey["EarlyRuns"]()
@@ -384,8 +409,9 @@ class EarlyRuns:
     in the modules' collection order: each starts once the one before has ended (its
     `wait()` returned), so two verl runs (8-10 GB each) never share the machine. A module
     whose tests start more verl runs of their own after its early run (the HF smoke's
-    resume) must therefore come last among them: tests/test_verl_cpu_rollout_vllm.py runs
-    both of its launches in its early run and sorts before tests/test_verl_cpu_smoke.py."""
+    resume) must therefore come last among them: tests/seal/trainer/verl/
+    test_cpu_rollout_vllm.py runs both of its launches in its early run and sorts before
+    test_cpu_smoke.py."""
 
     def __init__(self, starters: list[tuple[str, object]]):
         self.starters = starters

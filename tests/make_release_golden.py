@@ -8,7 +8,7 @@ ground-truth policy (seal.bfcl.ground_truth.ground_truth_texts: each turn's call
 message, then "Done.") in three settings, SETTINGS below; every message the model would see
 is recorded as a hash, and in full for a sample. Its ToolACE mode (`toolace`, TOOLACE below:
 the ToolACE-2-Llama-3.1-8B runs) plays them too, the calls written as call lists, with its
-own probes and its parser's readings of PARSER_TEXTS. tests/test_paper_prompt.py holds the
+own probes and its parser's readings of PARSER_TEXTS. tests/seal/bfcl/test_paper_prompt.py holds the
 paper configs to this file through both of the service's protocols. The release's code is
 imported from PATH and run here; none of it is copied into this repository. It lives with
 the tests: it makes test data, with the test oracle's isolation of bfcl-eval's executor

@@ -1,5 +1,5 @@
 """One actor-update gradient of verl 0.9.1's own FSDP engine on CPU, for
-tests/test_verl_dynamic_batching.py (a script: verl resolves its platform once per process
+tests/seal/trainer/verl/test_dynamic_batching.py (a script: verl resolves its platform once per process
 and the engine needs a process group, so it runs in a process of its own).
 
     python tests/verl_update_probe.py MODEL_DIR OUT.pt dynamic|micro1 [BUDGET]

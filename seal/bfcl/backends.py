@@ -178,7 +178,7 @@ class Backends:
                 # by reference (TravelAPI's CREDIT_CARD_EXTENSION cards: a booking in one
                 # episode charged every later episode's card, 5000 -> 3900). One deep copy
                 # of the loaded state (under a millisecond a create) makes all of it this
-                # episode's own; tests/test_env_isolation.py checks no object is shared,
+                # episode's own; tests/env_service/test_isolation.py checks no object is shared,
                 # for every task.
                 vars(instance).update(copy.deepcopy(vars(instance)))
             self.instances[class_name] = instance

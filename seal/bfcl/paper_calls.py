@@ -6,7 +6,7 @@ one error message instead of running any of its calls (`parse` and `admission_er
 here; env_service/episode.py applies them under the paper's prompt). Calls whose argument
 names do not fit the tool still run: the backend's own error is the answer, as in the
 release, whose executor ran them (here as data, never as code: seal/bfcl/calls.py).
-The texts are the release's, byte for byte (tests/test_paper_prompt.py).
+The texts are the release's, byte for byte (tests/seal/bfcl/test_paper_prompt.py).
 """
 
 from __future__ import annotations

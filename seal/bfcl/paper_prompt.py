@@ -14,7 +14,7 @@ message itself and hands the chat template plain messages (no `tools=`):
   user message, the release's error (seal/bfcl/paper_calls.py).
 
 docs/paper_prompt.md quotes a whole prompt and lists how it differs from BFCL's pipeline
-and from the `qwen2.5` format (seal/bfcl/prompt.py). tests/test_paper_prompt.py holds this
+and from the `qwen2.5` format (seal/bfcl/prompt.py). tests/seal/bfcl/test_paper_prompt.py holds this
 module to the release's own renderings of all 800 tasks.
 """
 

@@ -14,7 +14,7 @@
   as a user message. A malformed message ends the episode (EpisodeSettings
   .end_on_malformed_call); seal/bfcl/toolace_calls.py reads the calls.
 
-tests/test_paper_prompt.py holds this module to the release's own renderings of all 800
+tests/seal/bfcl/test_paper_prompt.py holds this module to the release's own renderings of all 800
 tasks (docs/paper_prompt.md).
 """
 

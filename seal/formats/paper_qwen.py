@@ -4,7 +4,7 @@ The system message, reveal turns and tool results are the release's text
 (seal/bfcl/paper_prompt.py, with the service's `paper` texts); the conversation goes
 through the shipped Qwen2.5 chat template (seal/assets/qwen2.5-tokenizer, Apache-2.0) as
 plain messages, no `tools=`, as the release renders it. Calls are `<tool_call>` JSON
-blocks, parsed as the release parses them (seal/bfcl/paper_calls.py). tests/test_paper_prompt.py holds the whole prompt to
+blocks, parsed as the release parses them (seal/bfcl/paper_calls.py). tests/seal/bfcl/test_paper_prompt.py holds the whole prompt to
 the release's own renderings.
 """
 

@@ -9,7 +9,7 @@ the release's `terminate_on_parse_error` did (`end_on_malformed_call`). The conv
 is laid out as Llama 3's chat template lays it out, by bfcl-eval's LlamaHandler (the
 `bfcl_prompt` format's layout): the release's own fallback template for Llama checkpoints
 without one renders the same text; docs/paper_prompt.md says why the model's own template
-is not used. tests/test_paper_prompt.py holds the messages to the release's renderings.
+is not used. tests/seal/bfcl/test_paper_prompt.py holds the messages to the release's renderings.
 """
 
 from __future__ import annotations

@@ -89,12 +89,12 @@ class VerlSettings:
     """Fraction of GPU memory the rollout engine's weights and KV cache may take."""
     max_prompt_length: int = 8192
     """verl's prompt tensor width: must hold the longest BFCL first prompt (tools +
-    first question; tests/test_verl_config.py checks all 800 tasks)."""
+    first question; tests/seal/trainer/verl/test_config.py checks all 800 tasks)."""
     dynamic_batching: bool = True
     """Pack the actor update and both log-prob passes (old and reference) into micro-batches
     by token count (verl's use_dynamic_bsz) instead of `micro_batch_size_per_gpu` samples
     each: BFCL episodes range from 2k to 16k tokens, and one sample per pass left the GPUs
-    mostly idle. The update's gradient is the same (tests/test_verl_dynamic_batching.py)."""
+    mostly idle. The update's gradient is the same (tests/seal/trainer/verl/test_dynamic_batching.py)."""
     update_max_tokens_per_gpu: int = 0
     """Token budget of one actor-update micro-batch with dynamic batching; 0 = the context
     limit (`trainer.limits.max_context_tokens`), i.e. one longest episode, the same peak

@@ -5,7 +5,7 @@ the update's forward and backward passes run. verl's FSDP mixed precision does t
 
 Why: bfloat16 keeps 8 bits of mantissa, so an AdamW step at the paper's lr 1e-6 (about
 1e-6 per weight) is below the rounding step of a weight of size 0.02 (~8e-5): updated in
-place, bf16 weights keep almost every update from happening (tests/test_trainer_model.py).
+place, bf16 weights keep almost every update from happening (tests/seal/trainer/test_model.py).
 Only parameters are cast; buffers (the rotary inverse frequencies) stay float32, as
 Hugging Face keeps them when it loads a model in bf16.
 """

@@ -4,7 +4,7 @@ After GRPO has normalised the rewards within each task's group, the capability s
 observes every sample's outcome and turn tags, moves the dynamic tag weights, and
 A-Patch scales each sample's advantages by the weights of its tags. Both backends reach
 `observe_and_reweight` with the same inputs, so they patch advantages identically
-(tests/test_verl_trainer.py checks the verl side against this function).
+(tests/seal/trainer/verl/test_trainer.py checks the verl side against this function).
 """
 
 from __future__ import annotations

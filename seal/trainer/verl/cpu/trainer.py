@@ -115,7 +115,7 @@ class SealPPOTrainerCPUvLLM(SealPPOTrainer):
       version the server reports (`rollout/weight_version`);
     - after the first sync, the generation contract: a request's `max_tokens` and
       `stop_token_ids`, sent in the sampling dict the project's VerlGenerator builds, are
-      honoured (SERVING_CHECKS_FILE, read by tests/test_verl_cpu_rollout_vllm.py).
+      honoured (SERVING_CHECKS_FILE, read by tests/seal/trainer/verl/test_cpu_rollout_vllm.py).
     """
 
     def _init_resource_pool_mgr(self):

@@ -1,0 +1,497 @@
+"""The original release's wire protocol (env_service/release/) as this service serves it:
+mounted by `ServiceConfig.release_protocol` (on by default), its envelope on every
+answer, the release's text format (Qwen2.5's `<tool_call>` blocks) in and out.
+tests/env_service/test_wire_contract.py plays the release's trainer against it; the behaviour both
+protocols share is tested on the native API (tests/test_env_*.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from agentic_scripts import notetaker
+from bfcl_official import bfcl_globals_left
+from conftest import gt_turns
+from test_api import ONE_PER_CATEGORY, call_text
+from test_evolution import BAD_CALLS, PROFILE
+from test_limits import EIGHTY_K_LINES, calls_text, most_calls_that_fit
+from wire_client import WireClient, tool_responses
+
+from env_service import evolution
+from env_service.release import compat
+from seal.bfcl import prompt
+from seal.bfcl import tags as T
+from seal.bfcl.tasks import load_task
+
+FS_TASK = "multi_turn_base_1"
+WIRE_PATHS = ["/create", "/step", "/evaluate", "/release", "/get_info", "/get_env_profile"]
+TOKEN = "wire-test-token"
+
+
+@pytest.fixture
+def wire_service(service):
+    """A factory: `wire_service(prompt=None, **config)` -> the service, spoken to on the wire
+    protocol (a WireClient with the service's engine; `prompt`: the prompt its episodes
+    ask for, None for the default, the paper's)."""
+
+    def start(prompt: str | None = None, **config) -> WireClient:
+        svc = service(**config)
+        return WireClient(svc.http, svc.engine, prompt)
+
+    return start
+
+
+# --- mounted by an option -----------------------------------------------------------------------
+
+
+def test_the_release_protocol_is_served_by_default(service):
+    http = service().http
+    schema = http.get("/openapi.json").json()["paths"]
+    assert set(WIRE_PATHS) <= set(schema)
+    reply = http.post("/get_env_profile", json={"params": {"split": "train"}})
+    assert reply.status_code == 200 and reply.json()["success"] is True
+
+
+def test_without_the_release_protocol_its_paths_are_unknown_paths(service):
+    http = service(release_protocol=False).http
+    unknown = http.post("/no-such-path", json={})
+    assert unknown.status_code == 404
+    for path in [*WIRE_PATHS, "//get_env_profile"]:
+        reply = http.post(path, json={"env_type": "bfcl", "task_id": "multi_turn_base_0"})
+        assert (reply.status_code, reply.content) == (404, unknown.content), path
+    assert http.get("/v1/stats").json()["live_episodes"] == 0
+    schema = http.get("/openapi.json").json()["paths"]
+    assert not set(WIRE_PATHS) & set(schema)
+    assert "/v1/episodes" in schema and "/healthz" in schema
+    assert http.get("/healthz").json()["status"] == "healthy"
+
+
+def test_without_the_release_protocol_errors_are_the_native_shape(service):
+    # With the protocol, a refused token on its paths is answered in its envelope.
+    on = service(token=TOKEN).http.post("/create", json={})
+    assert on.status_code == 401 and on.json()["success"] is False
+    off = service(token=TOKEN, release_protocol=False).http
+    for path in ["/create", "/healthz", "/no-such-path"]:
+        reply = off.post(path, json={})
+        assert reply.status_code == 401, path
+        assert set(reply.json()) == {"detail"}, path
+
+
+# --- the envelope --------------------------------------------------------------------------------
+
+
+def test_wire_errors_are_always_the_json_envelope(service, monkeypatch):
+    http = service(max_body_bytes=10_000).http
+    instance_id, _ = WireClient(http).create(FS_TASK)
+    too_big = http.post(
+        "/step", json={"instance_id": instance_id, "messages": {"content": "x" * 20_000}}
+    )
+    assert too_big.status_code == 413
+    assert too_big.json()["success"] is False and "10000" in too_big.json()["error"]
+    not_json = http.post(
+        "/step", content=b"\xff\xfe{", headers={"content-type": "application/json"}
+    )
+    assert not_json.status_code == 422 and not_json.json()["success"] is False
+    nested = "[" * 100_000 + "]" * 100_000
+    body = '{"instance_id": "x", "messages": ' + nested + "}"
+    deep = http.post("/step", content=body, headers={"content-type": "application/json"})
+    assert deep.status_code in (413, 422) and deep.json()["success"] is False
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(compat, "evaluation", broken)
+    # The test client re-raises the service's errors unless told to show the answer.
+    monkeypatch.setattr(http._transport, "raise_server_exceptions", False)
+    crashed = http.post("/evaluate", json={"instance_id": instance_id})
+    assert crashed.status_code == 500
+    assert crashed.headers["content-type"] == "application/json"
+    assert crashed.json() == {
+        "success": False,
+        "data": None,
+        "error": "internal error: RuntimeError: a bug",
+    }
+
+
+def test_a_step_over_its_time_budget_says_so_in_info_and_completed(service):
+    svc = service(max_step_seconds=0.2, max_calls_per_step=100_000, max_calls_per_episode=100_000)
+    wire = WireClient(svc.http)
+    flood, _ = wire.create(FS_TASK, rollout_mode="validate")
+    wire.step(flood, calls_text("touch", {"file_name": "big.txt"}, 1))
+    wire.step(flood, calls_text("echo", {"content": EIGHTY_K_LINES, "file_name": "big.txt"}, 1))
+    data = wire.step(flood, most_calls_that_fit("grep", {"file_name": "big.txt", "pattern": "b"}))
+    assert data["is_terminated"] is True and data["info"]["aborted"] == "step_time_budget"
+    assert "time budget" in tool_responses(data)[-1]
+    report = wire.evaluate(flood)
+    assert report["aborted"] == "step_time_budget" and report["completed"] is False
+    assert wire.step(flood, calls_text("pwd", {}, 1), expect=409)["success"] is False
+
+
+# --- episodes in the release's shapes, Qwen2.5's text parsed by the service ---------------------
+
+
+@pytest.mark.parametrize("task_id", ONE_PER_CATEGORY)
+def test_the_ground_truth_scores_one_in_the_releases_shapes(wire_service, task_id):
+    svc = wire_service()
+    task = load_task(task_id)
+    instance_id, data = svc.create(task_id, rollout_mode="validate")
+    assert [m["role"] for m in data["state"]] == ["system", "user"]
+    assert data["state"][0]["content"].startswith("# Tools\n")  # the paper's prompt
+    assert data["state"][1]["content"] == task.questions[0][0]["content"]
+    assert (data["reward"], data["is_terminated"]) == (0.0, False)
+    assert data["info"]["num_turns"] == task.num_turns
+    assert data["info"]["category"] == task.category
+
+    replies = svc.play(instance_id, gt_turns(task_id))
+    assert [r["is_terminated"] for r in replies] == [False] * (len(replies) - 1) + [True]
+    assert [r["reward"] for r in replies] == [0.0] * (len(replies) - 1) + [1.0]
+    assert replies[-1]["state"] == [
+        {"role": "user", "content": "[CONVERSATION_COMPLETED]", "tool_calls": []}
+    ]
+
+    sparse = svc.evaluate(instance_id, sparse=True)
+    assert isinstance(sparse, float) and sparse == 1.0
+    report = svc.evaluate(instance_id)
+    assert report["accuracy"] == 1
+    assert report["progress"] == 1.0
+    assert len(report["failure_tags"]) == task.num_turns
+    assert set(report["failure_tags"]) <= {"pass", "correct_abstention"}
+    assert report["invalid_calls"] == 0 and report["tool_errors"] == 0
+    assert report["terminated"] and not report["truncated"]
+
+    svc.wire("/release", instance_id=instance_id)
+    svc.wire("/get_info", expect=404, instance_id=instance_id)
+    assert svc.http.get("/healthz").json()["live_episodes"] == 0
+    assert bfcl_globals_left() == []
+
+
+def test_tool_calls_answer_with_one_user_message_of_results(wire_service):
+    svc = wire_service()
+    instance_id, _ = svc.create("multi_turn_base_1")
+    text = call_text("pwd") + "\n" + call_text("ls", a=True)
+    data = svc.step(instance_id, text)
+    assert data["info"]["turn"] == 0
+    assert data["state"] == [
+        {
+            "role": "user",
+            "content": '<tool_response>\n{"current_working_directory": "/alex"}\n</tool_response>\n'
+            '<tool_response>\n{"current_directory_content": ["workspace"]}\n</tool_response>\n',
+            "tool_calls": [],
+        }
+    ]
+
+
+def test_a_holdout_tool_is_listed_and_announced_in_text_once_revealed(wire_service):
+    svc = wire_service()
+    task = load_task("multi_turn_miss_func_0")
+    assert list(task.held_out) == [3] and task.held_out[3][0]["name"] == "sort"
+    instance_id, data = svc.create(task.task_id, rollout_mode="validate")
+    assert '"name": "sort"' not in data["state"][0]["content"]
+    assert "sort" not in svc.tools(instance_id)
+
+    turns = gt_turns(task.task_id)
+    svc.play(instance_id, turns[:2])
+    # Turn 2 asks for sorting, but sort is not available yet: the release's refusal.
+    refused = svc.step(instance_id, call_text("sort", file_name="final_report.pdf"))
+    assert refused["state"][0]["content"] == (
+        "[ERROR] Invalid tool call format: Tool 'sort' is not available in the current tool list."
+    )
+    reveal = svc.step(instance_id, "I cannot sort without a sort tool.")
+    assert reveal["info"]["turn"] == 3
+    [holdout] = reveal["state"]
+    assert holdout["role"] == "user"
+    revealed, ask = holdout["content"].split("\n")
+    assert [d["name"] for d in json.loads(revealed)] == ["sort"]
+    assert ask == "I have updated some more functions you can choose from. What about now?"
+    assert "sort" in svc.tools(instance_id)
+
+    replies = svc.play(instance_id, turns[3:])
+    assert "sorted_content" in replies[0]["state"][0]["content"]
+    assert replies[-1]["reward"] == 1.0
+    report = svc.evaluate(instance_id)
+    assert report["failure_tags"] == ["pass", "pass", "correct_abstention", "pass", "pass"]
+    assert report["invalid_by_kind"] == {"unavailable_tool": 1}
+
+
+def test_get_info_lists_the_tools_and_healthz_answers(wire_service):
+    svc = wire_service()
+    instance_id, _ = svc.create("multi_turn_base_1", rollout_mode="validate")
+    assert svc.tools(instance_id) == [d["name"] for d in load_task("multi_turn_base_1").tools]
+    health = svc.http.get("/healthz").json()
+    assert health["status"] == "healthy"
+    assert (health["live_episodes"], health["created"]) == (1, 1)
+
+
+def test_the_rich_prompt_answers_each_tool_call_block(wire_service):
+    svc = wire_service(prompt="rich")
+    instance_id, _ = svc.create("multi_turn_base_1", rollout_mode="validate")
+    text = (
+        '<tool_call>\n{"name": "ls", "arguments": {"a": true}\n</tool_call>\n'
+        '<tool_call>\n{"name": "mv", "arguments": {"source": "x"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "cd", "arguments": {"dir": "x"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "pwd"'
+    )
+    data = svc.step(instance_id, text)
+    content = data["state"][0]["content"]
+    assert content.count("<tool_response>") == 4
+    assert "Error: could not parse tool call: the block is not valid JSON" in content
+    assert "Error: mv is missing required argument(s) ['destination']" in content
+    assert "Error: cd got unexpected argument(s) ['dir']; allowed: ['folder']" in content
+    assert "not closed with </tool_call>" in content
+    report = svc.evaluate(instance_id)
+    assert report["invalid_calls"] == 4
+    assert report["invalid_by_kind"] == {
+        "parse": 2,
+        "missing_argument": 1,
+        "unexpected_argument": 1,
+    }
+    assert report["tool_calls"] == 0
+
+
+def test_wrong_env_type(wire_service):
+    svc = wire_service()
+    error = svc.wire("/create", expect=400, env_type="webshop", task_id="multi_turn_base_1")
+    assert "env_type 'webshop'" in error["error"]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"rollout_mode": "foo"},
+        {"max_steps": 0},
+        {"partial_credit_cap": 1.5},
+        {"max_guidelines": 99},
+        {"observation_lite": "sometimes"},
+    ],
+)
+def test_invalid_params(wire_service, params):
+    svc = wire_service()
+    error = svc.wire("/create", expect=422, task_id="multi_turn_base_1", params=params)
+    assert "invalid params" in error["error"]
+    assert svc.engine.stats()["live_episodes"] == 0
+
+
+def test_unknown_params_are_echoed(wire_service):
+    svc = wire_service()
+    params = {"temperature": 0.7, "observation_lite": True, "rollout_mode": "sample", "obs_lite": 1}
+    _, data = svc.create("multi_turn_base_1", **params)
+    assert data["info"]["ignored_params"] == ["obs_lite", "temperature"]
+
+
+def test_malformed_bodies_are_answered_in_the_envelope(wire_service):
+    svc = wire_service()
+    bad = {"content": b"{not json", "headers": {"content-type": "application/json"}}
+    for path in ["/create", "/step", "/evaluate", "/release", "/get_info"]:
+        for request in [bad, {"json": [1, 2]}, {"json": {"params": "not a dict"}}]:
+            response = svc.http.post(path, **request)
+            assert response.status_code == 422, (path, request)
+            payload = response.json()
+            assert payload["success"] is False and payload["data"] is None, (path, payload)
+            assert "malformed request body" in payload["error"]
+    instance_id, _ = svc.create("multi_turn_base_1")
+    for messages in [None, 5, "text", [], {"role": "assistant"}, {"content": 3}]:
+        error = svc.wire("/step", expect=422, instance_id=instance_id, messages=messages)
+        assert "'messages' must be" in error["error"]
+    assert "'instance_id' is required" in svc.wire("/step", expect=422, messages={})["error"]
+    assert "'task_id' is required" in svc.wire("/create", expect=422)["error"]
+
+
+def test_unknown_tasks_and_episodes_are_404_and_release_of_one_is_200(wire_service):
+    svc = wire_service()
+    error = svc.wire("/create", expect=404, task_id="multi_turn_base_999")
+    assert "multi_turn_base_999" in error["error"]
+    for path in ["/step", "/evaluate", "/get_info"]:
+        body = {"instance_id": "ghost", "messages": {"role": "assistant", "content": "x"}}
+        assert "ghost" in svc.wire(path, expect=404, **body)["error"]
+    instance_id, _ = svc.create("multi_turn_base_1")
+    svc.wire("/release", instance_id=instance_id)
+    assert svc.step(instance_id, "hi", expect=404)["success"] is False
+    # /release of an id that is gone: 200 with success false, as the release answers.
+    for ghost in ("ghost", instance_id):
+        again = svc.http.post("/release", json={"instance_id": ghost})
+        assert again.status_code == 200 and again.json()["success"] is False
+        assert ghost in again.json()["error"]
+
+
+def block(name, arguments):
+    """A `<tool_call>` block naming anything, as a model might write it."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("__import__('os').system('touch pwned_name_1')", "'name' must be a tool name string"),
+        ("ls; import os; os.system('touch pwned_name_2')", "'name' must be a tool name string"),
+        (
+            "ls()\n__import__('os').system('touch pwned_name_3')",
+            "'name' must be a tool name string",
+        ),
+        ("os.system", "'name' must be a tool name string"),
+        ("_load_scenario", "unknown tool '_load_scenario'"),
+        ("__init__", "unknown tool '__init__'"),
+        ("__class__", "unknown tool '__class__'"),
+        ("eval", "unknown tool 'eval'"),
+        ("exec", "unknown tool 'exec'"),
+    ],
+)
+@pytest.mark.parametrize("prompt_name", ["paper", "rich"])
+def test_code_in_a_tool_name_in_the_text_is_refused(
+    wire_service, tmp_path, monkeypatch, name, reason, prompt_name
+):
+    """The service's parsers of Qwen2.5's text, the paper's and the rich prompt's
+    (tests/env_service/test_security.py: the same names sent as calls on the native API)."""
+    monkeypatch.chdir(tmp_path)  # where a relative marker would be written
+    svc = wire_service(prompt=prompt_name)
+    instance_id, _ = svc.create(FS_TASK, rollout_mode="validate")
+    svc.step(instance_id, block("mkdir", {"dir_name": "kept"}))
+    arguments = {"scenario": {"root": {}}} if name == "_load_scenario" else {}
+    content = svc.step(instance_id, block(name, arguments))["state"][0]["content"]
+    if prompt_name == "paper":
+        refusal = f"Tool '{name}' is not available in the current tool list."
+        assert content == "[ERROR] Invalid tool call format: " + refusal
+    else:
+        assert content.startswith("<tool_response>\nError: ")
+        assert reason in content
+    # `_load_scenario` would have wiped the file system: it is untouched.
+    assert "kept" in svc.step(instance_id, block("ls", {}))["state"][0]["content"]
+    report = svc.evaluate(instance_id)
+    assert report["invalid_calls"] == 1 and report["tool_calls"] == 2
+    assert list(tmp_path.iterdir()) == []  # nothing was ever created
+
+
+def test_sparse_must_be_a_boolean(wire_service):
+    svc = wire_service()
+    iid, _ = svc.create("multi_turn_base_0")
+    payload = svc.wire("/evaluate", expect=422, instance_id=iid, params={"sparse": "false"})
+    assert "sparse" in payload["error"]
+
+
+def test_the_wire_protocol_refuses_agentic_tasks(wire_service, tmp_path):
+    svc = wire_service(memory_snapshot_dir=tmp_path)
+    body = {"env_type": "bfcl", "task_id": notetaker("memory_rec_sum")}
+    payload = svc.wire("/create", expect=404, **body)
+    assert "native API" in json.dumps(payload)
+
+
+# --- the observation layers in the rich prompt's text (the paper's: test_paper_prompt.py) -------
+
+WIRE_LAYERS = {
+    "observation_lite": True,
+    "type_hints": True,
+    "recovery_feedback": True,
+    "diagnostic_guidelines": True,
+}
+"""Every layer, under this service's flat wire keys."""
+
+
+def tools_in(text: str) -> dict[str, dict]:
+    """The tool signatures listed in a system prompt or a holdout message, by name."""
+    body = text.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
+    tools = [json.loads(line) for line in body.split("\n")]
+    return {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+
+
+def system_prompt(svc, task_id, **params):
+    _, data = svc.create(task_id, **params)
+    return data["state"][0]["content"]
+
+
+def test_schema_cues_in_the_prompt_text_and_their_two_names(wire_service):
+    svc = wire_service(prompt="rich")
+    plain = system_prompt(svc, "multi_turn_base_0")
+    cued = system_prompt(svc, "multi_turn_base_0", observation_lite=True)
+    assert evolution.CONSTRAINT_NOTE not in plain and "[required]" not in plain
+    assert cued.startswith(
+        prompt.BASE_INSTRUCTIONS + "\n\n" + evolution.CONSTRAINT_NOTE + "\n\n# Tools"
+    )
+    tools = tools_in(cued)
+    assert set(tools) == set(tools_in(plain))
+    mv = tools["mv"]["properties"]
+    assert mv["source"]["description"].startswith("[required] ")
+    assert mv["destination"]["description"].startswith("[required] ")
+    assert tools["ls"]["properties"]["a"]["description"].startswith("[optional] ")
+    for params in tools.values():
+        for name, prop in params["properties"].items():
+            marker = "[required] " if name in params.get("required", []) else "[optional] "
+            assert prop["description"].startswith(marker)
+    assert "Expects " not in cued  # type hints only when asked for
+    # `schema_cues` is the same switch as the wire name `observation_lite`.
+    assert system_prompt(svc, "multi_turn_base_0", schema_cues=True) == cued
+
+
+def test_revealed_tools_in_the_holdout_text_get_cues(wire_service):
+    svc = wire_service(prompt="rich")
+    instance_id, _ = svc.create("multi_turn_miss_func_0", observation_lite=True)
+    turns = gt_turns("multi_turn_miss_func_0")
+    replies = svc.play(instance_id, turns[:3])
+    holdout = replies[-1]["state"][0]["content"]
+    assert holdout.startswith(prompt.HOLDOUT_NOTICE)
+    sort_params = tools_in(holdout)["sort"]["properties"]
+    assert sort_params["file_name"]["description"].startswith("[required] ")
+
+
+def test_guidelines_in_the_prompt_text(wire_service):
+    svc = wire_service(prompt="rich")
+    without = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True)
+    assert without == system_prompt(svc, "multi_turn_base_0")  # no profile yet
+    assert svc.http.put("/v1/profile", json=PROFILE).status_code == 200
+    assert svc.http.get("/v1/profile").json()["profile"]["tags"] == PROFILE["tags"]
+    guided = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True)
+    section = (
+        "Guidelines from recent attempts:\n"
+        f"- {evolution.GUIDELINES[T.STATE_MISMATCH]}\n"
+        f"- {evolution.GUIDELINES[T.SPURIOUS_TOOL_CALL]}"
+    )
+    assert guided == prompt.BASE_INSTRUCTIONS + "\n\n" + section + prompt.tools_block(
+        [prompt.to_tool(d) for d in prompt.language_hinted(load_task("multi_turn_base_0").tools)]
+    )
+    one = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True, max_guidelines=1)
+    assert evolution.GUIDELINES[T.STATE_MISMATCH] in one
+    assert evolution.GUIDELINES[T.SPURIOUS_TOOL_CALL] not in one
+    # The layer off, or validation: no guidelines although a profile is there.
+    assert "Guidelines" not in system_prompt(svc, "multi_turn_base_0")
+    assert "Guidelines" not in system_prompt(
+        svc, "multi_turn_base_0", diagnostic_guidelines=True, rollout_mode="validate"
+    )
+
+
+@pytest.mark.parametrize("task_id", ONE_PER_CATEGORY)
+def test_validation_text_is_the_plain_benchmark_byte_for_byte(wire_service, task_id):
+    svc = wire_service(prompt="rich")
+    svc.http.put("/v1/profile", json=PROFILE)  # guidelines would apply if allowed
+    _, plain = svc.create(task_id, rollout_mode="sample")
+    _, validate = svc.create(task_id, rollout_mode="validate", **WIRE_LAYERS)
+    _, evolved = svc.create(task_id, rollout_mode="sample", **WIRE_LAYERS)
+    assert json.dumps(validate["state"]) == json.dumps(plain["state"])
+    assert validate["state"][0]["content"] == prompt.system_prompt(
+        [prompt.to_tool(d) for d in prompt.language_hinted(load_task(task_id).tools)]
+    )
+    assert evolved["state"][0]["content"] != plain["state"][0]["content"]
+    assert evolved["state"][1:] == plain["state"][1:]  # the user's words are never evolved
+
+
+def test_validation_holdout_text_and_errors_are_plain(wire_service):
+    svc = wire_service(prompt="rich")
+    plain_id, _ = svc.create("multi_turn_miss_func_0")
+    validate_id, _ = svc.create("multi_turn_miss_func_0", rollout_mode="validate", **WIRE_LAYERS)
+    turns = gt_turns("multi_turn_miss_func_0")
+    for text, _kind in BAD_CALLS:
+        plain = svc.step(plain_id, text)["state"]
+        validate = svc.step(validate_id, text)["state"]
+        assert validate == plain
+        assert "Hint:" not in validate[0]["content"]
+    plain_replies = svc.play(plain_id, turns[:3])
+    validate_replies = svc.play(validate_id, turns[:3])
+    assert [r["state"] for r in validate_replies] == [r["state"] for r in plain_replies]
+    assert validate_replies[-1]["state"][0]["content"].startswith(prompt.HOLDOUT_NOTICE)
+
+
+def test_a_block_that_does_not_parse_gets_the_qwen_format_hint(wire_service):
+    svc = wire_service(prompt="rich")
+    hinted_id, _ = svc.create("multi_turn_base_1", recovery_feedback=True)
+    plain_id, _ = svc.create("multi_turn_base_1")
+    text = "<tool_call>\nnot json\n</tool_call>"
+    [hinted] = tool_responses(svc.step(hinted_id, text))
+    [plain] = tool_responses(svc.step(plain_id, text))
+    assert hinted == plain + f"\nHint: {evolution.RECOVERY_HINTS['parse']}"

@@ -1,0 +1,391 @@
+"""The launcher in-process: config composition and its errors, the run's service (its
+own, stopped on exit; an adopted one only with the run's token), the token kept out of
+config.yaml and argv, and the refusals that come before anything is written: an earlier
+run's state, a changed data order, a damaged state file.
+Runs as processes (locks, kill -9) are in test_launcher_runs.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import free_port
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO))
+import launcher  # noqa: E402
+from seal.launch.service import (  # noqa: E402
+    ServiceIdentityError,
+    adopt_service,
+    check_identity,
+    new_token,
+    start_service,
+)
+from seal.rollout.env_client import TOKEN_ENV, is_healthy  # noqa: E402
+from seal.runs import checkpoint as ckpt  # noqa: E402
+from seal.runs.checks import check_run_dir  # noqa: E402
+from seal.runs.data_order import DATA_ORDER_FILENAME, DataOrderChanged, data_order  # noqa: E402
+from seal.runs.records import ValidationRecord, write_step  # noqa: E402
+from seal.tocf.state import STATE_FILENAME, CapabilityState  # noqa: E402
+
+CPU = REPO / "exp/cpu_default.yaml"
+
+
+@pytest.fixture(autouse=True)
+def no_token_from_the_environment(monkeypatch):
+    """The launcher reads $SEAL_ENV_TOKEN and sets it for its job: keep tests apart
+    (setenv first, so that the variable is unset again after the test, whatever sets it)."""
+    monkeypatch.setenv(TOKEN_ENV, "")
+    monkeypatch.delenv(TOKEN_ENV)
+
+
+@pytest.fixture
+def job_named_record(monkeypatch):
+    """Registers `job=record`, which runs the function the test puts in the returned dict."""
+    hooks = {}
+    monkeypatch.setitem(launcher.JOBS, "record", f"{__name__}:_run_recorded_job")
+    monkeypatch.setitem(globals(), "_hooks", hooks)
+    return hooks
+
+
+_hooks: dict = {}
+
+
+def _run_recorded_job(cfg, url, run_dir, split_file):
+    return _hooks["job"](cfg, url, run_dir, split_file)
+
+
+def test_compose_merges_yaml_and_overrides():
+    cfg = launcher.compose(REPO / "exp/SEAL.yaml", ["trainer.rollout.n=4"])
+    assert cfg.trainer.model.path == "Qwen/Qwen2.5-7B-Instruct"
+    assert cfg.trainer.rollout.n == 4
+    assert cfg.trainer.loss.loss_agg_mode == "token-mean"  # the release's default
+
+
+@pytest.mark.parametrize("conf", sorted((REPO / "exp").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_config_composes(conf):
+    cfg = launcher.compose(conf, [])
+    assert cfg.job in launcher.JOBS
+    assert cfg.service.port == 0, "a shipped config pins a port: two runs would share it"
+
+
+def test_unknown_key_and_missing_file_fail_clearly(tmp_path, capsys):
+    assert launcher.main(["--conf", str(tmp_path / "nope.yaml")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    bad = ["--conf", str(REPO / "exp/replay_demo.yaml"), "trainer.rollout.nn=3"]
+    assert launcher.main(bad) == 1
+    assert "nn" in capsys.readouterr().err
+
+
+def test_a_misspelt_key_is_answered_with_the_closest_valid_names(capsys):
+    assert launcher.main(["--", "trainer.rollout.nn=3", "output_dir=/nonexistent"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown config key 'trainer.rollout.nn' (in the command line)" in err, err
+    assert "did you mean trainer.rollout.n" in err and "ConfigKeyError" not in err
+    assert launcher.main(["--", "trainer.apatch.enabled=false"]) == 1
+    assert "did you mean trainer.apatch.enable" in capsys.readouterr().err
+
+
+def test_explain_shows_the_values_of_the_given_config_beside_the_defaults(capsys):
+    assert launcher.main(["--explain"]) == 0
+    defaults = capsys.readouterr().out
+    # The paper's defaults, the nested sections' included (the evolution layers' default
+    # is the paper's interface, not the section class's own).
+    assert "trainer.evolution.schema_cues = True\n" in defaults
+    assert launcher.main(["--explain", "--conf", str(REPO / "exp/GRPO.yaml"),
+                          "trainer.rollout.n=4"]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert "trainer.evolution.schema_cues = False    (default: True)" in text
+    assert "trainer.apatch.enable = False    (default: True)" in text
+    assert "trainer.rollout.n = 4    (default: 8)" in text
+    assert "trainer.limits.max_generations = 20\n" in text
+
+
+def test_a_port_held_by_another_program_is_named(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        args = ["--conf", str(REPO / "exp/replay_demo.yaml"), f"output_dir={tmp_path}",
+                f"service.port={port}"]  # fmt: skip
+        assert launcher.main(args) == 1
+    err = capsys.readouterr().err
+    assert f"port {port} on 127.0.0.1 is in use by another program" in err, err
+    assert "exited with code" not in err
+
+
+def test_adopting_needs_a_port_a_token_and_a_service(tmp_path, capsys, monkeypatch):
+    base = ["--conf", str(REPO / "exp/replay_demo.yaml"), "service.start=false",
+            f"output_dir={tmp_path}"]  # fmt: skip
+    assert launcher.main(base) == 1
+    assert "service.start=false needs service.port" in capsys.readouterr().err
+    assert launcher.main([*base, f"service.port={free_port()}"]) == 1
+    assert f"set ${TOKEN_ENV}" in capsys.readouterr().err
+    monkeypatch.setenv(TOKEN_ENV, "t0ken")
+    assert launcher.main([*base, f"service.port={free_port()}"]) == 1
+    assert "no environment service" in capsys.readouterr().err
+
+
+# --- the run's own service and adopted ones (they need the service's authentication) -----
+
+
+def test_a_started_service_needs_its_token_and_is_stopped_on_exit(tmp_path):
+    token = new_token()
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        start_service("127.0.0.1", 0, tmp_path / "log", token) as service,
+    ):
+        assert is_healthy(service.url)
+        check_identity(service.url, token)
+        with pytest.raises(ServiceIdentityError, match="does not accept this run's token"):
+            check_identity(service.url, new_token())
+        raise RuntimeError("boom")
+    assert not is_healthy(service.url), "the service outlived the launcher"
+
+
+def test_an_adopted_service_must_answer_with_the_runs_token(
+    service_process, tmp_path, capsys, job_named_record
+):
+    """A service of another run (another token) is refused, as is a port already taken;
+    the right token adopts it, and the run leaves it running."""
+    token = new_token()
+    url = service_process(env={TOKEN_ENV: token}).url
+    port = url.rsplit(":", 1)[1]
+    with pytest.raises(ServiceIdentityError, match="does not accept this run's token"):
+        adopt_service(url, new_token())
+    assert adopt_service(url, token).pid is None
+
+    base = ["--conf", str(REPO / "exp/replay_demo.yaml"), f"output_dir={tmp_path}",
+            f"service.port={port}"]  # fmt: skip
+    for start in ("true", "false"):
+        os.environ[TOKEN_ENV] = new_token()  # another run's
+        assert launcher.main([*base, f"service.start={start}"]) == 1
+        assert "does not accept this run's token" in capsys.readouterr().err
+    del os.environ[TOKEN_ENV]
+    assert launcher.main([*base, "service.start=true"]) == 1  # no token at all
+    assert "already answers" in capsys.readouterr().err
+    assert not (tmp_path / "replay_demo" / "config.yaml").exists(), "written before refusing"
+
+    seen = {}
+
+    def job(cfg, url, run_dir, split_file):
+        seen.update(url=url, token=os.environ[TOKEN_ENV])
+
+    job_named_record["job"] = job
+    os.environ[TOKEN_ENV] = token
+    assert launcher.main([*base, "service.start=false", "job=record"]) == 0
+    assert seen == {"url": url, "token": token}
+    assert "adopting the environment service" in capsys.readouterr().out
+    assert is_healthy(url), "the launcher stopped a service it did not start"
+
+
+def test_the_token_reaches_service_and_job_by_environment_never_argv_or_config(
+    tmp_path, job_named_record
+):
+    """A token given in the config goes to the service through its environment and to the
+    job through $SEAL_ENV_TOKEN; config.yaml and the service's command line never hold it."""
+    token = new_token()
+    seen = {}
+
+    def job(cfg, url, run_dir, split_file):
+        port = url.rsplit(":", 1)[1]
+        pid = next(
+            int(p.name)
+            for p in Path("/proc").iterdir()
+            if p.name.isdigit()
+            and f"env_service\x00--host\x00127.0.0.1\x00--port\x00{port}\x00" in _cmdline(p)
+        )
+        seen.update(
+            cmdline=_cmdline(Path(f"/proc/{pid}")),
+            environ=Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace"),
+            job_token=os.environ.get(TOKEN_ENV),
+            cfg_token=cfg.service.token,
+            anonymous=_status(url, None),
+            with_token=_status(url, token),
+        )
+
+    job_named_record["job"] = job
+    args = ["--conf", str(REPO / "exp/replay_demo.yaml"), f"output_dir={tmp_path}",
+            "job=record", f"service.token={token}"]  # fmt: skip
+    assert launcher.main(args) == 0
+    assert token not in seen["cmdline"] and f"{TOKEN_ENV}={token}" in seen["environ"]
+    assert seen["job_token"] == token and seen["cfg_token"] == ""
+    assert (seen["anonymous"], seen["with_token"]) == (401, 200)
+    saved = (tmp_path / "replay_demo" / "config.yaml").read_text()
+    assert token not in saved and "token: '***'" in saved
+
+
+def _cmdline(proc_dir: Path) -> str:
+    try:
+        return (proc_dir / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _status(url: str, token: str | None) -> int:
+    from seal.http import request_once
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return request_once(url, "GET", "/v1/stats", "a probe", headers=headers).status
+
+
+def test_a_training_job_ends_with_the_pass_rates_the_launcher_prints(
+    tmp_path, capsys, monkeypatch, job_named_record
+):
+    """The trainers print no table: once a training job returns, the launcher prints the
+    per-category pass rates of the run's validation records, the job's note under them and
+    the export hint, in that order (the user sees what the trainers printed before)."""
+    passed = ValidationRecord(
+        task_id="multi_turn_base_3", data_source="multi_turn_base", score=1, reward=1.0,
+        step=0, input="", output="", failure_tags=["pass"], turns=1,
+    )  # fmt: skip
+
+    def job(cfg, url, run, split_file):
+        write_step(Path(run) / "validation", 0, [passed])
+        return "best step 0 (the job's note)"
+
+    job_named_record["job"] = job
+    monkeypatch.setitem(launcher.JOBS, "local", f"{__name__}:_run_recorded_job")
+    assert launcher.main(training_args(tmp_path, "job=local")) == 0
+    out = capsys.readouterr().out
+    table = out.index(f"validation pass rates per category ({tmp_path / 'run' / 'validation'})")
+    note = out.index("best step 0 (the job's note)")
+    hint = out.index("no checkpoint to export")
+    assert table < out.index("1.0000 (1/1)") < note < hint, out  # base passed 1/1
+    assert "n/a (0/0)" in out[table:note]  # the categories not validated
+
+
+def test_a_training_run_without_validation_says_so(tmp_path, capsys):
+    launcher.print_end_of_run(tmp_path, None)
+    out = capsys.readouterr().out
+    assert "no validation ran (trainer.validation): no pass rates to show" in out
+    assert "pass rates per category" not in out and "no checkpoint to export" in out
+
+
+# --- refusals before anything is written ------------------------------------------------
+
+
+def training_args(tmp_path, *overrides) -> list[str]:
+    return ["--conf", str(CPU), f"output_dir={tmp_path}", "name=run", *overrides]
+
+
+def earlier_run(tmp_path, step: int = 1, **overrides) -> Path:
+    """A run directory as a local run of cpu_default leaves it after checkpoint `step`."""
+    cfg = launcher.compose(CPU, [f"output_dir={tmp_path}", "name=run"])
+    run_dir = tmp_path / "run"
+    path = ckpt.checkpoint_dir(run_dir, step)
+    path.mkdir(parents=True)
+    (path / "trainer_state.json").write_text(
+        json.dumps(dataclasses.asdict(ckpt.TrainerState(step=step)))
+    )
+    CapabilityState().save(path / STATE_FILENAME)
+    CapabilityState().save(run_dir / STATE_FILENAME)
+    (run_dir / "checkpoints" / ckpt.LATEST).write_text(
+        json.dumps({"step": step, "path": path.name})
+    )
+    (run_dir / "metrics.jsonl").write_text('{"step": 0}\n{"step": 1}\n')
+    (run_dir / DATA_ORDER_FILENAME).write_text(json.dumps(data_order(cfg.trainer)))
+    OmegaConf.save(cfg, run_dir / "config.yaml")
+    return run_dir
+
+
+def snapshot(run_dir: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(run_dir)): p.read_bytes()
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+def test_a_refused_fresh_start_leaves_the_earlier_run_untouched(tmp_path, capsys):
+    run_dir = earlier_run(tmp_path)
+    before = snapshot(run_dir)
+    assert launcher.main(training_args(tmp_path, "trainer.rollout.n=2")) == 1
+    err = capsys.readouterr().err
+    assert "holds an earlier run" in err and "trainer.checkpoint.resume=true" in err
+    assert snapshot(run_dir) == before, "the refused start changed the earlier run's files"
+
+
+def test_resume_refuses_a_changed_data_order_unless_told(tmp_path, capsys):
+    run_dir = earlier_run(tmp_path)
+    before = snapshot(run_dir)
+    resume = training_args(tmp_path, "trainer.checkpoint.resume=true")
+    for change, named in [
+        ("trainer.data.seed=1", "trainer.data.seed: 0 -> 1"),
+        ("trainer.data.train_batch_size=2", "trainer.data.train_batch_size: 4 -> 2"),
+        ("trainer.data.max_train_tasks=8", "16 tasks"),
+    ]:
+        assert launcher.main([*resume, change]) == 1
+        err = capsys.readouterr().err
+        assert "DataOrderChanged" in err and named in err, err
+        assert "trainer.checkpoint.allow_data_order_change=true" in err
+    assert snapshot(run_dir) == before
+
+    cfg = launcher.compose(CPU, [f"output_dir={tmp_path}", "name=run", "trainer.data.seed=1",
+                                 "trainer.checkpoint.resume=true"])  # fmt: skip
+    with pytest.raises(DataOrderChanged):
+        check_run_dir(run_dir, cfg.trainer, "local")
+    cfg.trainer.checkpoint.allow_data_order_change = True
+    assert check_run_dir(run_dir, cfg.trainer, "local") == ["trainer.data.seed: 0 -> 1"]
+    cfg.trainer.data.seed = 0
+    assert check_run_dir(run_dir, cfg.trainer, "local") == []
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        STATE_FILENAME,
+        f"checkpoints/step_000001/{STATE_FILENAME}",
+        "checkpoints/step_000001/trainer_state.json",
+        f"checkpoints/{ckpt.LATEST}",
+        DATA_ORDER_FILENAME,
+    ],
+)
+def test_a_damaged_state_file_is_named(tmp_path, capsys, damaged):
+    """A state file cut short (a crash, a full disk) fails the resume with its name;
+    the run directory's own capability state is re-made from the checkpoint's."""
+    run_dir = earlier_run(tmp_path)
+    path = run_dir / damaged
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    code = launcher.main(training_args(tmp_path, "trainer.checkpoint.resume=true",
+                                       "service.start=false", "service.port=1"))  # fmt: skip
+    err = capsys.readouterr().err
+    if damaged == STATE_FILENAME:  # the checkpoint's copy is the one resumed from
+        assert "StateFileError" not in err and code == 1  # fails later: no service on port 1
+        return
+    assert code == 1 and "StateFileError" in err and str(path) in err, err
+    assert "damaged, not JSON" in err
+
+
+def test_capability_state_load_names_the_file(tmp_path):
+    path = tmp_path / STATE_FILENAME
+    CapabilityState().save(path)
+    path.write_text(path.read_text()[:40])
+    with pytest.raises(ValueError, match=rf"{path}: the capability state is damaged"):
+        CapabilityState.load(path)
+    path.write_text('{"version": 1}')
+    with pytest.raises(ValueError, match=rf"{path}: not a capability state .*KeyError"):
+        CapabilityState.load(path)
+
+
+def test_verl_job_without_verl_says_how_to_install(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_verl(name, *args, **kwargs):
+        if name == "verl" or name.startswith("verl."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_verl)
+    monkeypatch.delitem(sys.modules, "seal.trainer.verl.launch", raising=False)
+    with pytest.raises(RuntimeError, match="install.sh --gpu"):
+        launcher.job_function("verl")

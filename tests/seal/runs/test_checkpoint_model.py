@@ -1,0 +1,203 @@
+"""Checkpoints load anywhere, and a model directory is scored in one command.
+
+One real run through the launcher (the tiny random Qwen2, one step, a checkpoint). Then:
+- the checkpoint is a Hugging Face model directory: its tokenizer loads with the model's
+  vocabulary and chat template (it used to "load" with a vocabulary of 1), the model
+  generates from a chat-templated prompt, and the run's last lines name it with the
+  export and scoring commands;
+- `seal-export` writes the model's files alone (no optimizer state), and gives a checkpoint
+  without a tokenizer the run's, saying so;
+- `transformers serve` on the checkpoint answers a chat request (it answered 500);
+- `seal-eval --model-dir` scores it with the records the URL path gives, and a server
+  error is reported with the server's own message, not only "HTTP 500" (slow: each
+  starts a server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import free_port, shipped_tokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO))
+import launcher  # noqa: E402
+from seal.rollout.env_client import TOKEN_ENV  # noqa: E402
+
+SMALL = [
+    "trainer.total_steps=1",
+    "trainer.rollout.n=2",
+    "trainer.limits.max_generations=1",
+    "trainer.limits.max_new_tokens=4",
+    "trainer.data.max_val_tasks=4",
+    "trainer.validation.before_train=false",
+]
+EVAL = ["--limit", "1", "--max-generations", "2", "--max-tokens", "8", "--concurrency", "2",
+        "--quiet", "--attempts", "1"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """(run directory, the launcher's output) of a one-step tiny run."""
+    out = tmp_path_factory.mktemp("runs")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert launcher.main(["--", f"output_dir={out}", "name=tiny", *SMALL]) == 0
+    return out / "tiny", printed.getvalue()
+
+
+def checkpoint(run_dir: Path) -> Path:
+    return run_dir / "checkpoints" / "step_000001"
+
+
+def test_a_checkpoint_is_a_hugging_face_model_directory(run):
+    run_dir, _ = run
+    shipped = shipped_tokenizer()
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint(run_dir))
+    assert len(tokenizer) == len(shipped) and tokenizer.chat_template == shipped.chat_template
+    model = AutoModelForCausalLM.from_pretrained(checkpoint(run_dir))
+    assert len(tokenizer) <= model.config.vocab_size
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], add_generation_prompt=True, return_tensors="pt",
+        return_dict=True,
+    )  # fmt: skip
+    out = model.generate(**prompt, max_new_tokens=2, do_sample=False)
+    assert out.shape[1] == prompt["input_ids"].shape[1] + 2
+
+
+def test_the_run_s_last_lines_name_the_model_and_the_export_command(run):
+    run_dir, output = run
+    last = output.strip().splitlines()[-1]
+    assert f"{checkpoint(run_dir)}, a Hugging Face model directory" in last, last
+    assert f"seal-export {run_dir} " in last and "seal-eval --model-dir" in last
+
+
+def test_export_writes_the_model_alone(run, tmp_path, capsys):
+    from seal.runs.export import main as seal_export
+
+    run_dir, _ = run
+    out = tmp_path / "model"
+    assert seal_export([str(run_dir), str(out), "--step", "latest"]) == 0
+    assert "exported step 1" in capsys.readouterr().out
+    assert not (out / "optimizer.pt").exists() and not (out / "rng.pt").exists()
+    trained = AutoModelForCausalLM.from_pretrained(checkpoint(run_dir)).state_dict()
+    exported = AutoModelForCausalLM.from_pretrained(out).state_dict()
+    assert all(torch.equal(trained[name], exported[name]) for name in trained)
+    assert len(AutoTokenizer.from_pretrained(out)) == len(shipped_tokenizer())
+    assert json.loads((out / "seal_export.json").read_text())["step"] == 1
+
+    # The best validated step of this run is step 1 (validated at the end).
+    assert seal_export([str(run_dir), str(tmp_path / "best")]) == 0
+    # A checkpoint from before checkpoints held their tokenizer gets the run's, said so.
+    old = tmp_path / "old_run"
+    shutil.copytree(run_dir, old, ignore=shutil.ignore_patterns(".lock"))
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        (checkpoint(old) / name).unlink()
+    assert seal_export([str(old), str(tmp_path / "old_model"), "--step", "1"]) == 0
+    assert "the checkpoint has none: the run config" in capsys.readouterr().out
+    assert AutoTokenizer.from_pretrained(tmp_path / "old_model").chat_template
+
+
+@pytest.fixture(scope="module")
+def served(run, tmp_path_factory):
+    """`transformers serve` on the run's checkpoint, as a user would start it."""
+    from seal.eval.model_server import serve_model
+
+    run_dir, _ = run
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with serve_model(checkpoint(run_dir), log, device="cpu") as server:
+        yield server
+
+
+def test_transformers_serve_on_a_checkpoint_answers_a_chat_request(served):
+    from seal.eval.chat_endpoint import ChatEndpoint, EndpointSettings
+
+    async def ask():
+        settings = EndpointSettings(served.base_url, served.model, attempts=1, timeout_s=120)
+        async with ChatEndpoint(settings) as chat:
+            return await chat.complete([{"role": "user", "content": "Hi"}], "a request", 4)
+
+    reply = asyncio.run(ask())
+    assert isinstance(reply.text, str) and reply.finish_reason in ("stop", "length")
+
+
+def records_of(out_dir: Path) -> dict[str, dict]:
+    lines = (out_dir / "validation" / "step_000000.jsonl").read_text().splitlines()
+    return {r["task_id"]: r for r in map(json.loads, lines)}
+
+
+@pytest.mark.slow  # two evaluations, one with a server of its own: about 2 minutes here
+def test_seal_eval_scores_a_model_directory_as_the_url_path_does(served, run, tmp_path):
+    from seal.eval.score_endpoint import main as seal_eval
+
+    run_dir, _ = run
+    token_before = os.environ.get(TOKEN_ENV)
+    common = [*EVAL, "--start-env", "--tokenizer", str(checkpoint(run_dir))]
+    by_url = ["--base-url", served.base_url, "--model", served.model]
+    env = ["--env-url", f"http://127.0.0.1:{free_port()}"]
+    assert seal_eval([*by_url, *common, *env, "--out-dir", str(tmp_path / "url")]) == 0
+    env = ["--env-url", f"http://127.0.0.1:{free_port()}"]
+    by_dir = ["--model-dir", str(checkpoint(run_dir)), "--server-device", "cpu"]
+    assert seal_eval([*by_dir, *common, *env, "--out-dir", str(tmp_path / "dir")]) == 0
+    assert os.environ.get(TOKEN_ENV) == token_before  # its service's token left with it
+    url, local = records_of(tmp_path / "url"), records_of(tmp_path / "dir")
+    assert sorted(url) == sorted(local) and len(url) == 4
+    for task_id, record in url.items():
+        other = local[task_id]
+        for key in ("score", "reward", "output", "failure_tags", "turns", "input"):
+            assert record[key] == other[key], (task_id, key)
+        timing = {"seconds"}
+        assert {k: v for k, v in record["extra"].items() if k not in timing} == {
+            k: v for k, v in other["extra"].items() if k not in timing
+        }
+    assert not (tmp_path / "dir" / "model_server.log").read_text().count("Traceback")
+
+
+@pytest.mark.slow  # starts a server: about a minute here
+def test_a_server_error_is_reported_with_the_server_s_message(run, tmp_path, capsys):
+    from seal.eval.score_endpoint import main as seal_eval
+
+    run_dir, _ = run
+    broken = tmp_path / "no_template"
+    shutil.copytree(checkpoint(run_dir), broken)
+    (broken / "chat_template.jinja").unlink()  # the server answers 500 to every chat request
+    env = ["--env-url", f"http://127.0.0.1:{free_port()}"]
+    args = ["--model-dir", str(broken), "--server-device", "cpu", *EVAL, "--start-env", *env]
+    assert seal_eval([*args, "--out-dir", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "HTTP 500" in err and "tokenizer.chat_template is not set" in err, err
+
+
+def test_a_verl_run_s_checkpoint_exports_or_names_verl_s_merge_command(tmp_path, capsys):
+    """verl's checkpoints keep the model as Hugging Face files in actor/huggingface (its
+    checkpoint manager saves the tokenizer there always, the weights with
+    verl.export_hf_weights); the export finds the best or the latest one, and without
+    weights names verl's own merge command."""
+    from seal.runs.export import main as seal_export
+    from seal.trainer.model import save_tiny_model
+    from seal.trainer_config import ModelSettings
+
+    run_dir = tmp_path / "verl_run"
+    step2 = run_dir / "checkpoints/global_step_2/actor/huggingface"
+    save_tiny_model(ModelSettings(path="tiny-qwen2"), step2)
+    best = run_dir / "checkpoints/best"
+    shutil.copytree(run_dir / "checkpoints/global_step_2", best)
+    (best / "seal_best.json").write_text(json.dumps({"step": 2, "metric": "m", "value": 0.5}))
+    assert seal_export([str(run_dir), str(tmp_path / "best")]) == 0
+    assert json.loads((tmp_path / "best/seal_export.json").read_text())["step"] == 2
+    assert len(AutoTokenizer.from_pretrained(tmp_path / "best")) == len(shipped_tokenizer())
+    for weights in step2.glob("*.safetensors"):
+        weights.unlink()
+    assert seal_export([str(run_dir), str(tmp_path / "latest"), "--step", "latest"]) == 1
+    err = capsys.readouterr().err
+    assert "verl.export_hf_weights was off" in err and "python -m verl.model_merger merge" in err

@@ -1,0 +1,152 @@
+"""The whole local SEAL loop on CPU through the real service: a tiny model trains two
+steps, writes validation records, a checkpoint and the capability state; a second run
+resumes from the checkpoint, against a service that lost the profile (as a restarted
+one has), gives its first episodes the checkpoint's failure profile, and continues
+exactly where the first stopped. The kill -9 version is test_kill_resume.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from misbehaving import PlainText500, is_request, steps_of_task
+from omegaconf import OmegaConf
+
+from env_service.app import create_app
+from seal.rollout.driver import TooManyFailedEpisodes
+from seal.runs import checkpoint as ckpt
+from seal.runs.data_order import task_ids_of
+from seal.runs.interface_log import read_interfaces
+from seal.runs.metrics_log import read_metrics
+from seal.runs.records import read_val_dir
+from seal.tocf.state import STATE_FILENAME, CapabilityState
+from seal.trainer.local import LocalTrainer
+from seal.trainer.seal_step import BEST_FILE
+from seal.trainer_config import TrainerConfig
+
+NO_LAYERS = {"schema_cues": 0, "type_hints": 0, "recovery_feedback": 0, "guidelines": 0}
+
+
+def tiny_config(**overrides) -> TrainerConfig:
+    base = {
+        "total_steps": 2,
+        "model": {"path": "tiny-qwen2", "dtype": "float32", "device": "cpu"},
+        "data": {"train_batch_size": 2, "max_train_tasks": 4, "max_val_tasks": 2},
+        "rollout": {"n": 2},
+        "limits": {
+            "max_generations": 2, "max_new_tokens": 6, "max_context_tokens": 8192,
+            "max_observation_tokens": 64,
+        },
+        "optim": {"lr": 1e-3, "mini_batch_size": 1, "micro_batch_size": 2},
+        "validation": {"test_freq": 2},
+        "checkpoint": {"save_freq": 1},
+        "logging": {"wandb": "disabled"},
+    }  # fmt: skip
+    cfg = OmegaConf.merge(OmegaConf.structured(TrainerConfig), base, overrides)
+    return cfg
+
+
+class ProfileAtCreate:
+    """Keeps the service's failure profile at the moment each create request arrives."""
+
+    def __init__(self, app):
+        self.app, self.seen = app, []
+
+    async def __call__(self, scope, receive, send):
+        if is_request(scope, "POST", "/v1/episodes"):
+            self.seen.append(self.app.state.engine.profile())
+        await self.app(scope, receive, send)
+
+
+def test_train_two_steps_then_resume(live_service, serve_app, tmp_path):
+    url, engine = live_service
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    state = LocalTrainer(tiny_config(), url, run_dir).fit()
+    assert state.step == 2
+
+    steps = read_val_dir(run_dir / "validation")
+    assert sorted(steps) == [0, 2] and all(len(records) == 2 for records in steps.values())
+    assert all(len(r.failure_tags) > 0 for r in steps[2])
+    assert ckpt.latest_checkpoint(run_dir).name == "step_000002"
+    capability = CapabilityState.load(run_dir / STATE_FILENAME)
+    assert capability.run.num_trajectories == 2 * 2 * 2  # steps x tasks x samples
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert "apatch/mean_scale" in rows[1] and "actor/pg_loss" in rows[1]
+    assert engine.stats()["live_episodes"] == 0, "episodes leaked"
+    assert engine.pushed_profile is not None, "the failure profile never reached the service"
+    # The interface state of each step beside its profiles (the paper's Appendix C.4):
+    # the paper's layers (schema cues only) on every episode, no guideline shown.
+    rows = read_interfaces(run_dir)
+    assert [(r["step"], r["episodes"]) for r in rows] == [(1, 4), (2, 4)]
+    assert all(r["layers"] == {**NO_LAYERS, "schema_cues": 4} and r["shown"] == [] for r in rows)
+    assert rows[0]["served_profile"] == {"step": 0, "epoch": 0, "num_turns": 0, "tags": []}
+    assert rows[1]["served_profile"] == rows[0]["failure_profile"]
+    assert rows[1]["failure_profile"] == capability.failure_profile()
+
+    # A fresh run in the same directory is refused: resuming must be explicit.
+    with pytest.raises(FileExistsError):
+        LocalTrainer(tiny_config(), url, run_dir)
+
+    # A fresh service, which never saw the profile: the resumed step's episodes must be
+    # created under the checkpoint's profile, as the uninterrupted run's were.
+    fresh = create_app()
+    recorder = ProfileAtCreate(fresh)
+    resumed = LocalTrainer(
+        tiny_config(total_steps=3, checkpoint={"resume": True}), serve_app(recorder), run_dir
+    )
+    assert resumed.state.step == 2
+    best_at_2 = json.loads((ckpt.latest_checkpoint(run_dir) / BEST_FILE).read_text())
+    assert best_at_2["step"] in (0, 2) and resumed.seal.best == best_at_2
+    expected = CapabilityState.load(ckpt.latest_checkpoint(run_dir) / STATE_FILENAME)
+    expected_profile = expected.failure_profile()
+    assert expected_profile["tags"], "the test needs a profile with guidelines to push"
+    state = resumed.fit()
+    assert recorder.seen and recorder.seen[0] == expected_profile
+    assert read_interfaces(run_dir)[-1]["served_profile"] == expected_profile
+    assert state.step == 3
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert sorted(read_val_dir(run_dir / "validation")) == [0, 2, 3]
+    assert CapabilityState.load(run_dir / STATE_FILENAME).run.num_trajectories == 3 * 2 * 2
+    saved = json.loads((ckpt.latest_checkpoint(run_dir) / "trainer_state.json").read_text())
+    assert saved == {"step": 3, "epoch": saved["epoch"]}
+    # The best step, carried over the resume: the earliest of the highest val/average over
+    # the validations of both parts of the run (steps 0, 2 and 3).
+    validated = [r for r in read_metrics(run_dir / "metrics.jsonl") if "val/average" in r]
+    top = max(r["val/average"] for r in validated)
+    best = {"step": min(r["step"] for r in validated if r["val/average"] == top)}
+    best |= {"metric": "val/average", "value": top}
+    assert [r["step"] for r in validated] == [0, 2, 3]
+    assert resumed.seal.best == best
+    assert json.loads((ckpt.latest_checkpoint(run_dir) / BEST_FILE).read_text()) == best
+
+
+def test_a_training_step_goes_on_when_the_service_fails_one_task(serve_app, tmp_path):
+    """The service answers a plain-text 500 to every step of one task's episodes. Each is retried once, then left out and counted; the step trains on
+    the others. A share of failures above `rollout.max_failed_share` stops the run with
+    the errors, naming the task and the status."""
+    app = create_app()
+    train_ids = task_ids_of(TrainerConfig().data.train_file, 4)
+    batch, poisoned = train_ids[:2], train_ids[1]
+    url = serve_app(PlainText500(app, steps_of_task(app, poisoned)))
+    cfg = tiny_config(rollout={"n": 2, "max_failed_share": 0.5})
+    trainer = LocalTrainer(cfg, url, tmp_path / "run")
+
+    metrics = trainer.train_step(1, 0, batch)
+    assert metrics["train/failed_episodes"] == 2  # both samples of the task, each tried twice
+    assert trainer.capability.run.num_trajectories == 2, "only the healthy task is observed"
+    assert "actor/pg_loss" in metrics
+    # The failed episodes enter neither the profile nor the step's interface record.
+    [row] = read_interfaces(tmp_path / "run")
+    assert row["episodes"] == 2
+    assert row["failure_profile"]["num_turns"] == trainer.capability.window.num_turns
+    assert trainer.capability.run.by_task.keys() == {batch[0]}
+
+    trainer.cfg.rollout.max_failed_share = 0.05
+    with pytest.raises(TooManyFailedEpisodes) as info:
+        trainer.train_step(2, 0, batch)
+    message = str(info.value)
+    assert "2 of 4 episodes failed twice" in message
+    assert f"task {poisoned}" in message and "HTTP 500" in message
+    assert app.state.engine.stats()["live_episodes"] == 0

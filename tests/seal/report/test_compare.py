@@ -2,7 +2,7 @@
 McNemar p-values, on constructed runs whose per-task outcomes are known; the numbers are
 checked against computations made independently here (scipy's exact binomial test and
 bootstrap, and a plain loop for the stratified average). Several runs per arm:
-tests/test_eval_compare_arms.py."""
+tests/seal/report/test_compare_arms.py."""
 
 from __future__ import annotations
 

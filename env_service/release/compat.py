@@ -73,7 +73,7 @@ _WIRE_MODES = {
 # pinned bfcl-eval package, so these cannot be honoured.
 _TASK_FILES = {"data_path", "answer_path"}
 
-# This service's own flat keys (documented in api.py).
+# This service's own flat keys (documented in docs/service.md, "The release's wire protocol").
 _FLAT_EVOLUTION = {
     "observation_lite": "schema_cues",
     "schema_cues": "schema_cues",

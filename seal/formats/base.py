@@ -60,7 +60,7 @@ class ToolFormat(ABC):
     @abstractmethod
     def parse(self, text: str, tools: Sequence[dict] = ()) -> ParsedCalls:
         """The tool calls of one generated message ([]: the message answers); `tools`: the
-        BFCL docs shown so far (see the module docstring)."""
+        BFCL docs shown so far (docs/tool_formats.md, "The code")."""
 
     @abstractmethod
     def call_text(self, calls: list[ToolCall]) -> str:

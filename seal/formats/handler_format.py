@@ -37,7 +37,7 @@ def _completion(text: str) -> SimpleNamespace:
 
 
 class HandlerFormat(ToolFormat):
-    """A format rendered and decoded by one bfcl-eval handler (see the module docstring)."""
+    """A format rendered and decoded by one bfcl-eval handler (docs/tool_formats.md, "The code")."""
 
     def __init__(self, name: str, entry: RegistryEntry, end_of_turn: str, leaderboard: bool):
         self.name, self.entry, self.end_of_turn = name, entry, end_of_turn

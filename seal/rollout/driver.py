@@ -161,7 +161,7 @@ async def run_episode(
     top_p: float = 1.0,
     max_prompt_tokens: int | None = None,
 ) -> EpisodeSample:
-    """Play one episode of `task_id` (see the module docstring for the rules). A first
+    """Play one episode of `task_id` (the rules: docs/design.md, "Loss mask"). A first
     prompt longer than `max_prompt_tokens` raises PromptTooLong before any generation."""
     play = _Episode(turn_tokenizer(tokenizer, tool_format), settings.limits, temperature, top_p)
     what = f"task {task_id}"

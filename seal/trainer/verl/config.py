@@ -214,8 +214,9 @@ def ray_cpus(run_cfg) -> int:
 
 
 def mapped_keys(run_cfg, run_dir: Path, attention: Attention | None = None) -> dict:
-    """verl key -> value for one run (see the module docstring). `attention`: the choice
-    for this machine, found from what imports unless given (tests)."""
+    """verl key -> value for one run (the mapping: docs/gpu.md, "The run config in verl's
+    keys"). `attention`: the choice for this machine, found from what imports unless given
+    (tests)."""
     t, v = run_cfg.trainer, run_cfg.verl
     if v.device not in ("cuda", "cpu"):
         raise ValueError(f"verl.device must be cuda or cpu, not {v.device!r}")

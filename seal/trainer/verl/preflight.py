@@ -449,7 +449,7 @@ def model_checks(config, tool_format) -> tuple[ModelShape | None, Check]:
 def run_preflight(
     run_cfg, config, run_dir: Path, probe_env: dict[str, str] | None = None
 ) -> list[Check]:
-    """Every check of the module docstring, against the running Ray (ray_init.start_ray);
+    """Every check of the table (docs/gpu.md), against the running Ray (ray_init.start_ray);
     with `probe_env` (the workers' environment), on this node alone, probed in this process
     (a one-node run's preflight before its Ray starts)."""
     from omegaconf import OmegaConf

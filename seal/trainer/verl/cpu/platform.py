@@ -129,7 +129,7 @@ class PlatformSealCPU(PlatformBase):
         return "CUDA_VISIBLE_DEVICES"
 
     def ray_resource_name(self) -> str:
-        return "GPU"  # logical worker slots (module docstring)
+        return "GPU"  # logical worker slots (NOTES.md, platform)
 
     def ray_noset_envvars(self) -> list[str]:
         return []

@@ -48,7 +48,7 @@ def use_gloo_workers(role_worker_mapping: dict) -> None:
 
 @register_trainer(TRAINER_MODE_CPU)
 class SealPPOTrainerCPU(SealPPOTrainer):
-    _enable_hybrid_replicas = False  # read by PPOTrainer._setup (see the module docstring)
+    _enable_hybrid_replicas = False  # read by PPOTrainer._setup (NOTES.md, CPU backend)
 
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()

@@ -5,32 +5,9 @@
     python launcher.py --explain [--conf X.yaml]   # every config key, its value and meaning
     python launcher.py --conf exp/SEAL.yaml --preflight   # a training run's checks only
 
-The config is `exp/NAME.yaml` merged onto the documented defaults in
-seal/launch/config.py, then the `key=value` overrides (a misspelt key is refused with the
-closest valid names). `--resume RUN_DIR` takes the run's own recorded config instead of a
-file; a resume whose config differs from the recorded one in a key that changes the
-experiment is refused with the differences (seal/launch/resume.py). In order, before the
-job runs (and before the job's heavy imports):
-1. the run is opened once (seal/runs/run.py): its directory is locked (a second run of the
-   same name is refused, naming the holder's pid) and a training job's directory checked
-   (a fresh run refuses an earlier run's state, a resumed one needs its state, the same
-   data order and the recorded config);
-2. the run's environment service is started on a free port (or `service.port`) with a
-   fresh bearer token, or an already running one is adopted if it answers with the
-   run's token (seal/launch/service.py);
-3. only then is the attempt recorded (seal/runs/run_record.py: its config, the command as
-   given, seeds, code and uncommitted diff, package versions) with the data order, so a
-   refused start leaves an earlier run's files as they were.
-The job gets the opened run (`Run`, path-like); the local trainer uses it as it is.
-Once a training job returns, the launcher prints its validation pass rates per category.
-The service the launcher starts is stopped on every exit: return, error, Ctrl-C (which
-reaches the launcher only: the service has a process group of its own; a training run
-prints its resume command), SIGTERM, and kill -9 of the launcher (the service watches a
-pipe from it). The job gets
-the token through $SEAL_ENV_TOKEN, as do the processes it starts (verl's Ray workers get
-it through Ray's runtime environment: seal/trainer/verl/ray_init.py). `--preflight` runs a
-training job's checks (seal/trainer/verl/preflight.py, seal/trainer/local_preflight.py)
-instead of the job, writing no run files but the verl config; exit status 1 on a blocker.
+The config is exp/NAME.yaml over the defaults of seal/launch/config.py, then the overrides.
+Before the job runs, the run directory is locked and checked, the run's own service started
+with a fresh token (stopped on every exit), then the attempt recorded: docs/runs.md.
 """
 
 from __future__ import annotations

@@ -1,32 +1,12 @@
 """The service's own API: episodes as resources under /v1, typed bodies, HTTP statuses.
 
-    POST   /v1/episodes                    create (201)       -> EpisodeCreated: the system
-                                           prompt's sections, the tool docs, the first
-                                           question, as data
-    POST   /v1/episodes/{id}/steps         one assistant turn (its text and the calls the
-                                           client parsed from it) -> StepResult (tool
-                                           results or the next question); the step that
-                                           ends the episode carries its Evaluation and
-                                           releases it
-    GET    /v1/episodes/{id}/evaluation    verify + diagnose  -> Evaluation
-    DELETE /v1/episodes/{id}               release (204); ?evaluate=true: 200 + Evaluation
-    GET    /v1/episodes/{id}               status             -> EpisodeStatus
-    GET    /v1/tasks/{task_id}             task summary       -> TaskInfo
-    PUT    /v1/profile  / GET /v1/profile  failure profile for diagnostic guidelines
-    GET    /v1/stats                       live episodes and totals
-    GET    /v1/whoami                      200 only with the service's token: a launcher's
-                                           check that it talks to its own service
-    GET    /healthz                        liveness and counts, open without the token
+    POST /v1/episodes  ·  POST /v1/episodes/{id}/steps  ·  GET .../evaluation
+    DELETE /v1/episodes/{id}  ·  /v1/tasks, /v1/profile, /v1/stats, /v1/whoami, /healthz
 
 No model's text format is involved: clients render and parse in their model's format
-(seal.formats). An episode played to its end therefore costs k + 1 requests (create and k steps); one
-the client stops early (its context is full) one more, the evaluating DELETE. The bodies
-are defined once, in seal.rollout.protocol, for the service and its clients.
-
-Errors are `{"detail": message}` with 401 (no valid token, when the service has one),
-404 (unknown task or episode), 409 (episode id in use, step after the end or out of
-sequence), 413 (body or message too large), 422 (malformed body), 503 (busy, with
-Retry-After); the schema lists each route's (env_service/statuses.py).
+(seal.formats), so an episode played to its end costs k + 1 requests. The bodies are
+seal.rollout.protocol's. Each route, its answer and its errors: docs/service.md, "The
+native API's routes".
 """
 
 from __future__ import annotations

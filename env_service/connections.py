@@ -1,34 +1,10 @@
 """The service's connections: deadlines for each request's headers and body, and a cap on
 connections that have not authenticated.
 
-uvicorn bounds how long an idle keep-alive connection stays (`timeout_keep_alive`) but
-not how long a request may take to arrive: any byte resets its idle timer, and nothing
-times the headers. Before, connections that sent part of their headers were held
-forever, before any token check: 1,124 of them (the open-files limit was 1,024) made
-every other client fail with "connection reset" while they were held. uvicorn's
-`limit_concurrency` would answer 503 to everyone past a count, the well-behaved clients
-first; h11's `h11_max_incomplete_event_size` bounds the headers' size, not their time.
-So a small guard, on uvicorn's own extension point (`--http`: the protocol class):
-
-- a request's headers must be complete within `header_timeout_s` of its first byte (of
-  the connection's start, for its first request), its body within `body_timeout_s` of
-  the headers; past either, the connection is closed;
-- a connection counts as unauthenticated while it waits for its first request, or after
-  a request that did not pass the token check (http_guard.Guard calls back through the
-  ASGI scope's extensions; without a token, any complete request passes); a request whose
-  headers are in is the application's to judge, and a 401 closes its connection. Past
-  `max_unauthenticated_connections` of them, the one that has waited longest is closed:
-  first among those that started a request and have not finished its headers (a
-  slow-headers flood is shed as it comes), then among those that sent nothing, once they
-  have had `SEND_GRACE_S`: a client's pool opens its connections in a burst and writes
-  their requests next (aiohttp connects all, then writes), and closing those cut 128 of a
-  paper step's 256 creates (issue #31). Past half the process's open-files limit the
-  longest silent one is closed at once: a flood never uses up the files authenticated
-  clients need.
-
-A subclass of uvicorn's httptools protocol (uvicorn[standard] installs httptools), so
-parsing, keep-alive and pipelining stay uvicorn's; tests/env_service/test_hostile_clients.py and
-scripts/bench_env_adversarial.py's slow-headers client measure it.
+uvicorn times neither the headers nor the body (any byte resets its idle timer), so
+half-sent requests could hold every open file; this subclass of uvicorn's httptools
+protocol (its `--http` extension point) adds the deadlines and sheds the longest-waiting
+unauthenticated connection past the cap. The rules and why: docs/service.md, "Connections".
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """The protocol-independent core of the service: live episodes, limits and the profile.
 
-Both HTTP protocols (api_native.py, release/api.py) are thin layers over `EnvEngine`'s
-async methods (`acreate`, `astep`, `areport`): an episode's state machine lives here,
-on the event loop, and its backends, tool calls and verification live in the engine's
-pool: worker processes (env_service/workers.py), so no client's calls hold up another's
-requests, or, with `workers=0`, the service's own process (env_service/in_process.py,
-for tests and debugging), behind the same interface. Registry changes happen between
-awaits on the event-loop thread, so they need no locks; steps and evaluations of one
-episode take its lock, one at a time.
-
-BFCL V4 agentic tasks (seal/bfcl/agentic.py) are episodes like the others, with what
-bfcl-eval's inference loop does around them: a memory episode's prompt shows the memory
-its backend loaded (asked of its pool after the create), a prerequisite conversation
-saves its memory when it is evaluated (in its pool, where its backends are), and
-creates that would break a scenario's order of conversations are refused (409, naming
-what to run first: seal/bfcl/memory.py), as are memory tasks on a service started
-without a snapshot folder and web-search tasks without a SerpAPI key. A web-search
-episode's calls go to no worker: env_service/outside.py makes them, within a step
-budget of its own.
-
-Retries are safe: a create repeated with the same client-chosen id (and the same task
-and settings, before any step) returns the episode it made; a step repeated with the
-same `seq` returns its first answer instead of running again (one still running is
-waited for), also after the step that ended (and released) the episode, whose final
-answer is kept for `episode_ttl_s`.
+Both HTTP protocols are thin layers over `EnvEngine`'s async methods (`acreate`, `astep`,
+`areport`): episodes' state machines live here, on the event loop (so the registry needs
+no locks), and their backends in the engine's pool of worker processes, so no client's
+calls hold up another's requests. Retried creates and steps are answered, not rerun; BFCL
+V4 agentic episodes get bfcl-eval's memory order. Details: docs/design.md, "The episode
+contract".
 """
 
 from __future__ import annotations

@@ -1,34 +1,11 @@
 """One BFCL episode: the conversation state machine behind both service protocols.
 
-An episode walks the task's user turns. Each assistant message either carries tool
-calls, which are checked against the tools available at this turn and executed in the
-episode's own backends (the answer is one tool result per call), or carries none,
-which ends the current user turn: the next question comes back, or the episode ends
-after the last turn. Verification replays what ran (see diagnosis.py) once, when first
-asked for.
-
-The episode speaks data (seal.rollout.protocol): tool docs, system-prompt sections,
-observation messages, calls. The native API passes the calls its client parsed in its
-model's format; the wire protocol passes text, parsed here, and gets text back
-(`initial_messages`, `wire_messages`), in the episode's wire text (env_service/wire_text.py:
-the paper's Qwen2.5 prompt unless the create asked for another).
-
-A step has three parts, because the episode's backends live elsewhere (the engine's
-pool: env_service/workers.py, or env_service/in_process.py): `begin_step` checks the
-message's calls and the episode's caps (EpisodeCaps) and answers every call that may not
-run; the calls that may run go to the backends (env_service/execution.py); `finish_step`
-answers them and advances the episode (env_service/engine.py drives the three). A step
-that overran its time budget ends the episode as a failure tagged `aborted`: its
-evaluation says so, with accuracy and reward 0. With `end_on_malformed_call` a message with
-a malformed call ends the episode (`ended_on_malformed_call`), its calls unrun.
-
-BFCL V4 agentic tasks (seal/bfcl/agentic.py) walk the same way, with three differences,
-each bfcl-eval's: the system prompt is the test case's own (for memory, with the memory
-its backend loaded, which the engine asks of its pool: `set_memory_context`);
-the generation limit counts per turn (bfcl-eval forces a turn to quit after its step
-limit, not an episode); and the evaluation is `agentic_checker`'s verdict on the last
-message that made no tool call, not a replay (a prerequisite conversation is not scored:
-its memory is saved instead, by the pool that holds its backends).
+An episode walks the task's user turns: a message with tool calls gets one result per call,
+one without ends the turn. It speaks data (seal.rollout.protocol) to the native API and
+text to the wire protocol (env_service/wire_text.py). A step is three parts, `begin_step`,
+the calls run in the pool that holds the backends, `finish_step`, because the backends
+live in worker processes. The walk, the step, aborted episodes and BFCL V4 agentic tasks:
+docs/design.md, "The episode contract".
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Errors a client caused, and how every error is answered on each protocol.
 
-The one place that decides an error reply's status and shape. A request on the
-original release's wire protocol (env_service/release/) is answered in its envelope
-`{"success": false, "data": null, "error": message}`; every other request in the native
-API's `{"detail": message}`. The kinds of error, each answered in its request's shape:
-
-- a client error: an `EngineError` (its `status`, its `headers`);
-- a malformed body: FastAPI's 422 with its own `detail` list on the native API; on the
-  wire protocol a 422 envelope naming what is wrong;
-- an HTTP error (404 for an unknown path, 405, and http_guard.Guard's 401 and 413);
-- a bug in the service: 500, logged with its traceback.
-
-`install(app, on_wire)` installs the handlers that answer them; http_guard.Guard answers
-before FastAPI runs, with `reply`.
+The one place that decides an error reply's status and shape: the original release's
+envelope `{"success": false, "data": null, "error": message}` on its wire protocol, the
+native API's `{"detail": message}` elsewhere, for client errors (`EngineError`), malformed
+bodies, HTTP errors and bugs (500, logged) alike. `install(app, on_wire)` installs the
+handlers; http_guard.Guard answers before FastAPI runs, with `reply`. Each kind:
+docs/service.md, "The door and the error replies".
 """
 
 from __future__ import annotations

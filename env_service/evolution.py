@@ -1,18 +1,11 @@
 """Observation evolution: what a training episode shows beyond the plain benchmark.
 
-Which layers an episode gets is `seal.rollout.protocol.EvolutionSettings`; which texts
-they write is `EpisodeSettings.prompt` (`TEXTS`): `paper`, the original release's (its
-Appendix D, byte for byte), or `rich`, this project's (beyond the paper; docs/paper_prompt.md).
-
-Three independent layers, all off by default and forced off in validation (the prompt a
-validation episode sees is byte-identical to the unevolved one):
-
-- schema cues ("observation_lite", the paper's headline layer): `[required]` on required
-  parameters, allowed values, optional type hints, and one note in the system prompt;
-- recovery feedback: an invalid call or a tool error comes back with a short hint on
-  how to recover;
-- diagnostic guidelines: a few system-prompt guidelines for the failure tags that the
-  trainer's failure profile (seal.tocf.state) reports as prevalent and unsolved.
+Three independent layers, all off by default and forced off in validation (a validation
+prompt is byte-identical to the unevolved one): schema cues ("observation_lite", the
+paper's headline layer), recovery feedback and diagnostic guidelines from the trainer's
+failure profile. Which layers an episode gets is `EvolutionSettings`; which texts they
+write is `EpisodeSettings.prompt` (`TEXTS`: `paper`, the release's, or `rich`, ours).
+docs/design.md, "Observation evolution".
 """
 
 from __future__ import annotations

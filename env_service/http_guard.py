@@ -1,18 +1,10 @@
 """The service's door: the bearer token and the body limit, before any route runs.
 
-An ASGI middleware, so both hold for every path, `/docs` and `/openapi.json` included,
-and an unknown path without the token learns nothing (401, not 404):
-
-- With a token set, every request but `GET /healthz` must carry `Authorization: Bearer
-  <token>` (compared in constant time); others get 401 with `WWW-Authenticate: Bearer`.
-- A request body larger than the limit (`max_body_bytes`; `max_profile_bytes` for
-  `/v1/profile`) is refused with 413 from its Content-Length before a byte is read, or,
-  streamed without one, as soon as the count passes the limit. Before, a 300 MB body was
-  read and parsed whole (~1 GB peak) and only then refused. Bodies within the limit are
-  read here and handed on whole (FastAPI reads them whole anyway).
-
-Errors answer in each protocol's own shape (env_service/errors.py): `on_wire(path)` says
-which.
+An ASGI middleware, so both hold for every path, `/docs` and `/openapi.json` included, and
+an unknown path without the token learns nothing (401, not 404). An oversized body is
+refused with 413 before it is read whole (from its Content-Length, or as the count passes
+the limit). Errors answer in each protocol's own shape (env_service/errors.py):
+`on_wire(path)` says which. The rules: docs/service.md, "The door and the error replies".
 """
 
 from __future__ import annotations

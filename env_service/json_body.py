@@ -1,20 +1,10 @@
 """Request bodies are parsed so that no JSON can make a 500: a route class for both APIs.
 
-FastAPI parses a body with `json.loads` and turns only `JSONDecodeError` into a 422;
-an integer of more than 4,300 digits (ValueError), nesting the parser cannot follow
-(RecursionError) or bytes that are not text fell through to a bare 400 or a 500. Here
-each of them is a `JSONDecodeError` saying what is wrong, which FastAPI answers 422 (the
-wire protocol in its envelope: app.py). A body nested deeper than `MAX_BODY_DEPTH` is
-refused the same way before any model sees it: the native API's bodies are 3 levels
-deep plus a call's arguments, which may not pass seal.bfcl.calls.MAX_ARGUMENT_DEPTH.
-
-Two things Python's parser takes that are not JSON (RFC 8259) are refused the same way,
-in every field of both protocols at once:
-- NaN, Infinity and numbers that overflow a float (1e400): a field that took one made
-  a 500 (the 422's own detail could not be encoded), or a value no reply can carry;
-- a lone UTF-16 surrogate (`"\ud800"`, or its bytes): a string that cannot be encoded
-  as UTF-8, so an episode created with one in its id could never be answered (a 500,
-  and the episode stayed live until it expired).
+Every body Python's JSON parser chokes on (a huge integer, deep nesting, bytes that are not
+text), or takes but that is not JSON (NaN, Infinity, 1e400, a lone UTF-16 surrogate), and
+any body nested deeper than `MAX_BODY_DEPTH`, becomes a `JSONDecodeError` saying what is
+wrong, which FastAPI answers 422, in every field of both protocols. Which failures made
+500s before: docs/service.md, "Request bodies".
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """The web-search tasks' outside calls (SerpAPI searches, page fetches), off the workers.
 
-A page that trickles in, a huge body, an unreachable SerpAPI: before, each held the
-worker that made the call, and with it every other episode placed there (a multi-turn
-neighbour waited 119 s for a step behind a slow page), and a watchdog kill sent the call
-again. Here a web-search episode's calls never go to a worker: each is run, bfcl-eval's
-own `WebSearchAPI` method with the transports of seal/bfcl/web_search.py, in one of
-`processes` processes of their own (forked on first use), one call each at a time, so at
-most that many at once. The backend keeps no state between calls (its only setting is
-`show_snippet`), so a call needs nothing of the episode but its task.
-
-Each call has a deadline of its own (the fetch's, or one SerpAPI request's, plus time to
-turn the page into text); a process past it, or one that dies, is replaced, and the call
-is answered with an error saying so, never sent again: no outside call is made twice.
-Searches are paced (`min_interval_s` apart, the whole service) and retried with back-off
-here, on the event loop, holding no process while they wait. With `threads` the calls run
-in threads of the service's own process (the service's `workers` 0: tests and debugging;
-a call that never returns cannot be stopped there).
-
-    process <- (request, task_id, call)
-    process -> (request, "ok", result) | (request, "retry", why, retry_after)
-               | (request, "error", text)   (a bug)
+A slow page, a huge body or an unreachable SerpAPI must not hold a worker and its other
+episodes, so each call (bfcl-eval's own `WebSearchAPI` method with the transports of
+seal/bfcl/web_search.py) runs in one of a few processes of its own, under a deadline,
+never sent twice; searches are paced and retried on the event loop. With `threads` (the
+service's `workers` 0) the calls run in threads. Why and the pipe's messages:
+docs/web_search.md, "Where the calls run".
 """
 
 from __future__ import annotations

@@ -1,49 +1,10 @@
 """One worker process: the backends of the episodes placed on it, and their work.
 
-The service's process forks a few of these (env_service/workers.py; without them,
-env_service/in_process.py runs the same jobs in the service's process); each holds the
-`Backends` of its episodes and runs, on request, a step's calls (env_service/execution.py)
-or a verification (seal.bfcl.diagnosis.diagnose_steps), one call at a time, always of
-the pending job that has run the least so far (least attained service): a step of a few
-cheap calls, or a short episode's verification, goes ahead of a message of thousands of
-`grep` calls and waits for at most the one call running when it arrives, not seconds.
-(Taking the jobs in turn, one call each, was not enough: under that flood every call of
-a well-behaved client's steps and of its verification waited for one `grep`, which
-multiplied its median request's time: docs/benchmarks.md.) Before each call it writes
-the job and the time into shared memory (`slot`), so the service can see a call that
-does not return and kill this process (its episodes are then rebuilt elsewhere by
-replaying their calls). A thread of its own writes the time into the slot's heartbeat
-every HEARTBEAT_S, whatever the loop does (a call, a wait for work, a long message to read or write): a process that
-stops beating (stopped by SIGSTOP, a debugger or a frozen cgroup) is found and replaced,
-whether or not it has work in flight. (Beats written by the loop itself, between calls
-and while idle, stopped during any wait on the service's pipe: under the flood of
-scripts/bench_env_adversarial.py a healthy worker waiting to write a large reply was
-taken for a stopped one.)
-
-A rebuild (an episode of a replaced worker, replayed here) is a job like the others, so
-it runs one call at a time between the other episodes' calls, least-run first, instead
-of holding them all up (a replay run first made another episode's trivial step wait for
-the whole replay: docs/benchmarks.md); that episode's own steps wait for it. A rebuild
-that runs past its budget is stopped and the episode dropped here (the service ends it,
-tagged).
-
-Messages are pickled tuples, each framed by its length (8 bytes); this is the service's
-own pipe, never a client's:
-
-    ("open", episode_id, task_id, memory_version)      no answer
-    ("rebuild", request, episode_id, task_id, memory_version, calls)
-                                                       (request, "ok", True), or
-                                                        "rebuild_time_budget" (dropped),
-                                                        or None (closed meanwhile)
-    ("close", episode_id)                              no answer
-    ("run", request, episode_id, calls)                (request, "ok", RunResult), or
-                                                        "rebuild_time_budget"
-    ("diagnose", request, task_id, model_turns)        (request, "ok", Diagnosis or
-                                                        "evaluation_time_budget")
-    ("memory", request, episode_id, "context"|"save")  (request, "ok", the memory's prompt
-                                                        dump; None once saved, or why it
-                                                        could not be): BFCL V4 memory tasks
-and (request, "error", text) for a request that failed (a bug: no such episode here).
+It runs steps' calls, verifications and rebuilds one call at a time, least-run job first,
+so a cheap step never waits behind a flood of costly calls; it writes each call and a
+heartbeat (from a thread of its own) into shared memory, so the service can find a call
+that does not return or a stopped process and replace it. The scheduling, the heartbeat
+and the pipe's messages: docs/service.md, "One worker's work".
 """
 
 from __future__ import annotations

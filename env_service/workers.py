@@ -1,50 +1,11 @@
 """Worker processes that hold the episodes' backends and run their tool calls and
 verification off the event loop, and replace one whose call does not return.
 
-Why processes, not threads (the measurements: docs/benchmarks.md, "What the service's
-design rests on"):
-
-- A thread cannot be stopped in a call that does not return (MessageAPI's id loop), and
-  threads share the GIL with the event loop: while one runs a CPU-bound step, every
-  other client's trivial request waits for the interpreter. In a separate process the
-  same load leaves the event loop's latency as it was, and the process can be killed.
-- The price is a round trip per step through a pipe; creates cost none (the worker
-  builds the episode's backends while the reply is on its way), and the calls' work
-  moves off the event loop's core.
-
-So each episode's backends live in one worker (the least loaded at its create); steps and
-verifications are requests to it, which it interleaves one call at a time
-(env_service/worker.py). (`ServiceConfig.workers == 0` gives the engine
-env_service/in_process.py's pool instead, with the same interface.) A watchdog reads
-each worker's shared slot: a call running longer than the step's time budget gets the
-worker killed (SIGKILL) and a fresh one forked; the request that ran it is answered as
-lost (its episode ends, tagged), every other episode that lived there is rebuilt on the
-new worker by replaying the calls it ran, and requests in flight are sent again. A
-request that was in flight through two such deaths is answered as lost too, so no
-request can kill workers forever.
-
-Liveness does not depend on calls in flight. A worker the kernel shows stopped by a
-signal (SIGSTOP) for two rounds of the watchdog is replaced the same way, its requests
-in flight sent again; and a thread in each worker beats (the slot's heartbeat) every
-`worker.HEARTBEAT_S` whatever the worker does, so one whose beats stop for `stall_s` (a
-frozen cgroup, a debugger, a process stuck in the kernel) is replaced too: otherwise the
-episodes placed on a stopped worker would hang, and new ones would keep being placed
-there. The kernel's state is read as well because the heartbeat alone makes every
-request caught by a stop wait the whole stall timeout (scripts/bench_env_adversarial.py's
-stopped_worker case). New episodes and verifications go to workers whose beat is fresh.
-A beat counts as missed only if it was already old at the watchdog's previous round:
-when the whole service was stopped and continued (its process group, Ctrl-Z), its
-workers' beats are as old as the pause, and they were not stopped alone.
-
-Rebuilds run on the new worker as jobs among the others, one call at a time (worker.py),
-within the verification budget (`max_evaluation_seconds`: a rebuild replays the same
-calls a verification replays, so an episode that cannot be rebuilt in it could not be
-verified in it either); past it the episode ends as a failure tagged
-`rebuild_time_budget`. Interleaved, because a replay run before any other work holds
-every other episode's step on that worker for as long as the replay takes
-(tests/env_service/test_worker_liveness.py's rebuild case), while interleaved the step waits for
-one call; a budget alone, with the replay still first, would hold them for up to the
-whole budget.
+Processes, not threads, because a thread cannot be stopped in a call that does not return
+and shares the GIL with the event loop. A watchdog replaces a worker whose call overruns
+the step budget, that the kernel shows stopped, or whose heartbeat falls silent; its
+episodes are rebuilt on the new worker by replaying their calls. Why each rule:
+docs/service.md, "Inside the service".
 """
 
 from __future__ import annotations

@@ -2,30 +2,11 @@
 
     python scripts/bench_env.py [--concurrency 256] [--runs 3] [--pause-ms 150] [--split all]
 
-Starts `python -m env_service` in its own process, as the launcher does (with a token:
-seal.bench), and replays the ground truth of every task through the client's episode
-lifecycle on the native API (create, one step per turn with all its calls, one closing
-step per turn; the last step's answer carries the evaluation and releases the episode)
-with `--concurrency` live episodes at once, in two modes:
-
-- saturated: each episode sends its next request as soon as the last one is answered,
-  which measures the most episodes/s the service gives. Request latency here is mostly
-  queueing: with N requests always in flight, mean latency = N / throughput (Little's
-  law), whatever the service does per request.
-- paced: each episode waits a random 0.5x-1.5x `--pause-ms` (seeded) before it starts
-  and before every assistant message, standing in for generation as in training (where
-  it takes seconds), so latency shows what a request costs under load, not queueing.
-
-The client freezes and disables its own garbage collector while it measures: it holds
-every transcript, and its full collections (~250 ms) stalled all its in-flight
-requests, which would be counted as service latency.
-
-Prints per run: episodes/s, requests/s, p50/p99 request latency (client round trip),
-the server's peak RSS and CPU (its own process, and with its worker processes: their
-RSS summed, which counts the pages they share with it twice), the client's CPU, the
-retries (attempts sent again after a connection error, a timeout or a busy answer: 0 on
-a healthy service) and the connections the service's guard closed; then the accuracy per category and the medians over the runs. Targets on 2 cores: >= 150
-episodes/s, p99 < 50 ms, < 2 GB; measured figures are in docs/benchmarks.md.
+Starts the service as the launcher does and replays every task's ground truth on the
+native API with --concurrency live episodes, saturated (the most episodes/s; latency is
+queueing) and paced (a random pause per message stands in for generation; latency is a
+request's cost). Prints throughput, p50/p99 latency, RSS, CPU and retries per run, then
+the medians. What each figure means and the measured ones: docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -4,45 +4,10 @@ clients' latency and the service's memory, quiet and under each attack.
     python scripts/bench_env_adversarial.py [--clients 64] [--rounds 5] [--phase-s 20]
         [--cases flood,slow_headers,stopped_worker,slow_page,huge_body,unreachable_search]
 
-Starts `python -m env_service` in its own process (its defaults, and a token, as the
-launcher does: seal.bench). 64 well-behaved clients play ground-truth episodes on the
-native API as a trainer does, pacing each request with a random 0.5x-1.5x `--pause-ms`
-(generation time), and record every request's latency. Each round has, per case, a quiet phase (only them) and then a phase
-with the case (them, and the case):
-
-- flood: one more client, in its own process, sends the worst legal requests of issue
-  #12's finding 2 back to back, in turn: a 262 KB message of 2,945 `grep` calls on an
-  80k-line file (repeated until the episode's call budget is spent) and the evaluation
-  of that episode; a 15 KB message of 210 `cat` calls on a 190 KB file (before: a 40 MB
-  reply); a body announced as 300 MB (before: read and parsed whole, ~1 GB); 2,570
-  `send_message` calls (before: ~34 of these hung the service for good);
-- slow_headers: a client, in its own process, holds `--slow-connections` (1,200: more
-  than the usual open-files limit of 1,024) connections that send part of their headers
-  and one more byte a second, never completing them, and reopens each one the service
-  closes (issue #21, finding 5: before, they were held forever and made every other
-  client fail with "connection reset");
-- stopped_worker: one of the service's worker processes is stopped (SIGSTOP, as a
-  debugger or a frozen cgroup stops it) every `--stop-every-s` seconds (issue #21,
-  finding 2: before, it was never replaced and every episode placed on it hung);
-- slow_page, huge_body, unreachable_search (issue #31, finding 2): `--web-attackers`
-  clients, in their own process, play BFCL V4 web-search episodes, `--web-pause-s` apart
-  (a model's generation), whose call is a fetch of a page sending a byte every 0.5 s; a
-  fetch of 600 MiB, then of a 1 MiB gzip body that inflates to 1 GiB; a search while
-  SerpAPI accepts connections and never answers. The outside web is local (seal/bench_web.py), and the service runs on a
-  test network that reaches it (`python -m env_service.bench_network`), with its default limits
-  (before: each such call held a worker, and every episode on it, for up to two
-  minutes; the bodies took a worker to 1.5 and 2.7 GB). The outside web's process runs
-  at the lowest CPU priority: it stands for servers on other machines.
-
-Each case's phase follows a quiet phase of its own, and is compared with it: the load
-of a shared machine drifts between minutes. Prints per phase the well-behaved clients'
-p50/p99 request latency and request count, the attacker's count (requests, connections
-opened, workers stopped, or web-search episodes played), and the service's peak RSS (its
-own process; with its worker and outside-call processes: their RSS summed, which counts
-pages they share with it twice; and the largest of those processes alone); then
-the medians over the rounds and, per case, the median over the rounds of its p99 over
-the quiet p99 before it, and whether that stays within 2x. Client, attackers and
-service share this machine's cores.
+Starts the service, plays paced ground-truth episodes with --clients well-behaved clients,
+and compares each case's phase with a quiet phase just before it (a shared machine's load
+drifts). Prints p50/p99 latency, the attacker's count and peak RSS per phase, then each
+case's median p99 ratio. What each case sends: docs/benchmarks.md, "Under attack".
 """
 
 from __future__ import annotations

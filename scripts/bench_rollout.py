@@ -2,23 +2,11 @@
 
     python scripts/bench_rollout.py [--concurrency 64] [--runs 3] [--split train] [--n 1]
 
-Two measurements:
-
-1. Throughput over HTTP. Starts `python -m env_service` in its own process (seal.bench,
-   as scripts/bench_env.py does) and plays the ground truth of every task of the split,
-   `--n` times each, twice per run: with the plain scripted runner
-   (seal.rollout.scripted: the service alone) and through `run_episode` with a
-   scripted generator (the driver: chat template, incremental tokenization, masks,
-   decoding for logs). Prints episodes/s, tokens/s (prompt + response ids built) and
-   the client's CPU milliseconds per episode; the difference is the driver's cost.
-
-2. Sample building against episode length, in process (no HTTP, no model): a synthetic
-   environment answers every generation with a long observation (about
-   `--observation-tokens` tokens) until `k` generations, for k = 2 ... 40. Prints the
-   driver's time per generation, which stays flat when building is linear in the
-   episode's length, and beside it what re-rendering and re-tokenizing the whole
-   conversation before every generation would cost (the approach the driver avoids),
-   which grows with k. Medians over `--runs`.
+Two measurements: (1) throughput over HTTP, the service alone (scripted runner) against
+the same ground truths through `run_episode` with a scripted generator, the difference
+being the driver's cost; (2) sample building against episode length in process, beside
+what re-tokenizing the whole conversation each generation would cost. Medians over
+--runs. In detail, with the measured figures: docs/benchmarks.md, "The hot routes".
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """The device check: what one call on a lent GPU measures of the local trainer's path, with
 only torch and transformers installed (no verl, Ray or vLLM: the lent machines have none).
-Not to be confused with `python -m seal.trainer.verl.gpu_check`, install.sh --gpu's import
-check of the verl stack.
 
     python scripts/gpu_check.py [--quick] [--out gpu_check.json] [--sizes tiny 0.5b]
 
-Parts (a group of rows in the printed table, a key of the JSON file):
-- versions: Python, torch with its CUDA and cuDNN, transformers, the GPU; SDPA's backends
-  (enabled, priority order) and the op a default sdpa call on a decoding step runs.
-- generation: ms per decoding step of a batch on the rollout's shapes (32 left-padded
-  prompts of ~4.3k tokens, 64 new tokens, sampling): bare `model.generate` vs the rollout's
-  HFGenerator, cuDNN's attention allowed vs excluded, at a width seen for the first time
-  (cold) and again (warm); bare generate on the main thread and on a new worker thread (as
-  HFGenerator runs it: each rollout's asyncio.run brings new threads).
-- update: the share of weights one AdamW step at lr 1e-6 moves in bf16: the trainer's path
-  (float32 master weights, seal/trainer/precision.py) against bf16 weights updated in place.
-- loop: the local trainer's generation and update (HFGenerator, batch_logprobs,
-  policy_update with mixed precision) for 2 steps on synthetic episodes of a random tiny
-  Qwen2, and (`loop_qwen3.5`) of a random tiny Qwen3.5 of the same width (3 Gated DeltaNet
-  layers and a full-attention one): seconds and peak GPU memory per phase; `versions`
-  names the path its Gated DeltaNet layers take (transformers' fast path with
-  flash-linear-attention and causal-conv1d, or the torch fallback).
-- not run: what the device cannot run is named in the output (`not_run`).
-`--quick`: tiny shapes and a small vocabulary, seconds on a CPU: checks the script itself.
-Figures go to docs/benchmarks.md with the card and the date.
+Parts (a group of rows in the printed table, a key of the JSON file): versions,
+generation (bare generate vs the rollout's HFGenerator), update (what one bf16 step
+moves), loop (the local trainer's steps, Qwen2 and Qwen3.5), not_run. `--quick`: tiny
+shapes, seconds on a CPU. Each part in detail: docs/gpu.md, "The device check".
 """
 
 from __future__ import annotations

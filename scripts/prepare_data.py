@@ -4,19 +4,8 @@
 
 Writes `bfcl_train.parquet` and `bfcl_eval.parquet` (400 rows each, in the split file's
 order), readable by verl's `RLHFDataset` and by the local trainer, and the 4-row
-`smoke_{train,eval}.parquet` of `exp/verl_cpu_smoke.yaml` (SMOKE_TASKS). Columns:
-
-    data_source   BFCL category, e.g. multi_turn_base (the summary groups by it)
-    prompt        [first user message]: the system prompt with the tool signatures is
-                  rendered by the environment service at episode start, because it
-                  depends on the rollout mode and on the evolution layers
-    ability       "bfcl_multi_turn"
-    reward_model  {"style": "rule", "ground_truth": <JSON of the per-turn calls>}
-    extra_info    {"index", "task_id", "category", "split", "num_turns"}
-    agent_name    the verl agent loop that runs the row ("seal_bfcl")
-
-Deterministic: the same inputs give byte-identical files, so re-running is safe and a
-diff shows any change in bfcl-eval's data.
+`smoke_{train,eval}.parquet` of `exp/verl_cpu_smoke.yaml`. Deterministic: the same inputs
+give byte-identical files. The columns: docs/development.md, "Commands and scripts".
 """
 
 from __future__ import annotations

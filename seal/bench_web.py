@@ -4,16 +4,9 @@ scripts/bench_env_adversarial.py, and the service run on a test network that rea
     with web_server() as web:            # on 127.0.0.1, a free port
         web.url("/page/tea")             # http://127.0.0.1:PORT/page/tea
         web.hits["/page/tea"]            # requests that reached that path
-        web.pages["tea"]                 # ... that reached any path ending /page/tea
 
-Paths: `/page/<name>` a small HTML page naming <name>; `/slow` headers, then one byte
-every `SLOW_BYTE_S` (the slow page of issue #31); `/huge?mb=N` N MiB of HTML at full speed;
-`/bomb?mb=N` a gzip body that inflates to N MiB of spaces (1 KiB on the wire per MiB);
-`/redirect?to=URL` a 302 to URL as given (not re-encoded, so odd spellings reach the
-client as written); `/search` a SerpAPI-shaped JSON reply (a search that works).
-`silent_server()` accepts connections and never answers (an unreachable SerpAPI).
-`network(...)` is the test network (seal.bfcl.web_fetch.LocalNetwork) naming them; the
-benches' service runs on one with `python -m env_service.bench_network`.
+Paths for a page, a slow page, a huge body, a gzip bomb, a redirect and a search;
+`silent_server()` never answers; `network(...)` names them. Each path: docs/web_search.md.
 """
 
 from __future__ import annotations

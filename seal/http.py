@@ -1,28 +1,11 @@
 """One HTTP client with bounded retries, shared by the environment client and the
 endpoint evaluator.
 
-`HttpClient.request` sends a request and retries it on connection errors, timeouts and
-the statuses its `RetryPolicy` names, with jittered exponential backoff, until the
-attempts or the deadline run out. A "busy" status (the environment service's 503 at its
-live-episode cap) is a different case: the peer is healthy and asks to come back later,
-so it is retried on a budget of its own (`busy_wait_s`), honouring `Retry-After`. Every
-failure is an `HttpError` that carries, as attributes and in its message, the method,
-the URL, what the request was for (a task, an episode), the HTTP status (None when no
-reply came), the attempts and the time spent. A reply that should be JSON and is not
-(a plain-text 500, a proxy's HTML page) is such an error too, never a bare JSON decode
-error without the status.
-
-A stalled peer is visible while it stalls: a request without a reply for
-`stall_warning_s` is logged as a warning, then again every `stall_warning_s` (one
-warning per client per interval, saying how many requests are waiting and naming the
-oldest), and every retry is logged. Only requests that are safe to repeat may be retried: the environment service
-makes its creates and steps idempotent for that (seal.rollout.protocol).
-
-Built on aiohttp rather than httpx: with 256 concurrent episodes httpx's async pool
-spent milliseconds of CPU per request and its throughput fell as connections grew
-(scripts/bench_env.py; docs/benchmarks.md), so the client alone would have taken a core
-from the trainer; aiohttp's connector holds up at that concurrency.
-`request_once` offers the same for synchronous callers (launcher, trainer steps).
+`HttpClient.request` (and `request_once` for synchronous callers) retries what is safe to
+repeat within attempts and a deadline, waits out a busy peer on a budget of its own, warns
+while a request stalls, and fails with an `HttpError` that names the request, the status,
+the attempts and the time. aiohttp rather than httpx, for its cost at 256 concurrent
+episodes. The rules: docs/design.md, "The episode contract".
 """
 
 from __future__ import annotations

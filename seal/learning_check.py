@@ -9,58 +9,9 @@
                                                   # SEAL against vanilla GRPO, compared
     (or python -m seal.learning_check ...)
 
-`run --arm grpo` is vanilla GRPO (A-Patch, schema cues and the pushed failure profile off,
-as exp/GRPO.yaml); `arms` runs both arms over the seeds from one warm-up, evaluated on the
-plain benchmark (`--eval-mode validate`), one run at a time, then `seal-report --compare`
-(docs/learning_check_arms.md). Each evaluation is also written as validation records
-(RUN/validation, the samples of a task numbered) beside the run's config.yaml.
-
-What `run` shows: on K easy BFCL training tasks that the policy can partly solve, GRPO with
-the project's own machinery (LocalTrainer.train_step: rollouts through the real
-environment service, verification and diagnosis, capability state, A-Patch, the clipped
-update with KL to a frozen reference, the failure profile pushed back) raises the
-sampled success rate. It prints the curve (step, sampled success rate, mean reward,
-A-Patch mean scale) and writes it as JSON and PNG under --out-dir. `table` prints a saved
-curve.json's table and redraws its PNG beside it; `seeds` prints, per evaluated step, each
-run's sampled eval success and the mean over runs with its standard error (between runs),
-then the change from step 0 per run, and draws each run's eval curve and the mean. Runs are
-grouped by --label (one per file, or one for all; default the file's parent directory
-name), so settings can be compared.
-
-Simplifications, named:
-- No pretrained model runs fast enough on 2 CPU cores with 2.3k-6k-token prompts, and a
-  random model solves nothing, so the policy is the tiny random Qwen2 (`tiny-qwen2`,
-  slightly enlarged) first *warmed up* by supervised learning on the ground-truth
-  episodes of the K tasks (played through the real service with the real driver and a
-  scripted generator; negative log-likelihood of the generated tokens only). The warm-up
-  stops by a measured criterion: as soon as the sampled success rate (temperature 1,
-  training episode mode) lies in [--warmup-low, --warmup-high], so GRPO starts from a
-  policy that partly solves the tasks. If the budget runs out first, the check says so and
-  trains anyway. GRPO then starts from the warmed-up weights
-  (`LocalTrainer.restart_from_current_policy`: new KL reference, fresh optimizer).
-- The K tasks are both the training and the evaluation tasks: this checks that the
-  optimisation works (the policy learns what it is rewarded for), not generalisation.
-- Evaluation is sampled (temperature 1, --eval-samples per task), by default in the
-  training episode mode (same observation layers as the rollouts), because that is the
-  distribution GRPO optimises (`--eval-mode validate`: the plain benchmark; the warm-up
-  then fits both prompt forms); greedy success on the plain benchmark is reported before
-  and after GRPO for reference.
-- Each GRPO step uses all K tasks (batch = K), so `epoch` = step - 1 for the capability
-  state; the trainer's own validation loop (greedy, eval split) is not used.
-- Weights and the NLL warm-up are seeded and repeat exactly; sampled rollouts do not
-  (the HF generator batches concurrent episodes as they arrive, so batch composition
-  and hence the random stream depend on timing). Success rates are noisy estimates.
-
-`--warm-policy OUT/warm_policy.pt` reuses a previous warm-up (same --hidden/--layers/--k)
-and only runs GRPO.
-
-Defaults chosen from runs (their figures: README, "Learning check"; costs:
-docs/benchmarks.md): lr 1e-4, because at 1e-3 the first update moved the just-memorised
-policy too far and success fell to 0, where all-zero rewards give zero advantages and
-nothing recovers it; guidelines off (as in the paper's headline run), because the
-memorising tiny model breaks on the changed system prompt of the first step that carries
-them, before any update could matter. The guideline layer is exercised by the tests; this
-check is about the optimisation.
+A tiny random Qwen2 is warmed up on the ground truth of K easy tasks, then GRPO through the
+real service raises its sampled success; what each command does, what the check
+simplifies and why its defaults: docs/development.md, "Learning check (CPU)".
 """
 
 from __future__ import annotations

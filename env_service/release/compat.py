@@ -1,21 +1,11 @@
 """What clients of the original SEAL release send and read, mapped onto the engine.
 
-The wire protocol (api.py) serves the release's trainer unchanged. This module holds
-the translation, so the engine and the native API stay free of it:
-
-- `translate_params`: the `/create` params of the release (its `env_service.bfcl` config
-  block plus `rollout_mode` and `is_open_query`) and this service's own flat keys, into
-  `EpisodeSettings` and, for `diagnostic_evolution` with the release's capability-state
-  file given to the service by its operator (`--capability-state`), the failure profile
-  the release's selection makes from it (env_service/release_state.py);
-- `resolve_task_id`: the release's numeric task ids (row numbers of its data file);
-- `evaluation`: the report plus the fields the release's `bfcl-dense-env` grader and env
-  manager read (`completed`, `bfcl_progress*`, `bfcl_progress_info`);
-- `step_state`, `tools_info`, `split_task_ids`: the shapes of `/step`, `/get_info` and
-  `/get_env_profile` answers.
-
-Every release key is either honoured with the release's meaning or refused with a reason
-(HTTP 422): a setting the service cannot apply is never dropped silently.
+The wire protocol (api.py) serves the release's trainer unchanged; this module holds the
+translation, so the engine and the native API stay free of it: `translate_params` (the
+release's `/create` params and this service's flat keys into `EpisodeSettings`),
+`resolve_task_id`, `evaluation` (the fields the release's grader reads) and the shapes of
+the other answers. Every release key is honoured with the release's meaning or refused
+(422), never dropped. The keys: docs/service.md, "The release's wire protocol".
 """
 
 from __future__ import annotations
@@ -73,7 +63,7 @@ _WIRE_MODES = {
 # pinned bfcl-eval package, so these cannot be honoured.
 _TASK_FILES = {"data_path", "answer_path"}
 
-# This service's own flat keys (documented in api.py).
+# This service's own flat keys (documented in docs/service.md, "The release's wire protocol").
 _FLAT_EVOLUTION = {
     "observation_lite": "schema_cues",
     "schema_cues": "schema_cues",

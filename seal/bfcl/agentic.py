@@ -1,24 +1,10 @@
 """BFCL V4 agentic tasks (memory and web search): ids, data, system prompts and scoring.
 
 The paper's out-of-distribution check (its Table 2) scores a checkpoint on bfcl-eval's
-agentic categories, which this module serves to the environment service as tasks like
-the multi-turn ones (seal.bfcl.multi_turn), read from the pinned bfcl-eval (2026.3.23) with its
-own loader (`load_dataset_entry`, which links each memory question to its scenario's
-prerequisite conversations and adds the answer-format system message):
-
-- `web_search_base_<k>`, `web_search_no_snippet_<k>`: 100 questions each (the same
-  questions; the second hides the result snippets), one turn, backend `WebSearchAPI`.
-- `memory_<backend>_<k>-<scenario>-<j>`, backend kv, vector or rec_sum: 155 questions
-  each over 5 scenarios, one turn, asked of a memory that the scenario's
-  prerequisite conversations filled;
-- `memory_<backend>_prereq_<k>-<scenario>-<j>`: those conversations (5 to 10 per scenario,
-  4 to 14 turns each), played in order, each starting from the memory the previous one
-  left (seal.bfcl.memory keeps the snapshots). They are not scored.
-
-A question is scored as bfcl-eval scores it: the last message of the episode that makes
-no tool call is the model's answer, and `agentic_checker` passes it when one of the
-expected answers appears in it (case, spacing and ``,./-_*^()`` ignored). An episode
-without such a message (cut off at its generation limit) has no answer and fails.
+agentic categories, which this module serves to the environment service as tasks like the
+multi-turn ones, read from the pinned bfcl-eval (2026.3.23) with its own loader, and scores
+as bfcl-eval does (`agentic_checker` on the last message without a tool call). The ids,
+counts and facts relied on: docs/design.md, "BFCL V4 agentic tasks".
 """
 
 from __future__ import annotations

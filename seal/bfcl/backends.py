@@ -1,24 +1,11 @@
 """BFCL's executable backends, one private set of instances per episode or check.
 
-bfcl-eval's own executor builds a Python string per call, `eval`s it and caches the
-backend instances in its module globals keyed by model name and task id, so two
-checks of one episode share mutated state. Here every `Backends` object owns fresh
-instances, methods are looked up by name with `getattr` and called with the parsed
-arguments as data; nothing is written to bfcl-eval's globals. Results are turned into
-strings exactly as bfcl-eval does, so the official response checker compares equal.
-
-The BFCL V4 agentic tasks use the same path with their own backends (seal/bfcl/agentic.py):
-the memory backends load and save their memory in the service's snapshot folder
-(seal/bfcl/memory.py: `memory_context` and `save_memory` are what the service asks of them
-besides calls), and web search goes through a paced, bounded transport
-(seal/bfcl/web_search.py).
-
-Two kinds of shared objects are cut off on every call. Arguments are deep-copied,
-because backends store argument lists in their state and mutate them later, and the
-same parsed call is replayed at verification. Mutable default arguments are replaced
-by fresh copies: `TwitterAPI.post_tweet(tags=[], mentions=[])` stores its default list
-and `mention()` extends it, which in bfcl-eval leaks mentions into every later episode
-of the process.
+bfcl-eval's own executor `eval`s a string per call and caches instances in module globals,
+so two checks of one episode share mutated state. Here every `Backends` owns fresh
+instances, calls methods by name with the parsed arguments as data, deep-copies arguments
+and mutable defaults, and stringifies results as bfcl-eval does. BFCL V4 agentic tasks use
+the same path with their own backends (memory.py, web_search.py). Why each rule:
+docs/service.md, "Facts about BFCL found on the way".
 """
 
 from __future__ import annotations

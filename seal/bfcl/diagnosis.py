@@ -1,35 +1,11 @@
 """Verification and diagnosis of one episode: a failure tag per ground-truth turn.
 
-The model's executed calls are replayed turn by turn in one private namespace and the
-ground truth in another, both cumulative, and each turn gets the first tag whose
-condition holds (docs/design.md, "Diagnosis"):
-
-    gt_error                   the ground truth could not be executed
-    spurious_tool_call         ground truth empty, the model called a tool
-    correct_abstention         ground truth empty, the model called none
-    empty_turn_model_response  ground truth non-empty, the model called none
-    instance_mismatch          the two namespaces hold different backend classes
-    state_mismatch             a backend's public attributes differ from ground truth
-    response_mismatch          this turn's ground-truth results are not all among the
-                               model's results so far (as a multiset)
-    checker_error              a comparison raised
-    pass                       otherwise
-
-Accuracy is 1 exactly when every turn with a non-empty ground truth is `pass`, which is
-when bfcl-eval's `multi_turn_checker` passes the episode (it stops at the first failing
-turn and ignores calls on empty-ground-truth turns except through the state they
-change). The comparisons reuse bfcl-eval's own `state_checker` and `response_checker`,
-which are pure functions; its executor, which `eval`s strings, is never used.
-
-The response check only asks whether each ground-truth result is among the model's
-results so far (equality of strings), so results longer than `DIGEST_OVER` characters
-are held as a digest of their text: equal results keep equal digests, and verifying an
-episode of 1,000 `cat` calls holds kilobytes, not every result at once (+570 MB before).
-`diagnose_steps` yields between calls, so a scheduler can interleave a long
-verification with other work (env_service/worker.py) and stop one that runs too long.
-
-`paper_label` gives a failed episode one of the paper's trajectory labels (its Table 5),
-from the turn tags and what the episode answered in each turn (docs/diagnosis_labels.md).
+The model's executed calls and the ground truth are replayed turn by turn in two private
+namespaces, and each turn gets the first tag whose condition holds, with bfcl-eval's own
+pure checkers, so accuracy equals bfcl-eval's `multi_turn_checker` verdict (the tag table,
+the digests that bound memory, the interleaving: docs/design.md, "Diagnosis").
+`paper_label` gives a failed episode one of the paper's trajectory labels (its Table 5,
+docs/diagnosis_labels.md).
 """
 
 from __future__ import annotations
@@ -192,23 +168,10 @@ def paper_label(
     """One of the paper's labels (tags.PAPER_LABELS) for a failed episode, None for a
     passed one or one whose failure says nothing about the model.
 
-    The label is the failing turn's (`deciding_turn`: the official checker fails the
-    episode there, and later turns did not cause it), from that turn's tag and
+    The label is the failing turn's (`deciding_turn`), from that turn's tag and
     `turn_signals[turn]` (counts of the call rejections and tool errors the episode
-    answered in that turn, keyed by rejection kind and TOOL_ERROR). The first rule that
-    holds, in the paper's priority order:
-
-        invalid_tool_call   an unparseable call, or an unknown or unavailable tool
-        argument_mismatch   a call to a valid tool with a missing or unexpected argument
-        state_mismatch      the turn's tag is state_mismatch or instance_mismatch
-        recovery_failure    a call failed in its backend (the error came back) and the turn
-                            still failed: the model did not recover
-        missing_tool_call   the turn's tag is empty_turn_model_response (no call that ran:
-                            skipped, answered early, or the episode ended before the turn)
-        response_mismatch   the turn's tag is response_mismatch
-
-    None: no failing turn (every turn with calls passed), or the failing turn's check
-    raised (gt_error, checker_error).
+    answered in that turn, keyed by rejection kind and TOOL_ERROR); the first rule that
+    holds in the paper's priority order, as listed in docs/diagnosis_labels.md.
     """
     turn = deciding_turn(tags, ground_truth)
     if turn is None or tags[turn] in _NOT_THE_MODELS:

@@ -1,32 +1,12 @@
 """Memory snapshots of the BFCL V4 memory tasks: the files that carry a scenario's memory
 from one conversation to the next, and the order they must be made in.
 
-bfcl-eval's memory backends (`MemoryAPI_kv`, `_vector`, `_rec_sum`) load and save their
-memory themselves, under a result folder they are given in their initial configuration:
-`<root>/agentic/memory/<backend>/memory_snapshot/`, with `<scenario>_final.json` (the
-memory the latest finished conversation left, which every episode of the scenario loads)
-and `prereq_checkpoints/<task id>.json` (what each prerequisite conversation left). The
-first conversation of a scenario starts empty; each later one, and every question, from
-`<scenario>_final.json`; only prerequisite conversations save (bfcl-eval's inference loop
-saves them when their conversation ends, and so does the service, env_service/engine.py).
-
-The root is the one directory the environment service was given at start
-(`--memory-snapshot-dir`, one per evaluation run): no request names a path. It is
-process-wide because the service's worker processes, which hold the backends, are forked
-from the process that sets it (`configure`, called by the service before they start).
-
-bfcl-eval lets an episode whose snapshot is missing start with an empty memory after a
-printed warning. Here that is refused (`refusal`): a conversation starts only right after
-its predecessor finished, a question only after the scenario's last conversation did, and
-a finished conversation discards the checkpoints of those after it, so a checkpoint on
-disk always belongs to the chain the final snapshot came from. bfcl-eval writes the files
-in place; here they are written whole or not at all (`save`), and one that is damaged
-anyway (cut short by hand, or by an older writer) refuses the create, naming it.
-
-Each episode loads the memory it starts from out of a version of its own (`start`): the
-final snapshot as it was at the create, kept under `versions/<digest>/` by its content, so
-a worker that rebuilds the episode after a crash loads what the episode started from, not
-what another client's later conversation saved (docs/design.md).
+bfcl-eval's memory backends save and load themselves under a folder given to them; here
+that folder is the one the service was started with (`configure`, before the workers
+fork), a conversation starts only after its predecessor saved (bfcl-eval starts it empty),
+files are written whole or not at all, and each episode loads a version of its own so a
+rebuild sees what it started from. The layout and each rule: docs/design.md, "BFCL V4
+agentic tasks".
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The paper's prompt text: what the original release shows the model (mode `bfcl_qwen_fc`).
 
-The paper's runs (its Appendix D) used the release's environment, which writes the system
-message itself and hands the chat template plain messages (no `tools=`):
-
-- system: a `# Tools` block of BFCL's bare tool docs, one `json.dumps` line each (BFCL's own
-  type names, the `response` schema kept, no language hint), then the `<tool_call>`
-  instruction; the training layers' sections (the D.2 note, D.4's guidelines) follow it,
-  each after a blank line;
-- a miss_func reveal turn: the revealed docs as one JSON list (these with BFCL's language
-  hint), a newline, then BFCL's own "I have updated some more functions ..." question;
-- tool results: one user message, a `<tool_response>` block per result, each ending in `\\n`;
-- a message none of whose calls may run (a malformed block, a tool not available yet): one
-  user message, the release's error (seal/bfcl/paper_calls.py).
-
-docs/paper_prompt.md quotes a whole prompt and lists how it differs from BFCL's pipeline
-and from the `qwen2.5` format (seal/bfcl/prompt.py). tests/seal/bfcl/test_paper_prompt.py holds this
-module to the release's own renderings of all 800 tasks.
+The paper's runs used the release's environment, which writes the system message itself
+(a `# Tools` block of BFCL's bare docs, then the `<tool_call>` instruction and the training
+layers' sections) and hands the chat template plain messages; this module writes the same
+text: reveal turns, `<tool_response>` blocks and the release's errors too.
+docs/paper_prompt.md quotes a whole prompt and lists every rule and difference;
+tests/seal/bfcl/test_paper_prompt.py holds this module to the release's renderings of all 800 tasks.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The paper's ToolACE prompt: what the original release shows ToolACE-2-Llama-3.1-8B
 (its mode `toolace_official_prompt`, the paper's ToolACE-2 row).
 
-- system: the ToolACE instruction (its model card's, as BFCL's prompt mode has it, less
-  BFCL's multi-turn paragraph), then the tool docs as one indented JSON list (`name`,
-  `description`, and `parameters` renamed `arguments`; no `response` schema, no language
-  hint); the training layers' sections (the D.2 note, D.4's guidelines) follow, each
-  after a blank line;
-- the first question, questions and a miss_func reveal turn as in the Qwen2.5 prompt
-  (seal/bfcl/paper_prompt.py);
-- tool results: one `ipython` message, each result as `{"output": <text>}` JSON on a line
-  of its own (a recovery hint, when on, on the line after it);
-- a message none of whose calls may run for a tool not available: the release's error,
-  as a user message. A malformed message ends the episode (EpisodeSettings
-  .end_on_malformed_call); seal/bfcl/toolace_calls.py reads the calls.
-
-tests/seal/bfcl/test_paper_prompt.py holds this module to the release's own renderings of all 800
-tasks (docs/paper_prompt.md).
+The system message (the ToolACE instruction and the docs as one JSON list), the questions
+as in the Qwen2.5 prompt, tool results as one `ipython` message, the release's errors; a
+malformed message ends the episode, and seal/bfcl/toolace_calls.py reads the calls. Each
+part, byte for byte: docs/paper_prompt.md, "The ToolACE prompt". tests/seal/bfcl/test_paper_prompt.py
+holds this module to the release's own renderings of all 800 tasks.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The one HTTP GET of the web-search tasks' outside calls (page fetches and SerpAPI
 searches): public addresses only, a deadline for the whole exchange, capped bytes.
 
-A URL is read by one parser (`parse_url`), strictly: a spelling other HTTP code would read
-as another host (a backslash, userinfo, spaces, a short or octal IPv4 form, a zone, two
-ports...) is refused, not guessed at. Its host is resolved once, every address must be
-allowed, and the connection goes to that checked address (the Host header and TLS name
-are the URL's): no second lookup, no other parser between check and connection. Every
-redirect hop is checked the same way. Refusals read the same whether a name does not
-resolve or resolves to a private address. The deadline covers connection, headers, body
-and redirects, however slowly bytes trickle in; the body is capped on the wire and again
-once decompressed (a gzip bomb). docs/web_search.md has the table of spellings.
-
-`PublicInternet` (the default) resolves with the system's resolver and allows globally
-routable unicast addresses only. Tests swap in a `LocalNetwork` with `use_network`: names
-of their own that resolve to local test servers, and only those servers' (address, port)
-allowed. It is a Python call made before the service forks its processes, not a setting:
-no flag or config key lets a service fetch from its own network.
+One strict URL parser refuses any spelling another parser could read as another host; the
+host is resolved once and the connection goes to the checked address; every redirect hop
+is checked alike; the body is capped on the wire and decompressed. `PublicInternet` is the
+default network; tests swap in a `LocalNetwork` (`use_network`), a Python call, never a
+setting. The steps and the spellings: docs/web_search.md, "The fetch".
 """
 
 from __future__ import annotations

@@ -2,32 +2,10 @@
 SerpAPI request per search attempt, and page fetches through the guarded GET of
 seal/bfcl/web_fetch.py.
 
-bfcl-eval's `search_engine_query` queries SerpAPI's DuckDuckGo engine through
-`serpapi.GoogleSearch(params).get_dict()` (the key from $SERPAPI_API_KEY) and, on an HTTP
-429, retries forever, sleeping inside the call; `fetch_url_content` is
-`requests.get(url, timeout=20)`, which reads whatever URL the model writes, as slowly and
-as large as it comes. So the names `GoogleSearch` and `requests` in that module are
-bound to `SerpApiSearch` and `PublicWebOnly` (the only way to put a transport under
-bfcl-eval's methods without copying them):
-
-- `SerpApiSearch.get_dict` makes one request within `timeout_s`. A failure worth another
-  try (connection error, timeout, HTTP 429, 5xx) raises `RetrySearch`, a BaseException:
-  it passes bfcl-eval's `except Exception` and reaches the service, which paces and
-  retries searches with back-off itself, holding no process while it waits
-  (env_service/outside.py). When it gives up, the call's result is
-  `{"error": "[seal: web search unavailable] ..."}`, and the service ends the episode as
-  `aborted: web_search_unavailable`, which the evaluator reports as a task to run again,
-  never as the model's wrong answer (no text here ever holds "429": bfcl-eval would
-  retry it forever). A refused key is not retried.
-- `PublicWebOnly.get` fetches public pages only, every redirect hop checked, within
-  `fetch_timeout_s` in all and `max_page_bytes` (seal/bfcl/web_fetch.py); the model gets
-  bfcl-eval's usual fetch error otherwise.
-
-The service runs these calls in processes of their own, never in a worker that holds
-other episodes (docs/web_search.md). The key is read by bfcl-eval from the service's
-environment, never from a file here; the service refuses web-search episodes when it is
-not set (`missing_key`). `use_transport` swaps the search transport (tests replay
-recorded SerpAPI payloads with one).
+bfcl-eval's module gets these in place of its `serpapi.GoogleSearch` and `requests`
+(the only way under its methods without copying them), because it retries a 429 forever
+inside the call and fetches any URL unbounded. Retries are the service's
+(env_service/outside.py). Why each rule: docs/web_search.md, "The transports".
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """A client for one OpenAI-compatible endpoint, with retries.
 
-``ChatEndpoint.complete(messages, what, max_tokens)`` posts the conversation to
-``{base_url}/chat/completions`` and returns a `Completion`: ``choices[0].message.content``,
-the model's raw text, and its ``finish_reason`` ("stop", or "length" when the reply was cut
-at ``max_tokens``). No ``tools`` are sent: the system prompt already carries the tool
-signatures in Qwen2.5's format and the model's ``<tool_call>`` blocks are parsed by the
-client's tool format, exactly as in training. ``ChatEndpoint.complete_text(prompt, what,
-max_tokens)`` posts a prompt a tool format rendered whole (special tokens written out) to
-``{base_url}/completions`` and returns ``choices[0].text`` the same way: how any format is
-evaluated exactly as it is trained, and how bfcl-eval queries the open models it ranks.
-
-Transient failures (connection errors, timeouts, 408, 429 and 5xx answers) are retried with
-exponential backoff, honouring a numeric ``Retry-After`` (seal.http, shared with the
-environment client); anything else (400, 401, 404, a reply without text, another
-finish_reason) fails at once. A failure is always an `EndpointError` that names the task and
-the cause, never an empty or made-up reply taken as the model's output. A refusal because
-the prompt exceeds the server's context is a `ContextLengthError`.
-
-``ChatEndpoint.preflight(completions)`` checks, before a run, that the endpoint answers,
-serves the model and accepts the key: one ``GET /models`` (quick, one attempt) and one
-1-token request to the API the run uses, so a mistyped URL, model name or key fails in
-seconds with a message that says which (a `PreflightError`). The request decides about the
-name: a server that lists models but answers for one it does not list (`transformers serve`
-lists its cache, not the model it was started with; llama.cpp answers any name with its one
-model) gets a warning.
+``ChatEndpoint.complete(messages, what, max_tokens)`` posts to ``/chat/completions`` (no
+``tools``: the tool format parses the calls, as in training), ``complete_text(prompt, ...)``
+a prompt a tool format rendered whole to ``/completions``; both return the raw text and its
+``finish_reason``. Transient failures are retried (seal.http); any other is an
+`EndpointError` naming the task, never an empty reply taken as the model's.
+``preflight`` checks URL, model and key in seconds. Details: docs/evaluation.md.
 """
 
 from __future__ import annotations

@@ -1,64 +1,11 @@
 """Score any OpenAI-compatible endpoint on BFCL multi-turn tasks through the environment service.
 
-Each task is one validate-mode episode, the unevolved benchmark, under the paper's limits,
-through the client's episode lifecycle (``seal.rollout.env_client``): send the
-conversation as it stands to the endpoint (``seal.eval.chat_endpoint``), step the service
-with the reply's text and the calls the tool format parses from it, append the reply and
-the service's observation in the format's messages, and repeat until the service ends
-the episode (its last answer carries the evaluation; at `max_generations` replies it ends
-the episode itself). The conversation goes to the chat API as messages (the Qwen2.5
-format, whose messages any chat template renders) or, rendered whole by the tool format,
-to the completions API (any format; bfcl-eval's own prompt with `leaderboard`). Results
-are validation records (``seal.runs.records``), so ``seal-report`` (and its
-``--table``) reads them like a trainer's.
-
-The context budget is validation's in training (seal/rollout/driver.py, whose rule this
-calls): each request's `max_tokens` is min(max_new_tokens, the room left); observations
-are clipped to max_observation_tokens as the driver clips them (seal/rollout/turn_tokens.py);
-an observation that leaves no room ends the episode with stop reason `context_limit`
-without it, and the episode is evaluated and scored like any other. Tokens are counted
-with the model's tokenizer on the whole prompt as the tool format renders it: on the
-completions API exactly what is sent, on the chat API what a server with the format's
-template renders. A reply cut at `max_tokens` (finish_reason "length") is stepped as it
-is, as the driver steps a length-cut generation, and counted. Each record's `extra` keeps
-the stop reason, the count of cut replies and of clipped observations, the tokens in
-context at the end and the task's wall time.
-
-Every request fits the budget by construction, so a server that refuses one for its length
-has a smaller context than the budget (or counts tokens differently): that is a wrong
-setting, not a result, so the run stops with an error that says to set
---max-context-tokens to the server's context. Scoring such tasks would make the pass rates
-depend on the server; leaving them out would compute them over fewer tasks.
-
-Before any episode, a preflight request checks the endpoint (URL, model, key) and fails in
-seconds with the cause; a server that states its context (vLLM's `max_model_len`) below
-the budget is refused then too.
-
-A task whose endpoint or service requests fail for good is reported as failed, with the
-error, and never scored 0: it is left out of the records and listed in the errors file.
-
-Files, in OUT_DIR (a run directory: ``seal-report OUT_DIR`` applies):
-
-    partial_step_<step>.jsonl     one record per finished task, appended as tasks finish
-    validation/step_<step>.jsonl  all records of the step, written once no task failed
-                                  (or with allow_failures); the partial file is then removed
-    errors_step_<step>.jsonl      {"task_id", "step", "error"} per task that failed this time
-    prerequisites_step_<step>.jsonl  BFCL V4 memory conversations played, one line each
-                                  (their evaluation and transcript; not scored)
-
-Resuming: records already in either record file for the step are kept and their tasks
-skipped, so running the same command again only retries what failed or never ran. Records
-made with another model or other limits are refused rather than mixed into one step.
-
-BFCL V4 agentic tasks (seal/bfcl/agentic.py) run the same way, with bfcl-eval's order for
-memory: the prerequisite conversations of every scenario with a question to run are
-played first, in order (a scenario's chain again in full whenever one of its questions
-runs), and its questions only once the chain has finished; a conversation that fails
-fails the questions that wait for it, unscored. Their records carry the category
-(`memory_kv`, `web_search_base`, ...), bfcl-eval's verdict as the one failure tag and the
-answer the checker read (`extra.answer`); an episode the service aborted (a search that
-gave up) is a failed task, not a wrong answer. The generation limit counts per turn, as
-bfcl-eval counts it.
+Each task is one validate-mode episode played through the client's episode lifecycle
+(seal.rollout.env_client), the endpoint's replies stepped as the training driver steps
+generations, under validation's context budget (the driver's rule, called from here), so a
+score here means what a validation score in training means. Results are validation
+records that `seal-report` reads like a trainer's. The loop, the budget, the files it
+writes, resuming and BFCL V4 agentic order: docs/evaluation.md.
 """
 
 from __future__ import annotations

@@ -2,48 +2,13 @@
 multi-turn or BFCL V4 agentic tasks (seal/eval/evaluator.py); also `python -m
 seal.eval.score_endpoint`.
 
-Runs every task of the split as a validate-mode episode of the environment service (the
-unevolved benchmark, up to 20 generations, temperature 0, 4096 tokens per generation, a
-16384-token context, tool output clipped to 4096 tokens: validation's budget in training,
-counted with the model's tokenizer), writes validation records for one step and prints the
-pass rates in the paper's format and how the budget cut the episodes. A preflight request
-checks the endpoint first. Run it again with the same arguments to retry failed tasks and
-finish an interrupted run.
-
     python -m env_service --port 8082 &        # or pass --start-env (a token: $SEAL_ENV_TOKEN)
-    seal-eval --base-url http://127.0.0.1:8000/v1 \\
+    seal-eval --base-url http://127.0.0.1:8000/v1 \
         --model Qwen/Qwen2.5-7B-Instruct --out-dir outputs/eval/qwen7b
 
-A model directory (a checkpoint, `seal-export`'s output) needs no server of yours:
---model-dir DIR starts `transformers serve DIR` on a free local port, scores through it as
-through a URL and stops it (seal/eval/model_server.py says why a server):
-
-    seal-eval --model-dir outputs/export/cpu_default --start-env --out-dir outputs/eval/mine
-
-By default the conversation goes to the chat API in the Qwen2.5 format. --tool-format
-NAME sends the prompt a tool format renders (as in training) to the completions API;
---leaderboard-format sends bfcl-eval's own prompt for the model (its handler in
-bfcl-eval's model map, e.g. Team-ACE/ToolACE-2-8B), so a base model's score compares
-with the leaderboard's:
-
-    seal-eval --base-url http://127.0.0.1:8000/v1 \\
-        --model Team-ACE/ToolACE-2-8B --tokenizer Team-ACE/ToolACE-2-8B --leaderboard-format
-
-Out of distribution (the paper's Table 2, BFCL V4 agentic): --split agentic scores the
-web-search and memory questions (or --split memory, web_search, or one category such as
-memory_kv) through the same service, as bfcl-eval runs them (seal/bfcl/agentic.py: each
-memory scenario's conversations first, a turn forced to end after 21 generations) and
-prints the Table 2 layout with the paper's rows. With --start-env the service keeps its
-memory snapshots in OUT_DIR/memory_snapshots and gets a step time budget that holds a web
-search; web search reads the SerpAPI key from $SERPAPI_API_KEY (README: "Out of
-distribution" for tau2-bench and the dependencies, pip install -e '.[ood]'):
-
-    seal-eval --base-url http://127.0.0.1:8000/v1 \\
-        --model Qwen/Qwen2.5-7B-Instruct --split agentic --start-env --out-dir outputs/ood/qwen7b
-
-Exit status: 0 when every task was scored, 1 when any failed (listed in
-OUT_DIR/errors_step_<step>.jsonl, not scored 0), the preflight failed, the server's context
-is smaller than --max-context-tokens, or the run could not start.
+The argument parsing and the printed summary; the scoring is the evaluator's. Usage for
+model directories, tool formats, --leaderboard-format, --split agentic, and the exit
+status: docs/evaluation.md.
 """
 
 import argparse

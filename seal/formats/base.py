@@ -1,27 +1,10 @@
 """What a tool format is: how one model family sees a BFCL episode and writes tool calls.
 
-The environment service speaks structured data (seal.rollout.protocol): at creation the
-tool docs (BFCL's bare docs, with the training-time schema cues when on), the
-system-prompt sections (the layers' note and guidelines when on; the `rich` prompt's
-instructions first) and the first question; after each step the observation, as tool results (`role: tool`, one
-per call, in order) or user messages (the next question; on a miss_func holdout turn an
-empty one carrying the revealed tools). A `ToolFormat` is the client's half:
-
-- `start(created)`: the first prompt as a `Conversation` in the family's own layout;
-- `observation(messages)`: an observation as the family's chat messages;
-- `render(conversation)`: the prompt text through the generation prompt, special
-  tokens written out (the tokenizer only maps text to ids);
-- `parse(text, tools)`: the calls in one generated message (`ToolCall` or, for a call
-  the text attempts but gets wrong, `CallParseError`); an empty list means the message
-  answers, which ends the user turn. `tools` are the docs shown so far (the creation's
-  and every reveal's: `env_client.Episode.tools`), for a format whose calls write values
-  as bare text (Qwen3.5's XML), whose types only the docs tell; the others ignore them;
-- `call_text(calls)`: the message the family writes for these calls, and
-  `answer_text(text)` the one that answers with `text` (ground-truth replay, tests).
-
-`observation_text` is what the episode driver appends after a closed assistant turn.
-It is cut out of a render of a small probe conversation, so it is exactly the format's
-own rendering of the new messages, whatever that rendering does to their contents.
+The environment service speaks structured data (seal.rollout.protocol); a `ToolFormat`
+is the client's half: `start`, `observation` and `render` turn it into the family's
+prompt text, `parse` reads the calls in a generated message, `call_text`/`answer_text`
+write one. `observation_text` is cut out of a probe render, so it is exactly the format's
+own rendering. Each method's contract: docs/tool_formats.md, "The code".
 """
 
 from __future__ import annotations
@@ -77,7 +60,7 @@ class ToolFormat(ABC):
     @abstractmethod
     def parse(self, text: str, tools: Sequence[dict] = ()) -> ParsedCalls:
         """The tool calls of one generated message ([]: the message answers); `tools`: the
-        BFCL docs shown so far (see the module docstring)."""
+        BFCL docs shown so far (docs/tool_formats.md, "The code")."""
 
     @abstractmethod
     def call_text(self, calls: list[ToolCall]) -> str:

@@ -1,26 +1,11 @@
 """bfcl-eval's local-inference handlers: the leaderboard's own prompt layout and output
 decoder for each open model it ranks, imported from the pinned package (2026.3.23).
 
-- `registry_entry(name)`: what bfcl-eval's model map (`constants/model_config.py`,
-  `local_inference_model_map`) says about a model: its handler class and whether it is
-  ranked in function-calling or prompt mode.
-- `build_handler(entry)`: that handler, constructed as BFCL constructs it (no server is
-  started and nothing is downloaded: the constructor only makes an idle API client).
-
-Two things are done differently from importing bfcl-eval naively, both on purpose:
-
-- The model map is read from `model_config.py`'s source with `ast`, not imported:
-  importing it imports every API handler bfcl-eval has, and with them anthropic,
-  cohere, mistralai, google-genai, writer-sdk, boto3, qwen-agent and
-  datamodel-code-generator (40 packages, botocore among them). The local handlers need
-  7 small ones (pyproject.toml). Only names and constants are read; nothing in the file
-  is executed.
-- Model text never reaches `eval`. bfcl-eval's decoders `eval` parts of the model's
-  output (`llama_3_1.decode_execute` evals the whole text; `model_handler.utils`
-  evals arithmetic and lambdas inside Python-style calls), which would run whatever a
-  policy writes. In those modules the name `eval` is bound to `ast.literal_eval`,
-  which returns the same value for the literals tool calls consist of and refuses
-  anything else (the decode then fails, which the formats report as a malformed call).
+`registry_entry(name)` reads bfcl-eval's model map, `build_handler(entry)` constructs the
+handler as BFCL does (no server, no download). Two things differ from importing bfcl-eval
+naively, on purpose: the model map is read with `ast`, not imported (importing it pulls 40
+packages of API clients), and in the decoders' modules `eval` is bound to
+`ast.literal_eval`, so model text never runs as code. Why: docs/tool_formats.md, "The code".
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """Formats whose rendering and decoding are bfcl-eval's own local-inference handlers.
 
-A `HandlerFormat` builds every prompt the way BFCL's multi-turn inference does
-(`base_handler.inference_multi_turn_prompting`, which every open-model handler runs):
-the first turn through the handler's `_pre_query_processing_prompting` and
-`add_first_turn_message_prompting`, tool results through
-`_add_execution_results_prompting`, later questions through
-`_add_next_turn_user_message_prompting`, a holdout turn as BFCL's user message listing
-the revealed functions, generated messages through `_parse_query_response_prompting`
-and `_add_assistant_message_prompting`, and the prompt text through `_format_prompt`.
-Calls are decoded by the handler's `decode_execute` into BFCL call strings, which
-seal/bfcl/calls.py turns into data (literals only).
-
-Two uses:
-- training formats (`qwen3`, `llama3.1`, `bfcl_prompt`): one handler each, the
-  service's system-prompt sections (the paper's texts: the layers' note and guidelines,
-  no instructions of ours) as the task's system message (BFCL's own way of adding a test
-  case's system message), and a call the text attempts but the decoder cannot read
-  answered as a malformed call;
-- `leaderboard(registry_name)` (seal-eval --leaderboard-format): the
-  model's own handler from bfcl-eval's model map, no system message of ours (a BFCL V4
-  agentic task's own system message is kept, as bfcl-eval keeps it), and BFCL's
-  rule for text it cannot decode (the turn ends), so a base model's score is
-  comparable with the leaderboard's.
+A `HandlerFormat` builds every prompt the way BFCL's multi-turn inference does, through
+the handler's own methods, and decodes calls with its `decode_execute` (literals only).
+Two uses: training formats (`qwen3`, `llama3.1`, `bfcl_prompt`), where an undecodable
+call attempt is answered as a malformed call; and `leaderboard(registry_name)`
+(seal-eval --leaderboard-format), with no system message of ours and BFCL's own rule for
+undecodable text, so a base model's score compares with the leaderboard's. The handler
+methods used: docs/tool_formats.md, "The code".
 """
 
 from __future__ import annotations
@@ -52,7 +37,7 @@ def _completion(text: str) -> SimpleNamespace:
 
 
 class HandlerFormat(ToolFormat):
-    """A format rendered and decoded by one bfcl-eval handler (see the module docstring)."""
+    """A format rendered and decoded by one bfcl-eval handler (docs/tool_formats.md, "The code")."""
 
     def __init__(self, name: str, entry: RegistryEntry, end_of_turn: str, leaderboard: bool):
         self.name, self.entry, self.end_of_turn = name, entry, end_of_turn

@@ -1,19 +1,11 @@
 """Qwen3.5's chat template and the two tool formats that render through it.
 
-- `bfcl_qwen_fc_qwen3.5`: the paper's prompt (the `bfcl_qwen_fc` messages, byte for byte
-  the original release's) rendered by Qwen3.5's own template, as the release's current
-  exp/SEAL.yaml trains Qwen/Qwen3.5-4B (its trainer calls `apply_chat_template(messages)`,
-  no `tools=`); calls are the release's `<tool_call>` JSON blocks. `auto`'s choice for
-  Qwen3.5 models.
-- `qwen3.5`: Qwen3.5's native calls, `<tool_call><function=NAME><parameter=ARG>value...`,
-  the tool docs through the template's `tools=`, results as `tool` messages; for runs and
-  endpoint scoring in the model's own format (a named option, beyond the paper).
-
-Thinking: the release passes no `enable_thinking`, so the template opens every generation
-with `<think>\\n` and the model's text continues it. The template takes what follows a
-message's last `</think>` as its content (the rest is reasoning); both parsers read that
-content. docs/tool_formats.md ("Qwen3.5") says what a full render drops and the driver keeps.
-The template (seal/assets/qwen3.5-template) is Qwen's, Apache-2.0.
+`bfcl_qwen_fc_qwen3.5` (the paper's prompt in Qwen3.5's template, as the release trains
+Qwen3.5-4B; `auto`'s choice) and `qwen3.5` (the model's native XML calls, a named option
+beyond the paper). The release passes no `enable_thinking`, so generations continue an open
+`<think>` block; both parsers read the content after the last `</think>`. What a full
+render drops and the driver keeps: docs/tool_formats.md, "Qwen3.5". The template
+(seal/assets/qwen3.5-template) is Qwen's, Apache-2.0.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """Tool formats by name (`trainer.model.tool_format`, seal-eval's --tool-format), and
 the default for a model.
 
-    bfcl_qwen_fc the paper's Qwen2.5 prompt, byte for byte the original release's
-                 (`<tool_call>` JSON blocks; seal/formats/paper_qwen.py)
-    toolace_official_prompt  the paper's ToolACE-2-Llama-3.1-8B prompt, the release's
-                 ToolACE mode (Python-style call lists, results as `ipython` JSON, a
-                 malformed message ends the episode; seal/formats/toolace.py)
-    qwen2.5      this project's richer Qwen2.5 prompt (the template's own `tools=`
-                 rendering, instructions; beyond the paper: seal/formats/hermes.py)
-    qwen3        Qwen3 instruct, bfcl-eval's QwenFCHandler
-    llama3.1     Llama 3.1 JSON tool calls, bfcl-eval's LlamaHandler_3_1
-    bfcl_prompt  BFCL's prompt mode, Python-style call lists in Llama 3's layout
-                 (bfcl-eval's LlamaHandler: ToolACE-2-8B, watt-tool-8B)
-    bfcl_qwen_fc_qwen3.5  the paper's prompt in Qwen3.5's template, as the release's
-                 current recipe runs Qwen3.5-4B (seal/formats/qwen35.py)
-    qwen3.5      Qwen3.5's own XML tool calls in its template (beyond the paper)
+    bfcl_qwen_fc  toolace_official_prompt  qwen2.5  qwen3  llama3.1  bfcl_prompt
+    bfcl_qwen_fc_qwen3.5  qwen3.5
 
-`auto` picks by model name: Qwen2.5 models (and the tiny test model) use bfcl_qwen_fc, the
-paper's prompt (bfcl-eval does not rank Qwen2.5), Qwen3.5 models (and tiny-qwen3.5) the
-same prompt in their template, as the release runs them, and ToolACE-2-Llama-3.1-8B the
-paper's ToolACE prompt (bfcl-eval ranks it as ToolACE-2-8B, whose name keeps bfcl-eval's
-format); any other model bfcl-eval ranks uses the format of its handler there,
-function-calling mode first (`<name>-FC`). Any other name needs an explicit one.
+`auto` picks by model name (the paper's prompts for the paper's models, bfcl-eval's
+handler's format for a model it ranks); any other name needs an explicit format. What each
+format is and the `auto` rule: docs/tool_formats.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Start, adopt and stop the environment service of a run.
 
-A run talks only to the service meant for it, and says which:
-- its own (`start_service`): `python -m env_service` on the given port, or on a free one
-  (port 0, the default), so two runs never share a service. The run's bearer token
-  reaches it through its environment ($SEAL_ENV_TOKEN), never its command line, which
-  other users can read in the process list. It is used once it answers /healthz, and
-  /v1/whoami with that token (a service of another run that got the port would not). It
-  is stopped by its handle on every exit path: return, error, Ctrl-C, SIGTERM (which the
-  launcher turns into an exception), and kill -9 of the launcher, for which it runs under
-  seal.launch.watch_parent and stops when the launcher's pipe closes. It runs in a process
-  group of its own, so a Ctrl-C at the terminal (sent to the launcher's group) reaches the
-  launcher alone, which stops the service after its job has stopped, rather than killing
-  the service under the job's requests. A `port` another program holds is named as such.
-- an adopted one (`adopt_service`): already running, it must answer /v1/whoami with the
-  run's token and refuse a request without one; otherwise the run is refused. It is
-  left running.
+A run talks only to the service meant for it: its own (`start_service`, on a free port
+with a fresh token passed through the environment, never the command line; stopped on
+every exit path, kill -9 of the launcher included, and in a process group of its own so a
+Ctrl-C reaches the launcher alone), or an adopted one (`adopt_service`) that proves it is
+the run's with /v1/whoami. The rules and why: docs/runs.md.
 """
 
 from __future__ import annotations

@@ -3,24 +3,10 @@
     seal-report --compare --arm GRPO RUN [RUN ...] --arm SEAL RUN [RUN ...] [--baseline GRPO]
     seal-report --compare RUN [RUN ...] [--baseline RUN]      # each RUN an arm of one run
 
-Each RUN is a training run's directory, an endpoint evaluation's output directory
-(`seal-eval --out-dir`) or a directory of `step_*.jsonl` records (seal.report.run_source);
-an arm's runs are its seeds. Every run is scored at two steps: its **final** validation
-step and its **best** one (the highest average of the four categories, or of all tasks when
-a run does not cover the four; the later step on a tie). The best step is chosen on the same
-tasks it is scored on, so its row is flagged as selected on the test set; `--select heldout`
-chooses it on half of each category's tasks and scores it on the other half. `RUN@STEP`
-scores the run at that step in both rows.
-
-Per arm, selection and category (and the paper's average): the mean over the arm's runs
-with its standard error over seeds and tasks; per run, the same (the per-seed table); per
-arm against the baseline arm: the difference, its 95% interval, a p-value and the p-value
-Holm-adjusted across all rows of the comparison. When both arms are one run with one
-0/1 outcome per task, the interval is the paired percentile bootstrap over tasks and the
-p-value the exact McNemar test; otherwise the pooled estimate over seeds and tasks with
-Student's t (seal.report.stats; docs/comparing_runs.md). Tasks are paired across all runs:
-those some run did not validate are left out and counted. A category with too few tasks
-for any test to reach p < 0.05 is warned about.
+Each run is scored at its final and its best validation step; per arm, the mean over its
+runs with a standard error over seeds and tasks, and against the baseline the difference,
+its 95% interval and a Holm-adjusted p-value (seal.report.stats). Which step, which test
+and why: docs/comparing_runs.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """The paper's Table 2 (out of distribution) for evaluated checkpoints: BFCL V4 agentic and
 tau2-bench, the paper's rows beside them.
 
-- BFCL V4, from an endpoint evaluation's records (seal-eval --split agentic):
-  as bfcl-eval's leaderboard summarises its agentic categories, web search is the
-  unweighted mean of `web_search_base` and `web_search_no_snippet`, memory the mean of
-  `memory_kv`, `memory_vector` and `memory_rec_sum`, and the average the mean of the two
-  (`bfcl_v4_scores`). A column with a category missing is left empty, never averaged over
-  fewer categories.
-- tau2-bench, from the results files its own command line writes (README: "Out of
-  distribution"): a file `results.json` (or a run folder holding one, with its
-  `simulations/` folder in tau2-bench's folder format), one domain each. A domain's score
-  is tau2-bench's pass^1: per task the share of its trials with reward 1 (within 1e-6),
-  averaged over tasks; simulations that ended in an infrastructure error are left out, as
-  tau2-bench's own metrics leave them out. The average is the mean of retail, airline and
-  telecom (`tau2_scores`).
-
-`seal-report --table2 RUN [RUN ...]` reads each RUN's validation records and the tau2-bench
-results under RUN/tau2/, and writes the table with the paper's rows of the runs' backbones
-(seal.report.paper's Table 2).
+`seal-report --table2 RUN [RUN ...]` scores BFCL V4 from each RUN's validation records as
+bfcl-eval's leaderboard summarises it (`bfcl_v4_scores`) and tau2-bench's pass^1 from the
+results under RUN/tau2/ (`tau2_scores`); a column with a part missing stays empty, never
+averaged over fewer. The formulas and the results format: docs/evaluation.md, "Table 2".
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Did a guideline make its failure recur less? Measured against a matched control run.
 
-A guideline is shown for the failure tag the failure profile reports as prevalent, and only
-in training episodes. The report's descriptive table (seal.report.paper_views) compares the
-tag's share of the training turns before and after the guideline appeared; it cannot answer
-the question: the episodes measured carry the guideline, the tag was chosen for being
-frequent (so it tends to fall anyway: regression to the mean), training lowers failures
-with or without a guideline (no control), and shares of all turns sum to one (one tag falls
-when another rises).
-
-The measure here (`seal-report RUN --control CONTROL`): the same validation steps of the run
-and of a control run trained alike but without guidelines; validation episodes carry no
-layer, so both are scored on the plain benchmark. For each guideline's tag, its rate per
-eligible turn (turns where the tag can occur: `spurious_tool_call` on turns whose ground
-truth is empty, the other failure tags on turns whose ground truth calls tools), in the run
-and in the control, their difference and a 95% percentile bootstrap interval over the tasks
-both validated (tasks resampled with replacement, paired; a task's turns stay together).
+The report's descriptive table (before/after shares of the training turns) cannot answer
+that: the episodes carry the guideline, the tag was chosen for being frequent, training
+lowers failures anyway, and shares sum to one. Here (`seal-report RUN --control CONTROL`)
+each guideline's tag rate per eligible turn on the plain-benchmark validation steps of the
+run and of a control trained alike without guidelines, their difference and a paired
+bootstrap interval over tasks. Details: docs/comparing_runs.md, "Guidelines".
 """
 
 from __future__ import annotations

@@ -1,43 +1,11 @@
 """The multi-turn episode driver: one BFCL episode as one training sample.
 
-`run_episode` plays one episode through the service's episode lifecycle
-(seal.rollout.env_client.Episode): it alternates generations and observations until
-the service ends the episode or a limit stops it, and returns the token sequence the
-model was conditioned on with its loss mask and the service's evaluation. The
-single-process trainer and the verl agent loop both call it; only the `Generator`
-differs. The limits are the episode's own (`EpisodeSettings.limits`), which the service
-applies too: it ends the episode at `max_generations`. The model's tool format
-(seal.formats) renders the prompt and the observations and parses each generated text
-into the calls the service runs.
-
-Token rules (docs/design.md, "Loss mask"):
-- The ids a generator returns are appended exactly as returned; the conversation is
-  never re-tokenized. Only new observation messages are tokenized (turn_tokens.py), in
-  the format's own rendering. The format parses the generated text; its ids stay.
-- Mask 1 on generated ids (content and its end-of-turn token), 0 on everything else.
-- A generation that stopped without the end-of-turn token (max_new_tokens reached, or
-  another stop token) is still sent to the service as text. If another generation
-  follows, the driver closes the turn with the end-of-turn token before the
-  observation, masked 0 like the template text it belongs to: the model did not
-  produce it, so it is not trained on.
-- The sample ends with the last generation: an observation after it (the service's
-  reply to the last step) conditioned nothing and is left out, so prompt + response is
-  exactly the sequence the model saw at its last generation plus what it generated.
-
-Context rule (as verl's agent loop): the sequence never exceeds max_context_tokens.
-Each generation may produce min(max_new_tokens, max_context_tokens - len(sequence))
-tokens, so a generation late in a long episode can be cut short by the context (it
-then ends "length" and the episode stops with `context_limit` after it). An
-observation is appended only if at least one token of room is left after it;
-otherwise the episode stops with `context_limit` without it. Reserving a full
-max_new_tokens before every generation instead would cap episodes at
-16384 - 4096 tokens with the paper's limits, which 17 of the 800 ground-truth
-trajectories exceed (long_context tasks): tasks a policy could solve would be cut. A
-prompt with no room at all gives a sample with no response (num_generations 0,
-stop_reason context_limit); the trainer decides what to do with it. The rule is
-`generation_budget` and `observation_fits`; the endpoint evaluator (seal/eval/evaluator.py)
-applies `generation_budget` to whole prompts (an observation fits when the prompt with it
-leaves a token of room), so that it scores under the same budget.
+`run_episode` alternates generations and observations through the service's episode
+lifecycle (seal.rollout.env_client.Episode) until the service ends the episode or a limit
+stops it, and returns the token sequence the model was conditioned on, its loss mask and
+the evaluation. Both trainers call it; only the `Generator` differs. Generated ids are kept
+as returned (never re-tokenized) and the context never overflows: the token rules and the
+context rule (`generation_budget`, `observation_fits`) are in docs/design.md, "Loss mask".
 """
 
 from __future__ import annotations
@@ -193,7 +161,7 @@ async def run_episode(
     top_p: float = 1.0,
     max_prompt_tokens: int | None = None,
 ) -> EpisodeSample:
-    """Play one episode of `task_id` (see the module docstring for the rules). A first
+    """Play one episode of `task_id` (the rules: docs/design.md, "Loss mask"). A first
     prompt longer than `max_prompt_tokens` raises PromptTooLong before any generation."""
     play = _Episode(turn_tokenizer(tokenizer, tool_format), settings.limits, temperature, top_p)
     what = f"task {task_id}"

@@ -6,28 +6,9 @@
             ...
             evaluation = await episode.finish()
 
-The client speaks data, as the native API does: `episode.created` holds the system
-prompt's sections, the tool docs and the first question; a step sends the model's text
-with the calls the caller parsed from it (seal.formats) and gets back the observation
-messages. Rendering them is the caller's model format's job.
-
-`Episode` owns one episode from create to release: a step that ends it brings its
-evaluation (the service releases it then), `finish()` evaluates and releases one the
-client stops early, and leaving the `async with` block any other way (an error, a
-cancellation) releases it. An episode played to its end costs k + 1 requests.
-
-Every request is safe to repeat, so timeouts and connection errors are retried
-(seal.http): the episode id is chosen here, so a retried create finds its episode; every
-step carries its sequence number, so a retried step is answered, not rerun; an episode
-stopped early is evaluated (GET) and then released (DELETE), so a retried release whose
-first copy went through is not an error. A busy service (503: its live-episode cap is
-reached) is waited for, with backoff and its Retry-After, for `busy_wait_s`. A request
-without a reply is warned about while it waits. Every failure is an `EnvServiceError`
-(an `HttpError`: status, endpoint, task or episode, attempts and time spent); there is
-no fallback value.
-
-With a token (`token=`, else $SEAL_ENV_TOKEN), every request carries
-`Authorization: Bearer <token>`; the service answers 401 to any other.
+It speaks data, as the native API does (rendering is the caller's tool format's job); every
+request is safe to repeat, so failures are retried, then raised: docs/design.md, "The
+episode contract".
 """
 
 from __future__ import annotations

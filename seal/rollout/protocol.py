@@ -1,28 +1,11 @@
 """The episode contract between trainers and the environment service, as data.
 
-One definition of each idea, used on both sides of the native API (`/v1`):
-
-- `EpisodeLimits`: where an episode stops and how its parts are cut. The driver applies
-  the token limits; the service ends the episode at `max_generations` assistant
-  messages, so both stop on the same step. Also the trainers' `trainer.limits` section.
-- `EvolutionSettings`: the observation layers of training episodes (the environment
-  half of SEAL). Also the trainers' `trainer.evolution` section.
-- `RewardSettings`: how a verified episode becomes a reward (`trainer.reward`).
-- `EpisodeSettings`: everything a client chooses when it creates an episode.
-- The request and reply bodies (`CreateEpisode`, `EpisodeCreated`, `StepRequest`,
-  `StepResult`, `Evaluation`): the service validates and shapes them, the client parses
-  them, so a field means the same on both ends.
-- `TOKEN_ENV`: the environment variable both ends read the bearer token from.
-
-The bodies carry no model's text format: the service sends tool docs, system-prompt
-sections and observations as data (`ObservationMessage`) and takes assistant turns as
-tool names with JSON arguments (`AssistantCall`); the client renders and parses them in
-its model's format (seal.formats).
-
-The settings are plain dataclasses so that OmegaConf merges `exp/*.yaml` onto them
-(unknown keys are errors) and pydantic validates them in request bodies (unknown keys
-are a 422); `__post_init__` checks the ranges on both paths. Imports nothing heavy: the
-service, the trainers and the evaluator all use it.
+One definition of each idea, used on both sides of the native API (`/v1`): the limits,
+the observation layers, the reward, the create settings, the request and reply bodies and
+the token's variable. The bodies carry no model's text format (the client renders and
+parses in its model's format, seal.formats). The settings are plain dataclasses, so they
+are also the trainers' YAML sections, and pydantic validates them in bodies. Each piece:
+docs/design.md, "The episode contract". Imports nothing heavy.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """What a training run may find in its run directory, checked before anything is written.
 
 A fresh run needs a directory without an earlier run's state; a resumed one needs its
-state, readable, and the same data order. `open_run` (seal/runs/run.py) calls
-`check_run_dir` before anything is written into the directory (config.yaml included), so
-a refused start leaves the earlier run as it was. Every refusal says what was found and
-how to proceed.
-
-A run killed before its first checkpoint (after step 0's validation wrote
-`metrics.jsonl`, say) has nothing to resume from and nothing worth keeping in place: a
-resume restarts it from step 0, and `set_aside_unfinished_attempt` first moves its files
-into `unfinished_attempts/<time>/` (kept, not deleted), saying what it found. Before,
-such a directory could neither start (it holds an earlier run) nor resume (no
-checkpoint). A directory with checkpoints but no readable `latest` pointer is refused,
-never restarted.
-
-A resume also checks `metrics.jsonl`: readable line by line, and holding a row for every
-step up to the checkpoint's (a file cut short or edited would otherwise be continued
-with its rows missing), and the data order (seal/runs/data_order.py).
+state, readable, a complete `metrics.jsonl` and the same data order. `open_run` calls
+`check_run_dir` before anything is written, so a refused start leaves the earlier run as
+it was, and every refusal says what was found and how to proceed. A run killed before its
+first checkpoint is set aside (`unfinished_attempts/`) and restarted. The rules:
+docs/runs.md.
 """
 
 from __future__ import annotations

@@ -2,19 +2,11 @@
 
     seal-export RUN_DIR OUT_DIR [--step best|latest|N] [--tokenizer NAME_OR_DIR]
 
-A checkpoint of either trainer is already a model directory: the local trainer's
-`checkpoints/step_N/` holds the policy (safetensors, config, generation config) with its
-tokenizer and chat template beside the trainer's state, verl's
-`checkpoints/global_step_N/actor/huggingface/` (and `best/`) the same when
-`verl.export_hf_weights` is on (the default). The export copies the model's files and
-nothing of the trainer's (the optimizer state is twice the weights), hard-linked where
-the filesystem allows, records where they came from (`seal_export.json`), and loads the
-result's config and tokenizer to check it: what comes out loads with `from_pretrained`,
-`transformers serve`, vLLM, and `seal-eval --model-dir`. A checkpoint written before
-checkpoints held their tokenizer gets the run's (its config's `trainer.model.tokenizer`,
-the model's own, or the shipped Qwen2.5 one for the tiny model), said so; verl shards
-without Hugging Face weights are named with verl's own merge command, not converted here
-(seal/ imports no verl).
+A checkpoint of either trainer is already a model directory; the export copies the model's
+files and nothing of the trainer's (hard links where it can), records their origin in
+`seal_export.json` and checks the result loads. verl shards without Hugging Face weights
+are named with verl's merge command, not converted. Details: docs/runs.md, "Checkpoints
+are model directories".
 """
 
 from __future__ import annotations

@@ -2,27 +2,9 @@
 Appendix C.4 logs both per round).
 
 ``RUN_DIR/interface/step_<step, 6 digits>.json``, one file per training step, written
-atomically by both trainers (a resumed step rewrites its file):
-
-    {"step": 3, "episodes": 256,
-     "layers": {"schema_cues": 256, "type_hints": 0, "recovery_feedback": 0, "guidelines": 256},
-     "shown": [{"tag": "state_mismatch", "text": "...", "episodes": 256}],
-     "served_profile": {...} | null,
-     "failure_profile": {...}}
-
-- ``episodes``: the step's training episodes that finished (failed episodes, left out of
-  the step, are not counted: they never reach the capability state either);
-- ``layers``: per observation layer, how many of them had it on (the create replies'
-  ``interface``, seal.rollout.protocol.EpisodeInterface);
-- ``shown``: each guideline their system prompts carried, with its failure tag and how
-  many episodes showed it, in the order shown;
-- ``served_profile``: the failure profile the trainer had pushed to the service before
-  the step, from which the guidelines were chosen (null when profiles are not pushed);
-- ``failure_profile``: the step's own profile, after its rollouts were observed (the
-  paper's C_r; the next step's guidelines come from it when it is pushed).
-
-``seal.report.run_page`` reads these files for the interface table and, with guidelines on,
-the recurrence table (each guideline's first step and its tag's share before and after).
+atomically by both trainers: the layers on, the guidelines shown with their tags, the
+profile served before the step and the step's own. The fields, and what the report reads
+from them: docs/design.md, "Observation evolution".
 """
 
 from __future__ import annotations

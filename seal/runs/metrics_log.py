@@ -1,29 +1,11 @@
 """Per-step training metrics: an append-only JSON Lines log in the run directory.
 
 ``RUN_DIR/metrics.jsonl`` holds one JSON object per training step, in ascending step order:
-``{"step": 12, "train/reward_mean": 0.31, "loss/policy": -0.02, ...}``. Keys other than
-``step`` are flat metric names (slash-separated groups, no nesting), values are numbers; a
-non-finite value (a NaN loss) is written as ``null``, which plots show as a gap, because
-``NaN`` is not JSON and other readers (jq, pandas) would choke on it.
-
-Both trainers write it through ``MetricsWriter``: ``MetricsWriter(run_dir)`` for a new run
-and ``MetricsWriter(run_dir, resume_step=N)`` when it resumes from the checkpoint of step N:
-rows of steps after N were written by the run that crashed after its last checkpoint and
-are about to be produced again, so they are dropped (the file is rewritten atomically
-first). Each row is flushed and synced as it is written; a line cut short by a crash has no
-final newline, and both the reader and a resume ignore such a last line. The same rows can
-also go to Weights & Biases (``wandb=WandbSettings(...)``, the local trainer's
-``trainer.logging``; offline without a key, so a run never needs credentials), into one
-wandb run per run directory: its id is made at the first start and kept in
-``wandb_run_id.txt`` (`wandb_run_id`), so a resumed run logs into the same wandb run. The
-verl trainer leaves it off, verl's own tracking logs there (with the same id, through
-$WANDB_RUN_ID: seal/trainer/verl/ray_init.py).
-
-The metric names are made here and nowhere else: the constants and `*_key` builders
-below, `outcome_metrics` (a training batch's outcomes, both trainers) and
-`episode_metrics` (the local trainer's episode sizes); ``seal.report.run_page`` plots them.
-``CapabilityState.metrics()`` (``tocf/...``) and ``apply_apatch`` (``apatch/...``) name
-their own, listed here where the report reads them.
+``{"step": 12, "train/reward_mean": 0.31, "loss/policy": -0.02, ...}``, flat names, numbers,
+``null`` for a non-finite value. Both trainers write it through ``MetricsWriter`` (a resume
+drops the rows past its checkpoint; optionally mirrored to one wandb run per run
+directory), and the metric names are made here and nowhere else. The format, resume and
+wandb rules: docs/runs.md, "What each run records".
 """
 
 from __future__ import annotations

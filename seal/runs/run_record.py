@@ -1,21 +1,10 @@
 """The record of every attempt of a run: what the paper's Appendix C.4 says a run logs.
 
 Each start of a run (its first, then one per resume) is an attempt with a folder of its
-own, `RUN_DIR/attempts/NNN/` (001 first), written once and never rewritten:
-
-    config.yaml       the attempt's resolved config (the service token redacted)
-    record.json       the command as given (argv, --conf or --resume, the overrides), the
-                      config changes a resume was allowed (`accepted_changes`), the sampling
-                      seeds, the code (commit, uncommitted changes, untracked files), Python,
-                      the platform and the version of every installed package, the start time
-    uncommitted.diff  `git diff HEAD` at the start: the uncommitted changes the code ran with
-    base_model.json   the base checkpoint (written by the job once it holds the model): a hub
-                      model's revision and its files' hashes, a local directory's file sha256s,
-                      or the tiny model's settings and its weights' sha256
-
-`RUN_DIR/config.yaml` is the first attempt's config (what the run is), written once; the
-data order (`data_order.json`) and the interface of each step (`interface/`) are recorded
-where they always were. docs/runs.md lists the fields.
+own, `RUN_DIR/attempts/NNN/` (001 first), written once and never rewritten: its config,
+`record.json` (command, seeds, code, packages), `uncommitted.diff` and `base_model.json`.
+`RUN_DIR/config.yaml` is the first attempt's. The fields: docs/runs.md, "What each run
+records".
 """
 
 from __future__ import annotations

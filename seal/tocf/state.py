@@ -1,44 +1,11 @@
 """The capability state: what the agent can and cannot do yet, learned from its rollouts.
 
-`seal.tocf` keeps the name the original SEAL release gives this part (its
-`agentevolver/module/tocf`, "diagnostic state and advantage reweighting"; the release
-never spells the acronym out). It is the part of SEAL both halves read: each finished
-trajectory's per-turn diagnosis tags are observed once (`observe`) and counted here; the trainer half derives the dynamic tag weights A-Patch
-scales advantages by (`update_weights`, once per step), the environment half the failure
-profile the service turns into guidelines (`failure_profile`).
-
-The state keeps pass counts and reward sums per category, tag, (category, tag),
-(turn position, tag) and task, twice: for the whole run and for the current epoch's
-window, which `start_epoch` resets. The weights and the profile come from the window.
-
-Dynamic weights: a tag that is frequent, unsolved and seen often enough to trust gets a
-target above its base weight; the live weight moves a fraction `beta` toward it:
-
-    target = clamp(base * (1 + alpha * share * (1 - mean_reward) * min(1, count / saturation)),
-                   min_weight, max_weight)
-    weight = (1 - beta) * weight + beta * target
-
-`share` is the tag's fraction of the window's diagnosed turns (those tagged
-`checker_error`/`gt_error` left out, as in the release: they say nothing about the policy)
-and `mean_reward` the mean reward of the trajectories those turns belong to.
-
-The failure profile (the contract between trainer and service, a plain JSON dict):
-
-    {"step": 12, "epoch": 1, "num_turns": 1024,
-     "tags": [{"tag": "state_mismatch", "share": 0.31, "count": 317, "mean_reward": 0.12}, ...]}
-
-lists at most `profile_top_k` failure tags (FAILURE_TAGS) whose share of the window's
-failing turns (those tagged with a failure tag) is at least `profile_min_share`, seen at
-least `profile_min_count` times, whose trajectories' mean reward is below
-`profile_max_mean_reward` (still unsolved), most pressing first (share x (1 - mean
-reward)): the original release's guideline selection, so the guidelines a run shows are
-the paper's for the same statistics.
-
-The state lives in its run directory (`open_capability_state`): a new run refuses a
-directory that already holds a state, and resuming one is asked for explicitly, so a
-state left by an unrelated earlier run is never picked up by accident.
-`load_failure_profile` computes the profile straight from a saved file. Nothing here
-imports torch.
+The part of SEAL both halves read (the name `tocf` is the original release's): each
+trajectory's diagnosis tags are counted here, per run and per epoch window; the trainer
+derives A-Patch's dynamic tag weights from the window (`update_weights`), the service's
+guidelines come from its failure profile (`failure_profile`, the release's selection).
+What it counts, the weight update and the profile's JSON contract: docs/design.md,
+"The capability state". Nothing here imports torch.
 """
 
 from __future__ import annotations

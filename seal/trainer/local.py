@@ -1,28 +1,11 @@
 """The single-process SEAL trainer: any Hugging Face causal LM on one CPU or GPU.
 
-One step (`train_step`), as in the paper: roll out `batch` tasks x `n` samples against
-the environment service (training observations evolved) -> the service verifies and
-diagnoses each episode into turn tags -> the capability state observes them and updates
-the dynamic tag weights -> GRPO advantages per task group -> A-Patch scales each
-sample's advantages by its tags -> the actor update (clipped loss + KL to the frozen
-reference) -> the failure profile goes back to the service (the closed loop).
-Validation (n = 1, greedy, the plain benchmark) runs at step 0, every `test_freq` steps
-and at the end; checkpoints keep the best by `best_metric` and resume exactly.
-
-The trainer works in an opened run (seal/runs/run.py: locked, checked): the launcher's,
-or one it opens itself when given a directory. What SEAL adds to the step (capability
-state, epoch windows, A-Patch, the profile pushed to the service, the best step) is the
-SealStep both trainers call (seal/trainer/seal_step.py). Before its first rollout, `fit`
-pushes the failure profile to the service: a resumed run may meet a fresh service that
-never saw it, and its next step must get the guidelines the uninterrupted run's got.
-
-The optimizer updates float32 master weights; generation and the update's passes run on
-their copy in `trainer.model.dtype` (seal/trainer/precision.py, as verl's mixed precision).
-
-Simplifications, named: generation and training share that one compute copy (no weight
-sync to another engine), old log-probs are recomputed by the actor before the update (as
-verl does), and one pass is made over the samples per step (ppo_epochs = 1, the paper's
-setting).
+One step (`train_step`), as in the paper: roll out `batch` tasks x `n` samples against the
+environment service -> the service diagnoses each episode -> the capability state updates
+the tag weights -> GRPO advantages -> A-Patch -> the actor update (clipped loss + KL) ->
+the failure profile goes back to the service. What SEAL adds is the `SealStep` both
+trainers call. Validation, checkpoints, precision and the simplifications, named:
+docs/design.md, "The paper's recipe".
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """What SEAL adds to a GRPO step, as one object both trainers call.
 
-The local trainer (seal/trainer/local.py) and the verl trainer (seal/trainer/verl/trainer.py)
-each run their own rollouts, GRPO advantages and actor update; around them SEAL does the
-same in both, here:
-
-- the capability state: opened fresh (`start`) or restored from a checkpoint (`restore`),
-  and saved to the run directory after every step; a checkpoint holds it and the best
-  validated step (`save`), so a resumed run goes on with both;
-- its epoch windows (`begin_epoch`), each closed by a summary in `tocf/` (`finish`);
-- the reweighting of a step's advantages (`reweight`: the capability state observes every
-  sample's tags, A-Patch scales its advantages, seal/trainer/reweight.py), with the step's
-  outcome metrics and interface record;
-- the failure profile pushed to the service (`close_loop`, `push_profile`): the closed loop;
-- the best validated step (`validated`, by `trainer.checkpoint.best_metric`): `best` is the
-  one record of it in either trainer.
+The local and the verl trainer each run their own rollouts, GRPO advantages and actor
+update; around them SEAL does the same in both, here: the capability state (opened,
+restored, saved with checkpoints), its epoch windows, the reweighting of a step's
+advantages (A-Patch), the failure profile pushed to the service, and the one record of
+the best validated step. Each method: docs/design.md, "The paper's recipe".
 """
 
 from __future__ import annotations

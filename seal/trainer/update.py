@@ -1,23 +1,11 @@
 """The actor update of one GRPO step, from rollout samples to an optimizer step.
 
-A sample is prompt ids, response ids (generated and observation tokens interleaved)
-and a response mask (1 on generated tokens). `response_mask_matrix` pads the masks of a
-step into the one [samples, width] matrix the advantages and the loss use; a
-micro-batch (`collate`) right-pads each sample's prompt + response into one row of
-`input_ids`.
-
-Log-probabilities (`response_logprobs`) are computed with bounded memory: a causal LM's
-output layer is vocabulary-wide (151,936 for Qwen2.5), so full logits of a 16k-token
-episode would not fit. The decoder runs once; the output projection, log-softmax and
-gather run over chunks of response positions, each under activation checkpointing, so
-the backward pass recomputes a chunk's logits instead of keeping every chunk's
-[tokens, vocab] activations alive.
-
-`policy_update` makes one pass over the samples: each mini-batch is one optimizer step (of
-the float32 master weights, seal/trainer/precision.py), its micro-batches are forwarded
-and backpropagated one at a time, each loss aggregated with the mini-batch's token and
-sequence counts, so the accumulated gradient is exactly the mini-batch loss's gradient
-whatever the micro-batch size.
+Samples (prompt ids, response ids, a mask on generated tokens) become padded matrices;
+log-probabilities are computed over chunks of positions under activation checkpointing,
+because full vocabulary-wide logits of a 16k-token episode would not fit; `policy_update`
+makes one pass, each mini-batch one optimizer step, each micro-batch's loss weighted so
+the accumulated gradient equals the mini-batch's. Details: docs/design.md, "The paper's
+recipe".
 """
 
 from __future__ import annotations

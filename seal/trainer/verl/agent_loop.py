@@ -1,22 +1,11 @@
 """`SealBfclAgentLoop`: verl's agent loop for BFCL multi-turn rows (agent_name "seal_bfcl").
 
-verl's AgentLoopWorker instantiates the loop once per sample (hydra.utils.instantiate
-with trainer_config, server_manager, tokenizer, ...) and awaits
-`run(sampling_params, **row)`, where `row` is the dataset row minus agent_name
-(extra_info, raw_prompt, data_source, index, ...). The loop plays the row's task with
-the shared episode driver against the environment service, generating through verl's
-LLM server client, and returns the episode as an `AgentLoopOutput` whose reward_score
-is the service's reward (so verl's reward loop is not called for it).
-
-Settings come from the `seal` section of the trainer config, which the launcher writes
-(section.py: the env URL and the run's `trainer` section: limits, layers, reward).
-
-Lengths: verl pads the prompt to rollout.prompt_length and the response to
-rollout.response_length and fails on longer ones. The driver bounds prompt + response
-by max_context_tokens only, so the loop requires max_context_tokens <=
-response_length (then every response fits) and fails an episode whose prompt exceeds
-prompt_length rather than truncating it (a cut prompt is not what the model saw), before
-its first generation.
+verl instantiates it once per sample; it plays the row's task with the shared episode
+driver against the environment service, generating through verl's LLM server client, and
+returns an `AgentLoopOutput` whose reward_score is the service's reward. Settings come
+from the config's `seal` section. It requires max_context_tokens <= response_length and
+fails an over-long prompt rather than truncating it: seal/trainer/verl/NOTES.md, "The SEAL
+trainer's hooks".
 """
 
 from __future__ import annotations

@@ -1,49 +1,10 @@
 """The verl config of a run: the run config's `trainer` section mapped onto verl's keys.
 
-`compose_verl_config` composes verl 0.9.1's own `ppo_trainer` config with Hydra, with
-the mapped keys and then the run's `verl.overrides` as overrides (so an unknown key is
-an error, as on verl's command line), adds the `seal` section (section.py) and
-validates the result: no missing (`???`) value, verl's own `validate_config`, and the
-sections verl turns into dataclasses (actor, rollout, reference, algorithm) convert.
-The same `trainer` keys therefore mean the same on the local and the verl backend.
-
-Mapping (run config -> verl), besides the fixed choices in `FIXED`:
-  trainer.model.path                  actor_rollout_ref.model.path
-  trainer.model.gradient_checkpointing  actor_rollout_ref.model.enable_gradient_checkpointing
-  trainer.data.train_file/val_file    data.train_files / data.val_files
-  trainer.data.train_batch_size, seed data.train_batch_size, data.seed
-  trainer.data.max_train/val_tasks    data.train_max_samples / val_max_samples (0 -> -1)
-  trainer.rollout.n/temperature/top_p/seed  actor_rollout_ref.rollout.n/temperature/top_p/seed
-  trainer.limits.max_context_tokens   data.max_response_length (verl pads each episode's
-                                      response to it; the agent loop requires it) and
-                                      rollout.max_model_len (vLLM's context: without it vLLM
-                                      sizes for the model's whole window, 32k-262k tokens)
-  trainer.optim.lr/weight_decay/grad_clip  actor_rollout_ref.actor.optim.lr/weight_decay/clip_grad
-  trainer.optim.mini_batch_size       actor_rollout_ref.actor.ppo_mini_batch_size (tasks)
-  trainer.loss.*                      actor_rollout_ref.actor clip ratios, loss_agg_mode,
-                                      use_kl_loss, kl_loss_coef/type, entropy_coeff
-  trainer.advantage.norm_by_std       algorithm.norm_adv_by_std_in_grpo
-  trainer.validation.*                trainer.test_freq, val_before_train,
-                                      rollout.val_kwargs (n = 1, greedy at temperature 0)
-  trainer.checkpoint.save_freq/resume/keep_only_best
-                                      trainer.save_freq (0 -> -1), resume_mode auto|disable,
-                                      max_actor_ckpt_to_keep 1 (the latest; the best is kept
-                                      as hard links in checkpoints/best)
-  verl.dynamic_batching, *_max_tokens_per_gpu
-                                      use_dynamic_bsz with token budgets (>= the context
-                                      limit) for the update and both log-prob passes
-  verl.export_hf_weights              actor.checkpoint.save_contents += hf_model
-  trainer.total_epochs/total_steps    trainer.total_epochs / total_training_steps
-  trainer.logging.*                   trainer.project_name, logger (console [+ wandb])
-  name, output_dir                    trainer.experiment_name, default_local_dir
-                                      ({run_dir}/checkpoints), validation_data_dir
-  verl.*                              GPUs, nodes, engine, TP, memory, micro-batches, offload
-  verl.device = cpu                   the CPU test backend's keys (`cpu_backend_keys`)
-Derived from the machine: the attention implementation (flash-attn if it imports, else
-sdpa: attention.py), TransferQueue's storage units and the CPUs of a Ray the launcher
-starts (`ray_cpus`: what verl reserves must fit, or Ray waits forever).
-`trainer.model.dtype/device/tiny`, `rollout.max_batch_size` and `optim.micro_batch_size`
-have no verl counterpart (verl trains in bf16 mixed precision on its own GPUs).
+`compose_verl_config` composes verl 0.9.1's own `ppo_trainer` config with Hydra, the mapped
+keys and the run's `verl.overrides` as overrides (an unknown key is an error, as on verl's
+command line), adds the `seal` section and validates the result, so the same `trainer`
+keys mean the same on the local and the verl backend. The mapping, key by key, and what
+is derived from the machine: docs/gpu.md, "The run config in verl's keys".
 """
 
 from __future__ import annotations
@@ -253,8 +214,9 @@ def ray_cpus(run_cfg) -> int:
 
 
 def mapped_keys(run_cfg, run_dir: Path, attention: Attention | None = None) -> dict:
-    """verl key -> value for one run (see the module docstring). `attention`: the choice
-    for this machine, found from what imports unless given (tests)."""
+    """verl key -> value for one run (the mapping: docs/gpu.md, "The run config in verl's
+    keys"). `attention`: the choice for this machine, found from what imports unless given
+    (tests)."""
     t, v = run_cfg.trainer, run_cfg.verl
     if v.device not in ("cuda", "cpu"):
         raise ValueError(f"verl.device must be cuda or cpu, not {v.device!r}")

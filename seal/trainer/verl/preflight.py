@@ -2,44 +2,10 @@
 minutes of worker start-up (or after gigabytes of downloads, or hours into training).
 
 `launcher.py --conf X --preflight` runs only this; every verl run runs it first
-(`verl.preflight`, default on) and stops on a blocker. One table, one row per check:
-
-| check | what it compares |
-|---|---|
-| GPUs | GPUs each node shows (nvidia-smi) vs `verl.n_gpus_per_node` on `verl.nnodes` nodes |
-| driver | the NVIDIA driver on every node vs 580 (CUDA 13: torch 2.11, vLLM 0.24) |
-| memory: training / rollout / KV cache | a per-GPU estimate for the model and config (below) vs a share of each GPU's memory, with the margin |
-| disk | the checkpoints the retention policy keeps vs the free space where they go |
-| model files | the model's config and every weight file on every node's disk (never downloaded here) |
-| model and chat template | the model's config and tokenizer load from this node's disk; its chat template closes an assistant turn with the tool format's end-of-turn token, which is one token |
-| Ray CPUs | what verl reserves (config.py: 3 per GPU, TransferQueue) vs the cluster's CPUs |
-| service from workers | a Ray task on every node reaches the environment service with the token it got |
-| shared filesystem | every node reads a file the launcher just wrote in the run directory |
-| tracking | every node's WANDB_MODE (and key, online) is the run's |
-
-Each check is a small function of facts (`NodeFacts`, `ModelShape`, byte counts), so the
-tests inject a node with an old driver, a full disk, no model or no token; node_facts.py
-gets the facts with one Ray task per node (the same Ray, and so the same runtime
-environment, the run uses: seal/trainer/verl/ray_init.py); `launcher.py --preflight` on one
-node, where the run would start its own Ray, probes in its own process with the environment
-that Ray would give the workers. No check touches the network but the service's: a hub that
-cannot be reached made the model's config load retry for minutes.
-
-The memory estimate (bf16 compute, fp32 master weights, AdamW; seal/trainer/memory.py for
-the shared terms, docs/gpu.md for their sources; an estimate to catch what cannot fit, not
-a measurement): training keeps 16 bytes per parameter (weights, gradients, two Adam
-moments) sharded over all GPUs, less what is offloaded, plus the logits of one micro-batch
-(4 bytes per token per vocabulary entry), the activations (with gradient checkpointing,
-each layer's input; without, ~10 tensors per layer), FSDP's root unit gathered whole (the
-embeddings and output layer, bf16 weights and gradients), with sdpa the micro-batch's
-attention mask, two CUDA contexts (the FSDP worker, vLLM asleep) and NCCL's buffers; it is
-held against 90% of the card. The rollout phase keeps the actor's weights and optimizer on
-the GPU (12 bytes per parameter, sharded), the worker's CUDA context and NCCL buffers,
-while vLLM takes `gpu_memory_utilization` of the GPU for its weights (2 bytes per parameter
-/ TP), a fixed overhead and the KV cache, held against 95% of the card (fixed pools); the
-row names the largest utilization that fits. The KV cache's capacity in tokens is compared
-with one episode at the context limit (vLLM refuses to start below that) and with the
-episodes one replica serves at once (below that, it queues them).
+(`verl.preflight`, default on) and stops on a blocker. One table, one row per check; each
+check is a small function of facts gathered per node (node_facts.py), so tests inject the
+failures. The rows, how each is computed and the memory estimate: docs/gpu.md, "Run, with
+a preflight first" and "Memory: what the preflights estimate".
 """
 
 from __future__ import annotations
@@ -483,7 +449,7 @@ def model_checks(config, tool_format) -> tuple[ModelShape | None, Check]:
 def run_preflight(
     run_cfg, config, run_dir: Path, probe_env: dict[str, str] | None = None
 ) -> list[Check]:
-    """Every check of the module docstring, against the running Ray (ray_init.start_ray);
+    """Every check of the table (docs/gpu.md), against the running Ray (ray_init.start_ray);
     with `probe_env` (the workers' environment), on this node alone, probed in this process
     (a one-node run's preflight before its Ray starts)."""
     from omegaconf import OmegaConf

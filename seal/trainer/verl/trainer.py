@@ -1,29 +1,10 @@
 """`SealPPOTrainer`: verl's synchronous PPO trainer with the SEAL step added.
 
-Registered as trainer mode `seal_sync` (select it with `trainer.v1.trainer_mode`, which
-the launcher's verl job does). verl runs the step: rollouts through the agent loop
-(seal_bfcl), old/reference log-probs, GRPO advantages, the FSDP actor update. This class
-adds what SEAL needs, each through an overridden hook that calls verl's own first:
-
-- `_compute_advantage`: after verl's GRPO advantages, the SEAL step (seal_step.py, the
-  object the local trainer calls) has the capability state observe every sample's tags
-  and A-Patch rescale its advantages; the failure profile goes to the service.
-- `_dump_generations` (validation): writes the project's validation records
-  (seal/runs/records.py, as the local trainer) and keeps the best checkpoint.
-- `_save_checkpoint` / `_load_checkpoint`: the capability state and the best-so-far
-  travel with verl's checkpoints (`SealStep.save` / `restore`, as in the local trainer's),
-  so a resumed run continues the same weights.
-- `on_step_begin`: opens the capability state's epoch window (epoch summaries in tocf/).
-- `_compute_metrics`: the step's numeric metrics also go to `{run_dir}/metrics.jsonl`
-  (seal/runs/metrics_log.py's writer, the local trainer's; wandb off there, since verl's
-  own tracking logs to wandb), so `seal-report` reads a verl run like a local one.
-
-The run directory was opened (locked, checked) by the launcher, whose process holds it
-while verl runs; this trainer, in a Ray process, writes into it.
-
-The sample's task, category, reward and tags come from the TransferQueue fields the
-agent loop filled (`extra_fields`, `rm_scores`), read with the batch's own keys, so
-rows line up with the advantages by construction.
+Registered as trainer mode `seal_sync`. verl runs the step; this class adds the SEAL step
+(capability state, A-Patch, the failure profile), the project's validation records, the
+capability state in verl's checkpoints and metrics.jsonl, each through an overridden hook
+that calls verl's own first, so verl's `fit()` is never copied. Each hook and why:
+seal/trainer/verl/NOTES.md, "The SEAL trainer's hooks".
 """
 
 from __future__ import annotations

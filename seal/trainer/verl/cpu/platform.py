@@ -1,21 +1,10 @@
 """`seal_cpu`: a verl platform whose device is the CPU and whose collectives are gloo.
 
-verl asks its platform (verl/plugin/platform) for the device name, the `torch.<device>`
-module it calls for memory, RNG and synchronisation, the process-group backend and the
-Ray resource its workers reserve. This one answers with the CPU's own facilities:
-- memory figures are the process's resident memory (psutil), the only memory a CPU
-  process has; `empty_cache`, `synchronize` and `set_device` are no-ops because CPU
-  tensors have no caching allocator, run synchronously and live on one device;
-- RNG state is torch's CPU generator;
-- collectives use gloo (`cpu:gloo`, as verl's own CPU code paths do).
-
-Ray resource: verl reserves one accelerator per worker in its placement groups and checks
-the cluster for "GPU"/"NPU" resources only (ResourcePoolManager._check_resource_available
-in verl/single_controller/ray/base.py), so the smoke config starts Ray with logical
-`num_gpus` worker slots and this platform reserves those. Nothing touches CUDA.
-
-Selected only explicitly (VERL_PLATFORM=seal_cpu): `is_platform_available` is False, so
-auto-detection on a GPU node never picks it.
+It answers verl's platform questions (device, memory, RNG, synchronisation, process-group
+backend, Ray resource) with the CPU's own facilities, and reserves logical `num_gpus`
+slots because verl checks the cluster for GPU resources only. Selected only explicitly
+(VERL_PLATFORM=seal_cpu), never by auto-detection. Each answer and why:
+seal/trainer/verl/NOTES.md.
 """
 
 from __future__ import annotations
@@ -140,7 +129,7 @@ class PlatformSealCPU(PlatformBase):
         return "CUDA_VISIBLE_DEVICES"
 
     def ray_resource_name(self) -> str:
-        return "GPU"  # logical worker slots (module docstring)
+        return "GPU"  # logical worker slots (NOTES.md, platform)
 
     def ray_noset_envvars(self) -> list[str]:
         return []

@@ -1,24 +1,11 @@
 """`seal_hf_cpu`: a verl rollout replica that generates with a Hugging Face model on CPU.
 
 What verl's vLLM replica is to a GPU run, this is to the CPU smoke run: registered with
-verl's RolloutReplicaRegistry (`actor_rollout_ref.rollout.name = seal_hf_cpu`), started
-by verl's LLMServerManager as a standalone replica (one Ray actor on its own logical
-device slot), and called by verl's load balancer and agent-loop workers through the same
-methods: token-in/token-out `generate` answering a `TokenOutput`, and the lifecycle
-calls (sleep, wake_up, abort/resume, KV-cache release) the trainer and the checkpoint
-manager make.
-
-The actor is a `CheckpointEngineWorker` (verl's rollout-side weight receiver) whose
-server adapter holds the model, so new weights arrive through verl's own path:
-CheckpointEngineManager -> checkpoint engine (`seal_gloo`, weight_sync.py) ->
-`HFServerAdapter.update_weights`. Sleeping releases the weights (as vLLM's sleep mode
-frees them); a generate call while asleep is an error, so a rollout can only ever run on
-weights the actor sent.
-
-Generation is seal.rollout.hf_generator.HFGenerator, the local trainer's: concurrent
-requests are micro-batched, and each generated id's log-probability under
-logits / temperature comes back as the `rollout_log_probs` verl compares with the actor's
-(`training/rollout_probs_diff_*`).
+verl's RolloutReplicaRegistry and called through the same methods (token-in/token-out
+`generate`, the lifecycle calls). New weights arrive through verl's own checkpoint-engine
+path, and a generate call while asleep is an error, so a rollout only runs on weights the
+actor sent. Generation is the local trainer's HFGenerator. Details:
+seal/trainer/verl/NOTES.md, "How the CPU backend is built".
 """
 
 from __future__ import annotations

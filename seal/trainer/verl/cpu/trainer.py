@@ -1,27 +1,11 @@
 """`seal_sync_cpu`: the SEAL trainer with its rollouts on the `seal_hf_cpu` replica.
 
-Everything of `SealPPOTrainer` (the SEAL step, validation records, checkpoints) and of
-verl's `fit()` is unchanged; only where generation runs differs from a GPU run.
-
-Why not verl's hybrid engine, as GPU runs use: there the actor worker itself builds the
-rollout engine with `get_rollout_class(name, "async")` (verl/workers/engine_workers.py,
-`ActorRolloutRefWorker.init_model`), which reads a fixed table of vLLM, SGLang and
-TensorRT-LLM adapters (`_ROLLOUT_REGISTRY` in verl/workers/rollout/base.py) that has no
-public way to add one, and all three need their engine installed. So this trainer opts
-out of hybrid replicas (`_enable_hybrid_replicas = False`, the hook verl's
-separate-async trainer uses), and after verl's setup starts standalone `seal_hf_cpu`
-replicas with verl's LLMServerManager and syncs weights to them with verl's
-CheckpointEngineManager over the configured checkpoint engine (`seal_gloo`) - the path
-verl takes for disaggregated rollouts, instead of the in-process "naive" sync of the
-hybrid engine. The sync trainer's hooks (update weights at init and after each step,
-sleep the replicas after sampling) then act on these replicas.
-
-The actor and reference workers are verl's `ActorRolloutRefWorker`, started with their
-process group on gloo: verl's default backend string, `cpu:gloo,{device}:{backend}`
-(verl/utils/distributed.py, `initialize_global_process_group_ray`), names the CPU twice on
-this platform, which torch refuses; verl's own call then finds the group initialised.
-Workers are swapped through `_init_resource_pool_mgr`, as verl's separate-async trainer
-swaps in its DetachActorWorker.
+Everything of `SealPPOTrainer` and of verl's `fit()` is unchanged; only where generation
+runs differs. verl's hybrid engine reads a fixed table of vLLM/SGLang/TensorRT-LLM
+adapters with no public way to add one, so this trainer opts out of hybrid replicas and
+syncs weights to standalone replicas through verl's checkpoint-engine path, as verl does
+for disaggregated rollouts. The hooks used and why: seal/trainer/verl/NOTES.md, "How the
+CPU backend is built".
 """
 
 from __future__ import annotations
@@ -64,7 +48,7 @@ def use_gloo_workers(role_worker_mapping: dict) -> None:
 
 @register_trainer(TRAINER_MODE_CPU)
 class SealPPOTrainerCPU(SealPPOTrainer):
-    _enable_hybrid_replicas = False  # read by PPOTrainer._setup (see the module docstring)
+    _enable_hybrid_replicas = False  # read by PPOTrainer._setup (NOTES.md, CPU backend)
 
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()

@@ -1,31 +1,11 @@
 """The weight receiver of verl's vLLM rollout on the CPU: verl's receive, inside vLLM's
 layer-wise reload. Used only by the vLLM CPU smoke run (exp/verl_cpu_vllm_smoke.yaml),
-which names it through vLLM's public `worker_extension_cls` engine argument
-(`actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls`; verl merges those
-keyword arguments after its own, so this class replaces verl's). GPU runs keep verl's
-`vLLMColocateWorkerExtension` as it is.
+which names it through vLLM's public `worker_extension_cls` engine argument; GPU runs keep
+verl's `vLLMColocateWorkerExtension` as it is.
 
-Why: after loading, vLLM's CPU build hands each unquantized linear layer's weight to a
-oneDNN (or sgl-kernel) matmul that keeps a packed copy, and replaces the layer's
-`weight` with an empty Parameter that has no `weight_loader`
-(`UnquantizedLinearMethod.process_weights_after_loading`,
-vllm/model_executor/layers/linear.py:220, calling `dispatch_cpu_unquantized_gemm(...,
-remove_weight=True)`, vllm/model_executor/layers/utils.py:321 for oneDNN, 307 and 290 for
-the other CPU kernels). verl's receiver (`update_weights_from_ipc` -> `model.load_weights`)
-then fails at the first linear weight ("'Parameter' object has no attribute
-'weight_loader'", linear.py:1417). vLLM's own in-place
-reload, the one its `reload_weights` and IPC weight-transfer engine use, handles this:
-`initialize_layerwise_reload` puts each layer back in its checkpoint layout (on the meta
-device, original loaders wrapped), `model.load_weights` fills a layer and, once all of a
-layer's weights arrived, reruns its `process_weights_after_loading` (a new packed
-matmul) and copies the result into the old tensors; `finalize_layerwise_reload` does the
-layers left (attention). So this receiver is verl's, step for step (the same
-BucketedWeightReceiver over ZMQ + shared memory, the same `_update_weights`), with the
-reload around it and without verl's final `process_weights_after_loading` over the whole
-model, which the reload has already run layer by layer (running it again would re-pack
-the now empty weights).
-
-What the CPU run therefore does not cover of verl's GPU receiver:
+Why: vLLM's CPU build replaces each linear layer's weight with one that has no
+`weight_loader`, so verl's receiver fails; vLLM's own layer-wise reload handles that.
+The vLLM lines involved, and what the CPU run does not cover of verl's GPU receiver:
 seal/trainer/verl/NOTES.md, "vLLM on the CPU".
 """
 

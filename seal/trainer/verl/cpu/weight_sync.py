@@ -1,20 +1,11 @@
 """`seal_gloo`: a verl checkpoint engine that moves the actor's weights to the rollout
 replicas over a gloo process group (CPU), registered with verl's CheckpointEngineRegistry.
 
-verl's CheckpointEngineManager drives it as it drives its NCCL engine
-(verl/checkpoint_engine/base.py, `update_weights` for any backend but "naive"):
-`prepare` on every actor and rollout worker -> `build_topology` -> `init_process_group`
--> the actor workers' `send_weights(engine.get_per_tensor_param())` concurrently with the
-rollout workers' `receive_weights()`, handed to their server adapter -> `finalize`.
-
-The group is the actor's rank 0 (the sender, group rank 0) and every rollout worker.
-The other actor ranks walk the weight generator without sending, because producing each
-full tensor is itself a collective over the FSDP group. Weights travel in buckets of at
-most `bucket_size` bytes: a length-prefixed pickle of the bucket's names, shapes and
-dtypes, then the bucket's bytes, each a gloo broadcast; the last bucket says so.
-
-Hand-written rather than taken from verl: verl's engines need NCCL, NIXL, Mooncake or
-HCCL, none of which runs without an accelerator.
+verl's CheckpointEngineManager drives it as it drives its NCCL engine; weights travel from
+the actor's rank 0 in size-bounded buckets of gloo broadcasts. Hand-written rather than
+taken from verl: verl's engines need NCCL, NIXL, Mooncake or HCCL, none of which runs
+without an accelerator. The protocol: seal/trainer/verl/NOTES.md, "How the CPU backend is
+built".
 """
 
 from __future__ import annotations

@@ -315,7 +315,7 @@ def test_each_row_uses_its_model_s_format(tmp_path):
 def test_verl_job_hands_the_validated_config_to_verl(tmp_path, monkeypatch):
     """The launcher's `verl` job up to verl's entry point (which needs GPUs): the config
     it passes is the validated one, saved in the run directory (the pass rates after it are
-    the launcher's: tests/test_launcher.py)."""
+    the launcher's: tests/seal/launch/test_launcher.py)."""
     from omegaconf import OmegaConf
 
     from seal.trainer.verl import launch

@@ -49,7 +49,7 @@ def perform(task_id: str, call: ToolCall) -> tuple:
 
 def serve(sock: socket.socket, parent_pid: int) -> None:
     """An outside-call process's loop; returns when the service closes its end."""
-    worker.detach(parent_pid, [], NICENESS, sock.fileno())
+    worker.detach(parent_pid, [], sock.fileno())
     preload_backends(("WebSearchAPI",))  # now, not in its first call's time
     while (message := worker.receive(sock)) is not None:
         request, task_id, call = message
@@ -94,6 +94,7 @@ class OutsideCalls:
             target=serve, args=(theirs, os.getpid()), name="env_service-outside", daemon=True
         )
         process.start()
+        worker.lower_priority(process.pid, NICENESS)
         theirs.close()
         slot = _Slot(process)
         slot.channel = Channel(mine, lambda m: self._answer(slot, m), lambda: self._died(slot))

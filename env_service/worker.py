@@ -140,7 +140,14 @@ def _replay(backends: Backends, calls: list) -> Generator[None, None, bool]:
     return True
 
 
-def detach(parent_pid: int, close_fds: list[int], niceness: int, own_fd: int) -> None:
+def lower_priority(pid: int, niceness: int) -> None:
+    """Run process `pid` `niceness` steps below this one's CPU priority. The parent sets
+    it right after the fork, not the child when it gets to run, so a service that says it
+    is ready has its workers at their priority (a child setting its own raced the check)."""
+    os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + niceness))
+
+
+def detach(parent_pid: int, close_fds: list[int], own_fd: int) -> None:
     # The service's signal handlers came with the fork: Ctrl-C is the service's to handle
     # (it stops its workers), SIGTERM ends a worker at once, and uvicorn's wake-up fd is
     # not ours to write to.
@@ -154,7 +161,6 @@ def detach(parent_pid: int, close_fds: list[int], niceness: int, own_fd: int) ->
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:
         os._exit(0)
-    os.nice(niceness)  # ServiceConfig.worker_niceness: why
     for fd in close_fds:  # other workers' pipes: their end-of-file must not wait for us
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -193,10 +199,9 @@ def serve(
     max_evaluation_seconds: float,
     parent_pid: int,
     close_fds: list[int],
-    niceness: int,
 ) -> None:
     """The worker's loop; returns when the service closes its end."""
-    detach(parent_pid, close_fds, niceness, sock.fileno())
+    detach(parent_pid, close_fds, sock.fileno())
     threading.Thread(target=_beat, args=(slot,), name="heartbeat", daemon=True).start()
     episodes: dict[str, Backends | str] = {}  # a str: why its backends could not load
     jobs: list[Job] = []  # a few at a time: a scan for the least run is cheap

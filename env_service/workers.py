@@ -203,12 +203,12 @@ class WorkerPool:
                 self.max_evaluation_seconds,
                 os.getpid(),
                 others,
-                self.niceness,
             ),
             name="env_service-worker",
             daemon=True,  # also stopped at interpreter exit when no lifespan stops it
         )
         process.start()
+        worker.lower_priority(process.pid, self.niceness)  # ServiceConfig.worker_niceness: why
         theirs.close()
         w = _Worker(process, slot)
         w.channel = Channel(mine, lambda message: self._answer(w, message), lambda: self._died(w))

@@ -432,3 +432,22 @@ def test_worker_niceness_sets_the_workers_cpu_priority(service_process):
         assert len(workers) == 2
         assert [w.nice() for w in workers] == [service.nice() + expected] * 2
         svc.terminate(timeout_s=15)
+
+
+def test_a_started_pool_has_its_workers_at_their_priority_already():
+    # The parent sets the priority right after the fork: a worker setting its own, when
+    # it got to run, left the service ready with a worker at the event loop's priority.
+    import asyncio
+
+    from env_service.execution import StepBudget
+    from env_service.workers import WorkerPool
+
+    async def niceness_after_start() -> list[int]:
+        pool = WorkerPool(4, StepBudget(1000, 1000, 5.0), 5.0, lambda _: [], 7, 30.0)
+        await pool.start()
+        try:
+            return [psutil.Process(w.process.pid).nice() for w in pool.workers]
+        finally:
+            await pool.stop()
+
+    assert asyncio.run(niceness_after_start()) == [psutil.Process().nice() + 7] * 4

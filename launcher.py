@@ -35,6 +35,7 @@ from seal.runs.records import read_val_dir
 from seal.runs.run import Run, open_run
 from seal.runs.run_record import start_attempt
 from seal.trainer.verl.cpu import PLATFORM_ENV as CPU_PLATFORM_ENV
+from seal.trainer_config import TRAINING_JOBS
 
 REPO_ROOT = Path(__file__).resolve().parent
 DEFAULT_CONF = REPO_ROOT / "exp/cpu_default.yaml"
@@ -50,8 +51,6 @@ PREFLIGHT = {
     "local": "seal.trainer.local_preflight:run_local_preflight",
 }
 """What `--preflight` runs instead of a training job."""
-# Jobs that train: their run directory is checked before the start (seal/runs/checks.py).
-TRAINING_JOBS = ("local", "verl")
 REDACTED = "***"
 
 

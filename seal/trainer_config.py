@@ -32,6 +32,10 @@ from seal.rollout.protocol import (
 from seal.tocf.apatch import APatchConfig
 from seal.tocf.state import CapabilityConfig
 
+TRAINING_JOBS = ("local", "verl")
+"""The launcher's jobs that train and checkpoint with this section (others, e.g. `replay`,
+score scripted policies)."""
+
 
 @dataclass
 class TinyModelSettings:

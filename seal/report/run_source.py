@@ -14,10 +14,9 @@ from omegaconf import OmegaConf
 
 from seal.report.paper import PaperResult, matching_result
 from seal.runs.records import STEP_FILE_GLOB, ValidationRecord
+from seal.trainer_config import TRAINING_JOBS
 
 CONFIG_FILENAME = "config.yaml"
-TRAINING_JOBS = ("local", "verl")
-"""The launcher's jobs that train (others, e.g. `replay`, score scripted policies)."""
 
 
 def validation_dir(run: Path) -> Path:

@@ -2,7 +2,7 @@
 
     summary.py       per-category pass rates of each validation step (the end-of-run table)
     run_page.py      one run's page: report.md and its PNGs (plots.py, paper_views.py,
-                     recurrence.py)
+                     recurrence.py), from what run_data.py reads of the run directory
     compare.py       arms compared at their runs' final and best steps (stats.py,
                      config_diff.py); compare_runs.py loads the runs and chooses
                      their steps; compare_page.py writes the page

@@ -21,7 +21,8 @@ from pathlib import Path
 from seal.report import compare as C
 from seal.report import compare_page, compare_runs
 from seal.report.ood import write_table2
-from seal.report.run_page import DEFAULT_SPLIT, REPORT_DIRNAME, EmptyRunError, write_report
+from seal.report.run_data import EmptyRunError
+from seal.report.run_page import DEFAULT_SPLIT, REPORT_DIRNAME, write_report
 from seal.report.run_source import validation_subset
 from seal.report.summary import RENDERERS, load_split_ids, split_warnings, summarize
 from seal.runs.records import read_val_dir

@@ -1,17 +1,14 @@
 """Learning check: the SEAL loop raises the success rate of a small policy on a few tasks.
 
-    seal-learning-check run [--k 4] [--steps 12] [--warmup-max-steps 200]
-                            [--seed 0] [--out-dir outputs/learning_check]
-    seal-learning-check table OUT/curve.json      # redraw a saved run's table and figure
-    seal-learning-check seeds OUT_*/curve.json [--label NAME ...] [--png FILE]
-                                                  # combine several seeds
-    seal-learning-check arms [--seeds 0 1 2] [--out-dir DIR] [-- RUN ARGS]
-                                                  # SEAL against vanilla GRPO, compared
+    seal-learning-check run [--k 4] [--steps 12] [--seed 0] [--out-dir outputs/learning_check]
+    seal-learning-check table OUT/curve.json     # redraw a saved run's table and figure
+    seal-learning-check seeds OUT_*/curve.json [--label NAME ...] [--png FILE]  # seeds combined
+    seal-learning-check arms [--seeds 0 1 2] [--out-dir DIR] [-- RUN ARGS]  # SEAL against GRPO
     (or python -m seal.learning_check ...)
 
 A tiny random Qwen2 is warmed up on the ground truth of K easy tasks, then GRPO through the
-real service raises its sampled success; what each command does, what the check
-simplifies and why its defaults: docs/development.md, "Learning check (CPU)".
+real service raises its sampled success; what each command does, what the check simplifies
+and why its defaults: docs/development.md, "Learning check (CPU)".
 """
 
 from __future__ import annotations

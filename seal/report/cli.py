@@ -19,9 +19,10 @@ import sys
 from pathlib import Path
 
 from seal.report import compare as C
-from seal.report import compare_page
+from seal.report import compare_page, compare_runs
 from seal.report.ood import write_table2
-from seal.report.run_page import DEFAULT_SPLIT, REPORT_DIRNAME, EmptyRunError, write_report
+from seal.report.run_data import EmptyRunError
+from seal.report.run_page import DEFAULT_SPLIT, REPORT_DIRNAME, write_report
 from seal.report.run_source import validation_subset
 from seal.report.summary import RENDERERS, load_split_ids, split_warnings, summarize
 from seal.runs.records import read_val_dir
@@ -68,8 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--select",
-        choices=(C.TEST, C.HELDOUT),
-        default=C.TEST,
+        choices=(compare_runs.TEST, compare_runs.HELDOUT),
+        default=compare_runs.TEST,
         help="with --compare: where each run's best step is chosen: on the tasks it is scored "
         "on (test, flagged as such) or on a held-out half of each category's tasks, the row "
         "then scored on the other half (default: %(default)s)",
@@ -177,7 +178,7 @@ def compare_arms_of(args: argparse.Namespace) -> tuple[list[tuple[str, list[str]
     baseline = args.baseline
     if baseline is not None and baseline not in {n for n, _ in arms} | set(specs):
         specs.insert(0, baseline)
-    names = [C.parse_spec(spec)[0].resolve().name for spec in specs]
+    names = [compare_runs.parse_spec(spec)[0].resolve().name for spec in specs]
     if len(set(names)) != len(names):
         names = specs
     if baseline in specs:

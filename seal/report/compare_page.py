@@ -11,16 +11,8 @@ from pathlib import Path
 from seal.bfcl.tasks import CATEGORIES
 from seal.report import plots
 from seal.report import stats as S
-from seal.report.compare import (
-    ALL_TASKS,
-    AVERAGE,
-    BEST,
-    FINAL,
-    HELDOUT,
-    SELECTIONS,
-    Comparison,
-    Difference,
-)
+from seal.report.compare import Comparison, Difference
+from seal.report.compare_runs import ALL_TASKS, AVERAGE, BEST, FINAL, HELDOUT, SELECTIONS
 from seal.report.config_diff import MISSING
 from seal.report.paper import backbone_of, controlled_results
 from seal.report.tables import markdown_table

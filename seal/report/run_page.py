@@ -1,19 +1,16 @@
 """One run's report page: a run directory turned into PNG plots and ``report.md`` beside them.
 
-Reads the run's validation records, metrics, capability state, interface records and config
-(each optional, not all of them); a missing part is skipped with a note on the page. Beside
-the pass rates: the paper's rows of the run's backbone, its failure labels (Table 5), the
-interface state per step and the failures the guidelines target (seal.report.recurrence).
+Reads the run's validation records, metrics, capability state, interface records
+(seal.report.run_data) and config, each optional, not all of them; a missing part is
+skipped with a note on the page. Beside the pass rates: the paper's rows of the run's
+backbone, its failure labels (Table 5), the interface state per step and the failures the
+guidelines target (seal.report.recurrence).
 ``seal-report RUN_DIR`` (seal/report/cli.py) is its command line; docs/evaluation.md the page.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
-from collections import Counter
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,11 +20,15 @@ from seal.report import plots
 from seal.report import recurrence as R
 from seal.report.config_diff import differing_keys
 from seal.report.ood import table2
-from seal.report.paper import (
-    PaperResult,
-    backbone_of,
-    controlled_results,
-    ood_results,
+from seal.report.paper import PaperResult, backbone_of, controlled_results, ood_results
+from seal.report.run_data import (
+    Capability,
+    RunData,
+    apatch_steps,
+    load_run,
+    training_panels,
+    training_tag_shares,
+    validation_tag_shares,
 )
 from seal.report.run_source import (
     CONFIG_FILENAME,
@@ -48,140 +49,11 @@ from seal.report.summary import (
 )
 from seal.report.tables import markdown_table
 from seal.runs import metrics_log as M
-from seal.runs.interface_log import read_interfaces
-from seal.runs.records import ValidationRecord, read_val_dir
-from seal.tocf.state import STATE_FILENAME, CapabilityState
+from seal.runs.records import read_val_dir
 
 REPORT_DIRNAME = "report"
 REPORT_FILENAME = "report.md"
 DEFAULT_SPLIT = Path(__file__).resolve().parents[2] / "data" / "seal_split.json"
-_EPOCH_FILE = re.compile(r"epoch_(\d+)\.json")
-
-
-class EmptyRunError(RuntimeError):
-    """The run directory holds nothing a report can be made of."""
-
-
-@dataclass
-class Capability:
-    """A category x tag table of tally summaries and where it came from."""
-
-    source: str
-    category_tag: dict[str, dict[str, dict]]
-
-
-@dataclass
-class RunData:
-    validation: dict[int, list[ValidationRecord]]
-    metrics: list[dict]
-    capability: Capability | None
-    interfaces: list[dict] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-def load_capability(run_dir: Path) -> Capability | None:
-    """The latest epoch summary's window, else the saved state's whole-run tables."""
-    epochs = {
-        int(match.group(1)): path
-        for path in (run_dir / "tocf").glob("epoch_*.json")
-        if (match := _EPOCH_FILE.fullmatch(path.name))
-    }
-    if epochs:
-        latest = max(epochs)
-        summary = json.loads(epochs[latest].read_text(encoding="utf-8"))
-        source = f"epoch {summary['epoch']} window, up to step {summary['step']}"
-        return Capability(source, summary["category_tag"])
-    state_path = run_dir / STATE_FILENAME
-    if state_path.exists():
-        state = CapabilityState.load(state_path)
-        table = {
-            category: {tag: tally.summary() for tag, tally in tags.items()}
-            for category, tags in state.run.by_category_tag.items()
-        }
-        return Capability(f"whole run up to step {state.step}", table)
-    return None
-
-
-def load_run(run_dir: Path, val_dir: Path) -> RunData:
-    notes = []
-    validation = {}
-    if val_dir.is_dir():
-        validation = read_val_dir(val_dir)
-    if not validation:
-        notes.append(
-            f"no validation records in `{val_dir}`: pass rates and the paper table skipped"
-        )
-    metrics = []
-    if (run_dir / M.METRICS_FILENAME).exists():
-        metrics = M.read_metrics(run_dir / M.METRICS_FILENAME)
-    if not metrics:
-        notes.append(f"no `{M.METRICS_FILENAME}` rows: training curves and tag weights skipped")
-    capability = load_capability(run_dir)
-    if capability is None:
-        notes.append("no capability state (`tocf/epoch_*.json`, `capability_state.json`): skipped")
-    interfaces = read_interfaces(run_dir)
-    if not (validation or metrics or capability):
-        raise EmptyRunError(
-            f"{run_dir} has no validation records, metrics or capability state to report on"
-        )
-    return RunData(validation, metrics, capability, interfaces, notes)
-
-
-# --- the numbers behind each figure --------------------------------------------------------
-
-
-def validation_tag_shares(validation: dict[int, list[ValidationRecord]]):
-    """Steps and, per tag, its share of all turns validated at each step."""
-    steps = sorted(validation)
-    counts = {step: Counter(t for r in validation[step] for t in r.failure_tags) for step in steps}
-    tags = sorted({tag for counter in counts.values() for tag in counter})
-    shares = {
-        tag: [counts[s][tag] / max(1, sum(counts[s].values())) for s in steps] for tag in tags
-    }
-    return steps, shares
-
-
-def training_tag_shares(rows: list[dict]):
-    tags = M.names_under(rows, M.TAG_FRAC_PREFIX)
-    rows = [row for row in rows if any(M.tag_frac_key(tag) in row for tag in tags)]
-    steps = [row[M.STEP] for row in rows]
-    # A tag absent from a step's row did not occur in that step's rollouts.
-    shares = {tag: [row.get(M.tag_frac_key(tag)) or 0.0 for row in rows] for tag in tags}
-    return steps, shares
-
-
-def training_panels(rows: list[dict]) -> list:
-    """(title, y label, curves, colours) for each group of training metrics the log holds."""
-    panels = []
-    rewards = {"reward (mean)": M.series(rows, M.REWARD_MEAN)}
-    colors = {"reward (mean)": plots.AVERAGE_COLOR}
-    logged = M.names_under(rows, M.ACCURACY_PREFIX)
-    for category in [c for c in CATEGORIES if c in logged] + sorted(set(logged) - set(CATEGORIES)):
-        label = f"accuracy {plots.short_category(category)}"
-        rewards[label] = M.series(rows, M.accuracy_key(category))
-        colors[label] = plots.CATEGORY_COLORS.get(category)
-    groups = [
-        ("Rollout reward and accuracy per category", "reward / accuracy", rewards, colors),
-        ("Policy loss", "loss", {"policy": M.series(rows, M.LOSS_POLICY)}, {}),
-        ("KL loss to the reference policy", "loss", {"kl": M.series(rows, M.LOSS_KL)}, {}),
-        (
-            "Time per step",
-            "seconds",
-            {
-                "rollout": M.series(rows, M.TIME_ROLLOUT_S),
-                "update": M.series(rows, M.TIME_UPDATE_S),
-            },
-            {},
-        ),
-    ]
-    for title, ylabel, curves, curve_colors in groups:
-        present = {label: curve for label, curve in curves.items() if curve[0]}
-        if present:
-            panels.append((title, ylabel, present, curve_colors))
-    return panels
-
-
-# --- the Markdown page -------------------------------------------------------------------
 
 
 def _pct(value) -> str:
@@ -304,12 +176,6 @@ def tag_sections(run: RunData, out_dir: Path) -> list[str]:
         return []
     png = plots.plot_tag_shares(panels, out_dir / "failure_tags.png")
     return [_figure("Failure-tag distribution", png)]
-
-
-def apatch_steps(rows: list[dict]) -> tuple[int, int]:
-    """(steps A-Patch scaled advantages in, steps that say whether it did)."""
-    _, active = M.series(rows, M.APATCH_ACTIVE)
-    return sum(1 for value in active if value), len(active)
 
 
 def training_sections(run: RunData, out_dir: Path) -> list[str]:

@@ -144,7 +144,7 @@ class LocalTrainer:
         """Make the current weights the training's starting point: its KL reference (when
         the loss has one) becomes a frozen copy of them and the optimizer starts afresh.
         For weights changed outside training before it starts (the learning check's
-        supervised warm-up, seal/learning_check.py)."""
+        supervised warm-up, seal/learning_check/warm_up.py)."""
         self.weights.sync()
         if self.reference is not None:
             self.reference = frozen_copy(self.weights.compute, self.weights.dtype)

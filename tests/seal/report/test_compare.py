@@ -19,6 +19,7 @@ from scipy import stats
 from seal.bfcl.tasks import CATEGORIES
 from seal.report import cli
 from seal.report import compare as C
+from seal.report import compare_runs as R
 from seal.report import plots as plots_module
 from seal.report import stats as S
 from seal.report.summary import load_split_ids
@@ -76,7 +77,7 @@ def compare(baseline: Path, run: Path, seed: int = 3) -> C.Comparison:
     )
 
 
-def differences(baseline: Path, run: Path, seed: int = 3, selection: str = C.FINAL):
+def differences(baseline: Path, run: Path, seed: int = 3, selection: str = R.FINAL):
     found = compare(baseline, run, seed).differences
     return {d.column: d for d in found if d.selection == selection}
 
@@ -87,7 +88,7 @@ def test_a_run_compared_with_a_copy_of_itself_differs_by_zero_with_p_one(tmp_pat
     comparison = C.compare_arms([("vanilla", [str(baseline)]), ("copy", [str(copy)])])
     found = comparison.differences
     assert [(d.selection, d.column) for d in found] == [
-        (selection, column) for selection in C.SELECTIONS for column in [*CATEGORIES, C.AVERAGE]
+        (selection, column) for selection in R.SELECTIONS for column in [*CATEGORIES, R.AVERAGE]
     ]
     for d in found:
         assert (d.difference_pct, d.low_pct, d.high_pct) == (0.0, 0.0, 0.0)
@@ -103,7 +104,7 @@ def test_differences_and_discordant_counts_are_the_constructed_ones(tmp_path):
         assert (d.tasks, d.gained, d.lost) == (100, gained, lost)
         assert d.difference_pct == pytest.approx(gained - lost)
     net = [gained - lost for _, gained, lost in DESIGN.values()]
-    average = found[C.AVERAGE]
+    average = found[R.AVERAGE]
     assert average.difference_pct == pytest.approx(sum(net) / 4)
     assert average.arm_pct == pytest.approx(sum(b + g - lost for b, g, lost in DESIGN.values()) / 4)
     gained = sum(g for _, g, _ in DESIGN.values())
@@ -127,10 +128,10 @@ def test_category_intervals_equal_scipys_percentile_bootstrap(tmp_path):
     seed = 3
     found = differences(baseline, run, seed)
     comparison = compare(baseline, run, seed)
-    task_ids = comparison.tasks[C.FINAL]
+    task_ids = comparison.tasks[R.FINAL]
     for k, category in enumerate(CATEGORIES):
         ours, theirs = (
-            C.score_matrix(comparison.arms[arm], C.FINAL, task_ids)[0]
+            C.score_matrix(comparison.arms[arm], R.FINAL, task_ids)[0]
             for arm in ("seal", "vanilla")
         )
         keep = [i for i, t in enumerate(task_ids) if C.category_of(t) == category]
@@ -154,7 +155,7 @@ def test_the_average_interval_is_the_stratified_bootstrap(tmp_path):
     generators of the module's docstring) and averages the four category differences."""
     baseline, run = baseline_and_run(tmp_path)
     seed = 5
-    average = differences(baseline, run, seed)[C.AVERAGE]
+    average = differences(baseline, run, seed)[R.AVERAGE]
     draws = {}
     for k, category in enumerate(CATEGORIES):
         # The tasks in task-id order (the module pairs them so), each with its position in
@@ -225,7 +226,7 @@ def test_command_line_compares_training_runs_and_an_endpoint_evaluation(tmp_path
     numbers = json.loads((out / "compare.json").read_text())
     assert [a["name"] for a in numbers["arms"]] == ["vanilla", "seal", "qwen7b"]
     rows = {(d["arm"], d["selection"], d["column"]): d for d in numbers["differences"]}
-    final, best = rows["seal", "final", C.AVERAGE], rows["seal", "best", C.AVERAGE]
+    final, best = rows["seal", "final", R.AVERAGE], rows["seal", "best", R.AVERAGE]
     assert (final["gained"], final["lost"], best["gained"], best["lost"]) == (0, 51, 96, 15)
     assert len(rows) == 20 and all(d["holm_p"] >= d["p_value"] for d in rows.values())
     # A given step instead of the final and the best.
@@ -241,8 +242,8 @@ def test_unpaired_tasks_are_left_out_and_named(tmp_path):
     records = [record(t, 0, 1) for ids in BY_CATEGORY.values() for t in ids[:50]]
     write_step(partial, 0, records)
     comparison = C.compare_arms([("vanilla", [str(baseline)]), ("partial", [str(partial.parent)])])
-    found = {d.column: d for d in comparison.differences if d.selection == C.FINAL}
-    assert found["multi_turn_base"].tasks == 50 and found[C.AVERAGE].tasks == 200
+    found = {d.column: d for d in comparison.differences if d.selection == R.FINAL}
+    assert found["multi_turn_base"].tasks == 50 and found[R.AVERAGE].tasks == 200
     assert comparison.notes[0] == (
         "vanilla: 200 task(s) of its final step are not validated by every run and are left out"
     )

@@ -16,6 +16,7 @@ from scipy import stats
 from seal.bfcl.tasks import CATEGORIES
 from seal.report import cli
 from seal.report import compare as C
+from seal.report import compare_runs as R
 from seal.report import stats as S
 from seal.runs.records import ValidationRecord, write_step
 
@@ -234,7 +235,7 @@ def test_two_arms_of_three_runs_on_the_command_line(tmp_path):
         "grpo_0": (4, 4), "grpo_1": (4, 4), "grpo_2": (4, 2),
         "seal_0": (4, 2), "seal_1": (4, 4), "seal_2": (4, 2),
     }  # fmt: skip
-    assert all(r["best_by"] == C.ALL_TASKS for r in runs.values())  # no long_context task
+    assert all(r["best_by"] == R.ALL_TASKS for r in runs.values())  # no long_context task
     # The per-seed table: each run at its final and best step, ± its s.e. over its tasks.
     # seal_0 at step 2: 9 of 16 episodes; task rates 1, .75, .25, .25 (s.d. 0.375, / 2).
     assert "| SEAL | seal_0 | 2 (best, by all tasks) |" in page
@@ -242,12 +243,12 @@ def test_two_arms_of_three_runs_on_the_command_line(tmp_path):
     # The arms' final rows: GRPO 4, 3, 3 of 16 per run -> 20.83; SEAL 7, 7, 7 -> 43.75.
     grpo_final = next(
         s for s in numbers["scores"]
-        if (s["arm"], s["run"], s["selection"], s["column"]) == ("GRPO", None, "final", C.ALL_TASKS)
+        if (s["arm"], s["run"], s["selection"], s["column"]) == ("GRPO", None, "final", R.ALL_TASKS)
     )  # fmt: skip
     assert (grpo_final["runs"], grpo_final["tasks"]) == (3, 4)
     assert grpo_final["pct"] == pytest.approx(1000 / 48)
     rows = {(d["selection"], d["column"]): d for d in numbers["differences"]}
-    final = rows["final", C.ALL_TASKS]
+    final = rows["final", R.ALL_TASKS]
     assert final["difference_pct"] == pytest.approx(43.75 - 1000 / 48)
     assert final["method"] == C.POOLED_T and final["gained"] is None
     # The row's numbers are the pooled estimate of the same score matrices.
@@ -267,7 +268,7 @@ def test_two_arms_of_three_runs_on_the_command_line(tmp_path):
         (d["selection"], d["column"]) for d in tested
     } == {
         ("final", "multi_turn_base"),
-        *((s, c) for s in C.SELECTIONS for c in ("multi_turn_miss_func", "multi_turn_miss_param")),
+        *((s, c) for s in R.SELECTIONS for c in ("multi_turn_miss_func", "multi_turn_miss_param")),
     }
     assert [d["holm_p"] for d in tested] == pytest.approx(S.holm([d["p_value"] for d in tested]))
     assert "| Holm p |" in page and "best step (selected on the test set: optimistic)" in page
@@ -306,12 +307,12 @@ def test_the_best_step_chosen_on_a_held_out_half_is_scored_on_the_other(tmp_path
     write_step(other / "validation", 10, records(10, set()))
     arms = [("base", [str(other)]), ("run", [str(run)])]
     test_set = C.compare_arms(arms)
-    assert test_set.arms["run"][0].chosen == {C.FINAL: 20, C.BEST: 20}
-    heldout = C.compare_arms(arms, select=C.HELDOUT)
-    assert heldout.arms["run"][0].chosen == {C.FINAL: 20, C.BEST: 10}
-    assert len(heldout.tasks[C.BEST]) == 8 and len(heldout.tasks[C.FINAL]) == 16
-    best = next(d for d in heldout.differences if (d.selection, d.column) == (C.BEST, C.AVERAGE))
+    assert test_set.arms["run"][0].chosen == {R.FINAL: 20, R.BEST: 20}
+    heldout = C.compare_arms(arms, select=R.HELDOUT)
+    assert heldout.arms["run"][0].chosen == {R.FINAL: 20, R.BEST: 10}
+    assert len(heldout.tasks[R.BEST]) == 8 and len(heldout.tasks[R.FINAL]) == 16
+    best = next(d for d in heldout.differences if (d.selection, d.column) == (R.BEST, R.AVERAGE))
     assert best.arm_pct == 0.0  # step 10 passed none of the report half
     assert best.tasks == 8
     with pytest.raises(ValueError, match="at least 2 tasks per category"):
-        C.heldout_halves({"multi_turn_base_1", "multi_turn_base_2", "multi_turn_miss_func_1"})
+        R.heldout_halves({"multi_turn_base_1", "multi_turn_base_2", "multi_turn_miss_func_1"})

@@ -11,12 +11,8 @@ import pytest
 from seal.bfcl.tasks import CATEGORIES
 from seal.report import plots
 from seal.report.cli import main
-from seal.report.run_page import (
-    EmptyRunError,
-    training_tag_shares,
-    validation_tag_shares,
-    write_report,
-)
+from seal.report.run_data import EmptyRunError, training_tag_shares, validation_tag_shares
+from seal.report.run_page import write_report
 from seal.runs import metrics_log as M
 from seal.runs.interface_log import write_interface
 from seal.runs.records import ValidationRecord, read_val_dir, write_step

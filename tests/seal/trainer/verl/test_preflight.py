@@ -24,6 +24,7 @@ from transformers import LlamaConfig  # noqa: E402
 import launcher  # noqa: E402
 from seal.formats.registry import get_format  # noqa: E402
 from seal.trainer.verl.config import compose_verl_config  # noqa: E402
+from seal.trainer.verl.memory_estimate import RunShape  # noqa: E402
 from seal.trainer.verl.node_facts import (  # noqa: E402
     OK,
     Gpu,
@@ -37,7 +38,6 @@ from seal.trainer.verl.preflight import (  # noqa: E402
     BLOCKER,
     WARN,
     ModelShape,
-    RunShape,
     check_chat_template,
     check_cpus,
     check_disk,

@@ -8,7 +8,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from seal import learning_check as lc
+from seal.learning_check import cli, curves, run, warm_up
 from seal.runs.metrics_log import read_metrics
 from seal.runs.records import read_val_dir
 
@@ -24,15 +24,15 @@ def write_curve(path, evals: dict[int, float]):
 def test_table_and_change(tmp_path, capsys):
     a = write_curve(tmp_path / "s0/curve.json", {0: 0.1, 4: 0.2, 8: 0.3})
     b = write_curve(tmp_path / "s1/curve.json", {0: 0.1, 4: 0.1, 8: 0.0})
-    assert lc.eval_curve(a) == {0: 0.1, 4: 0.2, 8: 0.3}
-    lc.print_group("off", {"s0": lc.eval_curve(a), "s1": lc.eval_curve(b)})
+    assert curves.eval_curve(a) == {0: 0.1, 4: 0.2, 8: 0.3}
+    curves.print_group("off", {"s0": curves.eval_curve(a), "s1": curves.eval_curve(b)})
     out = capsys.readouterr().out
     assert "| 8 | 0.300 | 0.000 | 0.150 ± 0.150 |" in out
     assert "change +0.050 ± 0.150; rose in 1/2 runs" in out
 
 
 def test_the_table_says_a_patch_was_off_rather_than_a_scale(capsys):
-    lc.print_table([{"step": 0, "eval_success": 0.25},
+    curves.print_table([{"step": 0, "eval_success": 0.25},
                     {"step": 1, "train_success": 0.5, "train_reward": 0.5,
                      "apatch_mean_scale": None}])  # fmt: skip
     out = capsys.readouterr().out
@@ -40,7 +40,7 @@ def test_the_table_says_a_patch_was_off_rather_than_a_scale(capsys):
 
 
 def test_mean_and_se():
-    mean, se = lc.mean_and_se([0.2, 0.4])
+    mean, se = curves.mean_and_se([0.2, 0.4])
     assert mean == pytest.approx(0.3) and se == pytest.approx(0.1)
 
 
@@ -49,20 +49,20 @@ def test_seeds_command_groups_by_label_and_refuses_a_label_count_mismatch(tmp_pa
     b = write_curve(tmp_path / "s1/curve.json", {0: 0.2, 4: 0.2})
     c = write_curve(tmp_path / "s2/curve.json", {0: 0.0, 4: 0.4})
     args = ["seeds", str(a), str(b), str(c), "--label", "off", "off", "on"]
-    assert lc.main(args) == 0
+    assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "### off (2 runs)" in out and "### on (1 runs)" in out
     assert "| 4 | 0.300 | 0.200 | 0.250 ± 0.050 |" in out
     with pytest.raises(SystemExit) as exit_info:
-        lc.main(["seeds", str(a), str(b), str(c), "--label", "off", "on"])
+        cli.main(["seeds", str(a), str(b), str(c), "--label", "off", "on"])
     assert exit_info.value.code == 2
     assert "2 labels for 3 files" in capsys.readouterr().err
 
 
 def test_run_command_defaults_are_the_documented_ones():
-    args = lc.parse_args(["run"])
+    args = cli.parse_args(["run"])
     assert (args.k, args.steps, args.n, args.lr, args.guidelines) == (4, 12, 8, 1e-4, False)
-    assert args.out_dir == lc.REPO_ROOT / "outputs" / "learning_check"
+    assert args.out_dir == cli.REPO_ROOT / "outputs" / "learning_check"
 
 
 def test_run_command_warms_up_then_trains_from_the_warmed_policy(tmp_path):
@@ -71,7 +71,7 @@ def test_run_command_warms_up_then_trains_from_the_warmed_policy(tmp_path):
     args = ["run", "--k", "1", "--steps", "1", "--n", "2", "--warmup-max-steps", "2",
             "--warmup-check-every", "1", "--warmup-check-nll", "1e9",
             "--warmup-check-samples", "1", "--eval-samples", "1", "--out-dir", str(out)]  # fmt: skip
-    assert lc.main(args) == 0
+    assert cli.main(args) == 0
     result = json.loads((out / "curve.json").read_text())
     warm = result["warmup"]["history"]
     assert [w["step"] for w in warm] == [1, 2] and warm[1]["nll"] < warm[0]["nll"]
@@ -103,8 +103,8 @@ def test_the_arms_command_compares_seal_and_vanilla_grpo_from_one_warm_up(tmp_pa
     run_args = ["--", "--k", "1", "--steps", "1", "--n", "2", "--warmup-max-steps", "1",
                 "--warmup-check-nll", "1e9", "--warmup-check-every", "1",
                 "--warmup-check-samples", "1", "--eval-samples", "2"]  # fmt: skip
-    assert lc.main(["arms", "--seeds", "0", "--out-dir", str(out), *run_args]) == 0
-    seal, grpo = (json.loads((out / f"{arm}_0" / "curve.json").read_text()) for arm in lc.ARMS)
+    assert cli.main(["arms", "--seeds", "0", "--out-dir", str(out), *run_args]) == 0
+    seal, grpo = (json.loads((out / f"{arm}_0" / "curve.json").read_text()) for arm in run.ARMS)
     assert seal["args"]["eval_mode"] == grpo["args"]["eval_mode"] == "validate"
     assert grpo["args"]["warm_policy"] == str(out / "seal_0" / "warm_policy.pt")
     assert grpo["warmup"]["history"] == [] and len(seal["warmup"]["history"]) == 1
@@ -113,7 +113,7 @@ def test_the_arms_command_compares_seal_and_vanilla_grpo_from_one_warm_up(tmp_pa
     config = OmegaConf.load(out / "grpo_0" / "run" / "config.yaml")
     assert not config.trainer.apatch.enable and not config.trainer.evolution.schema_cues
     assert not config.trainer.rollout.push_profile
-    for arm in lc.ARMS:
+    for arm in run.ARMS:
         records = read_val_dir(out / f"{arm}_0" / "run" / "validation")[1]
         assert [r.extra["mode"] for r in records] == ["validate", "validate"]
     assert (out / "compare_fixed" / "compare.md").exists()
@@ -151,7 +151,7 @@ def test_the_warm_up_step_accumulates_the_gradient_of_one_batch():
 
     optimizer = KeepGradients(model.parameters(), lr=0.0)
     model.zero_grad()
-    nll = lc.nll_step(model, optimizer, SAMPLES, PAD, 1024)
+    nll = warm_up.nll_step(model, optimizer, SAMPLES, PAD, 1024)
     assert nll == pytest.approx(expected_nll, rel=1e-5)
     clipped = min(1.0, 1.0 / torch.cat([g.flatten() for g in expected.values()]).norm().item())
     for name, grad in optimizer.grads.items():

@@ -18,8 +18,8 @@ from seal.bfcl.agentic import is_agentic
 from seal.eval.chat_endpoint import ChatEndpoint, Completion, ContextLengthError
 from seal.formats.base import Conversation, ToolFormat
 from seal.formats.registry import PAPER_QWEN, get_format
+from seal.rollout import loop
 from seal.rollout.env_client import EnvClient, EnvServiceError, Episode
-from seal.rollout.loop import play
 from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, TextTokens
 
@@ -173,7 +173,7 @@ async def run_episode(
     )
     async with env.episode(task_id, settings) as episode:
         turns = MessageTurns(episode, chat, tokens, prompting)
-        stop = await play(episode, turns, limits)
+        stop = await loop.play(episode, turns, limits)
         evaluation = await episode.finish()
     if is_agentic(task_id) and evaluation["aborted"]:
         # A search that gave up, or a backend over the step's time budget: the service's

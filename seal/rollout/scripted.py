@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 from seal.formats.base import ToolFormat
 from seal.formats.registry import PAPER_QWEN, get_format
+from seal.rollout import loop
 from seal.rollout.env_client import EnvClient
 from seal.rollout.generation import Generation, GenerationError, SamplingParams
-from seal.rollout.loop import play
 from seal.rollout.protocol import EpisodeSettings
 
 
@@ -40,7 +40,7 @@ async def run_scripted_episode(
     if pause is not None:
         await asyncio.sleep(pause())
     async with client.episode(task_id, settings) as episode:
-        await play(episode, script, episode.settings.limits)
+        await loop.play(episode, script, episode.settings.limits)
         evaluation = await episode.finish()
     first = script.format.start(episode.created).messages
     return {**evaluation, "input": first, "output": script.transcript}

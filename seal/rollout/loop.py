@@ -37,8 +37,11 @@ class Turns(Protocol):
 
     format: ToolFormat
     """Parses the replies into the calls the service is sent."""
-    used: int
-    """Tokens of context the next reply is conditioned on."""
+
+    @property
+    def used(self) -> int:
+        """Tokens of context the next reply is conditioned on."""
+        ...
 
     async def reply(self, budget: int) -> str | None:
         """The policy's next reply, at most `budget` tokens, as the text the service is

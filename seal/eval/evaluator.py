@@ -1,11 +1,10 @@
 """Score any OpenAI-compatible endpoint on BFCL multi-turn tasks through the environment service.
 
-Each task is one validate-mode episode played through the client's episode lifecycle
-(seal.rollout.env_client), the endpoint's replies stepped as the training driver steps
-generations, under validation's context budget (the driver's rule, called from here), so a
-score here means what a validation score in training means. Results are validation
-records that `seal-report` reads like a trainer's. The loop, the budget, the files it
-writes, resuming and BFCL V4 agentic order: docs/evaluation.md.
+Each task is one validate-mode episode (seal.eval.endpoint_episode), played by the one
+episode loop training plays, under validation's context budget, so a score here means what
+a validation score in training means. Results are validation records that `seal-report`
+reads like a trainer's. The loop, the budget, the files it writes, resuming and BFCL V4
+agentic order: docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -13,31 +12,22 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
 
 from tqdm import tqdm
-from transformers import AutoTokenizer
 
-from seal.bfcl.agentic import is_agentic, prerequisite_plan
-from seal.eval.chat_endpoint import (
-    ChatEndpoint,
-    Completion,
-    ContextLengthError,
-    EndpointError,
-    EndpointSettings,
-)
+from seal.bfcl.agentic import prerequisite_plan
+from seal.eval.chat_endpoint import ChatEndpoint, EndpointError, EndpointSettings
+from seal.eval.endpoint_episode import ContextBudgetError, Prompting, run_episode, tokenizer_label
 from seal.eval.replay import record_from_report
-from seal.formats.base import Conversation, ToolFormat
-from seal.formats.registry import PAPER_QWEN, get_format
-from seal.rollout.driver import StopReason, generation_budget
 from seal.rollout.env_client import EnvClient, EnvServiceError
-from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
-from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, TextTokens
+from seal.rollout.loop import StopReason
+from seal.rollout.protocol import EpisodeLimits
+from seal.rollout.turn_tokens import TextTokens
 from seal.runs.records import (
     RecordFormatError,
     ValidationRecord,
@@ -63,11 +53,6 @@ def prerequisites_file(out_dir: Path, step: int) -> Path:
     return out_dir / f"prerequisites_{step_file_name(step)}"
 
 
-class ContextBudgetError(RuntimeError):
-    """The server's context is smaller than the budget: a setting to fix, so the run
-    stops (see the module docstring)."""
-
-
 @dataclass(frozen=True)
 class TaskFailure:
     task_id: str
@@ -84,157 +69,6 @@ class EvalOutcome:
     """Tasks not run because a record of them already existed."""
     step_file: Path | None
     """The step's record file, or None when failures kept it from being written."""
-
-
-@dataclass(frozen=True)
-class Prompting:
-    """How the endpoint is asked: a tool format, and whether the conversation is sent as
-    chat messages or as the format's rendered prompt to the completions API."""
-
-    tool_format: ToolFormat = field(default_factory=lambda: get_format(PAPER_QWEN))
-    completions: bool = False
-
-    @property
-    def name(self) -> str:
-        return f"{self.tool_format.name} ({'completions' if self.completions else 'chat'})"
-
-
-def load_tokenizer(name: str | None, model: str):
-    """The tokenizer that counts the budget: `name` (a local directory or a hub name),
-    else the shipped Qwen2.5 tokenizer for a Qwen model of its vocabulary (Qwen2.5, Qwen3).
-    Any other model must name its own: counting its tokens with Qwen2.5's would misjudge
-    its context (Qwen3.5's vocabulary and pre-tokenizer differ)."""
-    if name is None:
-        lowered = model.lower()
-        if "qwen" not in lowered or "qwen3.5" in lowered:
-            raise ValueError(
-                f"--tokenizer is needed for model {model!r}: the budget is counted with the "
-                "model's own tokenizer and chat template (the shipped Qwen2.5 tokenizer is "
-                "the default for Qwen2.5 and Qwen3 models only)"
-            )
-        name = str(SHIPPED_TOKENIZER)
-    return AutoTokenizer.from_pretrained(name)
-
-
-def tokenizer_label(tokenizer) -> str:
-    """How records name the tokenizer: a directory's name, so moving it changes nothing."""
-    name = str(tokenizer.name_or_path)
-    return Path(name).name if Path(name).is_dir() else name
-
-
-def _too_small(
-    error: ContextLengthError, used: int, budget: int, limits: EpisodeLimits, tokens: TextTokens
-) -> ContextBudgetError:
-    return ContextBudgetError(
-        f"{error}\nThis request fits the budget ({used} tokens of prompt + max_tokens {budget} "
-        f"<= {limits.max_context_tokens}, counted with the tokenizer "
-        f"{tokenizer_label(tokens.tokenizer)}), so the server's context is smaller than "
-        "--max-context-tokens, or it counts more tokens: set --max-context-tokens to the "
-        "server's context length (and --tokenizer to the model's own if it is not); results "
-        "under another budget need another --out-dir"
-    )
-
-
-async def ask(
-    chat: ChatEndpoint, prompting: Prompting, conversation: Conversation, what: str, budget: int
-) -> Completion:
-    """The model's next reply: to the messages (chat API), or continuing the format's
-    render of them (completions API)."""
-    if prompting.completions:
-        prompt = prompting.tool_format.render(conversation)
-        return await chat.complete_text(prompt, what, budget)
-    return await chat.complete(conversation.messages, what, budget)
-
-
-async def run_episode(
-    env: EnvClient,
-    chat: ChatEndpoint,
-    tokens: TextTokens,
-    task_id: str,
-    limits: EpisodeLimits,
-    prompting: Prompting,
-) -> dict:
-    """One validate-mode episode under the context budget; the evaluation, the 'input'
-    and 'output' messages (in the tool format's messages) and the budget's counters (see
-    the module docstring)."""
-    start, fmt = time.monotonic(), prompting.tool_format
-    transcript: list[dict] = []
-    cut = clipped = 0
-    stop: StopReason | None = None
-
-    def prompt_tokens(conversation: Conversation) -> int:
-        # The whole prompt as the format renders it: on the completions API exactly what
-        # is sent, so no format needs to say how its turns end.
-        return len(tokens.encode(fmt.render(conversation)))
-
-    async with env.episode(
-        task_id,
-        EpisodeSettings(
-            mode="validate",
-            prompt=fmt.prompt,
-            end_on_malformed_call=fmt.end_on_malformed_call,
-            limits=limits,
-        ),
-    ) as episode:
-        conversation = fmt.start(episode.created)
-        first = list(conversation.messages)
-        used = context = prompt_tokens(conversation)
-        # The service ends the episode at limits.max_generations (marked truncated; an
-        # agentic task's count is per turn), so the loop's own bound is only a guard.
-        turns = episode.created["num_turns"] if is_agentic(task_id) else 1
-        for _ in range(limits.max_generations * turns):
-            budget = generation_budget(limits, used)
-            if budget < 1:  # no room for a reply (or, after the first, for the observation)
-                stop = "context_limit"
-                break
-            try:
-                reply = await ask(chat, prompting, conversation, task_id, budget)
-            except ContextLengthError as error:
-                raise _too_small(error, used, budget, limits, tokens) from error
-            # A cut reply is stepped all the same, as the driver steps a cut generation.
-            cut += reply.finish_reason == "length"
-            context = used + len(tokens.encode(reply.text))
-            step = await episode.step(reply.text, fmt.parse(reply.text, episode.tools))
-            assistant = fmt.assistant_message(reply.text)
-            if step.terminated:
-                transcript += [assistant, *fmt.observation(step.messages)]
-                stop = "max_generations" if step.truncated else "terminated"
-                break
-            observation = []
-            for message in fmt.observation(step.messages):
-                content = tokens.clip_as(
-                    fmt.clip, message["content"], limits.max_observation_tokens
-                )
-                clipped += content != message["content"]
-                observation.append({**message, "content": content})
-            messages = [*conversation.messages, assistant, *observation]
-            following = Conversation(messages, conversation.functions)
-            used = prompt_tokens(following)
-            transcript.append(assistant)
-            if generation_budget(limits, used) >= 1:  # else the loop stops before sending it
-                conversation = following
-                transcript += observation
-        if stop is None:
-            raise EnvServiceError(
-                f"{episode.what}: the service did not end the episode at max_generations "
-                f"{limits.max_generations}"
-            )
-        evaluation = await episode.finish()
-    if is_agentic(task_id) and evaluation["aborted"]:
-        # A search that gave up, or a backend over the step's time budget: the service's
-        # trouble, not the model's answer (seal/bfcl/web_search.py).
-        raise EnvServiceError(
-            f"{episode.what}: the service aborted the episode ({evaluation['aborted']}); "
-            "not scored: run the evaluation again to retry it"
-        )
-    counters = {
-        "stop_reason": stop,
-        "length_cut": cut,
-        "clipped_observations": clipped,
-        "context_tokens": context,
-        "seconds": round(time.monotonic() - start, 3),
-    }
-    return {**evaluation, **counters, "input": first, "output": transcript}
 
 
 def run_settings(

@@ -23,7 +23,7 @@ from seal.report.summary import render_markdown, summarize_step
 from seal.rollout.env_client import EnvClient
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
-from seal.runs.records import ValidationRecord, write_step
+from seal.runs.records import ValidationRecord, evaluation_record, write_step
 from seal.runs.run import Run
 
 
@@ -51,18 +51,12 @@ def split_task_ids(split: str, split_file: Path) -> list[str]:
 
 def record_from_report(report: dict, step: int) -> ValidationRecord:
     """A validation record from a scripted or model episode's evaluation report."""
-    return ValidationRecord(
-        task_id=report["task_id"],
-        data_source=report["category"],
-        score=report["accuracy"],
-        reward=report["reward"],
-        step=step,
+    return evaluation_record(
+        report,
+        step,
         input=json.dumps(report["input"], ensure_ascii=False),
         output=json.dumps(report["output"], ensure_ascii=False),
-        failure_tags=report["failure_tags"],
-        paper_label=report["paper_label"],
         turns=report["steps"],
-        progress=report["progress"],
     )
 
 

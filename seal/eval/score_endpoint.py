@@ -28,13 +28,8 @@ from seal.bfcl.agentic import (
 )
 from seal.bfcl.tasks import category_of
 from seal.eval.chat_endpoint import EndpointSettings
-from seal.eval.evaluator import (
-    Prompting,
-    episode_stats,
-    errors_file,
-    evaluate_endpoint,
-    load_tokenizer,
-)
+from seal.eval.endpoint_episode import Prompting, load_tokenizer
+from seal.eval.evaluator import episode_stats, errors_file, evaluate_endpoint
 from seal.eval.model_server import serve_model, server_error
 from seal.eval.replay import split_task_ids
 from seal.formats.bfcl_handlers import ranked_entry

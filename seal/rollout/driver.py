@@ -1,11 +1,10 @@
 """The multi-turn episode driver: one BFCL episode as one training sample.
 
-`run_episode` alternates generations and observations through the service's episode
-lifecycle (seal.rollout.env_client.Episode) until the service ends the episode or a limit
-stops it, and returns the token sequence the model was conditioned on, its loss mask and
-the evaluation. Both trainers call it; only the `Generator` differs. Generated ids are kept
-as returned (never re-tokenized) and the context never overflows: the token rules and the
-context rule (`generation_budget`, `observation_fits`) are in docs/design.md, "Loss mask".
+`run_episode` plays the one loop (seal.rollout.loop) with token-id turns through the
+service's episode lifecycle (seal.rollout.env_client.Episode), and returns the token
+sequence the model was conditioned on, its loss mask and the evaluation. Both trainers
+call it; only the `Generator` differs. Generated ids are kept as returned (never
+re-tokenized): the token rules are in docs/design.md, "Loss mask".
 """
 
 from __future__ import annotations
@@ -15,19 +14,18 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
 
 from tqdm.asyncio import tqdm_asyncio
 
 from seal.formats.base import Conversation, ToolFormat
-from seal.rollout.env_client import EnvClient, Episode
+from seal.rollout import loop
+from seal.rollout.env_client import EnvClient
 from seal.rollout.generation import Generation, GenerationError, Generator, SamplingParams
-from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
+from seal.rollout.loop import StopReason
+from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.turn_tokens import TurnTokenizer, turn_tokenizer
 
 log = logging.getLogger(__name__)
-
-StopReason = Literal["terminated", "max_generations", "context_limit"]
 
 
 @dataclass
@@ -68,19 +66,6 @@ class EpisodeSample:
     """response_ids decoded, special tokens kept."""
 
 
-def generation_budget(limits: EpisodeLimits, used: int) -> int:
-    """`max_new_tokens` of the next generation after `used` tokens of context: the room
-    left, at most `limits.max_new_tokens`; 0 when none is left (the episode stops with
-    `context_limit`)."""
-    return max(0, min(limits.max_new_tokens, limits.max_context_tokens - used))
-
-
-def observation_fits(limits: EpisodeLimits, used: int, added: int) -> bool:
-    """Whether `added` tokens of observation after `used` leave at least one token of
-    room; if not, the episode stops with `context_limit` without them."""
-    return used + added < limits.max_context_tokens
-
-
 class EpisodeError(RuntimeError):
     """An episode failed (environment or generator); the cause is chained. There is
     no partial sample: a failed episode must not be trained on."""
@@ -93,6 +78,16 @@ class PromptTooLong(ValueError):
 
 class TooManyFailedEpisodes(RuntimeError):
     """More of a batch's episodes failed than the run tolerates."""
+
+
+async def retry_once(play: Callable[[], Awaitable[EpisodeSample]]) -> EpisodeSample:
+    """`play()`, and once more if it raises EpisodeError (a service restart, a generation
+    error); the second EpisodeError is raised. Both trainers retry an episode so."""
+    try:
+        return await play()
+    except EpisodeError as first:
+        log.warning("%s; retrying the episode once", first)
+    return await play()
 
 
 async def play_batch(
@@ -114,11 +109,7 @@ async def play_batch(
 
     async def once_more(task_id: str) -> EpisodeSample | EpisodeError:
         try:
-            return await play(task_id)
-        except EpisodeError as first:
-            log.warning("%s; retrying the episode once", first)
-        try:
-            return await play(task_id)
+            return await retry_once(lambda: play(task_id))
         except EpisodeError as second:
             return second
 
@@ -163,37 +154,35 @@ async def run_episode(
 ) -> EpisodeSample:
     """Play one episode of `task_id` (the rules: docs/design.md, "Loss mask"). A first
     prompt longer than `max_prompt_tokens` raises PromptTooLong before any generation."""
-    play = _Episode(turn_tokenizer(tokenizer, tool_format), settings.limits, temperature, top_p)
+    turns = TokenTurns(turn_tokenizer(tokenizer, tool_format), generator, temperature, top_p)
     what = f"task {task_id}"
     try:
         async with env.episode(task_id, settings) as episode:
             what = episode.what
-            play.start(tool_format.start(episode.created))
-            if max_prompt_tokens is not None and play.prompt_length > max_prompt_tokens:
+            turns.start(tool_format.start(episode.created))
+            if max_prompt_tokens is not None and turns.prompt_length > max_prompt_tokens:
                 raise PromptTooLong(
-                    f"{what}: the first prompt has {play.prompt_length} tokens, more than "
+                    f"{what}: the first prompt has {turns.prompt_length} tokens, more than "
                     f"the {max_prompt_tokens} allowed (verl: rollout.prompt_length)"
                 )
-            await play.play(episode, generator)
+            turns.stop_reason = await loop.play(episode, turns, settings.limits)
             evaluation = await episode.finish()
             interface = episode.created["interface"]
     except PromptTooLong:
         raise  # the episode was released on the way out; retrying cannot help
     except Exception as e:  # the episode was released on the way out (env_client.Episode)
         raise EpisodeError(
-            f"{what} after {play.num_generations} generations: {type(e).__name__}: {e}"
+            f"{what} after {turns.num_generations} generations: {type(e).__name__}: {e}"
         ) from e
-    return play.sample(task_id, evaluation, interface)
+    return turns.sample(task_id, evaluation, interface)
 
 
-class _Episode:
-    """The growing token sequence of one episode and its bookkeeping."""
+class TokenTurns:
+    """The growing token sequence of one episode and its bookkeeping: the token-id turns
+    of the one loop (seal.rollout.loop.Turns)."""
 
-    def __init__(
-        self, chat: TurnTokenizer, limits: EpisodeLimits, temperature: float, top_p: float
-    ):
-        self.chat = chat
-        self.limits = limits
+    def __init__(self, chat: TurnTokenizer, generator: Generator, temperature: float, top_p: float):
+        self.chat, self.format, self.generator = chat, chat.format, generator
         self.temperature, self.top_p = temperature, top_p
         self.ids: list[int] = []
         self.prompt_length = 0
@@ -202,39 +191,40 @@ class _Episode:
         self.logprobs: list[float] = []
         self.has_logprobs = False
         self.num_generations = 0
+        self.closed = False
+        """Whether the last generation closed its turn (ended with the end-of-turn id)."""
+        self.observation: list[int] = []
+        """The ids `observe` made ready: the turn's closing id if it lacked one, then the
+        observation."""
         self.stop_reason: StopReason | None = None
 
     def start(self, conversation: Conversation) -> None:
         self.ids, self.prompt_text = self.chat.prompt(conversation)
         self.prompt_length = len(self.ids)
 
-    async def play(self, episode: Episode, generator: Generator) -> None:
-        while True:
-            budget = generation_budget(self.limits, len(self.ids))
-            if budget < 1:
-                self.stop_reason = "context_limit"
-                return
-            sampling = SamplingParams(
-                max_new_tokens=budget, temperature=self.temperature, top_p=self.top_p
-            )
-            generation = await generator.generate(self.ids, sampling)
-            closed = self.append_generation(generation, sampling.max_new_tokens)
-            text = self.chat.decode(generation.token_ids[:-1] if closed else generation.token_ids)
-            reply = await episode.step(text, self.chat.format.parse(text, episode.tools))
-            if reply.terminated:
-                # The service ends the episode at max_generations too (truncated).
-                self.stop_reason = "max_generations" if reply.truncated else "terminated"
-                return
-            observation = self.chat.observation(
-                self.chat.format.observation(reply.messages), self.limits.max_observation_tokens
-            )
-            closing = [] if closed else [self.chat.end_of_turn_id]
-            if not observation_fits(
-                self.limits, len(self.ids), len(closing) + len(observation.ids)
-            ):
-                self.stop_reason = "context_limit"
-                return
-            self.append_unmasked(closing + observation.ids)
+    @property
+    def used(self) -> int:
+        return len(self.ids)
+
+    async def reply(self, budget: int) -> str:
+        sampling = SamplingParams(
+            max_new_tokens=budget, temperature=self.temperature, top_p=self.top_p
+        )
+        generation = await self.generator.generate(self.ids, sampling)
+        self.closed = self.append_generation(generation, sampling.max_new_tokens)
+        return self.chat.decode(generation.token_ids[:-1] if self.closed else generation.token_ids)
+
+    def observe(self, messages: list[dict], max_tokens: int) -> int:
+        observation = self.chat.observation(self.format.observation(messages), max_tokens)
+        closing = [] if self.closed else [self.chat.end_of_turn_id]
+        self.observation = closing + observation.ids
+        return len(self.observation)
+
+    def keep(self) -> None:
+        self.append_unmasked(self.observation)
+
+    def end(self, messages: list[dict]) -> None:
+        """The last observation conditioned nothing: the sample ends with the last reply."""
 
     def append_generation(self, generation: Generation, max_new_tokens: int) -> bool:
         """Append the generated ids as they are; returns whether they closed the turn."""

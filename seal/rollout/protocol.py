@@ -64,7 +64,7 @@ class EpisodeLimits:
     max_context_tokens: int = 16384
     """Tokens of prompt + response the model may see (its context). A generation is cut
     to the room left; an observation that does not fit ends the episode
-    (`context_limit`). See seal/rollout/driver.py for the exact rule."""
+    (`context_limit`). See seal/rollout/loop.py for the exact rule."""
     max_new_tokens: int = 4096
     """Tokens one generation may produce."""
     max_observation_tokens: int = 4096

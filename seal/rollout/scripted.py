@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from seal.formats.base import ToolFormat
 from seal.formats.registry import PAPER_QWEN, get_format
+from seal.rollout import loop
 from seal.rollout.env_client import EnvClient
 from seal.rollout.generation import Generation, GenerationError, SamplingParams
 from seal.rollout.protocol import EpisodeSettings
@@ -35,21 +36,49 @@ async def run_scripted_episode(
     default; 'input': the first messages, 'output': the rest). `pause()` seconds are
     waited before the episode starts and before each text, standing in for generation
     time."""
-    fmt = tool_format or get_format(PAPER_QWEN)
+    script = ScriptedTurns([text for turn in turns for text in turn], tool_format, pause)
     if pause is not None:
         await asyncio.sleep(pause())
-    transcript: list[dict] = []
     async with client.episode(task_id, settings) as episode:
-        texts = [text for turn in turns for text in turn]
-        for text in texts:
-            if pause is not None:
-                await asyncio.sleep(pause())
-            reply = await episode.step(text, fmt.parse(text, episode.tools))
-            transcript += [fmt.assistant_message(text), *fmt.observation(reply.messages)]
-            if reply.terminated:
-                break
+        await loop.play(episode, script, episode.settings.limits)
         evaluation = await episode.finish()
-    return {**evaluation, "input": fmt.start(episode.created).messages, "output": transcript}
+    first = script.format.start(episode.created).messages
+    return {**evaluation, "input": first, "output": script.transcript}
+
+
+class ScriptedTurns:
+    """Fixed assistant texts as the one loop's turns (seal.rollout.loop.Turns). A script
+    counts no tokens and keeps observations whole, so only the service, or the end of
+    the script, stops it."""
+
+    used = 0
+
+    def __init__(
+        self, texts: list[str], tool_format: ToolFormat | None, pause: Callable[[], float] | None
+    ):
+        self.format = tool_format or get_format(PAPER_QWEN)
+        self.texts, self.pause = iter(texts), pause
+        self.transcript: list[dict] = []
+        """The assistant messages and observations, in the format's chat messages."""
+        self.observation: list[dict] = []
+
+    async def reply(self, budget: int) -> str | None:
+        text = next(self.texts, None)
+        if text is not None:
+            if self.pause is not None:
+                await asyncio.sleep(self.pause())
+            self.transcript.append(self.format.assistant_message(text))
+        return text
+
+    def observe(self, messages: list[dict], max_tokens: int) -> int:
+        self.observation = self.format.observation(messages)
+        return 0
+
+    def keep(self) -> None:
+        self.transcript += self.observation
+
+    def end(self, messages: list[dict]) -> None:
+        self.transcript += self.format.observation(messages)
 
 
 def text_generation(

@@ -42,7 +42,7 @@ class Observation:
 
 class TextTokens:
     """One tokenizer's text and ids, as the model saw or wrote them, and clipping; the
-    endpoint evaluator counts and clips with it in any format (seal/eval/evaluator.py)."""
+    endpoint evaluator counts and clips with it in any format (seal/eval/endpoint_episode.py)."""
 
     def __init__(self, tokenizer, clip_marker: str = CLIP_MARKER):
         self.tokenizer = tokenizer

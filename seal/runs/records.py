@@ -11,7 +11,7 @@ file and line, never skipping a line: a silently dropped task would change the p
 """
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,28 @@ class ValidationRecord(BaseModel):
                 f"data_source {self.data_source!r} does not match task id {self.task_id!r}"
             )
         return self
+
+
+def evaluation_record(
+    evaluation: Mapping[str, Any], step: int, *, input: str, output: str, turns: int
+) -> ValidationRecord:
+    """The record of one validated episode from the service's evaluation of it (its keys
+    task_id, category, accuracy, reward, failure_tags, paper_label, progress:
+    seal.rollout.protocol.Evaluation), the episode's text and its number of replies. Every
+    writer builds its records here."""
+    return ValidationRecord(
+        task_id=evaluation["task_id"],
+        data_source=evaluation["category"],
+        score=evaluation["accuracy"],
+        reward=evaluation["reward"],
+        step=step,
+        input=input,
+        output=output,
+        failure_tags=evaluation["failure_tags"],
+        paper_label=evaluation["paper_label"],
+        turns=turns,
+        progress=evaluation["progress"],
+    )
 
 
 class RecordFormatError(ValueError):

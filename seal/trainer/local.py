@@ -29,7 +29,7 @@ from seal.rollout.turn_tokens import turn_tokenizer
 from seal.runs import checkpoint as ckpt
 from seal.runs import metrics_log as M
 from seal.runs.data_order import epoch_order, task_ids_of
-from seal.runs.records import ValidationRecord, write_step
+from seal.runs.records import ValidationRecord, evaluation_record, write_step
 from seal.runs.run import Run, open_run
 from seal.runs.run_record import model_identity, record_base_model, weights_sha256
 from seal.trainer.local_preflight import refuse_if_it_cannot_fit
@@ -369,16 +369,6 @@ def base_model_identity(model: ModelSettings, tokenizer) -> dict:
 
 def validation_record(s: EpisodeSample, step: int) -> ValidationRecord:
     """The validation record of one episode (seal/runs/records.py)."""
-    return ValidationRecord(
-        task_id=s.task_id,
-        data_source=s.category,
-        score=s.accuracy,
-        reward=s.reward,
-        step=step,
-        input=s.input_text,
-        output=s.output_text,
-        failure_tags=s.failure_tags,
-        paper_label=s.paper_label,
-        turns=s.num_generations,
-        progress=s.progress,
+    return evaluation_record(
+        s.report, step, input=s.input_text, output=s.output_text, turns=s.num_generations
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
 import weakref
 from typing import Any
@@ -24,13 +23,11 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
-from seal.rollout.driver import EpisodeError, EpisodeSample, run_episode
+from seal.rollout.driver import EpisodeSample, retry_once, run_episode
 from seal.rollout.env_client import EnvClient
 from seal.rollout.turn_tokens import turn_tokenizer
 from seal.trainer.verl.generator import VerlGenerator
 from seal.trainer.verl.section import SealSection
-
-log = logging.getLogger(__name__)
 
 TAG_SEPARATOR = ","
 """Joins a sample's failure tags in `reward_extra_info` (tag names have no commas)."""
@@ -116,20 +113,21 @@ class SealBfclAgentLoop(AgentLoopBase):
         settings = self.settings.trainer.episode_settings(mode)
         temperature = float(sampling_params.get("temperature", 1.0))
         top_p = float(sampling_params.get("top_p", 1.0))
-        for attempt in (1, 2):
-            try:
-                sample = await run_episode(
-                    shared_env_client(self.settings), generator, self.tokenizer, task_id,
-                    settings, tool_format=self.tool_format, temperature=temperature, top_p=top_p,
-                    max_prompt_tokens=self.rollout_config.prompt_length,
-                )  # fmt: skip
-                break
-            except EpisodeError as error:
-                # Once more, then fail: verl drops the sample's whole group, which is its
-                # own tolerance for a failed rollout.
-                if attempt == 2:
-                    raise
-                log.warning("%s; retrying the episode once", error)
+        # Once more, then fail: verl drops the sample's whole group, which is its own
+        # tolerance for a failed rollout.
+        sample = await retry_once(
+            lambda: run_episode(
+                shared_env_client(self.settings),
+                generator,
+                self.tokenizer,
+                task_id,
+                settings,
+                tool_format=self.tool_format,
+                temperature=temperature,
+                top_p=top_p,
+                max_prompt_tokens=self.rollout_config.prompt_length,
+            )  # fmt: skip
+        )
         total = time.perf_counter() - start
         metrics = AgentLoopMetrics(
             generate_sequences=generator.seconds, tool_calls=total - generator.seconds

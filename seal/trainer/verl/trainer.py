@@ -26,7 +26,7 @@ from verl.workers.utils.padding import response_to_nested
 from seal.atomic_file import write_json_atomic
 from seal.rollout.env_client import is_healthy
 from seal.runs.metrics_log import MetricsWriter, validation_metrics
-from seal.runs.records import ValidationRecord, write_step
+from seal.runs.records import ValidationRecord, evaluation_record, write_step
 from seal.trainer.reweight import SampleOutcome
 from seal.trainer.seal_step import BEST_FILE, SealStep
 from seal.trainer.verl.agent_loop import TAG_SEPARATOR
@@ -241,24 +241,23 @@ def sample_outcome(extra_fields: dict, reward: float) -> SampleOutcome:
 
 
 def validation_records(step, inputs, outputs, scores, infos) -> list[ValidationRecord]:
-    """Records from verl's validation dump arguments (one entry per sample)."""
+    """Records from verl's validation dump arguments (one entry per sample; the agent
+    loop's reward_extra_info, read back under the evaluation's names)."""
     records = []
     for i in range(len(inputs)):
         tags = infos["failure_tags"][i]
+        evaluation = {
+            "task_id": infos["task_id"][i],
+            "category": infos["category"][i],
+            "accuracy": int(infos["acc"][i]),
+            "reward": float(scores[i]),
+            "failure_tags": tags.split(TAG_SEPARATOR) if tags else [],
+            "paper_label": infos["paper_label"][i] or None,
+            "progress": float(infos["progress"][i]),
+        }
+        turns = int(infos["turns"][i])
         records.append(
-            ValidationRecord(
-                task_id=infos["task_id"][i],
-                data_source=infos["category"][i],
-                score=int(infos["acc"][i]),
-                reward=float(scores[i]),
-                step=step,
-                input=inputs[i],
-                output=outputs[i],
-                failure_tags=tags.split(TAG_SEPARATOR) if tags else [],
-                paper_label=infos["paper_label"][i] or None,
-                turns=int(infos["turns"][i]),
-                progress=float(infos["progress"][i]),
-            )
+            evaluation_record(evaluation, step, input=inputs[i], output=outputs[i], turns=turns)
         )
     return records
 

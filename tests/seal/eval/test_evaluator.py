@@ -28,14 +28,8 @@ from seal.eval.chat_endpoint import (
     EndpointSettings,
     PreflightError,
 )
-from seal.eval.evaluator import (
-    ContextBudgetError,
-    Prompting,
-    episode_stats,
-    errors_file,
-    evaluate_endpoint,
-    partial_file,
-)
+from seal.eval.endpoint_episode import ContextBudgetError, Prompting
+from seal.eval.evaluator import episode_stats, errors_file, evaluate_endpoint, partial_file
 from seal.formats.base import Conversation
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.protocol import EpisodeLimits

@@ -322,7 +322,7 @@ def test_xml_format_renders_tools_and_results_as_the_template_does():
 def test_endpoint_scoring_does_not_count_qwen35_tokens_with_qwen25_s_tokenizer():
     """seal-eval's budget is counted with the model's tokenizer; the shipped one is
     Qwen2.5's, another vocabulary than Qwen3.5's: its name must be given."""
-    from seal.eval.evaluator import load_tokenizer
+    from seal.eval.endpoint_episode import load_tokenizer
 
     with pytest.raises(ValueError, match="--tokenizer is needed for model 'Qwen/Qwen3.5-4B'"):
         load_tokenizer(None, "Qwen/Qwen3.5-4B")

@@ -1,0 +1,82 @@
+"""The one episode loop: reply, step, observe, until the service or the context stops it.
+
+Training's token-id turns (seal.rollout.driver), endpoint scoring's chat-message turns
+(seal.eval.evaluator) and scripted policies (seal.rollout.scripted) differ in how a reply is
+made and how the context is counted; they share this loop and its stop rule, which is
+here in code once (the rule and why: docs/design.md, "Loss mask").
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from seal.formats.base import ToolFormat
+from seal.rollout.env_client import Episode
+from seal.rollout.protocol import EpisodeLimits
+
+StopReason = Literal["terminated", "max_generations", "context_limit"]
+"""Why a model's episode stopped: the service ended it (at max_generations it marks it
+truncated), or the context had no room for the next reply or for an observation."""
+
+
+def generation_budget(limits: EpisodeLimits, used: int) -> int:
+    """`max_new_tokens` of the next reply after `used` tokens of context: the room left, at
+    most `limits.max_new_tokens`; 0 when none is left (the episode stops, `context_limit`)."""
+    return max(0, min(limits.max_new_tokens, limits.max_context_tokens - used))
+
+
+def observation_fits(limits: EpisodeLimits, used: int, added: int) -> bool:
+    """Whether `added` tokens of observation after `used` leave at least one token of
+    room; if not, the episode stops with `context_limit` without them."""
+    return used + added < limits.max_context_tokens
+
+
+class Turns(Protocol):
+    """One episode's context as a policy sees it, grown one reply and one observation at
+    a time (token ids, chat messages or a script)."""
+
+    format: ToolFormat
+    """Parses the replies into the calls the service is sent."""
+
+    @property
+    def used(self) -> int:
+        """Tokens of context the next reply is conditioned on."""
+        ...
+
+    async def reply(self, budget: int) -> str | None:
+        """The policy's next reply, at most `budget` tokens, as the text the service is
+        sent; None when a script has no more (a model always replies)."""
+        ...
+
+    def observe(self, messages: list[dict], max_tokens: int) -> int:
+        """Make ready the observation of the service's `messages` after the last reply,
+        each content clipped to `max_tokens`; returns the tokens it adds to `used` (the
+        last reply's included where `used` does not count it yet)."""
+        ...
+
+    def keep(self) -> None:
+        """Append the observation made ready: it fits, and the next reply follows it."""
+        ...
+
+    def end(self, messages: list[dict]) -> None:
+        """The service ended the episode with `messages` (they condition no reply)."""
+        ...
+
+
+async def play(episode: Episode, turns: Turns, limits: EpisodeLimits) -> StopReason | None:
+    """Play `episode` until it stops; None when a script ran out of replies first."""
+    while True:
+        budget = generation_budget(limits, turns.used)
+        if budget < 1:
+            return "context_limit"
+        text = await turns.reply(budget)
+        if text is None:
+            return None
+        step = await episode.step(text, turns.format.parse(text, episode.tools))
+        if step.terminated:
+            turns.end(step.messages)
+            return "max_generations" if step.truncated else "terminated"
+        added = turns.observe(step.messages, limits.max_observation_tokens)
+        if not observation_fits(limits, turns.used, added):
+            return "context_limit"
+        turns.keep()

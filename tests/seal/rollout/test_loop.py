@@ -1,0 +1,211 @@
+"""The one episode loop and its stop rule: a fake episode drives the loop itself, and the
+real service drives training's, endpoint scoring's and a script's entry points, which must
+all play through the loop and stop for the same reasons after the same steps."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from conftest import gt_texts
+
+from seal.eval.chat_endpoint import Completion
+from seal.eval.endpoint_episode import Prompting
+from seal.eval.endpoint_episode import run_episode as score_episode
+from seal.formats.registry import PAPER_QWEN, get_format
+from seal.rollout import loop
+from seal.rollout.driver import run_episode as train_episode
+from seal.rollout.env_client import EnvClient, StepReply
+from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
+from seal.rollout.scripted import ScriptedGenerator, run_scripted_episode
+from seal.rollout.turn_tokens import TextTokens
+
+# --- the loop itself, driven by a fake episode and fake turns -----------------------------
+
+
+class FakeEpisode:
+    """Answers each step with the next of `replies`."""
+
+    tools: list[dict] = []
+
+    def __init__(self, replies: list[StepReply]):
+        self.replies, self.texts = list(replies), []
+
+    async def step(self, content, calls):
+        self.texts.append(content)
+        return self.replies.pop(0)
+
+
+class FakeTurns:
+    """Each reply adds `reply_tokens` to the context, each observation `observation_tokens`."""
+
+    format = get_format(PAPER_QWEN)
+
+    def __init__(self, used: int, reply_tokens: int, observation_tokens: int, replies: int = 99):
+        self.used, self.reply_tokens, self.observation_tokens = (
+            used,
+            reply_tokens,
+            observation_tokens,
+        )
+        self.left, self.budgets, self.kept, self.ended = replies, [], 0, None
+
+    async def reply(self, budget):
+        if not self.left:
+            return None
+        self.left -= 1
+        self.budgets.append(budget)
+        self.used += self.reply_tokens
+        return "a reply"
+
+    def observe(self, messages, max_tokens):
+        return self.observation_tokens
+
+    def keep(self):
+        self.used += self.observation_tokens
+        self.kept += 1
+
+    def end(self, messages):
+        self.ended = messages
+
+
+GO_ON = StepReply([{"role": "tool", "content": "x"}], terminated=False, truncated=False)
+LIMITS = EpisodeLimits(max_context_tokens=100, max_new_tokens=30)
+
+
+def run(turns, replies, limits=LIMITS):
+    episode = FakeEpisode(replies)
+    return asyncio.run(loop.play(episode, turns, limits)), episode
+
+
+def test_the_service_ending_the_episode_stops_it_and_its_last_messages_are_handed_over():
+    last = [{"role": "user", "content": "bye"}]
+    turns = FakeTurns(used=10, reply_tokens=5, observation_tokens=5)
+    stop, episode = run(turns, [GO_ON, StepReply(last, terminated=True, truncated=False)])
+    assert (stop, len(episode.texts), turns.kept, turns.ended) == ("terminated", 2, 1, last)
+    turns = FakeTurns(used=10, reply_tokens=5, observation_tokens=5)
+    stop, _ = run(turns, [GO_ON, StepReply([], terminated=True, truncated=True)])
+    assert stop == "max_generations"
+
+
+def test_each_reply_gets_the_room_left_at_most_max_new_tokens():
+    turns = FakeTurns(used=10, reply_tokens=20, observation_tokens=20)
+    # 10 -> reply 30 -> obs 50 -> reply 70 -> obs 90 -> reply (budget 10) 110: no obs room.
+    stop, episode = run(turns, [GO_ON] * 5)
+    assert turns.budgets == [30, 30, 10] and turns.kept == 2
+    assert (stop, len(episode.texts)) == ("context_limit", 3)
+
+
+def test_an_observation_that_leaves_no_room_is_not_kept():
+    # 10 + 40 reply + 49 observation = 99 < 100: kept; one token more is not.
+    turns = FakeTurns(used=10, reply_tokens=40, observation_tokens=49)
+    _, episode = run(turns, [GO_ON, StepReply([], terminated=True, truncated=False)])
+    assert turns.kept == 1
+    turns = FakeTurns(used=10, reply_tokens=40, observation_tokens=50)
+    stop, episode = run(turns, [GO_ON] * 3)
+    assert (stop, len(episode.texts), turns.kept) == ("context_limit", 1, 0)
+
+
+def test_a_full_context_stops_before_any_reply_and_a_script_s_end_stops_it():
+    turns = FakeTurns(used=100, reply_tokens=1, observation_tokens=1)
+    stop, episode = run(turns, [GO_ON])
+    assert (stop, episode.texts, turns.budgets) == ("context_limit", [], [])
+    turns = FakeTurns(used=0, reply_tokens=0, observation_tokens=0, replies=2)
+    stop, episode = run(turns, [GO_ON] * 3)
+    assert (stop, len(episode.texts)) == (None, 2)
+
+
+# --- the three entry points through the real service --------------------------------------
+
+TASK = "multi_turn_base_0"
+FORMAT = get_format(PAPER_QWEN)
+
+
+class ScriptedChat:
+    """A chat endpoint that answers with `texts` in order."""
+
+    def __init__(self, texts: list[str]):
+        self.texts = list(texts)
+
+    async def complete(self, messages, what, budget):
+        return Completion(self.texts.pop(0), "stop")
+
+
+@pytest.fixture
+def plays(monkeypatch):
+    """(turn kind, stop reason, steps sent) of each episode played through `loop.play`."""
+    seen: list[tuple[str, str | None, int]] = []
+    real = loop.play
+
+    async def spy(episode, turns, limits):
+        stop = await real(episode, turns, limits)
+        seen.append((type(turns).__name__, stop, episode.steps))
+        return stop
+
+    monkeypatch.setattr(loop, "play", spy)
+    return seen
+
+
+def scoring_settings(limits: EpisodeLimits) -> EpisodeSettings:
+    """Endpoint scoring's settings (seal.eval.endpoint_episode.run_episode), for all."""
+    return EpisodeSettings(
+        mode="validate",
+        prompt=FORMAT.prompt,
+        end_on_malformed_call=FORMAT.end_on_malformed_call,
+        limits=limits,
+    )
+
+
+def play_each_kind(base_url, tokenizer, limits: EpisodeLimits, scripted: bool) -> tuple:
+    """The ground truth of TASK played as training, as endpoint scoring and (if
+    `scripted`) as a script, under `limits`; what each entry point reports."""
+    texts, settings = gt_texts(TASK), scoring_settings(limits)
+
+    async def main():
+        async with EnvClient(base_url) as env:
+            generator = ScriptedGenerator.from_texts(tokenizer, texts)
+            sample = await train_episode(
+                env, generator, tokenizer, TASK, settings, tool_format=FORMAT
+            )
+            chat = ScriptedChat(texts)
+            prompting = Prompting(FORMAT)
+            report = await score_episode(env, chat, TextTokens(tokenizer), TASK, limits, prompting)
+            if scripted:
+                await run_scripted_episode(env, TASK, [texts], settings, tool_format=FORMAT)
+        return sample, report
+
+    return asyncio.run(main())
+
+
+def test_every_entry_point_plays_the_one_loop_and_stops_alike(live_service, tokenizer, plays):
+    base_url = live_service[0]
+    probe = ScriptedGenerator.from_texts(tokenizer, gt_texts(TASK))
+    asyncio.run(_probe(base_url, tokenizer, probe))  # where each reply starts, unlimited
+    cases = [
+        (EpisodeLimits(), True, "terminated"),
+        (EpisodeLimits(max_generations=3), True, "max_generations"),
+        # The third reply would start one token short of the context: its observation
+        # before it does not fit.
+        (EpisodeLimits(max_context_tokens=probe.prompt_lengths[2]), False, "context_limit"),
+        (EpisodeLimits(max_context_tokens=probe.prompt_lengths[0]), False, "context_limit"),
+    ]
+    for limits, scripted, reason in cases:
+        plays.clear()
+        sample, report = play_each_kind(base_url, tokenizer, limits, scripted)
+        kinds = ["TokenTurns", "MessageTurns"] + ["ScriptedTurns"] * scripted
+        assert [kind for kind, _, _ in plays] == kinds, limits
+        assert {(stop, steps) for _, stop, steps in plays} == {(reason, sample.num_generations)}
+        assert sample.stop_reason == report["stop_reason"] == reason
+        assert sample.report["steps"] == report["steps"] == sample.num_generations
+        # Both count the same context: the driver's sequence at the stop is the scored
+        # conversation's tokens with the last reply, plus the end-of-turn id that closed it.
+        closing = 1 if sample.num_generations else 0
+        assert len(sample.prompt_ids) + len(sample.response_ids) == (
+            report["context_tokens"] + closing
+        )
+    assert sample.num_generations == 0  # the last case: no room for a first reply
+
+
+async def _probe(base_url, tokenizer, probe):
+    async with EnvClient(base_url) as env:
+        settings = scoring_settings(EpisodeLimits())
+        await train_episode(env, probe, tokenizer, TASK, settings, tool_format=FORMAT)

@@ -355,7 +355,7 @@ class EnvEngine:
         if profile is None and settings.effective_evolution.guidelines:
             profile = self.profile()
         caps = self.web_caps if _is_web_search(task) else self.caps
-        episode = Episode(task, settings, profile=profile, caps=caps)
+        episode = Episode(task_id, settings, profile=profile, caps=caps)
         self.episodes[episode_id] = episode
         self.totals["created"] += 1
         return episode_id, episode, True, memory_version

@@ -11,7 +11,7 @@ send and read text, so the service writes it, as the format of the same name wou
     qwen2.5                  this project's richer prompt (`prompt: rich`)
 
 An episode speaks the one its settings' prompt implies (`DEFAULT`) unless the wire's
-create asks for another (env_service/release/compat.py).
+create asks for another (env_service/release/params.py).
 """
 
 from __future__ import annotations

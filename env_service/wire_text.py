@@ -36,7 +36,7 @@ class WireText:
     """Observation messages as chat messages."""
     parse: Callable[[str], list[ToolCall | CallParseError]] | None
     """The calls of a message; None: the service's own Qwen2.5 parser, which reads only
-    as many blocks as a message may run (Episode.begin_step)."""
+    as many blocks as a message may run (env_service/episode/admission.py)."""
 
 
 WIRE_TEXTS = {

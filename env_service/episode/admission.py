@@ -22,7 +22,7 @@ from seal.bfcl.calls import (
     check_call,
     parse_first_tool_calls,
 )
-from seal.rollout.protocol import EpisodeSettings
+from seal.rollout.protocol import EpisodeSettings, EvolutionSettings
 
 
 @dataclass
@@ -46,13 +46,15 @@ class StepPlan:
     in the turn (diagnosis.paper_label reads them)."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class EpisodeView:
     """What admission reads of the episode."""
 
     wire: str
     """The wire text the episode speaks (env_service/wire_text.py)."""
     settings: EpisodeSettings
+    layers: EvolutionSettings
+    """settings.effective_evolution (a property that may build one: read once)."""
     caps: EpisodeCaps
     available: Mapping[str, dict]
     """The tools the model may call in this turn, by name."""
@@ -76,7 +78,7 @@ def admit(
     calls with argument names that do not fit run for the backend's own error. With
     `end_on_malformed_call`, a malformed call ends the episode instead."""
     caps, settings = episode.caps, episode.settings
-    recovery = settings.effective_evolution.recovery_feedback
+    recovery = episode.layers.recovery_feedback
     invalid: list[tuple[str, int]] = []
 
     def reject(kind: str, message: str, hint: str | None = None) -> str:
@@ -164,7 +166,7 @@ def _paper_refusal(
     if errors:
         invalid += [("parse", 1)] * len(errors)
         message = paper_calls.parse_error_message(errors)
-        if episode.settings.effective_evolution.recovery_feedback:
+        if episode.layers.recovery_feedback:
             message = evolution.paper_parse_hint(message, [d["name"] for d in episode.tools])
         return env_message(message)
     message = paper_calls.admission_error(calls, set(episode.available))

@@ -35,13 +35,15 @@ def answer(
     plan: StepPlan,
     run: RunResult,
     settings: EpisodeSettings,
+    layers: EvolutionSettings,
     caps: EpisodeCaps,
     tools: list[dict],
     agentic: bool,
 ) -> Answers:
-    """The answers to `plan`'s calls given `run` (their results); `tools`: the first
-    turn's docs as the model sees them (the paper's hints name them)."""
-    layers, out = settings.effective_evolution, Answers()
+    """The answers to `plan`'s calls given `run` (their results); `layers`: the settings'
+    effective_evolution; `tools`: the first turn's docs as the model sees them (the paper's
+    hints name them)."""
+    out = Answers()
     paper_hints = layers.recovery_feedback and settings.prompt == "paper"
     # `position`: the call's place in its message (the paper's hints name it by that).
     for position, item in enumerate(plan.answers, start=1):

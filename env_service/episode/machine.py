@@ -157,6 +157,7 @@ class Episode:
         view = EpisodeView(
             self.wire,
             self.settings,
+            self.layers,
             self.caps,
             self._available,
             self._held_back,
@@ -194,9 +195,8 @@ class Episode:
         )
 
     def _answer(self, plan: StepPlan, run: RunResult) -> list[dict]:
-        answers = answer(
-            plan, run, self.settings, self.caps, self.tools, agentic=self.agentic is not None
-        )
+        agentic = self.agentic is not None
+        answers = answer(plan, run, self.settings, self.layers, self.caps, self.tools, agentic)
         self.call_chars += answers.call_chars
         self.counters.tool_calls += len(answers.executed)
         for kind in answers.signals:

@@ -9,8 +9,7 @@ records.py (caps, counters, a step's outcome). Details: docs/design.md, "The epi
 contract".
 """
 
-from env_service.episode.admission import StepPlan
 from env_service.episode.machine import Episode
-from env_service.episode.records import EpisodeCaps, EpisodeFinishedError, StepOutcome
+from env_service.episode.records import EpisodeCaps, StepOutcome
 
-__all__ = ["Episode", "EpisodeCaps", "EpisodeFinishedError", "StepOutcome", "StepPlan"]
+__all__ = ["Episode", "EpisodeCaps", "StepOutcome"]

@@ -260,16 +260,16 @@ async def task_info(task_id: str, request: Request):
 
 @router.put("/profile", tags=["profile"], responses=errors(413, 422))
 async def put_profile(body: FailureProfile, request: Request):
-    engine_of(request).set_profile(body.model_dump(exclude_none=True))
+    engine_of(request).profiles.push(body.model_dump(exclude_none=True))
     return {"ok": True}
 
 
 @router.get("/profile", tags=["profile"], response_model=ProfileState, responses=errors())
 async def get_profile(request: Request):
     engine = engine_of(request)
-    profile = engine.profile()
+    profile = engine.profiles.profile()
     return ProfileState(
-        profile=profile, source=engine.profile_source(), warning=engine.profile_warning
+        profile=profile, source=engine.profiles.source(), warning=engine.profiles.warning
     )
 
 

@@ -1,30 +1,27 @@
-"""The protocol-independent core of the service: live episodes, limits and the profile.
+"""The protocol-independent core of the service: the registry of live episodes and their limits.
 
 Both HTTP protocols are thin layers over `EnvEngine`'s async methods (`acreate`, `astep`,
 `areport`): episodes' state machines live here, on the event loop (so the registry needs
 no locks), and their backends in the engine's pool of worker processes, so no client's
-calls hold up another's requests. Retried creates and steps are answered, not rerun; BFCL
-V4 agentic episodes get bfcl-eval's memory order. Details: docs/design.md, "The episode
-contract".
+calls hold up another's requests. Retried creates and steps are answered, not rerun. The
+failure profile: profile_source.py; agentic episodes' admission: agentic_admission.py.
+Details: docs/design.md, "The episode contract".
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass
-from pathlib import Path
 
+from env_service.agentic_admission import admit_agentic, is_web_search
 from env_service.config import ServiceConfig
 from env_service.episode import Episode, EpisodeCaps, StepOutcome
 from env_service.errors import (
     BusyError,
     ConflictError,
-    InvalidRequestError,
     NotFoundError,
     StorageError,
     TooLargeError,
@@ -35,107 +32,29 @@ from env_service.execution import (
     STEP_TIME_BUDGET,
     RunResult,
 )
+from env_service.ids import check_id
 from env_service.in_process import InProcessPool
 from env_service.outside import TO_TEXT_S, OutsideCalls
-from env_service.release_state import check_release_state, is_release_state, release_profile
+from env_service.profile_source import ProfileSource
 from env_service.workers import WorkerPool
-from seal.atomic_file import StateFileError, read_json
 from seal.bfcl import memory, web_search
-from seal.bfcl.agentic import WEB_SEARCH, AgenticTask, missing_dependency
+from seal.bfcl.agentic import AgenticTask
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.diagnosis import Diagnosis
 from seal.bfcl.multi_turn import UnknownTaskError
 from seal.bfcl.tasks import load_task
 from seal.rollout.protocol import EpisodeSettings
-from seal.tocf.state import CapabilityState
 
 __all__ = ["EnvEngine", "ServiceConfig"]  # ServiceConfig is imported from here too
-
-log = logging.getLogger("env_service")
 
 
 class ServiceStartError(ValueError):
     """The service cannot start with its configuration (the message says what to fix)."""
 
 
-MAX_ID_CHARS = 256
-"""The longest episode, instance or task id a client may send (BFCL's are under 40
-characters, a UUID is 36). An id is kept for the episode's life, in the service and in
-its worker, so an unbounded one would cost memory a client chooses (docs/benchmarks.md)."""
-
-
-URL_SYNTAX = "/%?#\\"
-"""Characters an id may not hold: in a URL's path they are syntax (a separator, a
-percent-encoding, the query, the fragment; some clients read a backslash as '/'), so an
-id with one is sent as another path than its own by some HTTP client."""
-
-
-def check_id(value: str, what: str) -> str:
-    """`value` if it can be an id; else InvalidRequestError (422) saying why, without
-    echoing a long value back. Ids are logged, compared and sent back in replies and
-    paths, so they are short, printable text that every HTTP client puts in a path as it
-    is: no URL syntax (URL_SYNTAX), and not '.' or '..', which clients remove from a path
-    (the project's own aiohttp client sends `/v1/episodes/..` as `/v1/`)."""
-    if not value:
-        raise InvalidRequestError(f"{what} is empty")
-    if len(value) > MAX_ID_CHARS:
-        raise InvalidRequestError(
-            f"{what} is {len(value)} characters; ids have at most {MAX_ID_CHARS} characters"
-        )
-    if not value.isprintable():
-        bad = next(ch for ch in value if not ch.isprintable())
-        raise InvalidRequestError(
-            f"{what} {value!r} holds U+{ord(bad):04X}, a control character or another code "
-            "point that is not printable text"
-        )
-    if bad := next((ch for ch in value if ch in URL_SYNTAX), None):
-        raise InvalidRequestError(
-            f"{what} {value!r} holds {bad!r}, which no id may hold (it is URL syntax: "
-            "HTTP clients would not send it as part of the id)"
-        )
-    if value in (".", ".."):
-        raise InvalidRequestError(
-            f"{what} {value!r} is a path segment HTTP clients remove from a URL: no id may be "
-            "'.' or '..'"
-        )
-    return value
-
-
-@dataclass(frozen=True)
-class StateFile:
-    """What the operator's --capability-state file gives: a failure profile, and the
-    release's raw state when the file is the original release's."""
-
-    profile: dict
-    release: dict | None = None
-
-
-def read_state_file(path: Path) -> StateFile:
-    """This project's capability state (seal.tocf) or the original release's
-    (env_service/release_state.py); raises OSError or ValueError (StateFileError) with
-    the reason."""
-    data = read_json(path, "capability state")
-    if is_release_state(data):
-        check_release_state(data)
-        return StateFile(release_profile(data, None), data)
-    if not isinstance(data, dict):
-        raise StateFileError(f"{path}: a JSON {type(data).__name__}, not a capability state")
-    try:
-        return StateFile(CapabilityState.from_dict(data).failure_profile())
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise StateFileError(
-            f"{path}: neither this project's capability state nor the original release's "
-            f"({type(e).__name__}: {e})"
-        ) from None
-
-
-def _is_web_search(task) -> bool:
-    return isinstance(task, AgenticTask) and task.kind == WEB_SEARCH
-
-
 def _outside(episode: Episode) -> bool:
     """Its calls are outside calls, made by env_service/outside.py, not by a worker."""
-    return _is_web_search(episode.task)
+    return is_web_search(episode.task)
 
 
 class EnvEngine:
@@ -159,10 +78,6 @@ class EnvEngine:
         # Final answers of episodes that ended and were released, for retried final steps:
         # id -> (time ended, answer); oldest first, bounded like the live episodes.
         self.finished: OrderedDict[str, tuple[float, StepOutcome]] = OrderedDict()
-        self.pushed_profile: dict | None = None
-        self._file: tuple[float, StateFile] | None = None  # (mtime, last good)
-        self._file_warned: float | None = None  # mtime of the bad file last warned about
-        self.profile_warning: str | None = None
         self.totals = {"created": 0, "released": 0, "expired": 0, "rejected_busy": 0}
         self.pool: WorkerPool | InProcessPool | None = None
         self._pool_lock = asyncio.Lock()
@@ -173,14 +88,13 @@ class EnvEngine:
             raise ServiceStartError(f"--memory-snapshot-dir: {e}") from None
         web_search.configure(limits)
         path = self.config.capability_state_path
-        if path is not None and path.exists():
-            try:
-                self._file = (path.stat().st_mtime, read_state_file(path))
-            except (OSError, ValueError) as e:
-                raise ServiceStartError(
-                    f"--capability-state {path}: cannot read a failure profile from it "
-                    f"({type(e).__name__}: {e}); fix or remove the file"
-                ) from None
+        try:  # the failure profile guided episodes get
+            self.profiles = ProfileSource(path)
+        except (OSError, ValueError) as e:
+            raise ServiceStartError(
+                f"--capability-state {path}: cannot read a failure profile from it "
+                f"({type(e).__name__}: {e}); fix or remove the file"
+            ) from None
 
     # --- the pool that holds the backends -------------------------------------------------
 
@@ -349,63 +263,20 @@ class EnvEngine:
             task = load_task(task_id)
         except UnknownTaskError as e:
             raise NotFoundError(str(e)) from None
-        memory_version = self._check_agentic(task) if isinstance(task, AgenticTask) else None
+        memory_version = None
+        if isinstance(task, AgenticTask):
+            memory_version = admit_agentic(
+                task, self.episodes, self.config.memory_lease_s, self._expire
+            )
         # Only episodes that show guidelines read the profile: validation never depends
         # on the capability-state file.
         if profile is None and settings.effective_evolution.guidelines:
-            profile = self.profile()
-        caps = self.web_caps if _is_web_search(task) else self.caps
-        episode = Episode(task, settings, profile=profile, caps=caps)
+            profile = self.profiles.profile()
+        caps = self.web_caps if is_web_search(task) else self.caps
+        episode = Episode(task_id, settings, profile=profile, caps=caps)
         self.episodes[episode_id] = episode
         self.totals["created"] += 1
         return episode_id, episode, True, memory_version
-
-    def _check_agentic(self, task: AgenticTask) -> Path | None:
-        """Refuse an agentic episode this service cannot run right (module docstring); a
-        memory task's version of the memory it starts from (seal.bfcl.memory)."""
-        if (why := missing_dependency(task)) is not None:
-            raise ConflictError(why)
-        if task.is_memory:
-            self._check_scenario_lease(task)
-            try:
-                snapshots = memory.snapshots()
-            except memory.MemoryNotConfiguredError as e:
-                raise ConflictError(str(e)) from None
-            if (refusal := snapshots.refusal(task)) is not None:
-                raise ConflictError(refusal)
-            try:
-                return snapshots.start(task)
-            except memory.SnapshotDamagedError as e:
-                raise ConflictError(str(e)) from None
-        elif (why := web_search.missing_key()) is not None:
-            raise ConflictError(why)
-        return None
-
-    def _check_scenario_lease(self, task: AgenticTask) -> None:
-        """Refuse a memory episode while a prerequisite conversation of its scenario is in
-        progress (its memory is not saved yet), naming it; one silent for longer than
-        `memory_lease_s` (each of its steps renews the lease) loses it: it is expired
-        (released, as by the TTL), and this create goes ahead."""
-        now, lease = time.monotonic(), self.config.memory_lease_s
-        for other_id, ep in list(self.episodes.items()):
-            other = ep.agentic
-            if other is None or not other.is_prereq or other.chain != task.chain:
-                continue
-            idle = now - ep.last_used
-            if idle > lease:
-                log.warning(
-                    "env_service: episode %r (%s) held its scenario silent for %.0f s, past "
-                    "the lease of %.0f s: expired",
-                    other_id, other.task_id, idle, lease,
-                )  # fmt: skip
-                self._expire(other_id)
-                continue
-            raise ConflictError(
-                f"{other.task_id}, a prerequisite conversation of {task.task_id}'s scenario, "
-                f"is in progress in episode {other_id!r} (its memory is not saved yet; last "
-                f"step {idle:.0f} s ago): it holds the scenario until it ends, or until it is "
-                f"silent for {lease:.0f} s"
-            )
 
     def _step_target(
         self, episode_id: str, content: str, seq: int | None, check: bool = True
@@ -492,60 +363,6 @@ class EnvEngine:
         if self.pool is not None:
             self.pool.close(episode_id)
         self.totals["expired"] += 1
-
-    # --- failure profile ---------------------------------------------------------------
-
-    def set_profile(self, profile: dict) -> None:
-        self.pushed_profile = profile
-
-    def profile(self) -> dict | None:
-        """The trainer's last pushed profile, else the one in the capability-state file.
-
-        A file that cannot be read (truncated, half-written by hand) keeps the last good
-        profile in use and logs one warning naming it, until it changes: failing every
-        guided episode would stop training over a file a trainer writes atomically
-        (seal.atomic_file), so a bad one is an operator's slip to report, not to crash on.
-        """
-        if self.pushed_profile is not None:
-            return self.pushed_profile
-        state = self._state_file()
-        return None if state is None else state.profile
-
-    def release_state(self) -> dict | None:
-        """The original release's capability state, when that is where the profile comes
-        from (the operator's --capability-state file in the release's format, and no
-        pushed profile): the wire protocol's guideline thresholds select from it."""
-        if self.pushed_profile is not None:
-            return None
-        state = self._state_file()
-        return None if state is None else state.release
-
-    def _state_file(self) -> StateFile | None:
-        path = self.config.capability_state_path
-        if path is None or not path.exists():
-            return None
-        mtime = path.stat().st_mtime
-        if self._file is not None and self._file[0] == mtime:
-            return self._file[1]
-        if self._file_warned == mtime:
-            return self._file[1] if self._file else None
-        try:
-            self._file = (mtime, read_state_file(path))
-            self.profile_warning = None
-        except (OSError, ValueError) as e:
-            self._file_warned = mtime
-            kept = "the last good profile" if self._file else "no profile"
-            self.profile_warning = (
-                f"--capability-state {path}: cannot read a failure profile from it "
-                f"({type(e).__name__}: {e}); using {kept} until the file changes"
-            )
-            log.warning("env_service: %s", self.profile_warning)
-        return self._file[1] if self._file else None
-
-    def profile_source(self) -> str | None:
-        if self.pushed_profile is not None:
-            return "pushed"
-        return "file" if self._file is not None else None
 
     def stats(self) -> dict:
         workers = self.pool.stats() if self.pool else {"workers": 0, "workers_replaced": 0}

@@ -20,8 +20,9 @@ import time
 from dataclasses import dataclass, field
 
 from env_service import worker
+from env_service.channel import Channel
 from env_service.execution import RunResult, StepBudget, StepTally
-from env_service.workers import Channel, WorkerError
+from env_service.workers import WorkerError
 from seal.bfcl import web_search
 from seal.bfcl.backends import ERROR_PREFIX, Backends, format_result, preload_backends
 from seal.bfcl.calls import ToolCall

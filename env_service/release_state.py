@@ -6,7 +6,7 @@ and, per category, `window_category_tags` / `total_category_tags` ("category::ta
 the same). The service reads such a file only when its operator names it at start
 (`--capability-state`, env_service/config.py), never because a request says so; the
 wire protocol's `diagnostic_evolution` thresholds then select guidelines from it as the
-release's environment did (compat.translate_params).
+release's environment did (release/params.py: translate_params).
 
 Pure functions of the file's data, so the engine (which reads the operator's file) and
 the wire layer share them without importing each other. Errors are ValueErrors that

@@ -11,7 +11,7 @@ send and read text, so the service writes it, as the format of the same name wou
     qwen2.5                  this project's richer prompt (`prompt: rich`)
 
 An episode speaks the one its settings' prompt implies (`DEFAULT`) unless the wire's
-create asks for another (env_service/release/compat.py).
+create asks for another (env_service/release/params.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class WireText:
     """Observation messages as chat messages."""
     parse: Callable[[str], list[ToolCall | CallParseError]] | None
     """The calls of a message; None: the service's own Qwen2.5 parser, which reads only
-    as many blocks as a message may run (Episode.begin_step)."""
+    as many blocks as a message may run (env_service/episode/admission.py)."""
 
 
 WIRE_TEXTS = {

@@ -7,9 +7,10 @@ native API. Served while `ServiceConfig.release_protocol` is on (the default;
 `--no-release-protocol` turns it off).
 
 - api.py: the routes, and every difference from the release on purpose;
-- compat.py: the release's params, task ids, replies and splits, in this service's terms.
+- params.py: the release's `/create` params (and this service's flat keys) as settings;
+- compat.py: the release's task ids, splits and replies, in this service's terms.
 
 The release's capability-state file and its guideline selection are
-env_service/release_state.py, below both this package and the engine, which reads the
+env_service/release_state.py, below both this package and profile_source.py, which reads the
 file for `--capability-state`.
 """

@@ -19,10 +19,12 @@ from pydantic import BaseModel, Field
 
 from env_service import errors
 from env_service.api_native import release_if_client_left
-from env_service.engine import EnvEngine, check_id
+from env_service.engine import EnvEngine
 from env_service.errors import EngineError, InvalidRequestError, NotFoundError
+from env_service.ids import check_id
 from env_service.json_body import SafeJsonRoute
 from env_service.release import compat
+from env_service.release.params import translate_params
 from env_service.statuses import wire_errors
 from seal.bfcl.agentic import is_agentic
 from seal.bfcl.multi_turn import UnknownTaskError
@@ -89,7 +91,7 @@ async def create(body: WireRequest, request: Request):
             f"{task.task_id}: the wire protocol serves the BFCL V3 multi-turn tasks; "
             "BFCL V4 agentic tasks are on the native API (/v1)"
         )
-    create_params = compat.translate_params(body.params, task.category, engine.release_state)
+    create_params = translate_params(body.params, task.category, engine.profiles.release_state)
     instance_id, ep = await engine.acreate(
         task.task_id, create_params.settings, body.instance_id, create_params.profile
     )

@@ -276,7 +276,7 @@ def test_env_client_and_scripted_runner_over_a_socket(live_service):
     assert [m["role"] for m in result["input"]] == ["system", "user"]
     assert result["output"][0]["role"] == "assistant"
     assert engine.stats()["live_episodes"] == 0  # the runner released it
-    assert engine.profile()["tags"][0]["tag"] == "state_mismatch"
+    assert engine.profiles.profile()["tags"][0]["tag"] == "state_mismatch"
 
 
 # --- bad input ------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ class ProfileAtCreate:
 
     async def __call__(self, scope, receive, send):
         if is_request(scope, "POST", "/v1/episodes"):
-            self.seen.append(self.app.state.engine.profile())
+            self.seen.append(self.app.state.engine.profiles.profile())
         await self.app(scope, receive, send)
 
 
@@ -75,7 +75,7 @@ def test_train_two_steps_then_resume(live_service, serve_app, tmp_path):
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert "apatch/mean_scale" in rows[1] and "actor/pg_loss" in rows[1]
     assert engine.stats()["live_episodes"] == 0, "episodes leaked"
-    assert engine.pushed_profile is not None, "the failure profile never reached the service"
+    assert engine.profiles.pushed is not None, "the failure profile never reached the service"
     # The interface state of each step beside its profiles (the paper's Appendix C.4):
     # the paper's layers (schema cues only) on every episode, no guideline shown.
     rows = read_interfaces(run_dir)

@@ -249,7 +249,7 @@ def first_prompts(tool_format: str, ids) -> list[str]:
     """The first prompt of each task in a format, with every training layer on and every
     guideline in the system prompt (the longest a prompt gets)."""
     engine = EnvEngine(ServiceConfig(workers=0))
-    engine.set_profile({"tags": [{"tag": tag} for tag in GUIDELINES]})
+    engine.profiles.push({"tags": [{"tag": tag} for tag in GUIDELINES]})
     layers = EvolutionSettings(
         schema_cues=True, type_hints=True, guidelines=True, max_guidelines=len(GUIDELINES)
     )

@@ -191,7 +191,7 @@ def test_advantage_step_equals_core(local_tq, tmp_path, live_service):
     # The capability state saw the 12 real samples only, exactly as the core's did.
     assert trainer.capability.to_dict() == capability.to_dict()
     assert CapabilityState.load(trainer.capability_path).to_dict() == capability.to_dict()
-    assert engine.pushed_profile == capability.failure_profile()
+    assert engine.profiles.pushed == capability.failure_profile()
     # The step's interface record: the 12 real samples' interface, beside the profiles.
     [row] = read_interfaces(trainer.run_dir)
     assert row["step"] == 1 and row["episodes"] == 12

@@ -1,0 +1,84 @@
+"""Admission of BFCL V4 agentic episodes: a create the service cannot run right is refused
+(409, naming what to run or configure first), as bfcl-eval's inference loop orders them:
+a memory task waits for its scenario's prerequisite conversations and needs the snapshot
+folder (seal/bfcl/memory.py); a web-search task needs a SerpAPI key; either needs its
+optional dependencies (seal/bfcl/agentic.py)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from env_service.episode import Episode
+from env_service.errors import ConflictError
+from seal.bfcl import memory, web_search
+from seal.bfcl.agentic import WEB_SEARCH, AgenticTask, missing_dependency
+from seal.bfcl.multi_turn import BfclTask
+
+log = logging.getLogger("env_service")
+
+
+def is_web_search(task: BfclTask) -> bool:
+    return isinstance(task, AgenticTask) and task.kind == WEB_SEARCH
+
+
+def admit_agentic(
+    task: AgenticTask,
+    episodes: Mapping[str, Episode],
+    lease_s: float,
+    expire: Callable[[str], None],
+) -> Path | None:
+    """Refuse an agentic episode this service cannot run right (ConflictError); a memory
+    task's version of the memory it starts from (seal.bfcl.memory). `episodes`: the live
+    ones; `expire` ends one that held its scenario past `lease_s`."""
+    if (why := missing_dependency(task)) is not None:
+        raise ConflictError(why)
+    if task.is_memory:
+        _check_scenario_lease(task, episodes, lease_s, expire)
+        try:
+            snapshots = memory.snapshots()
+        except memory.MemoryNotConfiguredError as e:
+            raise ConflictError(str(e)) from None
+        if (refusal := snapshots.refusal(task)) is not None:
+            raise ConflictError(refusal)
+        try:
+            return snapshots.start(task)
+        except memory.SnapshotDamagedError as e:
+            raise ConflictError(str(e)) from None
+    elif (why := web_search.missing_key()) is not None:
+        raise ConflictError(why)
+    return None
+
+
+def _check_scenario_lease(
+    task: AgenticTask,
+    episodes: Mapping[str, Episode],
+    lease: float,
+    expire: Callable[[str], None],
+) -> None:
+    """Refuse a memory episode while a prerequisite conversation of its scenario is in
+    progress (its memory is not saved yet), naming it; one silent for longer than the
+    lease (each of its steps renews it) loses it: it is expired (released, as by the TTL),
+    and this create goes ahead."""
+    now = time.monotonic()
+    for other_id, ep in list(episodes.items()):
+        other = ep.agentic
+        if other is None or not other.is_prereq or other.chain != task.chain:
+            continue
+        idle = now - ep.last_used
+        if idle > lease:
+            log.warning(
+                "env_service: episode %r (%s) held its scenario silent for %.0f s, past "
+                "the lease of %.0f s: expired",
+                other_id, other.task_id, idle, lease,
+            )  # fmt: skip
+            expire(other_id)
+            continue
+        raise ConflictError(
+            f"{other.task_id}, a prerequisite conversation of {task.task_id}'s scenario, "
+            f"is in progress in episode {other_id!r} (its memory is not saved yet; last "
+            f"step {idle:.0f} s ago): it holds the scenario until it ends, or until it is "
+            f"silent for {lease:.0f} s"
+        )

@@ -1,0 +1,82 @@
+"""What an episode shows the model: its system prompt's sections, tool docs and questions,
+as data (the native API) and as the wire protocol's text (env_service/wire_text.py).
+
+The renders of a task's docs are cached by task id: an episode plays a shipped task
+(seal.bfcl.tasks.load_task), and serialising its 20-30 KB of tool signatures on every
+create was most of an episode's creation cost.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from env_service import evolution, wire_text
+from seal.bfcl.multi_turn import BfclTask
+from seal.bfcl.tasks import load_task
+from seal.rollout.protocol import EvolutionSettings
+
+
+@functools.lru_cache(maxsize=4096)
+def _cued_tools(task_id: str, prompt_name: str, hints: bool) -> tuple[dict, ...]:
+    cue = evolution.TEXTS[prompt_name].cue
+    return tuple(cue(d, hints) for d in load_task(task_id).tools)
+
+
+def first_tools(task_id: str, prompt_name: str, cues: bool, hints: bool) -> list[dict]:
+    """The docs of the tools available from turn 0, with the cues when on (cued once per
+    task and settings)."""
+    if not cues:
+        return load_task(task_id).tools
+    return list(_cued_tools(task_id, prompt_name, hints))
+
+
+@functools.lru_cache(maxsize=4096)
+def wire_system_prompt(
+    task_id: str, wire: str, prompt_name: str, cues: bool, hints: bool, sections: tuple[str, ...]
+) -> str:
+    """The wire protocol's system message, rendered once per task and settings (wire
+    text, prompt, cues, type hints, sections)."""
+    docs = first_tools(task_id, prompt_name, cues, hints)
+    return wire_text.WIRE_TEXTS[wire].system(docs, sections)
+
+
+def extra_sections(
+    texts: evolution.PromptTexts, layers: EvolutionSettings, guidelines: list[tuple[str, str]]
+) -> list[str]:
+    """The layers' sections of the system prompt: the constraint note, the guidelines."""
+    sections = []
+    if layers.schema_cues:
+        sections.append(texts.note)
+    if section := texts.guideline_section(guidelines):
+        sections.append(section)
+    return sections
+
+
+def turn_messages(
+    task: BfclTask, turn: int, texts: evolution.PromptTexts, layers: EvolutionSettings
+) -> list[dict]:
+    """The user messages that open `turn` (observation messages, as data): its question,
+    or a holdout turn's revealed docs (cued when the prompt cues revealed docs)."""
+    revealed = task.held_out.get(turn)
+    if not revealed:
+        return [{"role": m["role"], "content": m["content"]} for m in task.questions[turn]]
+    if layers.schema_cues and texts.cue_revealed:
+        return [
+            {
+                "role": "user",
+                "content": "",
+                "tools": [texts.cue(d, layers.type_hints) for d in revealed],
+            }
+        ]
+    return [{"role": "user", "content": "", "tools": list(revealed)}]
+
+
+def interface(layers: EvolutionSettings, guidelines: list[tuple[str, str]]) -> dict:
+    """The layers on and the guidelines shown (protocol.EpisodeInterface)."""
+    return {
+        "schema_cues": layers.schema_cues,
+        "type_hints": layers.schema_cues and layers.type_hints,
+        "recovery_feedback": layers.recovery_feedback,
+        "guidelines": layers.guidelines,
+        "shown": [{"tag": tag, "text": text} for tag, text in guidelines],
+    }

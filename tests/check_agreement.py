@@ -21,6 +21,12 @@ import argparse
 import random
 import sys
 from collections import Counter
+from pathlib import Path
+
+# Run as a file, this folder is sys.path[0], and its seal/ (the tests of seal, a namespace
+# package to Python) would be found before the editable install's finder is asked; the
+# repository root first makes `seal` the package (pyproject's pythonpath does this for pytest).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bfcl_official import bfcl_globals_left, official_accuracy
 from tqdm import tqdm

@@ -169,3 +169,19 @@ def test_miss_func_49_is_unsolvable_when_held_out_tools_are_refused():
     assert report["accuracy"] == 0
     assert report["failure_tags"][first_use] != PASS
     assert report["invalid_by_kind"]["unavailable_tool"] >= 1
+
+
+def test_the_agreement_check_runs_as_the_docs_say():
+    # `python tests/check_agreement.py` (docs/development.md): tests/ is then sys.path[0],
+    # and tests/seal/ shadowed the seal package (ModuleNotFoundError before any check).
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "tests/check_agreement.py", "--help"],
+        cwd=root, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "official checker" in done.stdout

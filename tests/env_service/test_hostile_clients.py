@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -378,14 +379,22 @@ def test_a_create_whose_client_left_is_released(service_process):
         ("/create", {"env_type": "bfcl", "task_id": TASK, "instance_id": f"wire-left-{k}"})
         for k in range(3)
     ]
-    for path, body in bodies:
-        data = json.dumps(body).encode()
-        head = (
-            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\n\r\n"
-        ).encode()
-        with socket.create_connection((host, int(port)), timeout=10) as sock:
-            sock.sendall(head + data)
+    # The service is stopped while the clients send and close: each create is read with
+    # its client's end-of-file behind it. (Running, a service could answer before a
+    # descheduled client closed, which no service can tell from a client that read the
+    # reply and then left: under load the test failed so.)
+    os.kill(svc.proc.pid, signal.SIGSTOP)
+    try:
+        for path, body in bodies:
+            data = json.dumps(body).encode()
+            head = (
+                f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\n\r\n"
+            ).encode()
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                sock.sendall(head + data)
+    finally:
+        os.kill(svc.proc.pid, signal.SIGCONT)
     # Released within seconds (a loaded machine may take a few), not at the 1 h TTL.
     wait_for(lambda: httpx.get(f"{svc.url}/v1/stats", timeout=10).json()["live_episodes"] == 0, 60)
     assert httpx.get(f"{svc.url}/v1/stats", timeout=10).json()["created"] == 6

@@ -8,6 +8,8 @@ tests/wire_client.py. `live_service` runs the app
 under uvicorn on a free local port, for clients that need a real socket.
 `service_process(*flags)` runs `python -m env_service` in its own process on a free
 port, for tests where the service may hang or must be signalled (it is killed after).
+`one_step_run` is a one-step launcher run made once per session, for the modules that
+only read it.
 
 Shared helpers the test modules import from here: `free_port()`, `serving(app)`,
 `gt_turns`/`gt_texts` (the ground-truth policy's texts), `shipped_tokenizer()` (with the

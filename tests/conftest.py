@@ -8,6 +8,8 @@ tests/wire_client.py. `live_service` runs the app
 under uvicorn on a free local port, for clients that need a real socket.
 `service_process(*flags)` runs `python -m env_service` in its own process on a free
 port, for tests where the service may hang or must be signalled (it is killed after).
+`one_step_run` is a one-step launcher run made once per session, for the modules that
+only read it.
 
 Shared helpers the test modules import from here: `free_port()`, `serving(app)`,
 `gt_turns`/`gt_texts` (the ground-truth policy's texts), `shipped_tokenizer()` (with the
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import signal
 import socket
@@ -397,6 +400,42 @@ SAMPLES = [
 ]
 """Four samples of different lengths and masks, for the update and warm-up tests (ids
 below `PAD`)."""
+
+
+# --- one launcher run, shared -------------------------------------------------------------
+
+ONE_STEP_ABLATION = [
+    "trainer.apatch.enable=false",
+    "trainer.evolution.schema_cues=false",
+    "trainer.rollout.push_profile=false",
+    "trainer.total_steps=1",
+    "trainer.rollout.n=2",
+    "trainer.rollout.seed=7",
+    "trainer.limits.max_generations=1",
+    "trainer.limits.max_new_tokens=4",
+    "trainer.data.max_val_tasks=4",
+    "trainer.validation.before_train=false",
+]
+"""A one-step local run of exp/cpu_default.yaml, an ablation (A-Patch, the schema cues and
+the profile push off) smaller than cpu_default but with its data order (tasks, batch size,
+seed): a resume with the default config differs in the ablation's keys alone."""
+
+
+@pytest.fixture(scope="session")
+def one_step_run(tmp_path_factory):
+    """The `ONE_STEP_ABLATION` run through the launcher (the tiny random Qwen2, its own
+    environment service, a checkpoint at step 1), made once for the modules that read it
+    (tests/seal/runs/): (run directory, the overrides given, what the launcher printed).
+    Read-only: a test that resumes it works on a copy."""
+    sys.path.insert(0, str(REPO_ROOT))
+    import launcher
+
+    out = tmp_path_factory.mktemp("runs")
+    overrides = [f"output_dir={out}", "name=b", *ONE_STEP_ABLATION]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert launcher.main(["--", *overrides]) == 0
+    return out / "b", overrides, printed.getvalue()
 
 
 # --- runs started ahead of their tests --------------------------------------------------

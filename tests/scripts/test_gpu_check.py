@@ -37,9 +37,12 @@ def test_a_failing_part_is_reported_and_the_others_still_run(tmp_path, monkeypat
         raise RuntimeError("CUDA out of memory (planted)")
 
     monkeypatch.setattr(check, "update_share", broken)
+    # The generation timings are the first test's: here they would only take seconds.
+    monkeypatch.setattr(check, "generation", lambda model, shape, full_matrix: [])
     out = tmp_path / "gpu_check.json"
     assert check.main(["--quick", "--out", str(out)]) == 1
     result = json.loads(out.read_text())
     assert result["failed"] == {"update": "RuntimeError: CUDA out of memory (planted)"}
+    assert result["generation"] == {"quick": []}  # the part before it ran too
     assert [r["step"] for r in result["loop"]] == [1, 2]  # the part after it ran
     assert "FAILED      update" in capsys.readouterr().out

@@ -4,14 +4,13 @@
 import csv
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from seal.bfcl.tasks import CATEGORIES, category_of
+from seal.report import cli
 from seal.report.summary import (
     best_step,
     load_split_ids,
@@ -226,29 +225,27 @@ def test_json_gives_numbers(two_steps):
     assert [row["best"] for row in rows] == [False, True]
 
 
-def run_table(*args):
-    """`seal-report --table` as a user runs it (stdout and stderr apart)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "seal.report.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-    )
+def run_table(capsys, *args) -> SimpleNamespace:
+    """`seal-report --table` in this process (`main` is the console script's function; the
+    script's own wiring is tests/seal/report/test_report.py::test_module_runs_as_a_command):
+    its exit status, stdout and stderr apart."""
+    capsys.readouterr()
+    try:
+        returncode = cli.main(list(args))
+    except SystemExit as exit_:  # argparse's refusals
+        returncode = exit_.code
+    out, err = capsys.readouterr()
+    return SimpleNamespace(returncode=returncode, stdout=out, stderr=err)
 
 
-def test_report_table_prints_the_table_and_warns_on_stderr(tmp_path):
+def test_report_table_prints_the_table_and_warns_on_stderr(tmp_path, capsys):
     val_dir = tmp_path / "val"
     split = tmp_path / "split.json"
     records = step_records(10, counts_with_rates(1, 1, 0, 0, total=2))
     split.write_text(json.dumps({"eval": [r.task_id for r in records[1:]]}), encoding="utf-8")
     write_step(val_dir, 10, records)
 
-    result = run_table("--val-dir", str(val_dir), "--split", str(split), "--table", "csv")
+    result = run_table(capsys, "--val-dir", str(val_dir), "--split", str(split), "--table", "csv")
     assert result.returncode == 0, result.stderr
     [row] = list(csv.DictReader(io.StringIO(result.stdout)))
     assert row["multi_turn_base"] == "0.5" and row["average"] == "0.25"
@@ -258,7 +255,7 @@ def test_report_table_prints_the_table_and_warns_on_stderr(tmp_path):
     )
 
 
-def test_the_split_warning_comes_once_and_not_for_a_run_s_chosen_subset(tmp_path):
+def test_the_split_warning_comes_once_and_not_for_a_run_s_chosen_subset(tmp_path, capsys):
     """Two steps on the same 8 of the 400 held-out tasks: one warning, not one per step;
     and none when the run's config chose those 8 (`trainer.data.max_val_tasks`, as
     exp/cpu_default.yaml does): every default run used to warn "392 missing" per step."""
@@ -269,18 +266,18 @@ def test_the_split_warning_comes_once_and_not_for_a_run_s_chosen_subset(tmp_path
     run = tmp_path / "run"
     for step in (0, 3):
         write_step(run / "validation", step, [_record(t, step) for t in chosen])
-    result = run_table(str(run), "--table", "csv")
+    result = run_table(capsys, str(run), "--table", "csv")
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("warning") == 1 and result.stderr.startswith(
         "warning: steps 0, 3: task ids differ from the expected split: 392 missing"
     ), result.stderr
 
     OmegaConf.save({"job": "local", "trainer": {"data": {"max_val_tasks": 8}}}, run / "config.yaml")
-    result = run_table(str(run), "--table", "csv")
+    result = run_table(capsys, str(run), "--table", "csv")
     assert result.returncode == 0 and result.stderr == "", result.stderr
     duplicated = [_record(t, 5) for t in chosen[:7] + chosen[:1]]
     write_step(run / "validation", 5, duplicated)
-    result = run_table(str(run), "--table", "csv")  # not the chosen subset: warned
+    result = run_table(capsys, str(run), "--table", "csv")  # not the chosen subset: warned
     assert "step 5: task ids differ" in result.stderr and "steps 0" not in result.stderr
 
 
@@ -291,25 +288,27 @@ def _record(task_id: str, step: int) -> ValidationRecord:
     )  # fmt: skip
 
 
-def test_report_table_fails_naming_the_malformed_file_and_line(tmp_path):
+def test_report_table_fails_naming_the_malformed_file_and_line(tmp_path, capsys):
     (tmp_path / "step_000000.jsonl").write_text("not json\n", encoding="utf-8")
-    result = run_table("--val-dir", str(tmp_path), "--no-split-check", "--table", "markdown")
+    result = run_table(
+        capsys, "--val-dir", str(tmp_path), "--no-split-check", "--table", "markdown"
+    )
     assert result.returncode == 1
     assert f"{tmp_path / 'step_000000.jsonl'}:1:" in result.stderr
     assert result.stdout == ""
 
 
-def test_report_table_fails_on_an_empty_directory(tmp_path):
-    result = run_table("--val-dir", str(tmp_path), "--table", "json")
+def test_report_table_fails_on_an_empty_directory(tmp_path, capsys):
+    result = run_table(capsys, "--val-dir", str(tmp_path), "--table", "json")
     assert result.returncode == 1
     assert "no step_*.jsonl files" in result.stderr
 
 
-def test_report_table_reads_the_run_directory_and_needs_one(tmp_path):
+def test_report_table_reads_the_run_directory_and_needs_one(tmp_path, capsys):
     write_step(tmp_path / "validation", 3, step_records(3, counts_with_rates(1, 0, 0, 0, total=1)))
-    result = run_table(str(tmp_path), "--table", "json", "--no-split-check")
+    result = run_table(capsys, str(tmp_path), "--table", "json", "--no-split-check")
     assert result.returncode == 0, result.stderr
     assert [row["step"] for row in json.loads(result.stdout)] == [3]
     assert not (tmp_path / "report").exists()  # --table writes nothing
-    result = run_table("--table", "json", "--compare", str(tmp_path))
+    result = run_table(capsys, "--table", "json", "--compare", str(tmp_path))
     assert result.returncode == 2 and "--table goes with a run directory" in result.stderr

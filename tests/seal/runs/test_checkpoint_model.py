@@ -1,6 +1,7 @@
 """Checkpoints load anywhere, and a model directory is scored in one command.
 
-One real run through the launcher (the tiny random Qwen2, one step, a checkpoint). Then:
+One real run through the launcher (the tiny random Qwen2, one step, a checkpoint; shared
+with test_run_record.py: tests/conftest.py's one_step_run). Then:
 - the checkpoint is a Hugging Face model directory: its tokenizer loads with the model's
   vocabulary and chat template (it used to "load" with a vocabulary of 1), the model
   generates from a chat-templated prompt, and the run's last lines name it with the
@@ -16,12 +17,9 @@ One real run through the launcher (the tiny random Qwen2, one step, a checkpoint
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,31 +27,17 @@ import torch
 from conftest import free_port, shipped_tokenizer
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO))
-import launcher  # noqa: E402
-from seal.rollout.env_client import TOKEN_ENV  # noqa: E402
+from seal.rollout.env_client import TOKEN_ENV
 
-SMALL = [
-    "trainer.total_steps=1",
-    "trainer.rollout.n=2",
-    "trainer.limits.max_generations=1",
-    "trainer.limits.max_new_tokens=4",
-    "trainer.data.max_val_tasks=4",
-    "trainer.validation.before_train=false",
-]
 EVAL = ["--limit", "1", "--max-generations", "2", "--max-tokens", "8", "--concurrency", "2",
         "--quiet", "--attempts", "1"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """(run directory, the launcher's output) of a one-step tiny run."""
-    out = tmp_path_factory.mktemp("runs")
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        assert launcher.main(["--", f"output_dir={out}", "name=tiny", *SMALL]) == 0
-    return out / "tiny", printed.getvalue()
+def run(one_step_run):
+    """(run directory, the launcher's output) of a one-step tiny run (tests/conftest.py)."""
+    run_dir, _, printed = one_step_run
+    return run_dir, printed
 
 
 def checkpoint(run_dir: Path) -> Path:

@@ -19,6 +19,7 @@ cues and the profile push off. Then:
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,23 +35,6 @@ import launcher  # noqa: E402
 from seal.trainer.model import build_tiny_model, load_tokenizer  # noqa: E402
 from seal.trainer_config import ModelSettings  # noqa: E402
 
-VANILLA = [
-    "trainer.apatch.enable=false",
-    "trainer.evolution.schema_cues=false",
-    "trainer.rollout.push_profile=false",
-]
-# Smaller than cpu_default but its data order (tasks, batch size, seed), so that a resume
-# with the default config differs in the ablation's keys, not in the data order.
-SMALL = [
-    "trainer.total_steps=1",
-    "trainer.rollout.n=2",
-    "trainer.rollout.seed=7",
-    "trainer.limits.max_generations=1",
-    "trainer.limits.max_new_tokens=4",
-    "trainer.data.max_val_tasks=4",
-    "trainer.validation.before_train=false",
-]
-
 
 def git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout
@@ -65,13 +49,10 @@ def snapshot(run_dir: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def vanilla(tmp_path_factory):
-    """(run directory, the overrides given, captured output) of the ablation run."""
-    out = tmp_path_factory.mktemp("runs")
-    overrides = [f"output_dir={out}", "name=b", *VANILLA, *SMALL]
-    code = launcher.main(["--", *overrides])
-    assert code == 0
-    return out / "b", overrides
+def vanilla(one_step_run):
+    """(run directory, the overrides given) of the ablation run (tests/conftest.py)."""
+    run_dir, overrides, _ = one_step_run
+    return run_dir, overrides
 
 
 def attempt(run_dir: Path, number: int = 1) -> Path:
@@ -184,8 +165,9 @@ def test_resuming_an_ablation_with_the_default_config_is_refused_with_the_diff(v
 
 
 @pytest.mark.slow  # three more launcher runs: about 90 s on 2 cores
-def test_resume_continues_the_recorded_config_and_records_each_attempt(vanilla, capsys):
-    run_dir, _ = vanilla
+def test_resume_continues_the_recorded_config_and_records_each_attempt(vanilla, tmp_path, capsys):
+    # A copy: the run is shared (tests/conftest.py's one_step_run) and this test extends it.
+    run_dir = shutil.copytree(vanilla[0], tmp_path / "b", ignore=shutil.ignore_patterns(".lock"))
     first = snapshot(attempt(run_dir))
     config = (run_dir / "config.yaml").read_bytes()
 

@@ -9,6 +9,7 @@ verl does with the entry point the project declares.
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -76,10 +77,18 @@ def test_verl_loads_the_entry_point(tmp_path):
     pythonpath = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
     # verl only, then the registry: nothing of seal is imported by the code itself.
     code = "import sys, verl; assert 'seal.trainer.verl.plugin' in sys.modules; " + REGISTERED
-    result = fresh_python(code, PYTHONPATH=pythonpath, VERL_USE_EXTERNAL_PLUGINS="auto")
+    # Without the entry point verl registers nothing of ours: the probe is what did it. The
+    # two interpreters are independent (seconds of imports each): they run side by side.
+    with ThreadPoolExecutor(2) as pool:
+        probed = pool.submit(
+            fresh_python, code, PYTHONPATH=pythonpath, VERL_USE_EXTERNAL_PLUGINS="auto"
+        )
+        unplugged = pool.submit(
+            fresh_python, "import verl; " + REGISTERED, VERL_USE_EXTERNAL_PLUGINS="none"
+        )
+    result = probed.result()
     assert result.returncode == 0, result.stderr[-3000:]
-    # Without the entry point verl registers nothing of ours: the probe above is what did it.
-    result = fresh_python("import verl; " + REGISTERED, VERL_USE_EXTERNAL_PLUGINS="none")
+    result = unplugged.result()
     assert result.returncode != 0 and "seal_bfcl" in result.stderr
 
 

@@ -111,6 +111,7 @@ class SyntheticEnv:
 class SyntheticEpisode:
     def __init__(self, env: SyntheticEnv):
         self.env, self.steps, self.what = env, 0, "synthetic"
+        self.tools: list[dict] = []  # as the client's episode: the tools shown so far
         self.created = {
             "task_id": "synthetic",
             "system": [env.system],

@@ -506,6 +506,12 @@ def pytest_collection_finish(session):
         start = getattr(item.module, "start_early_run", None)
         if start is not None:
             starters.setdefault(item.module.__name__, start)
+    if starters and os.environ.get("PYTEST_XDIST_WORKER"):
+        # Each worker would start its own: two verl runs at once need more than 24 GiB.
+        raise pytest.UsageError(
+            f"{', '.join(starters)} start verl runs: run them without -n "
+            "(-n 2 is for `-m 'not slow'`, docs/development.md)"
+        )
     session.config.stash[EARLY_RUNS] = EarlyRuns(list(starters.items()))
 
 

@@ -1,7 +1,7 @@
 """The one episode loop: reply, step, observe, until the service or the context stops it.
 
 Training's token-id turns (seal.rollout.driver), endpoint scoring's chat-message turns
-(seal.eval.evaluator) and scripted policies (seal.rollout.scripted) differ in how a reply is
+(seal.eval.endpoint_episode) and scripted policies (seal.rollout.scripted) differ in how a reply is
 made and how the context is counted; they share this loop and its stop rule, which is
 here in code once (the rule and why: docs/design.md, "Loss mask").
 """

@@ -200,7 +200,8 @@ class CheckpointSettings:
     save_freq: int = 10
     """Save every N steps (and at the end); 0 = only at the end."""
     best_metric: str = "val/average"
-    """Validation metric that picks the best checkpoint (mean of the four categories)."""
+    """Validation metric that picks the best checkpoint (mean of the four categories); on a
+    tie the later step, as the report stars it."""
     keep_only_best: bool = True
     """Keep only the best and the latest checkpoint (which resume needs), deleting the
     others: a verl checkpoint of a 7B model (weights, optimizer, Hugging Face export) is

@@ -17,6 +17,7 @@ import secrets
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from numbers import Integral, Real
 from pathlib import Path
 
@@ -165,12 +166,15 @@ def validation_metrics(records: Sequence) -> dict[str, float]:
     pass rates, `val/average` (the paper's mean of the categories; a validation subset
     averages the categories it covers), `val/overall` (passed / validated) and the paper's
     label distribution over the failed episodes."""
-    metrics = {}
+    rates = {}
     for category in CATEGORIES:
         scores = [record.score for record in records if record.data_source == category]
         if scores:
-            metrics[VAL_PREFIX + category] = sum(scores) / len(scores)
-    metrics[VAL_AVERAGE] = sum(metrics.values()) / len(metrics)
+            rates[VAL_PREFIX + category] = Fraction(sum(scores), len(scores))
+    metrics = {key: float(rate) for key, rate in rates.items()}
+    # Averaged exactly, so equal averages are equal floats whatever the order of the rates:
+    # the best step's tie rule (the later step) then agrees with the report's.
+    metrics[VAL_AVERAGE] = float(sum(rates.values(), Fraction(0)) / len(rates))
     metrics[VAL_OVERALL] = sum(record.score for record in records) / len(records)
     failed = [record.paper_label for record in records if not record.score]
     if failed:

@@ -122,7 +122,9 @@ class SealStep:
     # --- validation ----------------------------------------------------------------------
 
     def validated(self, step: int, metrics: dict[str, float]) -> bool:
-        """Take a validation's metrics: True when `step` is the best so far (`best`)."""
+        """Take a validation's metrics: True when `step` is the best so far (`best`). On a tie
+        the later step is the best, as in the run's report (seal/report/summary.py): a flat
+        run is exported and kept where it ended, not at the untrained step 0."""
         key = self.cfg.checkpoint.best_metric
         if key not in metrics:
             raise KeyError(
@@ -133,7 +135,7 @@ class SealStep:
             f"[seal] validation at step {step}: "
             + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
         )
-        if self.best["value"] is not None and metrics[key] <= self.best["value"]:
+        if self.best["value"] is not None and metrics[key] < self.best["value"]:
             return False
         self.best |= {"step": step, "value": metrics[key]}
         return True

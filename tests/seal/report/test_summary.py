@@ -312,3 +312,27 @@ def test_report_table_reads_the_run_directory_and_needs_one(tmp_path, capsys):
     assert not (tmp_path / "report").exists()  # --table writes nothing
     result = run_table(capsys, "--table", "json", "--compare", str(tmp_path))
     assert result.returncode == 2 and "--table goes with a run directory" in result.stderr
+
+
+def test_the_trainer_s_best_step_is_the_report_s(tmp_path):
+    """The trainer's best step (the end-of-run note, `seal-export --step best`,
+    `keep_only_best`) is the step the report stars, ties and float sums included: a flat
+    run and the two orders of the float-unequal tie above."""
+    from seal.runs.metrics_log import validation_metrics
+    from seal.trainer.seal_step import SealStep
+    from seal.trainer_config import TrainerConfig
+
+    runs = [
+        {step: counts_with_rates(1, 1, 1, 1) for step in (0, 10, 20)},
+        {10: counts_with_rates(21, 7, 7, 0), 20: counts_with_rates(0, 7, 7, 21)},
+        {10: counts_with_rates(0, 7, 7, 21), 20: counts_with_rates(21, 7, 7, 0)},
+        {0: counts_with_rates(1, 1, 1, 1), 10: counts_with_rates(6, 2, 2, 2)}
+        | {20: counts_with_rates(2, 2, 2, 2)},
+    ]
+    for k, counts in enumerate(runs):
+        steps = {step: step_records(step, c) for step, c in counts.items()}
+        trainer = SealStep(tmp_path / str(k), TrainerConfig(), "http://127.0.0.1:1")
+        for step in sorted(steps):
+            trainer.validated(step, validation_metrics(steps[step]))
+        assert trainer.best["step"] == best_step(summarize(steps)), counts
+    assert trainer.best["step"] == 10

@@ -111,11 +111,11 @@ def test_train_two_steps_then_resume(live_service, serve_app, tmp_path):
     assert CapabilityState.load(run_dir / STATE_FILENAME).run.num_trajectories == 3 * 2 * 2
     saved = json.loads((ckpt.latest_checkpoint(run_dir) / "trainer_state.json").read_text())
     assert saved == {"step": 3, "epoch": saved["epoch"]}
-    # The best step, carried over the resume: the earliest of the highest val/average over
+    # The best step, carried over the resume: the latest of the highest val/average over
     # the validations of both parts of the run (steps 0, 2 and 3).
     validated = [r for r in read_metrics(run_dir / "metrics.jsonl") if "val/average" in r]
     top = max(r["val/average"] for r in validated)
-    best = {"step": min(r["step"] for r in validated if r["val/average"] == top)}
+    best = {"step": max(r["step"] for r in validated if r["val/average"] == top)}
     best |= {"metric": "val/average", "value": top}
     assert [r["step"] for r in validated] == [0, 2, 3]
     assert resumed.seal.best == best

@@ -124,17 +124,18 @@ def test_the_seal_step_keeps_its_capability_state_and_best_step_in_a_checkpoint(
     seal = SealStep(tmp_path / "run", cfg, "http://127.0.0.1:1")  # no request is made
     seal.start()
     assert seal.validated(2, {"val/average": 0.25})
-    assert not seal.validated(4, {"val/average": 0.25})  # a tie keeps the earlier step
+    assert not seal.validated(3, {"val/average": 0.2})
+    assert seal.validated(4, {"val/average": 0.25})  # a tie: the later step
     folder = tmp_path / "checkpoint"
     folder.mkdir()
     seal.save(folder)
     resumed = SealStep(tmp_path / "run", cfg, "http://127.0.0.1:1")
     resumed.restore(folder)
-    assert resumed.best == {"step": 2, "metric": "val/average", "value": 0.25}
+    assert resumed.best == {"step": 4, "metric": "val/average", "value": 0.25}
     assert resumed.capability.to_dict() == seal.capability.to_dict()
     assert not resumed.validated(6, {"val/average": 0.2})  # the restored best still counts
 
-    (folder / BEST_FILE).write_text('{"step": 2}')
+    (folder / BEST_FILE).write_text('{"step": 4}')
     with pytest.raises(StateFileError, match=BEST_FILE):
         SealStep(tmp_path / "run", cfg, "http://127.0.0.1:1").restore(folder)
     (folder / BEST_FILE).unlink()

@@ -8,9 +8,9 @@ unknown keys are errors.
 
 Each concept has one class, defined where the code that uses it lives, and that class
 is the YAML section itself: `limits`, `evolution`, `reward` (seal/rollout/protocol.py,
-shared with the environment service), `advantage` (seal/algos/advantage.py), `loss`
-(seal/algos/loss.py), `apatch` (seal/tocf/apatch.py), `capability`
-(seal/tocf/state.py). The sections only the trainers need are defined here. At the
+shared with the environment service), `advantage` and `loss` (seal/algos/config.py),
+`apatch` (seal/tocf/apatch_config.py), `capability` (seal/tocf/state.py); the config
+modules import no torch, so composing a run config (the launcher) does not either. The sections only the trainers need are defined here. At the
 package root, below the run directory (seal/runs, which reads it), the launcher (which
 composes it into the run config) and both trainers.
 """
@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from seal.algos.advantage import GRPOConfig
-from seal.algos.loss import PolicyLossConfig
+from seal.algos.config import GRPOConfig, PolicyLossConfig
 from seal.formats.base import ToolFormat
 from seal.formats.registry import AUTO, FORMATS, resolve
 from seal.rollout.protocol import (
@@ -29,7 +28,7 @@ from seal.rollout.protocol import (
     EvolutionSettings,
     RewardSettings,
 )
-from seal.tocf.apatch import APatchConfig
+from seal.tocf.apatch_config import APatchConfig
 from seal.tocf.state import CapabilityConfig
 
 TRAINING_JOBS = ("local", "verl")

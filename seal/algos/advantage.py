@@ -14,19 +14,10 @@ baseline; like verl 0.9.1 we take mean 0 and std 1 there, so its advantage is it
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
 
 import torch
 
-
-@dataclass
-class GRPOConfig:
-    """Advantage estimation. Defaults are the paper's values."""
-
-    norm_by_std: bool = True
-    """Divide by the group's standard deviation (GRPO); False keeps r - mean (Dr. GRPO). Default True."""
-    epsilon: float = 1e-6
-    """Added to the standard deviation so equal rewards do not divide by zero. Default 1e-6."""
+from seal.algos.config import GRPOConfig
 
 
 def _dense_group_index(group_ids: Sequence[Hashable]) -> torch.Tensor:

@@ -10,7 +10,8 @@ function of the seed, the epoch and the step, so restoring the step restores it.
 `latest` names the newest complete checkpoint; it is written last, atomically, so a
 crash while saving leaves the previous checkpoint as the latest, and a failed write
 (a full disk) says so (`CheckpointWriteError`). A checkpoint file that cannot be read is
-a `StateFileError` naming it.
+a `StateFileError` naming it. torch is imported by the functions that save and load
+state, so that checking a run directory (seal/runs/checks.py, the launcher) imports none.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-
-import torch
 
 from seal.atomic_file import StateFileError, read_json, write_json_atomic
 
@@ -59,6 +58,8 @@ def save_checkpoint(
     `step_N`, then `latest` is pointed at it. Killed anywhere (kill -9, power), `latest`
     still names the previous complete checkpoint; failing (ENOSPC), the partial copy is
     removed to give its space back and CheckpointWriteError says what to do."""
+    import torch
+
     path = checkpoint_dir(run_dir, state.step)
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -145,6 +146,8 @@ def latest_step(run_dir: Path) -> int | None:
 
 def load_torch_file(file: Path, what: str):
     """`torch.load` of a checkpoint file; any failure names the file."""
+    import torch
+
     try:
         return torch.load(file, weights_only=False)
     except Exception as error:  # noqa: BLE001 - torch raises many types for a bad file
@@ -156,11 +159,15 @@ def load_torch_file(file: Path, what: str):
 def seed_rng(seed: int) -> None:
     """A fresh run's random state (what a checkpoint's `rng.pt` saves): sampling starts
     from `seed` rather than from whatever state model loading left."""
+    import torch
+
     torch.manual_seed(seed)
     random.seed(seed)
 
 
 def restore_rng(path: Path) -> None:
+    import torch
+
     rng = load_torch_file(path / "rng.pt", "random number generator states")
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])

@@ -103,27 +103,45 @@ def ask(url: str, question_id: str, answer: str) -> dict:
 
 def walk_every_route(url: str, task_id: str, sparse: bool) -> object:
     """Create an episode of `task_id` on the native API, then ask every route of both
-    protocols about it (status, /get_info, a wire /step that answers, /evaluate with
-    `sparse`, the native evaluation, /release); each must answer 200. Returns /evaluate's
-    data. The wire /create refuses agentic tasks with a 404 naming the native API."""
+    protocols about it (status, the task's info, /get_info, /get_env_profile, a wire /step
+    that answers, /evaluate with `sparse`, the native evaluation, the native release with
+    `?evaluate=true`, which answers that evaluation; a second episode for the wire
+    /release); each must answer 200. Returns /evaluate's data. The wire /create refuses
+    agentic tasks with a 404 naming the native API."""
     http = httpx.Client(base_url=url, timeout=60)
-    reply = http.post("/v1/episodes", json={"task_id": task_id, "settings": {"mode": "validate"}})
-    assert reply.status_code == 201, reply.text
-    episode_id = reply.json()["episode_id"]
-    iid = {"env_type": "bfcl", "instance_id": episode_id}
+
+    def created() -> dict:
+        reply = http.post(
+            "/v1/episodes", json={"task_id": task_id, "settings": {"mode": "validate"}}
+        )
+        assert reply.status_code == 201, reply.text
+        return {"env_type": "bfcl", "instance_id": reply.json()["episode_id"]}
+
+    iid = created()
+    episode_id = iid["instance_id"]
     step = {**iid, "messages": {"role": "assistant", "content": "I do not know"}}
     replies = {
         "status": http.get(f"/v1/episodes/{episode_id}"),
+        "task info": http.get(f"/v1/tasks/{task_id}"),
         "get_info": http.post("/get_info", json=iid),
+        "get_env_profile": http.post(
+            "/get_env_profile", json={**iid, "params": {"split": "train"}}
+        ),
         "wire step": http.post("/step", json=step),
         "evaluate": http.post("/evaluate", json={**iid, "params": {"sparse": sparse}}),
         "native evaluation": http.get(f"/v1/episodes/{episode_id}/evaluation"),
-        "release": http.post("/release", json=iid),
+        "native release": http.delete(f"/v1/episodes/{episode_id}", params={"evaluate": "true"}),
+        "release": http.post("/release", json=created()),
     }
     statuses = {route: r.status_code for route, r in replies.items()}
     assert set(statuses.values()) == {200}, statuses
-    created = http.post("/create", json={"env_type": "bfcl", "task_id": task_id})
-    assert created.status_code == 404 and "native API" in created.json()["error"]
+    assert replies["task info"].json()["task_id"] == task_id
+    assert replies["get_env_profile"].json()["data"], "the train split lists no task"
+    assert replies["native release"].json() == replies["native evaluation"].json()
+    gone = http.get(f"/v1/episodes/{episode_id}")
+    assert gone.status_code == 404 and episode_id in gone.text, gone.text
+    refused = http.post("/create", json={"env_type": "bfcl", "task_id": task_id})
+    assert refused.status_code == 404 and "native API" in refused.json()["error"]
     return replies["evaluate"].json()["data"]
 
 

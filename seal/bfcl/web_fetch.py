@@ -61,7 +61,10 @@ class PublicInternet:
 class LocalNetwork:
     """A test's network: `names` (lower case) resolve to the given addresses, nothing
     else resolves, and only the (address, port) pairs in `servers` may be connected to
-    (the test's "outside" servers; its loopback bystanders stay refused)."""
+    (the test's "outside" servers; its loopback bystanders stay refused). Every other
+    address is judged by `is_public`, as on the public internet: one it refuses is
+    refused, one it would let through fails the fetch naming it (a test network reaches
+    no public address), so a test tells the guard's refusal from a rule let through."""
 
     names: dict[str, str] = field(default_factory=dict)
     servers: frozenset[tuple[str, int]] = frozenset()
@@ -75,7 +78,11 @@ class LocalNetwork:
             raise OSError(f"{host}: no such name on this test network") from None
 
     def allows(self, address: Address, port: int) -> bool:
-        return (str(address), port) in self.servers
+        if (str(address), port) in self.servers:
+            return True
+        if is_public(address):
+            raise FetchError(f"the test network reaches no public address ({address})")
+        return False
 
 
 _NETWORK: PublicInternet | LocalNetwork = PublicInternet()

@@ -4,9 +4,10 @@ with its expected outcome (docs/web_search.md has the same table).
 
 The "outside" web is a server on 127.0.0.1 that the test network (seal.bfcl.web_fetch's
 LocalNetwork) names `outside.test` and allows; the bystanders the guard must protect are
-two other servers, on 127.0.0.1 and ::1, that nothing allows. A refused spelling must
-reach no bystander (each row has its own path, so a hit is attributable) and must answer
-bfcl-eval's fetch error; a fetched one must answer the page and reach it exactly once. A
+two other servers, on 127.0.0.1 and ::1, that nothing allows, and link-local addresses
+(a cloud's metadata server) that nothing answers at. A refused spelling must reach no
+bystander (each row has its own path, so a hit is attributable) and must answer
+bfcl-eval's fetch error with the guard's refusal; a fetched one must answer the page and reach it exactly once. A
 refusal's text never says what a name resolves to.
 """
 
@@ -76,6 +77,10 @@ SPELLINGS = [
     ("nat64", "http://[64:ff9b::7f00:1]:{L4}/page/nat64", REFUSED),
     ("six_to_four", "http://[2002:7f00:1::]:{L4}/page/six_to_four", REFUSED),
     ("private_name", "http://intranet.test:{L4}/page/private_name", REFUSED),
+    ("link_local_name", "http://metadata.test:{L4}/page/link_local_name", REFUSED),
+    ("link_local_v6_name", "http://metadata6.test:{L6}/page/link_local_v6_name", REFUSED),
+    ("link_local_ip", "http://169.254.169.254:{L4}/page/link_local_ip", REFUSED),
+    ("link_local_v6", "http://[fe80::1]:{L6}/page/link_local_v6", REFUSED),
     ("unknown_name", "http://nowhere.test:{L4}/page/unknown_name", REFUSED),
     ("outside_other_port", "http://outside.test:{L4}/page/outside_other_port", REFUSED),
     ("https_loopback", "https://127.0.0.1:{L4}/page/https_loopback", REFUSED),
@@ -90,11 +95,16 @@ SPELLINGS = [
 ]  # fmt: skip
 
 
+# Names of the test network that no server answers at: a cloud's metadata address.
+NAMES = {"metadata.test": "169.254.169.254", "metadata6.test": "fe80::1"}
+REFUSAL = str(web_fetch.RefusedUrlError())
+
+
 @pytest.fixture
 def the_web():
     """(outside, IPv4 bystander, IPv6 bystander), the test network naming them."""
     with web_server() as outside, web_server() as v4, web_server("::1") as v6:
-        web_fetch.use_network(network({"intranet.test": v4.host}, outside=outside))
+        web_fetch.use_network(network(NAMES | {"intranet.test": v4.host}, outside=outside))
         web_search.use_transport(RecordedSearch)
         try:
             yield outside, v4, v6
@@ -122,7 +132,9 @@ def test_every_spelling_of_a_host_gets_its_expected_outcome(tmp_path, the_web):
     for (row, _, expected), result in zip(SPELLINGS, results, strict=True):
         reached = v4.pages[row] + v6.pages[row]
         if expected == REFUSED:
-            error = result.startswith(ERROR_PREFIX) or "error" in json.loads(result)
+            # The guard's refusal (bfcl-eval refuses a file:// URL itself), not a failed
+            # connection: the test network fails a fetch the guard let through.
+            error = result.startswith(ERROR_PREFIX) or REFUSAL in json.loads(result)["error"]
             ok = reached == 0 and outside.pages[row] == 0 and error
         else:
             body = json.loads(result).get("content", "")
@@ -267,3 +279,15 @@ def test_the_byte_caps_hold_before_and_after_decompression():
             web_fetch.use_network(web_fetch.PublicInternet())
     assert page.body == b" " * 2**20  # within the cap: decompressed whole
     assert web.sent_bytes < 16 * 2**20
+
+
+def test_the_test_network_reaches_no_public_address():
+    """What the guard lets through on the test network fails naming it, unlike a refusal:
+    the table above tells the two apart and no test reaches the internet."""
+    web_fetch.use_network(web_fetch.LocalNetwork({"public.test": "8.8.8.8"}))
+    try:
+        for url in ("http://public.test/", "http://8.8.8.8/"):
+            with pytest.raises(web_fetch.FetchError, match="reaches no public address"):
+                web_fetch.addresses(web_fetch.parse_url(url))
+    finally:
+        web_fetch.use_network(web_fetch.PublicInternet())

@@ -4,13 +4,15 @@ release's own code by tests/make_release_golden.py), through the native API with
 `bfcl_qwen_fc` format and through the wire protocol, at validation, at training (schema
 cues) and with every layer on (SEAL_full_interface.yaml); and the ToolACE configs the
 release's ToolACE mode (the `toolace_official_prompt` format), at validation and training,
-its probes and its parser's readings."""
+its probes and its parser's readings. The first prompt docs/paper_prompt.md quotes is
+today's rendering."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -337,6 +339,28 @@ def test_long_observations_are_clipped_as_the_releases_trainer_clips_them(paper_
             content = messages[int(index)]["content"]
             clipped = tokens.clip_like_the_release(content, clips["max_tokens"])
             assert clipped != content and digest(clipped) == want, (task_id, index)
+
+
+DOC = REPO / "docs/paper_prompt.md"
+DOC_PROMPT = re.compile(
+    r"## The untrained model's first prompt \((?P<task>\w+), validation\).*?"
+    r"<summary>the whole prompt \((?P<chars>[\d,]+) characters\)</summary>\n\n"
+    r"```\n(?P<prompt>.*?)\n```\n",
+    re.S,
+)
+
+
+def test_the_prompt_quoted_in_the_docs_is_todays_rendering(paper_service):
+    """docs/paper_prompt.md quotes the untrained model's whole first prompt for one task:
+    it is the `bfcl_qwen_fc` rendering of that task at validation today, and its count."""
+    quoted = DOC_PROMPT.search(DOC.read_text(encoding="utf-8"))
+    assert quoted is not None, f"{DOC} no longer quotes a first prompt where this test looks"
+    body = {"task_id": quoted["task"], "settings": json.loads(_dump(SETTINGS["validate"]))}
+    created = paper_service.post("/v1/episodes", json=body)
+    assert created.status_code == 201, created.text
+    rendered = PAPER.render(PAPER.start(created.json()))
+    assert quoted["prompt"] == rendered
+    assert int(quoted["chars"].replace(",", "")) == len(rendered)
 
 
 # --- the release's ToolACE mode (the ToolACE-2-Llama-3.1-8B configs) ------------------------

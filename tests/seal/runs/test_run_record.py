@@ -8,6 +8,9 @@ cues and the profile push off. Then:
   overrides as given, the code's commit and uncommitted diff, every package's version,
   the sampling seeds (and the trainer did seed with them), the base checkpoint's identity
   (the tiny model's weights' sha256), the data order and the interface of each step;
+- the base checkpoint's identity for the other kinds, without a run or the network: a
+  local model directory (each file's sha256) and a hub model in a fake Hugging Face cache
+  (its revision and blob hashes; one not in the cache recorded as such);
 - resumed as the issue's user did, `-- name=... trainer.checkpoint.resume=true` with the
   default config (full SEAL), it is refused with the keys that differ, before anything
   is written (it used to continue as SEAL and overwrite config.yaml);
@@ -18,6 +21,7 @@ cues and the profile push off. Then:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -143,6 +147,87 @@ C4_FIELDS = {
 def test_the_run_directory_records_each_c4_field(vanilla, field):
     run_dir, overrides = vanilla
     C4_FIELDS[field](run_dir, overrides)
+
+
+# --- the base checkpoint's identity, for a model other than the tiny one --------------------
+
+
+def recorded_identity(tmp_path: Path, path: str) -> dict:
+    """`path`'s identity as a run records it: written to an attempt's base_model.json and
+    read back."""
+    from seal.runs.run_record import model_identity, record_base_model
+
+    folder = tmp_path / "attempts" / "001"
+    folder.mkdir(parents=True)
+    record_base_model(folder, model_identity(path))
+    return json.loads((folder / "base_model.json").read_text())
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+FILES = {"config.json": b'{"model_type": "qwen2"}', "tokenizer/vocab.json": b'{"a": 0}'}
+
+
+def test_a_local_model_directory_is_recorded_by_each_files_sha256(tmp_path):
+    model = tmp_path / "my_model"
+    for name, data in FILES.items():
+        (model / name).parent.mkdir(parents=True, exist_ok=True)
+        (model / name).write_bytes(data)
+    assert recorded_identity(tmp_path, str(model)) == {
+        "path": str(model.resolve()),
+        "kind": "local directory",
+        "sha256": {name: sha256(data) for name, data in FILES.items()},
+    }
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """An empty Hugging Face hub cache in tmp_path/hub. huggingface_hub reads HF_HUB_CACHE
+    once, at its import: its constant is pointed there as well."""
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def cache_model(cache: Path, repo_id: str, revision: str) -> dict[str, str]:
+    """Lay out `repo_id` at `revision` as the hub's downloads do (blobs named by their
+    sha256, the snapshot's files linking to them, refs/main naming the revision); each
+    file's blob name."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "blobs").mkdir(parents=True)
+    for name, data in FILES.items():
+        blob = repo / "blobs" / sha256(data)
+        blob.write_bytes(data)
+        link = repo / "snapshots" / revision / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(Path("../" * (name.count("/") + 2)) / "blobs" / blob.name)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    return {name: sha256(data) for name, data in FILES.items()}
+
+
+def test_a_hub_model_is_recorded_by_its_revision_and_blob_hashes(tmp_path, hub_cache):
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    blobs = cache_model(hub_cache, "org/name", revision)
+    assert recorded_identity(tmp_path, "org/name") == {
+        "path": "org/name",
+        "kind": "hub",
+        "revision": revision,
+        "blobs": blobs,
+    }
+
+
+def test_a_hub_model_missing_from_the_cache_is_recorded_as_such(tmp_path, hub_cache):
+    cache_model(hub_cache, "org/other", "f" * 40)
+    identity = recorded_identity(tmp_path, "org/name")
+    assert identity["kind"] == "hub" and identity["revision"] is None
+    assert "not in the local Hugging Face cache" in identity["note"]
 
 
 # --- resume keeps the experiment -----------------------------------------------------------

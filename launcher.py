@@ -86,10 +86,10 @@ def job_function(name: str, preflight: bool = False):
 def import_uncollected(module: str):
     """`module`, imported with the cyclic garbage collector paused, its objects then frozen
     out of later collections (gc.freeze). A trainer's import (torch, transformers and verl:
-    half a million objects that live until exit) otherwise runs full collections that scan
-    them again and again, 2-3 s of CPU, and one more at exit, 2 s (docs/benchmarks.md,
-    "The preflight"); an import makes almost no garbage. Collected once before, so that
-    earlier garbage (a test's, in a long process) is not frozen with them."""
+    objects that live until exit) otherwise runs full collections that scan them again and
+    again, and one more at exit: seconds of a preflight (docs/benchmarks.md, "The
+    preflight"); an import makes almost no garbage. Collected once before, so that earlier
+    garbage (a test's, in a long process) is not frozen with them."""
     if module in sys.modules:
         return sys.modules[module]
     gc.collect()

@@ -12,6 +12,7 @@ import importlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,8 @@ def test_work_given_to_the_start_up_runs_while_the_service_starts_and_its_error_
     with start_service("127.0.0.1", port, tmp_path / "log", new_token(), meanwhile=meanwhile) as s:
         assert seen == [s.pid] and is_healthy(s.url)
 
+    port = free_port()
+
     def failing():
         seen.append(_service_pid(port))
         raise ModuleNotFoundError("the job does not import")
@@ -178,15 +181,22 @@ def test_work_given_to_the_start_up_runs_while_the_service_starts_and_its_error_
     assert not Path(f"/proc/{seen[1]}").exists(), "the service outlived the failed start-up"
 
 
-def _service_pid(port: int) -> int | None:
-    """The pid of the environment service started on `port` (its command line names it;
-    its worker processes, forked from it, have the same command line)."""
+def _service_pid(port: int, wait_s: float = 5.0) -> int | None:
+    """The pid of the environment service this test process started on `port` (its command
+    line names the port; its worker processes, and an earlier service's still ending, are
+    not this process's children). A process just started may not show its command line for
+    a moment (the kernel sets it late in exec): looked for until `wait_s` have passed."""
     wanted = f"env_service\x00--host\x00127.0.0.1\x00--port\x00{port}\x00"
-    found = {
-        int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and wanted in _cmdline(p)
-    }
-    roots = [pid for pid in found if _parent(pid) not in found]
-    return roots[0] if len(roots) == 1 else None
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = [
+            int(p.name)
+            for p in Path("/proc").iterdir()
+            if p.name.isdigit() and wanted in _cmdline(p) and _parent(int(p.name)) == os.getpid()
+        ]
+        if len(found) == 1 or time.monotonic() > deadline:
+            return found[0] if len(found) == 1 else None
+        time.sleep(0.05)
 
 
 def _parent(pid: int) -> int | None:

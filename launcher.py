@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import importlib
 import os
 import signal
@@ -72,7 +73,7 @@ def job_function(name: str, preflight: bool = False):
     check_job(name, preflight)
     module, function = (PREFLIGHT[name] if preflight else JOBS[name]).split(":")
     try:
-        return getattr(importlib.import_module(module), function)
+        return getattr(import_uncollected(module), function)
     except ModuleNotFoundError as error:
         if name == "verl" and error.name and error.name.split(".")[0] in ("verl", "ray"):
             raise RuntimeError(
@@ -80,6 +81,26 @@ def job_function(name: str, preflight: bool = False):
                 "or `-- job=local` for the single-process trainer"
             ) from error
         raise
+
+
+def import_uncollected(module: str):
+    """`module`, imported with the cyclic garbage collector paused, its objects then frozen
+    out of later collections (gc.freeze). A trainer's import (torch, transformers and verl:
+    objects that live until exit) otherwise runs full collections that scan them again and
+    again, and one more at exit: seconds of a preflight (docs/benchmarks.md, "The
+    preflight"); an import makes almost no garbage. Collected once before, so that earlier
+    garbage (a test's, in a long process) is not frozen with them."""
+    if module in sys.modules:
+        return sys.modules[module]
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return importlib.import_module(module)
+    finally:
+        if was_enabled:
+            gc.enable()
+        gc.freeze()
 
 
 def check_job(name: str, preflight: bool = False) -> None:
@@ -233,21 +254,28 @@ def run(args: argparse.Namespace) -> None:
         if training and cfg.trainer.checkpoint.resume:
             _check_resume_config(args, cfg, run_dir, cfg.job, accepted)
 
+    job = None
+
+    def import_job() -> None:
+        nonlocal job
+        if cfg.job == "verl" and cfg.verl.device == "cpu":
+            os.environ.update(CPU_PLATFORM_ENV)  # before the job's first `import verl`
+        job = job_function(cfg.job, preflight=args.preflight)
+
     with open_run(run_dir, trainer, cfg.job if training else None, "launcher", check_config) as run:
         start = cfg.service.start or args.with_bfcl
-        with service_for_run(cfg.service, start, run_dir / "env_service.log") as service:
+        # The job is imported while the service starts up: seconds of CPU each, side by side.
+        log = run_dir / "env_service.log"
+        with service_for_run(cfg.service, start, log, meanwhile=import_job) as service:
             if args.preflight:
                 print(f"[launcher] preflight of the {cfg.job!r} job of {run_dir}")
             else:
                 save_run_files(cfg, run, attempt_record(args, cfg, accepted))
                 print(f"[launcher] job {cfg.job!r}, outputs in {run_dir}")
             cfg.service.token = ""
-            if cfg.job == "verl" and cfg.verl.device == "cpu":
-                os.environ.update(CPU_PLATFORM_ENV)  # before the job's first `import verl`
             # The job's clients, and the processes it starts, read the token from there.
             try:
                 with token_in_environment(service.token):
-                    job = job_function(cfg.job, preflight=args.preflight)
                     note = job(cfg, service.url, run, REPO_ROOT / "data/seal_split.json")
                 if training and not args.preflight:
                     print_end_of_run(run_dir, note)

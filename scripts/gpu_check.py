@@ -4,9 +4,10 @@ only torch and transformers installed (no verl, Ray or vLLM: the lent machines h
     python scripts/gpu_check.py [--quick] [--out gpu_check.json] [--sizes tiny 0.5b]
 
 Parts (a group of rows in the printed table, a key of the JSON file): versions,
-generation (bare generate vs the rollout's HFGenerator), update (what one bf16 step
-moves), loop (the local trainer's steps, Qwen2 and Qwen3.5), not_run. `--quick`: tiny
-shapes, seconds on a CPU. Each part in detail: docs/gpu.md, "The device check".
+generation (bare generate vs the rollout's HFGenerator), verdict (HFGenerator within
+RATIO_TARGET of bare generate), update (what one bf16 step moves), loop (the local
+trainer's steps, Qwen2 and Qwen3.5), not_run. `--quick`: tiny shapes, seconds on a CPU.
+Each part in detail: docs/gpu.md, "The device check".
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ NOT_RUN = {
     "the device: the loop runs the trainer's generator and update on synthetic episodes",
     "verl's vLLM rollout": "vLLM is not on the device (verl's own GPU path: install.sh --gpu)",
 }
+BARE_MAIN = "bare generate, main thread"
+BARE_THREAD = "bare generate, new worker thread"
+HF = "HFGenerator (worker thread)"
+RATIO_TARGET = 1.5
+"""The rollout's ms per new token may be at most this many times a bare `generate`'s on the
+same shapes (issue 33)."""
 SHAPES = {
     # The rollout's shapes: the local trainer's batch of 32 episodes at ~4.3k-token prompts.
     "full": {"batch": 32, "prompt": 4300, "new": 64, "vocab": 151936,
@@ -226,15 +233,15 @@ def generation(model, shape: dict, full_matrix: bool) -> list[dict]:
     with_cudnn = [*GENERATION_ATTENTION, SDPBackend.CUDNN_ATTENTION]
     bare_generate(model, prompts(2, 64, shape["vocab"], 99), 2, stop, with_cudnn)  # CUDA warm-up
     variants = [
-        ("bare generate, main thread", "bare", "main", with_cudnn),
-        ("bare generate, main thread", "bare", "main", GENERATION_ATTENTION),
-        ("HFGenerator (worker thread)", "hf", "worker", with_cudnn),
-        ("HFGenerator (worker thread)", "hf", "worker", GENERATION_ATTENTION),
+        (BARE_MAIN, "bare", "main", with_cudnn),
+        (BARE_MAIN, "bare", "main", GENERATION_ATTENTION),
+        (HF, "hf", "worker", with_cudnn),
+        (HF, "hf", "worker", GENERATION_ATTENTION),
     ]
     if full_matrix:
         variants += [
-            ("bare generate, new worker thread", "bare", "thread", with_cudnn),
-            ("bare generate, new worker thread", "bare", "thread", GENERATION_ATTENTION),
+            (BARE_THREAD, "bare", "thread", with_cudnn),
+            (BARE_THREAD, "bare", "thread", GENERATION_ATTENTION),
         ]
     rows = []
     for k, (name, how, thread, attention) in enumerate(variants):
@@ -262,6 +269,28 @@ def generation(model, shape: dict, full_matrix: bool) -> list[dict]:
 def _in_new_thread(function, *args):
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(function, *args).result()
+
+
+def verdict(generation: dict[str, list[dict]], answers: str | None) -> dict:
+    """For each model size and cuDNN setting timed: HFGenerator's warm ms per step over a
+    bare generate's, warm, on the same thread kind (a new worker thread, as HFGenerator's;
+    the main thread where only that was timed, and the row says so), passing at
+    RATIO_TARGET or below. `answers`: None when these figures answer the issue's question
+    (the rollout's shapes on a GPU), else why they do not."""
+    rows = []
+    for size, timed in generation.items():
+        warm = {(r["variant"], r["cudnn"]): r["ms_per_step"] for r in timed if r["width"] == "warm"}
+        for cudnn in sorted({c for v, c in warm if v == HF}, reverse=True):
+            baseline = BARE_THREAD if (BARE_THREAD, cudnn) in warm else BARE_MAIN
+            hf, bare = warm[HF, cudnn], warm.get((baseline, cudnn))
+            ratio = None if not bare else hf / bare
+            rows.append({
+                "size": size, "cudnn": cudnn, "baseline": baseline, "hf_ms": hf, "bare_ms": bare,
+                "ratio": None if ratio is None else round(ratio, 2),
+                "passed": None if ratio is None else ratio <= RATIO_TARGET,
+            })  # fmt: skip
+    return {"target": RATIO_TARGET, "rows": rows, "answers_the_gpu_question": answers is None,
+            "why_not": answers}  # fmt: skip
 
 
 # --- the update and the loop -----------------------------------------------------------------
@@ -381,6 +410,19 @@ def table(result: dict) -> str:
             what = f"{size}: {r['variant']}, cuDNN {'on' if r['cudnn'] else 'off'}, {r['width']}"
             lines.append(f"{'generation':<11} {what:<58} {r['ms_per_step']:.2f} ms/step "
                          f"({r['steps']} steps, {r['batch']} x {r['prompt_width']})")  # fmt: skip
+    judged = result.get("verdict")
+    for r in judged["rows"] if judged else []:
+        thread = "worker" if r["baseline"] == BARE_THREAD else "main"
+        what = f"{r['size']}: HFGenerator / bare, {thread} thread, cuDNN {'on' if r['cudnn'] else 'off'}, warm"
+        said = "no baseline timed" if r["ratio"] is None else (
+            f"{r['ratio']:.2f}x ({r['hf_ms']:.2f} / {r['bare_ms']:.2f} ms/step): "
+            f"{'pass' if r['passed'] else 'FAIL'} at {judged['target']}x"
+        )  # fmt: skip
+        lines.append(f"{'verdict':<11} {what:<58} {said}")
+    if judged and not judged["answers_the_gpu_question"]:
+        lines.append(
+            f"{'verdict':<11} {'does not answer the GPU question':<58} {judged['why_not']}"
+        )
     for key, share in result.get("update", {}).items():
         lines.append(f"{'update':<11} {'weights moved by one step at lr 1e-6, ' + key:<58} "
                      f"{share:.2%}")  # fmt: skip
@@ -438,6 +480,11 @@ def main(argv: list[str] | None = None) -> int:
             return generation(model, shape, full_matrix=size != "0.5b")
 
         part(size, timed, into=result["generation"])
+    why_not = None
+    if device.type != "cuda" or args.quick:
+        why_not = (f"{device.type} figures{' on --quick shapes' if args.quick else ''}: the "
+                   "question is the rollout's shapes on a GPU")  # fmt: skip
+    part("verdict", lambda: verdict(result["generation"], why_not))
     part("update", lambda: update_share(shape, device))
     part("loop", lambda: tiny_loop(shape, device))
     part("loop_qwen3.5", lambda: tiny_loop(shape, device, build=random_qwen35))

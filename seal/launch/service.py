@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,10 +175,14 @@ def start_service(
     startup_timeout_s: float = 60.0,
     extra_args: tuple[str, ...] = (),
     module: tuple[str, ...] = ("env_service",),
+    meanwhile: Callable[[], None] | None = None,
 ) -> Iterator[RunningService]:
     """Start `python -m env_service` (port 0: a free one) and stop it on leaving;
     `module`: another module (and its own first arguments) that runs the service's
-    command line (env_service.bench_network, for a bench)."""
+    command line (env_service.bench_network, for a bench); `meanwhile`: work for this
+    process while the service starts up (the launcher imports the job: seconds that
+    would otherwise wait in series), before the service is checked; an error in it stops
+    the service."""
     if not token:
         raise ValueError("the launcher's own service always gets a token")
     port = port or free_port(host)
@@ -201,6 +205,8 @@ def start_service(
         )  # fmt: skip
     try:
         deadline = time.monotonic() + startup_timeout_s
+        if meanwhile is not None:
+            meanwhile()
         while not is_healthy(url):
             if proc.poll() is not None:
                 raise RuntimeError(
@@ -227,17 +233,20 @@ def start_service(
 
 
 @contextlib.contextmanager
-def service_for_run(settings, start: bool, log_path: Path) -> Iterator[RunningService]:
+def service_for_run(
+    settings, start: bool, log_path: Path, meanwhile: Callable[[], None] = lambda: None
+) -> Iterator[RunningService]:
     """The run's service per its `service` settings (seal/launch/config.py): its own,
     or an adopted one that proves it is the one meant; refusals come before anything is
-    started or written."""
+    started or written. `meanwhile` runs once before the block: while the run's own
+    service starts up (`start_service`), after an adopted one's check."""
     token = settings.token or os.environ.get(TOKEN_ENV) or ""
+    adopted = None
     if not start:
         if not settings.port:
             raise ValueError("service.start=false needs service.port: the service to adopt")
-        yield adopt_service(service_url(settings.host, settings.port), token)
-        return
-    if settings.port and is_healthy(service_url(settings.host, settings.port)):
+        adopted = adopt_service(service_url(settings.host, settings.port), token)
+    elif settings.port and is_healthy(service_url(settings.host, settings.port)):
         url = service_url(settings.host, settings.port)
         if not token:
             raise ServiceIdentityError(
@@ -245,11 +254,14 @@ def service_for_run(settings, start: bool, log_path: Path) -> Iterator[RunningSe
                 f"it is the one meant: choose another service.port (0: a free one), or adopt "
                 f"it with the token it was started with in ${TOKEN_ENV}"
             )
-        yield adopt_service(url, token)
+        adopted = adopt_service(url, token)
+    if adopted is not None:
+        meanwhile()
+        yield adopted
         return
     extra_args = ("--max-live-episodes", str(settings.max_live_episodes))
     with start_service(
         settings.host, settings.port, log_path, token or new_token(),
-        settings.startup_timeout_s, extra_args,
+        settings.startup_timeout_s, extra_args, meanwhile=meanwhile,
     ) as service:  # fmt: skip
         yield service

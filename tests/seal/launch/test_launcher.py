@@ -7,9 +7,12 @@ Runs as processes (locks, kill -9) are in test_launcher_runs.py."""
 from __future__ import annotations
 
 import dataclasses
+import gc
+import importlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -150,6 +153,60 @@ def test_a_started_service_needs_its_token_and_is_stopped_on_exit(tmp_path):
     assert not is_healthy(service.url), "the service outlived the launcher"
 
 
+def test_work_given_to_the_start_up_runs_while_the_service_starts_and_its_error_stops_it(
+    tmp_path,
+):
+    """`meanwhile` (the launcher imports the job there) runs once, with the service's
+    process already started and not yet checked; an error in it ends that process."""
+    port, seen = free_port(), []
+
+    def meanwhile():
+        seen.append(_service_pid(port))
+
+    with start_service("127.0.0.1", port, tmp_path / "log", new_token(), meanwhile=meanwhile) as s:
+        assert seen == [s.pid] and is_healthy(s.url)
+
+    port = free_port()
+
+    def failing():
+        seen.append(_service_pid(port))
+        raise ModuleNotFoundError("the job does not import")
+
+    with (
+        pytest.raises(ModuleNotFoundError, match="does not import"),
+        start_service("127.0.0.1", port, tmp_path / "log", new_token(), meanwhile=failing),
+    ):
+        pytest.fail("the service was handed over after its start-up work failed")
+    assert seen[1] is not None and seen[1] != seen[0]
+    assert not Path(f"/proc/{seen[1]}").exists(), "the service outlived the failed start-up"
+
+
+def _service_pid(port: int, wait_s: float = 5.0) -> int | None:
+    """The pid of the environment service this test process started on `port` (its command
+    line names the port; its worker processes, and an earlier service's still ending, are
+    not this process's children). A process just started may not show its command line for
+    a moment (the kernel sets it late in exec): looked for until `wait_s` have passed."""
+    wanted = f"env_service\x00--host\x00127.0.0.1\x00--port\x00{port}\x00"
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = [
+            int(p.name)
+            for p in Path("/proc").iterdir()
+            if p.name.isdigit() and wanted in _cmdline(p) and _parent(int(p.name)) == os.getpid()
+        ]
+        if len(found) == 1 or time.monotonic() > deadline:
+            return found[0] if len(found) == 1 else None
+        time.sleep(0.05)
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    return int(status.split("PPid:")[1].split()[0])
+
+
 def test_an_adopted_service_must_answer_with_the_runs_token(
     service_process, tmp_path, capsys, job_named_record
 ):
@@ -196,12 +253,7 @@ def test_the_token_reaches_service_and_job_by_environment_never_argv_or_config(
 
     def job(cfg, url, run_dir, split_file):
         port = url.rsplit(":", 1)[1]
-        pid = next(
-            int(p.name)
-            for p in Path("/proc").iterdir()
-            if p.name.isdigit()
-            and f"env_service\x00--host\x00127.0.0.1\x00--port\x00{port}\x00" in _cmdline(p)
-        )
+        pid = _service_pid(int(port))
         seen.update(
             cmdline=_cmdline(Path(f"/proc/{pid}")),
             environ=Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace"),
@@ -389,3 +441,31 @@ def test_verl_job_without_verl_says_how_to_install(monkeypatch):
     monkeypatch.delitem(sys.modules, "seal.trainer.verl.launch", raising=False)
     with pytest.raises(RuntimeError, match="install.sh --gpu"):
         launcher.job_function("verl")
+    assert gc.isenabled(), "the collector stayed paused after a failed import"
+
+
+def test_a_jobs_import_pauses_the_collector_and_freezes_what_it_loaded(monkeypatch):
+    """The trainers' imports run no automatic collection (each would scan torch's,
+    transformers' and verl's objects again) and leave their objects out of later ones, the
+    one at exit included; a caller that paused the collector finds it paused still."""
+    module = "seal.trainer.local_preflight"
+    seen = []
+    real_import = importlib.import_module
+
+    def import_module(name):
+        seen.append(gc.isenabled())
+        return real_import(name)
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    frozen = gc.get_freeze_count()
+    try:
+        for caller_enabled in (True, False):
+            monkeypatch.delitem(sys.modules, module, raising=False)
+            (gc.enable if caller_enabled else gc.disable)()
+            assert launcher.job_function("local", preflight=True).__module__ == module
+            assert gc.isenabled() is caller_enabled
+        assert seen == [False, False]
+        assert gc.get_freeze_count() > frozen
+    finally:
+        gc.enable()
+        gc.unfreeze()  # this test process goes on; the launcher's would exit

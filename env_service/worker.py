@@ -207,6 +207,9 @@ def serve(
     jobs: list[Job] = []  # a few at a time: a scan for the least run is cheap
     rebuilding: dict[str, Job] = {}
     held: dict[str, list[Job]] = {}  # runs of an episode being rebuilt, in order
+    # Episodes whose rebuild ran over its budget: a run the service sent before it read that
+    # answer is answered as the held ones were, not as an unknown episode (a 500).
+    overrun: set[str] = set()
     while True:
         # Take every waiting message (block for one when there is nothing to do).
         while not jobs or select.select([sock], [], [], 0)[0]:
@@ -219,6 +222,7 @@ def serve(
                 episodes[episode_id] = load_backends(task_id, memory_version)
             elif kind == "rebuild":
                 _, request, episode_id, task_id, memory_version, calls = message
+                overrun.discard(episode_id)
                 backends = episodes[episode_id] = load_backends(task_id, memory_version)
                 if not isinstance(backends, Backends):
                     send(sock, (request, "ok", True))  # rebuilt as far as it can be
@@ -235,6 +239,7 @@ def serve(
             elif kind == "close":
                 episode_id = message[1]
                 episodes.pop(episode_id, None)
+                overrun.discard(episode_id)
                 job = rebuilding.pop(episode_id, None)
                 if job is not None:
                     jobs.remove(job)
@@ -244,6 +249,9 @@ def serve(
             elif kind == "run":
                 _, request, episode_id, calls = message
                 backends = episodes.get(episode_id)
+                if episode_id in overrun:
+                    send(sock, (request, "ok", REBUILD_TIME_BUDGET))
+                    continue
                 if not isinstance(backends, Backends):
                     send(sock, (request, "error", missing(episode_id, backends)))
                     continue
@@ -280,6 +288,7 @@ def serve(
             jobs.remove(job)
             if job.over and job.episode_id is not None:
                 episodes.pop(job.episode_id, None)
+                overrun.add(job.episode_id)
             _finished(sock, job, job.answer, rebuilding, held, jobs)
 
 

@@ -258,3 +258,35 @@ def test_a_rebuild_neither_stalls_other_episodes_nor_runs_past_its_budget(servic
     assert evaluation["aborted"] == "rebuild_time_budget" and evaluation["accuracy"] == 0
     assert "rebuilt" in answer["messages"][0]["content"]
     print(f"heavy episode: {heavy_calls} calls; light step during its rebuild: {waited:.3f} s")
+
+
+def test_a_step_sent_after_a_rebuild_ran_over_its_budget_is_answered_as_such():
+    """The race the service cannot see: a step sent after the worker gave up a rebuild (over
+    its budget) but before the service read that answer. The worker answers it as it answers
+    the steps that waited for the rebuild, not as an unknown episode (a 500, seen under load
+    in test_a_rebuild_neither_stalls_other_episodes_nor_runs_past_its_budget)."""
+    import multiprocessing
+
+    from env_service import worker
+    from env_service.execution import REBUILD_TIME_BUDGET, StepBudget
+    from seal.bfcl.calls import ToolCall
+
+    mine, theirs = socket.socketpair()
+    slot = multiprocessing.RawArray("d", worker.SLOT_SIZE)
+    budget = StepBudget(max_result_chars=1000, max_reply_chars=10_000, max_seconds=10)
+    process = multiprocessing.get_context("fork").Process(
+        target=worker.serve, args=(theirs, slot, budget, 0.05, os.getpid(), [mine.fileno()])
+    )
+    process.start()
+    theirs.close()
+    try:
+        mine.settimeout(60)
+        replay = [ToolCall("ls", {})] * 20_000  # far past 0.05 s
+        worker.send(mine, ("rebuild", 1, "e", FS_TASK, None, replay))
+        assert worker.receive(mine) == (1, "ok", REBUILD_TIME_BUDGET)
+        worker.send(mine, ("run", 2, "e", [ToolCall("pwd", {})]))
+        assert worker.receive(mine) == (2, "ok", REBUILD_TIME_BUDGET)
+    finally:
+        mine.close()
+        process.join(10)
+        process.kill()

@@ -65,8 +65,8 @@ DRIVER = """
 import errno, json, os, sys, time
 from pathlib import Path
 sys.path.insert(0, {repo!r})
+import torch
 from omegaconf import OmegaConf
-from seal.runs import checkpoint as ckpt
 from seal.trainer_config import TrainerConfig
 from seal.trainer.local import LocalTrainer
 
@@ -75,7 +75,7 @@ cfg = OmegaConf.merge(
     OmegaConf.structured(TrainerConfig), json.loads({tiny!r}),
     {{"checkpoint": {{"resume": resume == "resume"}}}},
 )
-real_save = ckpt.torch.save
+real_save = torch.save
 
 def faulty_save(obj, f, *args, **kwargs):
     # Step 2's optimizer state is half written when the fault strikes.
@@ -89,7 +89,7 @@ def faulty_save(obj, f, *args, **kwargs):
     return real_save(obj, f, *args, **kwargs)
 
 if fault != "none":
-    ckpt.torch.save = faulty_save
+    torch.save = faulty_save  # seal/runs/checkpoint.py calls torch.save
 LocalTrainer(cfg, url, Path(run_dir)).fit()
 """
 

@@ -275,13 +275,13 @@ def test_a_step_sent_after_a_rebuild_ran_over_its_budget_is_answered_as_such():
     slot = multiprocessing.RawArray("d", worker.SLOT_SIZE)
     budget = StepBudget(max_result_chars=1000, max_reply_chars=10_000, max_seconds=10)
     process = multiprocessing.get_context("fork").Process(
-        target=worker.serve, args=(theirs, slot, budget, 0.05, os.getpid(), [mine.fileno()])
+        target=worker.serve, args=(theirs, slot, budget, 0.001, os.getpid(), [mine.fileno()])
     )
     process.start()
     theirs.close()
     try:
         mine.settimeout(60)
-        replay = [ToolCall("ls", {})] * 20_000  # far past 0.05 s
+        replay = [ToolCall("ls", {})] * 20_000  # a few microseconds each: far past 1 ms
         worker.send(mine, ("rebuild", 1, "e", FS_TASK, None, replay))
         assert worker.receive(mine) == (1, "ok", REBUILD_TIME_BUDGET)
         worker.send(mine, ("run", 2, "e", [ToolCall("pwd", {})]))

@@ -204,9 +204,10 @@ def start_service(
             process_group=0,
         )  # fmt: skip
     try:
-        deadline = time.monotonic() + startup_timeout_s
         if meanwhile is not None:
             meanwhile()
+        # Counted from here: a slow import on a busy machine is not the service's start-up.
+        deadline = time.monotonic() + startup_timeout_s
         while not is_healthy(url):
             if proc.poll() is not None:
                 raise RuntimeError(

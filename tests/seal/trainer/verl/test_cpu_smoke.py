@@ -197,7 +197,13 @@ def test_each_step_logs_the_seal_metrics_and_validation_records(smoke):
     steps = [(r["step"], r["episodes"]) for r in interfaces]
     assert steps[:3] == [(1, 2), (2, 2), (3, 2)]
     assert [step for step, _ in steps[3:]] == [4][: len(trained_steps(smoke.run_dir)) - 3]
-    assert all(r["layers"]["schema_cues"] == 2 and not r["shown"] for r in interfaces)
+    # Step 4 may hold fewer episodes (those that ended before the service was killed):
+    # every episode of every step has the schema cues and no other layer, and no guideline.
+    paper_layers = [
+        (r["step"], {"schema_cues": r["episodes"], "type_hints": 0, "recovery_feedback": 0, "guidelines": 0}, [])
+        for r in interfaces
+    ]  # fmt: skip
+    assert [(r["step"], r["layers"], r["shown"]) for r in interfaces] == paper_layers
     eval_ids = [r["extra_info"]["task_id"] for r in pq.read_table(ROOT / "data/smoke_eval.parquet").to_pylist()]  # fmt: skip
     records = read_val_dir(smoke.run_dir / "validation")
     assert sorted(records) == [0, 2]  # before training, and at the checkpoint step

@@ -35,6 +35,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 import uvicorn
+from filelock import FileLock
 from fastapi.testclient import TestClient
 
 from env_service.app import create_app
@@ -422,20 +423,30 @@ seed): a resume with the default config differs in the ablation's keys alone."""
 
 
 @pytest.fixture(scope="session")
-def one_step_run(tmp_path_factory):
+def one_step_run(tmp_path_factory, worker_id):
     """The `ONE_STEP_ABLATION` run through the launcher (the tiny random Qwen2, its own
     environment service, a checkpoint at step 1), made once for the modules that read it
     (tests/seal/runs/): (run directory, the overrides given, what the launcher printed).
-    Read-only: a test that resumes it works on a copy."""
-    sys.path.insert(0, str(REPO_ROOT))
-    import launcher
+    Read-only: a test that resumes it works on a copy.
 
-    out = tmp_path_factory.mktemp("runs")
+    Under pytest-xdist the processes share one run (a file lock in the session's common
+    temporary folder): it is 15-30 s of CPU, which each process would otherwise repeat."""
+    root = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        root = root.parent  # the folder every xdist process's basetemp is made in
+    out = root / "one_step_run"
     overrides = [f"output_dir={out}", "name=b", *ONE_STEP_ABLATION]
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        assert launcher.main(["--", *overrides]) == 0
-    return out / "b", overrides, printed.getvalue()
+    printed = out / "printed.txt"
+    with FileLock(root / "one_step_run.lock"):
+        if not printed.exists():
+            sys.path.insert(0, str(REPO_ROOT))
+            import launcher
+
+            text = io.StringIO()
+            with contextlib.redirect_stdout(text):
+                assert launcher.main(["--", *overrides]) == 0
+            printed.write_text(text.getvalue())
+    return out / "b", overrides, printed.read_text()
 
 
 # --- runs started ahead of their tests --------------------------------------------------

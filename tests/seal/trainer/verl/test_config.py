@@ -51,9 +51,24 @@ def verl_config(name: str, tmp_path: Path, *overrides: str):
     return run_cfg, compose_verl_config(run_cfg, URL, tmp_path / name)
 
 
+RUNS = Path("/nonexistent/runs")
+"""The run folder of the configs `composed` makes (composing writes nothing there)."""
+
+
+@functools.cache
+def composed(name: str):
+    """exp/NAME.yaml as it is, composed into verl's config once for the module and read-only:
+    a compose is about a second of Hydra and verl's checks, and a dozen tests read each
+    paper config."""
+    run_cfg, config = verl_config(name, RUNS)
+    for cfg in (run_cfg, config):
+        OmegaConf.set_readonly(cfg, True)
+    return run_cfg, config
+
+
 @pytest.mark.parametrize("name", PAPER_CONFIGS)
-def test_paper_configs_validate_against_verl(name, tmp_path):
-    run_cfg, config = verl_config(name, tmp_path)
+def test_paper_configs_validate_against_verl(name):
+    run_cfg, config = composed(name)
     assert run_cfg.job == "verl"  # the paper configs run on this backend by default
     t, actor = run_cfg.trainer, config.actor_rollout_ref.actor
     rollout = config.actor_rollout_ref.rollout
@@ -76,7 +91,7 @@ def test_paper_configs_validate_against_verl(name, tmp_path):
     assert rollout.response_length == t.limits.max_context_tokens == 16384
     assert Path(config.data.train_files).is_absolute() and Path(config.data.train_files).exists()
     seal = SealSection.from_config(config)
-    assert seal.env_url == URL and seal.run_dir == str((tmp_path / name).absolute())
+    assert seal.env_url == URL and seal.run_dir == str(RUNS / name)
     # The agent loop and the SEAL trainer read the run's very `trainer` section.
     assert seal.trainer == OmegaConf.to_object(t)
 
@@ -97,7 +112,7 @@ def test_every_config_is_sized_for_its_context(name, tmp_path):
     from seal.trainer.verl.generator import VerlGenerator
 
     tiny = launcher.compose(REPO / f"exp/{name}.yaml", []).trainer.model.path.startswith("tiny-")
-    run_cfg, config = verl_config(name, tmp_path, *(TINY_OVERRIDES if tiny else []))
+    run_cfg, config = verl_config(name, tmp_path, *TINY_OVERRIDES) if tiny else composed(name)
     t, arr = run_cfg.trainer, config.actor_rollout_ref
     context = t.limits.max_context_tokens
     assert arr.rollout.max_model_len == context
@@ -137,7 +152,7 @@ def test_ray_reservations_fit_the_node(tmp_path):
     least what verl reserves plus one slot for its other actors."""
     from seal.trainer.verl.config import reserved_cpus
 
-    _, config = verl_config("SEAL", tmp_path)
+    _, config = composed("SEAL")
     units = config.transfer_queue.backend.SimpleStorage.num_data_storage_units
     assert units == 2
     assert reserved_cpus(4, 0, units) + 1 == 16
@@ -162,8 +177,8 @@ def test_attention_follows_what_imports(tmp_path):
     assert "flash-attn does not import" in choose_attention("cuda", None).reason
 
 
-def test_ablations_differ_where_the_paper_says(tmp_path):
-    seal = {n: SealSection.from_config(verl_config(n, tmp_path)[1]).trainer for n in SEVEN_B}
+def test_ablations_differ_where_the_paper_says():
+    seal = {n: SealSection.from_config(composed(n)[1]).trainer for n in SEVEN_B}
     assert seal["SEAL"].apatch.enable and seal["SEAL"].evolution.schema_cues
     assert not seal["SEAL"].evolution.guidelines and seal["SEAL"].rollout.push_profile
     assert not seal["GRPO"].apatch.enable and not seal["GRPO"].evolution.any
@@ -196,11 +211,11 @@ def test_invalid_combinations_fail(tmp_path):
         verl_config("SEAL", tmp_path, "verl.n_gpus_per_node=3")
 
 
-def test_cpu_smoke_config_selects_the_cpu_backend(tmp_path):
+def test_cpu_smoke_config_selects_the_cpu_backend():
     """exp/verl_cpu_smoke.yaml composes into verl's schema with the CPU backend's
     platform, replica, weight sync, trainer and float32 FSDP2, on the tiny model saved in
     the run directory."""
-    run_cfg, config = verl_config("verl_cpu_smoke", tmp_path)
+    run_cfg, config = composed("verl_cpu_smoke")
     assert run_cfg.verl.device == "cpu" and run_cfg.trainer.model.path == "tiny-qwen2"
     rollout, actor = config.actor_rollout_ref.rollout, config.actor_rollout_ref.actor
     assert config.trainer.v1.trainer_mode == "seal_sync_cpu" and config.trainer.device == "cpu"
@@ -211,7 +226,7 @@ def test_cpu_smoke_config_selects_the_cpu_backend(tmp_path):
     assert ray_init.runtime_env.env_vars.VERL_PLATFORM == "seal_cpu"
     assert int(ray_init.runtime_env.env_vars.OMP_NUM_THREADS) == os.cpu_count()
     assert ray_init.num_gpus == 2  # one actor worker and one replica
-    assert config.actor_rollout_ref.model.path == str(tmp_path / "verl_cpu_smoke/tiny_model")
+    assert config.actor_rollout_ref.model.path == str(RUNS / "verl_cpu_smoke/tiny_model")
     assert config.data.train_files.endswith("data/smoke_train.parquet")
 
 
@@ -225,12 +240,12 @@ def test_cpu_backend_refusals(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["verl_cpu_smoke", "verl_cpu_smoke_qwen3.5"])
-def test_cpu_smoke_widths_hold_its_prompts(tmp_path, name):
+def test_cpu_smoke_widths_hold_its_prompts(name):
     """The smoke cuts verl's padded widths to save CPU time; every smoke task's first
     prompt still fits the prompt width, with room left for an episode in the context."""
     from scripts_loader import load_script
 
-    run_cfg, config = verl_config(name, tmp_path)
+    run_cfg, config = composed(name)
     rollout = config.actor_rollout_ref.rollout
     smoke = [t for ids in load_script("prepare_data").SMOKE_TASKS.values() for t in ids]
     fmt = OmegaConf.to_object(run_cfg.trainer.model).resolved_tool_format().name
@@ -288,10 +303,10 @@ def longest_first_prompt(tool_format: str) -> int:
 
 
 @pytest.mark.parametrize("name", PAPER_CONFIGS)
-def test_prompt_length_holds_every_bfcl_prompt(tmp_path, name):
+def test_prompt_length_holds_every_bfcl_prompt(name):
     """The longest first prompt of the 800 tasks in the config's tool format fits verl's
     prompt tensor (else episodes fail)."""
-    run_cfg, config = verl_config(name, tmp_path)
+    run_cfg, config = composed(name)
     model = OmegaConf.to_object(run_cfg.trainer.model)
     tool_format = model.resolved_tool_format().name  # `auto` for the 7B configs
     longest = longest_first_prompt(tool_format)

@@ -45,6 +45,7 @@ def guarded_protocol(
     started: OrderedDict[GuardedHttp, float] = OrderedDict()
     ceiling = max(max_unauthenticated, _open_files_limit() // 2)
     shedding: list[asyncio.TimerHandle | None] = [None]
+    soon = [False]  # a pass of `shed` is due at this turn of the loop
 
     def shed(loop: asyncio.AbstractEventLoop) -> None:
         """Past the cap, close the longest-waiting connection that started a request and
@@ -62,6 +63,10 @@ def guarded_protocol(
                     return
             oldest._close("the service holds too many connections that did not authenticate")
             CLOSED["unauthenticated"] += 1
+
+    def shed_soon(loop: asyncio.AbstractEventLoop) -> None:
+        soon[0] = False
+        shed(loop)
 
     class GuardedHttp(HttpToolsProtocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -83,7 +88,7 @@ def guarded_protocol(
                 self._arm(header_timeout_s, "its request's headers")
             if silent.pop(self, None) is not None:  # its request's first bytes
                 started[self] = self.loop.time()
-                self._shed()
+                self._shed_soon()
 
         def on_headers_complete(self) -> None:
             self._proved()  # its request is in: the application judges it
@@ -127,8 +132,26 @@ def guarded_protocol(
             self._shed()
 
         def _shed(self) -> None:
-            if len(silent) + len(started) > max_unauthenticated and shedding[0] is None:
+            if (
+                len(silent) + len(started) > max_unauthenticated
+                and shedding[0] is None
+                and not soon[0]
+            ):
                 shed(self.loop)
+
+        def _shed_soon(self) -> None:
+            # Once the loop has read what came with the request's first bytes (a head
+            # complete by then is no longer `started`), rather than in this callback, where
+            # this very request's head is still partial, or at the pass due when the next
+            # silent one has had its grace, which held a slow head past the cap for up to
+            # SEND_GRACE_S longer.
+            if soon[0] or len(silent) + len(started) <= max_unauthenticated:
+                return
+            if shedding[0] is not None:
+                shedding[0].cancel()
+                shedding[0] = None
+            soon[0] = True
+            self.loop.call_soon(shed_soon, self.loop)
 
         def _proved(self) -> None:
             silent.pop(self, None)

@@ -35,8 +35,8 @@ from types import SimpleNamespace
 import httpx
 import pytest
 import uvicorn
-from filelock import FileLock
 from fastapi.testclient import TestClient
+from filelock import FileLock
 
 from env_service.app import create_app
 from env_service.engine import EnvEngine, ServiceConfig

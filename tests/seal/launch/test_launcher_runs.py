@@ -38,6 +38,14 @@ sys.exit(launcher.main(sys.argv[1:]))
 """
 
 
+def as_a_foreground_job() -> None:
+    """Popen's preexec_fn: Ctrl-C's signal at its default in the launcher, as in a shell's
+    foreground job, even when this suite itself runs in the background (`pytest &`), where
+    SIGINT is ignored and the ignoring is inherited: Python then never turns it into
+    KeyboardInterrupt, and the launcher would sleep through the tests' Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Run:
     """One launcher process; its output lines are collected as they come."""
 
@@ -49,7 +57,7 @@ class Run:
         env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
         self.proc = subprocess.Popen(
             [sys.executable, "-u", str(driver), *args], cwd=REPO, env=env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=as_a_foreground_job,
         )  # fmt: skip
         self.lines: queue.Queue[str] = queue.Queue()
         self.output: list[str] = []
@@ -226,6 +234,7 @@ def test_ctrl_c_to_the_process_group_prints_the_resume_command_and_no_tracebacks
         [sys.executable, "-u", str(driver), "--", f"output_dir={tmp_path}", "name=run"],
         cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, as a shell's foreground job
+        preexec_fn=as_a_foreground_job,
     )  # fmt: skip
     try:
         lines = []
@@ -238,7 +247,14 @@ def test_ctrl_c_to_the_process_group_prints_the_resume_command_and_no_tracebacks
         service_pid = int(started.split("(pid ")[1].split(",")[0])
         time.sleep(2)  # episodes in flight
         os.killpg(proc.pid, signal.SIGINT)
-        output = "".join(lines) + proc.stdout.read()
+        rest: list[str] = []
+        reader = threading.Thread(target=lambda: rest.append(proc.stdout.read()), daemon=True)
+        reader.start()
+        reader.join(timeout=60)  # a launcher deaf to Ctrl-C fails here, not hangs the suite
+        assert not reader.is_alive(), "the launcher still runs 60 s after Ctrl-C:\n" + "".join(
+            lines
+        )
+        output = "".join(lines) + rest[0]
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:

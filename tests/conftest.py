@@ -137,10 +137,31 @@ def service():
         yield start
 
 
+STOPPING_SERVERS: list[threading.Thread] = []
+"""Threads of uvicorn servers told to exit, joined at the session's end."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def servers_stopped():
+    """Fails the session's last test if a server `serving` started still runs 30 s after
+    it was told to exit (an app that ignores its shutdown)."""
+    yield
+    deadline = time.monotonic() + 30
+    for thread in STOPPING_SERVERS:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    running = sum(thread.is_alive() for thread in STOPPING_SERVERS)
+    assert not running, f"{running} uvicorn server(s) still running 30 s after their tests"
+
+
 @contextlib.contextmanager
 def serving(app, lifespan: str = "auto"):
     """Serve any ASGI app with uvicorn on 127.0.0.1 (a free port); yields the base URL.
-    lifespan "auto": the service runs its start-up, a bare fake app need not speak it."""
+    lifespan "auto": the service runs its start-up, a bare fake app need not speak it.
+
+    On exit the server is told to stop and the test goes on: uvicorn takes 0.1-0.2 s to
+    stop (its loop looks for the exit flag every 0.1 s, then waits 0.1 s for connections
+    to close) and hundreds of tests serve an app; the stops are awaited at the session's
+    end (`servers_stopped`). Each server has its own port."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -154,9 +175,8 @@ def serving(app, lifespan: str = "auto"):
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+        server.should_exit = True  # uvicorn closes `sock` as it stops
+        STOPPING_SERVERS.append(thread)
 
 
 @contextlib.contextmanager

@@ -203,15 +203,18 @@ def test_a_replacement_worker_holds_no_client_connection(service_process):
 
 def test_a_busy_worker_is_not_mistaken_for_a_stopped_one(service_process):
     """Heartbeats come between calls: a worker running long calls back to back (each
-    within the step budget) is busy, not stopped."""
-    svc = service_process("--workers", "1", "--max-step-seconds", "20")
+    within the step budget) is busy, not stopped. The stall limit is 2 s here (10 s by
+    default), so the calls outlast it twice."""
+    svc = service_process(
+        "--workers", "1", "--max-step-seconds", "20", "--worker-stall-seconds", "2"
+    )  # fmt: skip
     client = Native(svc.url)
     client.create("busy", max_generations=64)
     big = "\n".join(str(k) for k in range(100_000))
     client.step("busy", [("touch", {"file_name": "big.txt"})])
     client.step("busy", [("echo", {"content": big, "file_name": "big.txt"})])
     started = time.monotonic()
-    while time.monotonic() - started < 5:  # 5 s of back-to-back sorts
+    while time.monotonic() - started < 4:  # 4 s of back-to-back sorts
         client.step("busy", [("sort", {"file_name": "big.txt"})] * 16)
     assert client.stats()["workers_replaced"] == 0
 
@@ -234,7 +237,7 @@ def test_a_rebuild_neither_stalls_other_episodes_nor_runs_past_its_budget(servic
     client.step("heavy", [("echo", {"content": _lines(100_000), "file_name": "big.txt"})])
     heavy_calls = 0
     replay_started = time.monotonic()
-    while time.monotonic() - replay_started < 4:  # > 4 s of calls to replay (> the 1 s budget)
+    while time.monotonic() - replay_started < 2.5:  # 2.5 s of calls to replay (> the 1 s budget)
         client.step("heavy", [("sort", {"file_name": "big.txt"})] * SORTS_PER_STEP)
         heavy_calls += SORTS_PER_STEP
     client.create("light")

@@ -31,7 +31,7 @@ def tiny_config(**overrides) -> TrainerConfig:
     base = {
         "total_steps": 2,
         "model": {"path": "tiny-qwen2", "dtype": "float32", "device": "cpu"},
-        "data": {"train_batch_size": 2, "max_train_tasks": 4, "max_val_tasks": 2},
+        "data": {"train_batch_size": 1, "max_train_tasks": 4, "max_val_tasks": 2},
         "rollout": {"n": 2},
         "limits": {
             "max_generations": 2, "max_new_tokens": 6, "max_context_tokens": 8192,
@@ -70,7 +70,7 @@ def test_train_two_steps_then_resume(live_service, serve_app, tmp_path):
     assert all(len(r.failure_tags) > 0 for r in steps[2])
     assert ckpt.latest_checkpoint(run_dir).name == "step_000002"
     capability = CapabilityState.load(run_dir / STATE_FILENAME)
-    assert capability.run.num_trajectories == 2 * 2 * 2  # steps x tasks x samples
+    assert capability.run.num_trajectories == 2 * 1 * 2  # steps x tasks x samples
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert "apatch/mean_scale" in rows[1] and "actor/pg_loss" in rows[1]
@@ -79,8 +79,8 @@ def test_train_two_steps_then_resume(live_service, serve_app, tmp_path):
     # The interface state of each step beside its profiles (the paper's Appendix C.4):
     # the paper's layers (schema cues only) on every episode, no guideline shown.
     rows = read_interfaces(run_dir)
-    assert [(r["step"], r["episodes"]) for r in rows] == [(1, 4), (2, 4)]
-    assert all(r["layers"] == {**NO_LAYERS, "schema_cues": 4} and r["shown"] == [] for r in rows)
+    assert [(r["step"], r["episodes"]) for r in rows] == [(1, 2), (2, 2)]
+    assert all(r["layers"] == {**NO_LAYERS, "schema_cues": 2} and r["shown"] == [] for r in rows)
     assert rows[0]["served_profile"] == {"step": 0, "epoch": 0, "num_turns": 0, "tags": []}
     assert rows[1]["served_profile"] == rows[0]["failure_profile"]
     assert rows[1]["failure_profile"] == capability.failure_profile()
@@ -108,7 +108,7 @@ def test_train_two_steps_then_resume(live_service, serve_app, tmp_path):
     assert state.step == 3
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
     assert sorted(read_val_dir(run_dir / "validation")) == [0, 2, 3]
-    assert CapabilityState.load(run_dir / STATE_FILENAME).run.num_trajectories == 3 * 2 * 2
+    assert CapabilityState.load(run_dir / STATE_FILENAME).run.num_trajectories == 3 * 1 * 2
     saved = json.loads((ckpt.latest_checkpoint(run_dir) / "trainer_state.json").read_text())
     assert saved == {"step": 3, "epoch": saved["epoch"]}
     # The best step, carried over the resume: the latest of the highest val/average over

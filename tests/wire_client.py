@@ -1,5 +1,5 @@
 """The original release's wire protocol as its clients speak it, for the tests of that
-protocol (tests/test_wire_*.py): each call checks its status and the envelope's
+protocol (tests/env_service/test_wire_*.py): each call checks its status and the envelope's
 `success` flag. The service's own behaviour is tested on the native API (conftest.py's
 `Episodes`)."""
 

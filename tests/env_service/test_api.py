@@ -1,6 +1,6 @@
 """The native API end to end: the ground-truth policy scores 1, turns advance, bad input
 gets a clear status, limits hold, and 256 concurrent episodes stay apart. The original
-release's wire protocol has its own tests (tests/test_wire_*.py)."""
+release's wire protocol has its own tests (tests/env_service/test_wire_*.py)."""
 
 import asyncio
 import json

@@ -1,5 +1,5 @@
 """env_service/errors.py: each error's status and shape on each protocol. Every route's
-errors are provoked in tests/env_service/test_access.py and tests/test_wire_*.py; here, that the
+errors are provoked in tests/env_service/test_access.py and tests/env_service/test_wire_*.py; here, that the
 one serializer writes what FastAPI's own JSONResponse would, byte for byte."""
 
 from __future__ import annotations

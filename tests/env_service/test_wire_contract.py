@@ -9,12 +9,7 @@ import json
 import os
 
 import pytest
-from release_trainer import (
-    ReleaseHTTPError,
-    plain_prompt,
-    release_clients,
-    seal_params,
-)
+from release_trainer import ReleaseHTTPError, plain_prompt, release_clients, seal_params
 from wire_client import SEAL_YAML_BFCL, TOOLACE_YAML_BFCL
 
 from env_service import evolution

@@ -1,8 +1,9 @@
 """The original release's wire protocol (env_service/release/) as this service serves it:
 mounted by `ServiceConfig.release_protocol` (on by default), its envelope on every
 answer, the release's text format (Qwen2.5's `<tool_call>` blocks) in and out.
-tests/env_service/test_wire_contract.py plays the release's trainer against it; the behaviour both
-protocols share is tested on the native API (tests/test_env_*.py)."""
+tests/env_service/test_wire_contract.py and test_wire_episodes.py play the release's trainer
+against it; the behaviour both protocols share is tested on the native API
+(tests/env_service/test_api.py and its neighbours)."""
 
 from __future__ import annotations
 

@@ -8,12 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import free_port, gt_texts
-from fake_chat_server import (
-    MODEL,
-    TASKS,
-    evaluate,
-    served_fake_chat_server,
-)
+from fake_chat_server import MODEL, TASKS, evaluate, served_fake_chat_server
 
 from seal.eval import score_endpoint as cli
 from seal.eval.evaluator import errors_file, partial_file

@@ -11,7 +11,7 @@
   the ids cannot match.
 - `qwen3.5`'s XML calls: values typed by the tool docs, malformed blocks answered as
   malformed calls, model text never evaluated. The 800 tasks' round trips and 799/800 are
-  in tests/seal/formats/test_formats.py, the driver on a live service in tests/seal/rollout/test_driver.py.
+  in tests/seal/formats/test_formats.py, the driver on a live service in tests/seal/rollout/test_driver*.py.
 """
 
 from __future__ import annotations

@@ -1,134 +1,31 @@
 """The episode driver on real episodes: the real service over a socket, each tool format's
-own rendering, scripted generators in place of a model.
+own rendering, scripted generators in place of a model (tests/driver_episodes.py). What
+the model saw is each format's full render, token ids are kept as generated, a reply cut
+at its length or malformed is handled, log-probabilities sit on generated ids.
 
 Only the Qwen2.5 tokenizer ships; the Llama-layout formats are tested with it plus their
 special tokens (the ids differ from Llama's, the token bookkeeping is the same)."""
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 from pathlib import Path
 
 import pytest
-from conftest import full_render, gt_texts
+from conftest import gt_texts
+from driver_episodes import (
+    assert_sequence_is_what_the_model_saw,
+    full_render_ids,
+    play,
+    tokenizer_for,
+)
 
 from seal.bfcl.tasks import load_task
-from seal.formats.base import Conversation
 from seal.formats.qwen35 import EMPTY_THINKING, Qwen35Template
 from seal.formats.registry import FORMATS, PAPER_QWEN, get_format
-from seal.rollout.driver import (
-    EpisodeError,
-    EpisodeSample,
-    TooManyFailedEpisodes,
-    play_batch,
-    run_episode,
-)
-from seal.rollout.env_client import EnvClient, Episode
-from seal.rollout.generation import Generation, GenerationError
-from seal.rollout.protocol import EpisodeLimits, EpisodeSettings, EvolutionSettings
+from seal.rollout.generation import Generation
+from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.scripted import ScriptedGenerator, text_generation
 from seal.rollout.turn_tokens import turn_tokenizer
-
-LAYERS = EvolutionSettings(schema_cues=True)
-
-
-def settings(limits: EpisodeLimits | None = None) -> EpisodeSettings:
-    return EpisodeSettings(mode="sample", evolution=LAYERS, limits=limits or EpisodeLimits())
-
-
-GREP_TASK = "multi_turn_base_0"
-LONG_TASK = "multi_turn_long_context_0"  # a grep answer of several hundred tokens
-
-
-def tokenizer_for(name: str, request) -> object:
-    """The shared tokenizer fixture a format needs: `llama_tokenizer` for Llama's layout,
-    `qwen35_tokenizer` for Qwen3.5's template."""
-    fmt = get_format(name)
-    if isinstance(fmt, Qwen35Template):
-        return request.getfixturevalue("qwen35_tokenizer")
-    uses_llama = fmt.end_of_turn == "<|eot_id|>"
-    return request.getfixturevalue("llama_tokenizer" if uses_llama else "tokenizer")
-
-
-class RecordingEnv(EnvClient):
-    """EnvClient whose episodes keep what the service sent and got."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.created: dict = {}
-        self.texts: list[str] = []
-        self.observations: list[list[dict]] = []
-
-    def episode(self, task_id, settings=None):
-        return RecordingEpisode(self, task_id, settings or EpisodeSettings())
-
-
-class RecordingEpisode(Episode):
-    async def __aenter__(self):
-        await super().__aenter__()
-        self.env.created = self.created
-        return self
-
-    async def step(self, content, calls):
-        reply = await super().step(content, calls)
-        self.env.texts.append(content)
-        self.env.observations.append(reply.messages)
-        return reply
-
-
-def play(base_url, tokenizer, task_id, generator, limits=None, tool_format=None):
-    tool_format = tool_format or get_format(PAPER_QWEN)
-
-    async def main():
-        async with RecordingEnv(base_url) as env:
-            episode_settings = dataclasses.replace(
-                settings(limits),
-                prompt=tool_format.prompt,
-                end_on_malformed_call=tool_format.end_on_malformed_call,
-            )
-            sample = await run_episode(
-                env, generator, tokenizer, task_id, episode_settings, tool_format=tool_format
-            )
-            return sample, env
-
-    return asyncio.run(main())
-
-
-def conversation_before(fmt, env: RecordingEnv, k: int) -> Conversation:
-    """The conversation generation k (0-based) continued: the first messages, then each
-    earlier generation and the observation that followed it."""
-    conversation = fmt.start(env.created)
-    for text, observation in zip(env.texts[:k], env.observations[:k], strict=True):
-        conversation.messages += [fmt.assistant_message(text), *fmt.observation(observation)]
-    return conversation
-
-
-def full_render_ids(tokenizer, fmt, env, k) -> list[int]:
-    conversation = conversation_before(fmt, env, k)
-    return tokenizer.encode(full_render(fmt, conversation), add_special_tokens=False)
-
-
-def generated_spans(generator: ScriptedGenerator, sample: EpisodeSample):
-    """(start, ids) of each generation inside the response."""
-    offset = len(sample.prompt_ids)
-    return [
-        (start - offset, generator.generations[k].token_ids)
-        for k, start in enumerate(generator.prompt_lengths)
-    ]
-
-
-def assert_sequence_is_what_the_model_saw(generator, sample):
-    full = sample.prompt_ids + sample.response_ids
-    assert len(sample.response_mask) == len(sample.response_ids)
-    expected_mask = [0] * len(sample.response_ids)
-    for k, (start, ids) in enumerate(generated_spans(generator, sample)):
-        assert sample.response_ids[start : start + len(ids)] == ids  # kept as returned
-        assert generator.prompts[k] == full[: len(sample.prompt_ids) + start]  # a prefix
-        expected_mask[start : start + len(ids)] = [1] * len(ids)
-    assert sample.response_mask == expected_mask
-    last_start, last_ids = generated_spans(generator, sample)[-1]
-    assert last_start + len(last_ids) == len(sample.response_ids)  # ends with the last generation
 
 
 @pytest.mark.parametrize("name", list(FORMATS))
@@ -228,107 +125,6 @@ def test_non_canonical_generated_ids_are_kept_not_retokenized(live_service, toke
     retokenized = full_render_ids(tokenizer, get_format(PAPER_QWEN), env, len(texts))
     assert tokenizer.decode(retokenized) == tokenizer.decode(full) + "\n<|im_start|>assistant\n"
     assert retokenized[: len(full)] != full  # a re-render would have drifted
-
-
-def test_max_generations_stops_after_the_last_generation(live_service, tokenizer):
-    generator = ScriptedGenerator.from_texts(tokenizer, gt_texts(GREP_TASK), record_prompts=True)
-    sample, env = play(
-        live_service[0], tokenizer, GREP_TASK, generator, EpisodeLimits(max_generations=3)
-    )
-    assert (sample.stop_reason, sample.num_generations, generator.calls) == (
-        "max_generations",
-        3,
-        3,
-    )
-    assert len(env.texts) == 3  # the third text still reached the service
-    assert sample.accuracy == 0 and sample.report["steps"] == 3
-    assert_sequence_is_what_the_model_saw(generator, sample)
-    assert sample.response_ids[-1] == tokenizer.eos_token_id and sample.response_mask[-1] == 1
-
-
-def context_probe(base_url, tokenizer) -> ScriptedGenerator:
-    """The ground truth of GREP_TASK played without limits: where each generation starts."""
-    probe = ScriptedGenerator.from_texts(tokenizer, gt_texts(GREP_TASK))
-    play(base_url, tokenizer, GREP_TASK, probe)
-    return probe
-
-
-def test_an_observation_that_would_fill_the_context_is_not_appended(live_service, tokenizer):
-    base_url, engine = live_service
-    probe = context_probe(base_url, tokenizer)
-    # The third generation would start at probe.prompt_lengths[2]: one token short.
-    limits = EpisodeLimits(max_context_tokens=probe.prompt_lengths[2])
-    generator = ScriptedGenerator.from_texts(tokenizer, gt_texts(GREP_TASK), record_prompts=True)
-    sample, env = play(base_url, tokenizer, GREP_TASK, generator, limits)
-
-    assert (sample.stop_reason, sample.num_generations) == ("context_limit", 2)
-    assert len(env.texts) == 2  # both generations reached the service
-    assert_sequence_is_what_the_model_saw(generator, sample)
-    assert generator.prompt_lengths == probe.prompt_lengths[:2]
-    assert sample.response_mask[-1] == 1  # ends with the second generation
-    assert engine.stats()["live_episodes"] == 0
-
-
-def test_a_generation_is_cut_to_the_room_left_in_the_context(live_service, tokenizer):
-    base_url, _ = live_service
-    probe = context_probe(base_url, tokenizer)
-    texts = gt_texts(GREP_TASK)
-    room = 5  # for the third generation, a tool call of about 30 tokens
-    limits = EpisodeLimits(max_context_tokens=probe.prompt_lengths[2] + room)
-    generator = ScriptedGenerator.from_texts(tokenizer, texts, record_prompts=True)
-    sample, env = play(base_url, tokenizer, GREP_TASK, generator, limits)
-
-    assert (sample.stop_reason, sample.num_generations) == ("context_limit", 3)
-    full_third = tokenizer.encode(texts[2])
-    assert sample.response_ids[-room:] == full_third[:room]
-    assert sample.response_mask[-room:] == [1] * room
-    assert env.texts[-1] == tokenizer.decode(full_third[:room])  # sent, cut
-    assert len(sample.prompt_ids) + len(sample.response_ids) == limits.max_context_tokens
-
-
-def test_a_prompt_too_long_for_one_generation_gives_an_empty_response(live_service, tokenizer):
-    base_url, engine = live_service
-    generator = ScriptedGenerator([])
-    limits = EpisodeLimits(max_context_tokens=4000)  # its prompt has about 4950 tokens
-    sample, _ = play(base_url, tokenizer, GREP_TASK, generator, limits)
-    assert (sample.stop_reason, sample.num_generations, generator.calls) == ("context_limit", 0, 0)
-    assert sample.response_ids == sample.response_mask == [] and sample.accuracy == 0
-    assert engine.stats()["live_episodes"] == 0
-
-
-# Each format's clip: the rich prompt's exact token clip, and the paper's (its release's
-# trainer's: a share of the characters; it keeps nothing under 100 tokens, so a wider limit).
-CLIPS = {"qwen2.5": (60, "\n... [truncated"), "bfcl_qwen_fc": (300, "... truncate ...")}
-
-
-@pytest.mark.parametrize("name", list(CLIPS))
-def test_long_observations_are_clipped_and_marked(live_service, tokenizer, name):
-    (task_id, (limit, marker)), fmt = (LONG_TASK, CLIPS[name]), get_format(name)
-    texts = gt_texts(task_id, fmt)
-    generator = ScriptedGenerator.from_texts(tokenizer, texts, record_prompts=True)
-    limits = EpisodeLimits(max_observation_tokens=limit)
-    sample, env = play(live_service[0], tokenizer, task_id, generator, limits, tool_format=fmt)
-    assert sample.accuracy == 1
-    assert_sequence_is_what_the_model_saw(generator, sample)
-    observations = [fmt.observation(obs) for obs in env.observations]
-    grep_answer = next(
-        m["content"] for obs in observations for m in obs if "matching_lines" in m["content"]
-    )
-    assert len(tokenizer.encode(grep_answer)) > 500
-    assert grep_answer not in sample.output_text
-    clipped = [
-        part.split("<|im_end|>")[0]
-        for part in sample.output_text.split("<|im_start|>user\n")[1:]
-        if marker in part
-    ]
-    assert len(clipped) >= 1
-    for content in clipped:
-        assert len(tokenizer.encode(content)) <= limit
-        kept = content.split(marker)[0]
-        assert any(m["content"].startswith(kept) for obs in observations for m in obs)
-    seen = [m["content"] for obs in observations[: sample.num_generations - 1] for m in obs]
-    short = [c for c in seen if len(tokenizer.encode(c)) <= limit]
-    assert short and all(c in sample.output_text for c in short)  # not clipped
 
 
 def test_length_stopped_generation_is_sent_and_its_turn_closed_unmasked(live_service, tokenizer):
@@ -470,157 +266,3 @@ def test_logprobs_sit_on_generated_ids_and_zero_elsewhere(live_service, tokenize
     assert sum(lp for lp in sample.response_logprobs) == pytest.approx(
         sum(sum(g.logprobs) for g in generations)
     )
-
-
-class FailingGenerator(ScriptedGenerator):
-    """Fails on call number `fail_at` (1-based) with `error`."""
-
-    def __init__(self, generations, fail_at, error):
-        super().__init__(generations)
-        self.fail_at, self.error = fail_at, error
-
-    async def generate(self, prompt_ids, sampling):
-        if self.calls + 1 == self.fail_at:
-            raise self.error
-        return await super().generate(prompt_ids, sampling)
-
-
-@pytest.mark.parametrize(
-    "make_generator, cause",
-    [
-        (
-            lambda gens: FailingGenerator(gens, 2, GenerationError("CUDA out of memory")),
-            "out of memory",
-        ),
-        (
-            lambda gens: ScriptedGenerator([gens[0], Generation([], None, "stop")]),
-            "empty generation",
-        ),
-        (
-            lambda gens: ScriptedGenerator([gens[0], Generation(gens[1].token_ids, [0.0], "stop")]),
-            "log-probabilities for",
-        ),
-    ],
-    ids=["raises", "empty", "logprob-count"],
-)
-def test_generator_failure_names_the_task_and_releases_the_episode(
-    live_service, tokenizer, make_generator, cause
-):
-    base_url, engine = live_service
-    generator = make_generator([text_generation(tokenizer, t) for t in gt_texts(GREP_TASK)])
-    with pytest.raises(
-        EpisodeError, match=rf"task {GREP_TASK} .* after 1 generations: .*{cause}"
-    ) as info:
-        play(base_url, tokenizer, GREP_TASK, generator)
-    assert isinstance(info.value.__cause__, GenerationError)
-    assert engine.stats()["live_episodes"] == 0
-    assert engine.stats()["released"] == 1
-
-
-def test_unknown_task_is_an_error_naming_it(live_service, tokenizer):
-    with pytest.raises(EpisodeError, match="multi_turn_base_999"):
-        play(live_service[0], tokenizer, "multi_turn_base_999", ScriptedGenerator([]))
-
-
-class Stuck(ScriptedGenerator):
-    async def generate(self, prompt_ids, sampling):
-        await asyncio.sleep(3600)
-
-
-class LostCreateReply(EnvClient):
-    """The service creates the episode but its reply never arrives."""
-
-    async def call(self, method, path, *args, **kwargs):
-        reply = await super().call(method, path, *args, **kwargs)
-        if (method, path) == ("POST", "/v1/episodes"):
-            await asyncio.sleep(3600)
-        return reply
-
-
-@pytest.mark.parametrize(
-    "env_cls, generator", [(EnvClient, Stuck([])), (LostCreateReply, ScriptedGenerator([]))]
-)
-def test_a_cancelled_episode_is_released(live_service, tokenizer, env_cls, generator):
-    base_url, engine = live_service
-
-    async def main():
-        async with env_cls(base_url) as env:
-            episode = run_episode(
-                env, generator, tokenizer, GREP_TASK, settings(), tool_format=get_format(PAPER_QWEN)
-            )
-            with pytest.raises(asyncio.TimeoutError):
-                await asyncio.wait_for(episode, timeout=0.5)
-
-    asyncio.run(main())
-    assert engine.stats()["created"] == 1 and engine.stats()["live_episodes"] == 0
-
-
-def test_concurrent_episodes_share_one_client(live_service, tokenizer):
-    task_ids = [f"multi_turn_base_{i}" for i in range(8)]
-
-    async def main():
-        async with EnvClient(live_service[0]) as env:
-            return await asyncio.gather(
-                *(
-                    run_episode(
-                        env,
-                        ScriptedGenerator.from_texts(tokenizer, gt_texts(tid)),
-                        tokenizer,
-                        tid,
-                        settings(),
-                        tool_format=get_format(PAPER_QWEN),
-                    )
-                    for tid in task_ids
-                )
-            )
-
-    samples = asyncio.run(main())
-    assert [s.task_id for s in samples] == task_ids
-    assert [s.accuracy for s in samples] == [1] * 8
-
-
-def fake_sample(task_id: str) -> EpisodeSample:
-    return EpisodeSample(
-        task_id, "multi_turn_base", [1], [2], [1], None, 1.0, 1, 1.0, ["pass"], None, {}, 1,
-        "terminated", {}, "", "",
-    )  # fmt: skip
-
-
-def test_a_batch_retries_each_failed_episode_once_and_tolerates_a_small_share():
-    calls: dict[str, int] = {}
-    fail_times = {"flaky": 1, "broken": 2}  # how often each task fails before succeeding
-
-    async def play(task_id):
-        calls[task_id] = calls.get(task_id, 0) + 1
-        if calls[task_id] <= fail_times.get(task_id, 0):
-            raise EpisodeError(f"task {task_id}: service gone")
-        return fake_sample(task_id)
-
-    tasks = ["flaky", "broken"] + [f"ok{i}" for i in range(18)]
-    samples, errors = asyncio.run(
-        play_batch(play, tasks, max_failed_share=0.05, what="sample", progress=False)
-    )
-    assert sorted(s.task_id for s in samples) == sorted(set(tasks) - {"broken"})
-    assert errors == ["task broken: service gone"]
-    assert calls["flaky"] == 2 and calls["broken"] == 2 and calls["ok0"] == 1
-
-    calls.clear()
-    with pytest.raises(TooManyFailedEpisodes, match="1 of 10 episodes failed twice"):
-        asyncio.run(
-            play_batch(play, tasks[1:11], max_failed_share=0.05, what="sample", progress=False)
-        )
-
-
-def test_a_batch_s_progress_bar_in_a_log_ends_at_its_total(capsys):
-    """Written to a file (a run's log), the bar's last line shows every episode done;
-    it used to be cleared at the end, so a log stopped at whatever it showed last."""
-
-    async def play(task_id):
-        await asyncio.sleep(0.01 * int(task_id[-1]))
-        return fake_sample(task_id)
-
-    tasks = [f"ok{i % 10}" for i in range(16)]
-    asyncio.run(play_batch(play, tasks, max_failed_share=0.05, what="sample"))
-    err = capsys.readouterr().err  # not a terminal, as a log file
-    last = err.replace("\r", "\n").strip().splitlines()[-1]
-    assert last.startswith("sample: 100%") and "16/16" in last, err

@@ -12,6 +12,7 @@ port, for tests where the service may hang or must be signalled (it is killed af
 only read it.
 
 Shared helpers the test modules import from here: `free_port()`, `serving(app)`,
+`call_text`/`native_step` (a call as the model writes it, a native step body),
 `gt_turns`/`gt_texts` (the ground-truth policy's texts), `shipped_tokenizer()` (with the
 `tokenizer` and `llama_tokenizer` fixtures), and `tiny_qwen2()` (a random tiny Qwen2).
 """
@@ -40,7 +41,13 @@ from filelock import FileLock
 
 from env_service.app import create_app
 from env_service.engine import EnvEngine, ServiceConfig
-from seal.bfcl.ground_truth import END_OF_TURN_TEXT, assistant_messages, ground_truth_trajectory
+from seal.bfcl.calls import ToolCall
+from seal.bfcl.ground_truth import (
+    END_OF_TURN_TEXT,
+    assistant_messages,
+    ground_truth_trajectory,
+    tool_call_text,
+)
 from seal.bfcl.tasks import load_task
 from seal.formats.base import ToolFormat
 from seal.formats.registry import PAPER_QWEN, get_format
@@ -114,6 +121,17 @@ class Episodes:
 def results(step: dict) -> list[str]:
     """The tool results a StepResult answers, in the order of the step's calls."""
     return [m["content"] for m in step["messages"] if m["role"] == "tool"]
+
+
+def call_text(name: str, **arguments) -> str:
+    """One call written as the paper's Qwen2.5 prompt has the model write it."""
+    return tool_call_text([ToolCall(name, arguments)])
+
+
+def native_step(text: str, seq: int | None) -> dict:
+    """A native step body: the text and the calls the Qwen2.5 format parses from it."""
+    calls = [call_body(c) for c in QWEN_FORMAT.parse(text)]
+    return {"content": text, "tool_calls": calls, "seq": seq}
 
 
 class Service(Episodes):

@@ -9,13 +9,11 @@ import json
 import os
 
 import pytest
-from conftest import gt_turns, results
+from conftest import call_text, gt_turns, results
 
 from env_service import evolution
 from seal.bfcl import prompt
 from seal.bfcl import tags as T
-from seal.bfcl.calls import ToolCall
-from seal.bfcl.ground_truth import tool_call_text
 from seal.bfcl.tasks import load_task
 from seal.tocf.state import TrajectoryOutcome, open_capability_state
 
@@ -40,10 +38,6 @@ PROFILE = {
         {"tag": T.SPURIOUS_TOOL_CALL, "share": 0.2, "count": 20, "mean_reward": 0.2},
     ],
 }
-
-
-def call_text(name, **arguments):
-    return tool_call_text([ToolCall(name, arguments)])
 
 
 def created(

@@ -14,7 +14,8 @@ only read it.
 Shared helpers the test modules import from here: `free_port()`, `serving(app)`,
 `call_text`/`native_step` (a call as the model writes it, a native step body),
 `gt_turns`/`gt_texts` (the ground-truth policy's texts), `shipped_tokenizer()` (with the
-`tokenizer` and `llama_tokenizer` fixtures), and `tiny_qwen2()` (a random tiny Qwen2).
+`tokenizer` and `llama_tokenizer` fixtures). The tiny models are tests/tiny_models.py's,
+the verl smokes' early runs tests/early_runs.py's.
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 import pytest
 import uvicorn
+from early_runs import EarlyRuns
 from fastapi.testclient import TestClient
 from filelock import FileLock
 
@@ -380,67 +381,6 @@ def qwen35_tokenizer():
     return qwen35_stand_in_tokenizer()
 
 
-SMALL_VOCAB = 64
-"""The tiny Qwen2's vocabulary for tests that feed it token ids and need no tokenizer
-(`tiny_qwen2(vocab_size=SMALL_VOCAB)`): Qwen2.5's 151,936 rows are most of the model's
-cost (the logits, their softmax and their gradient), a 64-row one leaves the layers'."""
-
-
-def tiny_qwen2_config(**overrides):
-    """The tests' tiny Qwen2: Qwen2.5's vocabulary (the shipped tokenizer's), one layer 32
-    wide (the vocabulary is most of its cost), tied embeddings; `overrides` are
-    Qwen2Config's own arguments."""
-    from transformers import Qwen2Config
-
-    shape = {
-        "vocab_size": 151936,
-        "hidden_size": 32,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "intermediate_size": 64,
-        "tie_word_embeddings": True,
-    }
-    return Qwen2Config(**(shape | overrides))
-
-
-def qwen25_7b_config():
-    """Qwen2.5-7B-Instruct's shape (its config.json), for the memory estimates."""
-    from transformers import Qwen2Config
-
-    return Qwen2Config(
-        vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-        num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
-        tie_word_embeddings=False,
-    )  # fmt: skip
-
-
-def tiny_qwen2(seed: int = 0, **overrides):
-    """A randomly initialised `tiny_qwen2_config(**overrides)` model, the same for a seed."""
-    import torch
-    from transformers import Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    return Qwen2ForCausalLM(tiny_qwen2_config(**overrides))
-
-
-def sample(prompt, response, mask):
-    """A training sample as the trainers' update reads it (token ids, no tokenizer)."""
-    return SimpleNamespace(prompt_ids=prompt, response_ids=response, response_mask=mask)
-
-
-PAD = SMALL_VOCAB - 1
-"""The padding id of the update tests' samples (a model of `SMALL_VOCAB` ids)."""
-SAMPLES = [
-    sample([1, 2, 3, 4], [5, 6, 7, 8, 9], [1, 1, 0, 1, 1]),
-    sample([10, 11], [12, 13, 14], [1, 0, 1]),
-    sample([20, 21, 22], [23, 24, 25, 26], [0, 1, 1, 1]),
-    sample([30], [31, 32], [1, 1]),
-]
-"""Four samples of different lengths and masks, for the update and warm-up tests (ids
-below `PAD`)."""
-
-
 # --- one launcher run, shared -------------------------------------------------------------
 
 ONE_STEP_ABLATION = [
@@ -490,55 +430,6 @@ def one_step_run(tmp_path_factory, worker_id):
 # --- runs started ahead of their tests --------------------------------------------------
 
 EARLY_RUNS = pytest.StashKey["EarlyRuns"]()
-
-
-class EarlyRuns:
-    """The early runs of this session, started one after another in a background thread
-    in the modules' collection order: each starts once the one before has ended (its
-    `wait()` returned), so two verl runs (8-10 GB each) never share the machine. A module
-    whose tests start more verl runs of their own after its early run (the HF smoke's
-    resume) must therefore come last among them: tests/seal/trainer/verl/
-    test_cpu_rollout_vllm.py runs both of its launches in its early run and sorts before
-    test_cpu_smoke.py."""
-
-    def __init__(self, starters: list[tuple[str, object]]):
-        self.starters = starters
-        self.started: dict[str, object] = {}
-        self.errors: dict[str, BaseException] = {}
-        self.ready = {name: threading.Event() for name, _ in starters}
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run_all, name="early-runs", daemon=True)
-        self.thread.start()
-
-    def _run_all(self) -> None:
-        for name, start in self.starters:
-            if self.stopping.is_set():
-                self.errors[name] = RuntimeError("the session ended before this run started")
-                self.ready[name].set()
-                continue
-            try:
-                self.started[name] = run = start()
-            except BaseException as error:  # noqa: BLE001 - re-raised in the module's fixture
-                self.errors[name] = error
-                self.ready[name].set()
-                continue
-            self.ready[name].set()
-            run.wait()
-
-    def get(self, name: str):
-        """The module's run once started (waiting for the runs before it), or None."""
-        if name not in self.ready:
-            return None
-        self.ready[name].wait()
-        if name in self.errors:
-            raise self.errors[name]
-        return self.started[name]
-
-    def stop(self) -> None:
-        self.stopping.set()
-        for run in list(self.started.values()):
-            run.stop()
-        self.thread.join(timeout=120)
 
 
 def pytest_collection_finish(session):

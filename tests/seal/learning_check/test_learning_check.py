@@ -133,7 +133,7 @@ def test_the_warm_up_step_accumulates_the_gradient_of_one_batch():
     """nll_step goes one episode at a time (memory: one episode's logits); its gradient and
     its NLL per episode are those of all episodes as one padded batch."""
     import torch
-    from conftest import PAD, SAMPLES, SMALL_VOCAB, tiny_qwen2
+    from tiny_models import PAD, SAMPLES, SMALL_VOCAB, tiny_qwen2
 
     from seal.trainer.update import collate, response_logprobs
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 import torch
-from conftest import tiny_qwen2
+from tiny_models import tiny_qwen2
 
 from seal.rollout.generation import GenerationError, SamplingParams
 from seal.rollout.hf_generator import HFGenerator

@@ -5,8 +5,9 @@ any weight loads, naming what would fit. The GPU is injected (no CUDA here)."""
 from __future__ import annotations
 
 import pytest
-from conftest import REPO_ROOT, qwen25_7b_config
+from conftest import REPO_ROOT
 from omegaconf import OmegaConf
+from tiny_models import qwen25_7b_config
 from transformers import Qwen2Config
 
 import launcher

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import SMALL_VOCAB, tiny_qwen2
 from omegaconf import OmegaConf
+from tiny_models import SMALL_VOCAB, tiny_qwen2
 
 from seal.trainer.local import LocalTrainer
 from seal.trainer.model import gpu_peak_gb

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 import torch
-from conftest import PAD, SAMPLES, SMALL_VOCAB, tiny_qwen2
+from tiny_models import PAD, SAMPLES, SMALL_VOCAB, tiny_qwen2
 from transformers import Qwen2ForCausalLM
 
 from seal.algos.loss import PolicyLossConfig

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import gt_texts, tiny_qwen2_config
+from conftest import gt_texts
+from tiny_models import tiny_qwen2_config
 
 pytest.importorskip("verl")
 

@@ -14,7 +14,8 @@ import socket
 from pathlib import Path
 
 import pytest
-from conftest import qwen25_7b_config, shipped_tokenizer
+from conftest import shipped_tokenizer
+from tiny_models import qwen25_7b_config
 
 pytest.importorskip("verl")
 

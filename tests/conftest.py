@@ -3,8 +3,8 @@
 `service(**config)` starts the FastAPI app in-process (starlette's TestClient, lifespan
 included) with a `ServiceConfig` and returns a `Service`: the HTTP client, the engine
 behind it, and the native API's episode calls (`Episodes`), which check each status;
-`results(step)` lists a step's tool results. The wire protocol's own helper is
-tests/wire_client.py. `live_service` runs the app
+`results(step)` lists a step's tool results. `wire_service(**config)` is the same on
+the release's wire protocol (tests/wire_client.py). `live_service` runs the app
 under uvicorn on a free local port, for clients that need a real socket.
 `service_process(*flags)` runs `python -m env_service` in its own process on a free
 port, for tests where the service may hang or must be signalled (it is killed after).
@@ -39,6 +39,7 @@ import uvicorn
 from early_runs import EarlyRuns
 from fastapi.testclient import TestClient
 from filelock import FileLock
+from wire_client import WireClient
 
 from env_service.app import create_app
 from env_service.engine import EnvEngine, ServiceConfig
@@ -154,6 +155,19 @@ def service():
             return Service(http, app.state.engine)
 
         yield start
+
+
+@pytest.fixture
+def wire_service(service):
+    """A factory: `wire_service(prompt=None, **config)` -> the service, spoken to on the
+    release's wire protocol (tests/wire_client.py's WireClient, with the service's engine;
+    `prompt`: the prompt its episodes ask for, None for the default, the paper's)."""
+
+    def start(prompt: str | None = None, **config) -> WireClient:
+        svc = service(**config)
+        return WireClient(svc.http, svc.engine, prompt)
+
+    return start
 
 
 STOPPING_SERVERS: list[threading.Thread] = []

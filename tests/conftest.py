@@ -53,7 +53,7 @@ from seal.bfcl.ground_truth import (
 from seal.bfcl.tasks import load_task
 from seal.formats.base import ToolFormat
 from seal.formats.registry import PAPER_QWEN, get_format
-from seal.rollout.env_client import call_body
+from seal.rollout.env_client import TOKEN_ENV, call_body
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
 
 QWEN_FORMAT = get_format(PAPER_QWEN)
@@ -168,6 +168,14 @@ def wire_service(service):
         return WireClient(svc.http, svc.engine, prompt)
 
     return start
+
+
+@pytest.fixture
+def no_token_from_the_environment(monkeypatch):
+    """The launcher reads $SEAL_ENV_TOKEN and sets it for its job: keep tests apart
+    (setenv first, so that the variable is unset again after the test, whatever sets it)."""
+    monkeypatch.setenv(TOKEN_ENV, "")
+    monkeypatch.delenv(TOKEN_ENV)
 
 
 STOPPING_SERVERS: list[threading.Thread] = []

@@ -1,15 +1,13 @@
 """The launcher in-process: config composition and its errors, the run's service (its
 own, stopped on exit; an adopted one only with the run's token), the token kept out of
-config.yaml and argv, and the refusals that come before anything is written: an earlier
-run's state, a changed data order, a damaged state file.
-Runs as processes (locks, kill -9) are in test_launcher_runs.py."""
+config.yaml and argv, and loading a job. The refusals that come before anything is
+written: test_launcher_refusals.py; runs as processes (locks, kill -9):
+test_launcher_runs.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import importlib
-import json
 import os
 import sys
 import time
@@ -17,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from conftest import free_port
-from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
@@ -30,21 +27,11 @@ from seal.launch.service import (  # noqa: E402
     start_service,
 )
 from seal.rollout.env_client import TOKEN_ENV, is_healthy  # noqa: E402
-from seal.runs import checkpoint as ckpt  # noqa: E402
-from seal.runs.checks import check_run_dir  # noqa: E402
-from seal.runs.data_order import DATA_ORDER_FILENAME, DataOrderChanged, data_order  # noqa: E402
 from seal.runs.records import ValidationRecord, write_step  # noqa: E402
-from seal.tocf.state import STATE_FILENAME, CapabilityState  # noqa: E402
 
 CPU = REPO / "exp/cpu_default.yaml"
 
-
-@pytest.fixture(autouse=True)
-def no_token_from_the_environment(monkeypatch):
-    """The launcher reads $SEAL_ENV_TOKEN and sets it for its job: keep tests apart
-    (setenv first, so that the variable is unset again after the test, whatever sets it)."""
-    monkeypatch.setenv(TOKEN_ENV, "")
-    monkeypatch.delenv(TOKEN_ENV)
+pytestmark = pytest.mark.usefixtures("no_token_from_the_environment")
 
 
 @pytest.fixture
@@ -305,7 +292,9 @@ def test_a_training_job_ends_with_the_pass_rates_the_launcher_prints(
 
     job_named_record["job"] = job
     monkeypatch.setitem(launcher.JOBS, "local", f"{__name__}:_run_recorded_job")
-    assert launcher.main(training_args(tmp_path, "job=local")) == 0
+    assert (
+        launcher.main(["--conf", str(CPU), f"output_dir={tmp_path}", "name=run", "job=local"]) == 0
+    )
     out = capsys.readouterr().out
     table = out.index(f"validation pass rates per category ({tmp_path / 'run' / 'validation'})")
     note = out.index("best step 0 (the job's note)")
@@ -319,112 +308,6 @@ def test_a_training_run_without_validation_says_so(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "no validation ran (trainer.validation): no pass rates to show" in out
     assert "pass rates per category" not in out and "no checkpoint to export" in out
-
-
-# --- refusals before anything is written ------------------------------------------------
-
-
-def training_args(tmp_path, *overrides) -> list[str]:
-    return ["--conf", str(CPU), f"output_dir={tmp_path}", "name=run", *overrides]
-
-
-def earlier_run(tmp_path, step: int = 1, **overrides) -> Path:
-    """A run directory as a local run of cpu_default leaves it after checkpoint `step`."""
-    cfg = launcher.compose(CPU, [f"output_dir={tmp_path}", "name=run"])
-    run_dir = tmp_path / "run"
-    path = ckpt.checkpoint_dir(run_dir, step)
-    path.mkdir(parents=True)
-    (path / "trainer_state.json").write_text(
-        json.dumps(dataclasses.asdict(ckpt.TrainerState(step=step)))
-    )
-    CapabilityState().save(path / STATE_FILENAME)
-    CapabilityState().save(run_dir / STATE_FILENAME)
-    (run_dir / "checkpoints" / ckpt.LATEST).write_text(
-        json.dumps({"step": step, "path": path.name})
-    )
-    (run_dir / "metrics.jsonl").write_text('{"step": 0}\n{"step": 1}\n')
-    (run_dir / DATA_ORDER_FILENAME).write_text(json.dumps(data_order(cfg.trainer)))
-    OmegaConf.save(cfg, run_dir / "config.yaml")
-    return run_dir
-
-
-def snapshot(run_dir: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(run_dir)): p.read_bytes()
-        for p in sorted(run_dir.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
-
-
-def test_a_refused_fresh_start_leaves_the_earlier_run_untouched(tmp_path, capsys):
-    run_dir = earlier_run(tmp_path)
-    before = snapshot(run_dir)
-    assert launcher.main(training_args(tmp_path, "trainer.rollout.n=2")) == 1
-    err = capsys.readouterr().err
-    assert "holds an earlier run" in err and "trainer.checkpoint.resume=true" in err
-    assert snapshot(run_dir) == before, "the refused start changed the earlier run's files"
-
-
-def test_resume_refuses_a_changed_data_order_unless_told(tmp_path, capsys):
-    run_dir = earlier_run(tmp_path)
-    before = snapshot(run_dir)
-    resume = training_args(tmp_path, "trainer.checkpoint.resume=true")
-    for change, named in [
-        ("trainer.data.seed=1", "trainer.data.seed: 0 -> 1"),
-        ("trainer.data.train_batch_size=2", "trainer.data.train_batch_size: 4 -> 2"),
-        ("trainer.data.max_train_tasks=8", "16 tasks"),
-    ]:
-        assert launcher.main([*resume, change]) == 1
-        err = capsys.readouterr().err
-        assert "DataOrderChanged" in err and named in err, err
-        assert "trainer.checkpoint.allow_data_order_change=true" in err
-    assert snapshot(run_dir) == before
-
-    cfg = launcher.compose(CPU, [f"output_dir={tmp_path}", "name=run", "trainer.data.seed=1",
-                                 "trainer.checkpoint.resume=true"])  # fmt: skip
-    with pytest.raises(DataOrderChanged):
-        check_run_dir(run_dir, cfg.trainer, "local")
-    cfg.trainer.checkpoint.allow_data_order_change = True
-    assert check_run_dir(run_dir, cfg.trainer, "local") == ["trainer.data.seed: 0 -> 1"]
-    cfg.trainer.data.seed = 0
-    assert check_run_dir(run_dir, cfg.trainer, "local") == []
-
-
-@pytest.mark.parametrize(
-    "damaged",
-    [
-        STATE_FILENAME,
-        f"checkpoints/step_000001/{STATE_FILENAME}",
-        "checkpoints/step_000001/trainer_state.json",
-        f"checkpoints/{ckpt.LATEST}",
-        DATA_ORDER_FILENAME,
-    ],
-)
-def test_a_damaged_state_file_is_named(tmp_path, capsys, damaged):
-    """A state file cut short (a crash, a full disk) fails the resume with its name;
-    the run directory's own capability state is re-made from the checkpoint's."""
-    run_dir = earlier_run(tmp_path)
-    path = run_dir / damaged
-    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
-    code = launcher.main(training_args(tmp_path, "trainer.checkpoint.resume=true",
-                                       "service.start=false", "service.port=1"))  # fmt: skip
-    err = capsys.readouterr().err
-    if damaged == STATE_FILENAME:  # the checkpoint's copy is the one resumed from
-        assert "StateFileError" not in err and code == 1  # fails later: no service on port 1
-        return
-    assert code == 1 and "StateFileError" in err and str(path) in err, err
-    assert "damaged, not JSON" in err
-
-
-def test_capability_state_load_names_the_file(tmp_path):
-    path = tmp_path / STATE_FILENAME
-    CapabilityState().save(path)
-    path.write_text(path.read_text()[:40])
-    with pytest.raises(ValueError, match=rf"{path}: the capability state is damaged"):
-        CapabilityState.load(path)
-    path.write_text('{"version": 1}')
-    with pytest.raises(ValueError, match=rf"{path}: not a capability state .*KeyError"):
-        CapabilityState.load(path)
 
 
 def test_verl_job_without_verl_says_how_to_install(monkeypatch):

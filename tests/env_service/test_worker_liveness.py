@@ -9,9 +9,10 @@
    and a rebuild that runs past its budget (the verification budget: a rebuild replays
    what a verification replays) ends its episode as a failure tagged
    `rebuild_time_budget`.
+- The workers run at their CPU priority (`--worker-niceness`) from the start.
 
-Each test runs the service in its own process (`service_process`) and signals its
-workers.
+The tests run the service in its own process (`service_process`) and signal its
+workers; the last one starts a worker pool directly.
 """
 
 from __future__ import annotations
@@ -293,3 +294,37 @@ def test_a_step_sent_after_a_rebuild_ran_over_its_budget_is_answered_as_such():
         mine.close()
         process.join(10)
         process.kill()
+
+
+# --- the workers' CPU priority ------------------------------------------------------------
+
+
+def test_worker_niceness_sets_the_workers_cpu_priority(service_process):
+    # Default 0: the workers run at the event loop's priority (ServiceConfig: why);
+    # --worker-niceness lowers theirs, not the service's.
+    for flags, expected in (((), 0), (("--worker-niceness", "7"), 7)):
+        svc = service_process(*flags)
+        service = psutil.Process(svc.proc.pid)
+        workers = service.children()
+        assert len(workers) == 2
+        assert [w.nice() for w in workers] == [service.nice() + expected] * 2
+        svc.terminate(timeout_s=15)
+
+
+def test_a_started_pool_has_its_workers_at_their_priority_already():
+    # The parent sets the priority right after the fork: a worker setting its own, when
+    # it got to run, left the service ready with a worker at the event loop's priority.
+    import asyncio
+
+    from env_service.execution import StepBudget
+    from env_service.workers import WorkerPool
+
+    async def niceness_after_start() -> list[int]:
+        pool = WorkerPool(4, StepBudget(1000, 1000, 5.0), 5.0, lambda _: [], 7, 30.0)
+        await pool.start()
+        try:
+            return [psutil.Process(w.process.pid).nice() for w in pool.workers]
+        finally:
+            await pool.stop()
+
+    assert asyncio.run(niceness_after_start()) == [psutil.Process().nice() + 7] * 4

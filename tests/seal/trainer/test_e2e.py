@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from misbehaving import PlainText500, is_request, steps_of_task
+from misbehaving import is_request
 from omegaconf import OmegaConf
 
 from env_service.app import create_app
-from seal.rollout.driver import TooManyFailedEpisodes
 from seal.runs import checkpoint as ckpt
-from seal.runs.data_order import task_ids_of
 from seal.runs.interface_log import read_interfaces
 from seal.runs.metrics_log import read_metrics
 from seal.runs.records import read_val_dir
@@ -120,33 +118,3 @@ def test_train_two_steps_then_resume(live_service, serve_app, tmp_path):
     assert [r["step"] for r in validated] == [0, 2, 3]
     assert resumed.seal.best == best
     assert json.loads((ckpt.latest_checkpoint(run_dir) / BEST_FILE).read_text()) == best
-
-
-def test_a_training_step_goes_on_when_the_service_fails_one_task(serve_app, tmp_path):
-    """The service answers a plain-text 500 to every step of one task's episodes. Each is retried once, then left out and counted; the step trains on
-    the others. A share of failures above `rollout.max_failed_share` stops the run with
-    the errors, naming the task and the status."""
-    app = create_app()
-    train_ids = task_ids_of(TrainerConfig().data.train_file, 4)
-    batch, poisoned = train_ids[:2], train_ids[1]
-    url = serve_app(PlainText500(app, steps_of_task(app, poisoned)))
-    cfg = tiny_config(rollout={"n": 2, "max_failed_share": 0.5})
-    trainer = LocalTrainer(cfg, url, tmp_path / "run")
-
-    metrics = trainer.train_step(1, 0, batch)
-    assert metrics["train/failed_episodes"] == 2  # both samples of the task, each tried twice
-    assert trainer.capability.run.num_trajectories == 2, "only the healthy task is observed"
-    assert "actor/pg_loss" in metrics
-    # The failed episodes enter neither the profile nor the step's interface record.
-    [row] = read_interfaces(tmp_path / "run")
-    assert row["episodes"] == 2
-    assert row["failure_profile"]["num_turns"] == trainer.capability.window.num_turns
-    assert trainer.capability.run.by_task.keys() == {batch[0]}
-
-    trainer.cfg.rollout.max_failed_share = 0.05
-    with pytest.raises(TooManyFailedEpisodes) as info:
-        trainer.train_step(2, 0, batch)
-    message = str(info.value)
-    assert "2 of 4 episodes failed twice" in message
-    assert f"task {poisoned}" in message and "HTTP 500" in message
-    assert app.state.engine.stats()["live_episodes"] == 0

@@ -11,6 +11,7 @@ key. `served_fake_chat_server()` serves it (aiohttp, its own thread and loop);
 
 import asyncio
 import contextlib
+import json
 
 from aiohttp import web
 from conftest import serving_aiohttp, shipped_tokenizer
@@ -21,7 +22,7 @@ from seal.eval.chat_endpoint import EndpointSettings
 from seal.eval.endpoint_episode import Prompting
 from seal.eval.evaluator import evaluate_endpoint
 from seal.formats.registry import PAPER_QWEN, get_format
-from seal.rollout.turn_tokens import turn_tokenizer
+from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, turn_tokenizer
 
 # One eval task per category, with distinct first questions.
 TASKS = [
@@ -159,3 +160,13 @@ def evaluate(
             **options,
         )
     )
+
+
+def seal_eval_args(base_url: str, env_url: str, tmp_path, out_dir) -> list[str]:
+    """`seal-eval`'s arguments for TASKS against the fake endpoint (the split written in
+    `tmp_path`), the shipped tokenizer and `out_dir`, without progress bars."""
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"eval": TASKS, "train": []}))
+    args = ["--base-url", base_url, "--model", MODEL, "--split-file", str(split), "--quiet"]
+    args += ["--env-url", env_url, "--out-dir", str(out_dir)]
+    return [*args, "--tokenizer", str(SHIPPED_TOKENIZER)]

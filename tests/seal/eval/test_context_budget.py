@@ -17,6 +17,7 @@ from fake_chat_server import (
     FakeChatServer,
     evaluate,
     first_question,
+    seal_eval_args,
     served_fake_chat_server,
     tokenizer_for,
 )
@@ -33,7 +34,6 @@ from seal.eval.evaluator import episode_stats, errors_file
 from seal.formats.base import Conversation
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.protocol import EpisodeLimits
-from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
 
 
 @pytest.fixture
@@ -196,11 +196,7 @@ def test_a_server_with_a_smaller_context_stops_the_run_with_advice(
     assert engine.stats()["live_episodes"] == 0
 
     server.fail_next("multi_turn_miss_param_21", 400, body=CONTEXT_REFUSAL)
-    split = tmp_path / "split.json"
-    split.write_text(json.dumps({"eval": TASKS, "train": []}))
-    args = ["--base-url", base_url, "--model", MODEL, "--split-file", str(split), "--quiet"]
-    args += ["--env-url", env_url, "--out-dir", str(tmp_path / "cli")]
-    args += ["--tokenizer", str(SHIPPED_TOKENIZER)]
+    args = seal_eval_args(base_url, env_url, tmp_path, tmp_path / "cli")
     assert cli.main(args) == 1
     assert "set --max-context-tokens to the server's context length" in capsys.readouterr().err
 

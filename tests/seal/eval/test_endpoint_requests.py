@@ -12,6 +12,7 @@ from fake_chat_server import (
     MODEL,
     TASKS,
     evaluate,
+    seal_eval_args,
     served_fake_chat_server,
     tokenizer_for,
 )
@@ -121,11 +122,7 @@ def test_a_reply_cut_at_max_tokens_is_stepped_counted_and_recorded(
     counts = episode_stats(outcome.records.values())
     assert (counts["length_cut_replies"], counts["length_cut_tasks"]) == (1, 1)
 
-    split = tmp_path / "split.json"
-    split.write_text(json.dumps({"eval": TASKS, "train": []}))
-    args = ["--base-url", base_url, "--model", MODEL, "--split-file", str(split), "--quiet"]
-    args += ["--env-url", env_url, "--out-dir", str(tmp_path / "cli")]
-    args += ["--tokenizer", str(SHIPPED_TOKENIZER)]
+    args = seal_eval_args(base_url, env_url, tmp_path, tmp_path / "cli")
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "replies cut at max_tokens: 1 in 1 tasks" in out

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import free_port, gt_texts
-from fake_chat_server import MODEL, TASKS, evaluate, served_fake_chat_server
+from fake_chat_server import MODEL, TASKS, evaluate, seal_eval_args, served_fake_chat_server
 
 from seal.eval import score_endpoint as cli
 from seal.eval.evaluator import errors_file, partial_file
@@ -195,11 +195,7 @@ def test_command_line_exit_status_and_errors_file(fake_llm, live_service, tmp_pa
     server, base_url = fake_llm
     server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
     server.fail_next("multi_turn_base_4", 401)
-    split = tmp_path / "split.json"
-    split.write_text(json.dumps({"eval": TASKS, "train": []}))
-    args = ["--base-url", base_url, "--model", MODEL, "--split-file", str(split)]
-    args += ["--env-url", live_service[0], "--out-dir", str(tmp_path / "run"), "--quiet"]
-    args += ["--tokenizer", str(SHIPPED_TOKENIZER)]
+    args = seal_eval_args(base_url, live_service[0], tmp_path, tmp_path / "run")
 
     assert cli.main(args) == 1
     assert "FAILED, not scored: 1 tasks" in capsys.readouterr().err

@@ -6,6 +6,7 @@ optional dependencies (seal/bfcl/agentic.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -29,10 +30,10 @@ def admit_agentic(
     episodes: Mapping[str, Episode],
     lease_s: float,
     expire: Callable[[str], None],
-) -> Path | None:
-    """Refuse an agentic episode this service cannot run right (ConflictError); a memory
-    task's version of the memory it starts from (seal.bfcl.memory). `episodes`: the live
-    ones; `expire` ends one that held its scenario past `lease_s`."""
+) -> None:
+    """Refuse an agentic episode this service cannot run right (ConflictError); then a
+    memory episode's files are read by `memory_start`. `episodes`: the live ones;
+    `expire` ends one that held its scenario past `lease_s`."""
     if (why := missing_dependency(task)) is not None:
         raise ConflictError(why)
     if task.is_memory:
@@ -43,13 +44,18 @@ def admit_agentic(
             raise ConflictError(str(e)) from None
         if (refusal := snapshots.refusal(task)) is not None:
             raise ConflictError(refusal)
-        try:
-            return snapshots.start(task)
-        except memory.SnapshotDamagedError as e:
-            raise ConflictError(str(e)) from None
     elif (why := web_search.missing_key()) is not None:
         raise ConflictError(why)
-    return None
+
+
+async def memory_start(task: AgenticTask) -> Path | None:
+    """The version of the memory an admitted memory episode starts from (seal.bfcl.memory),
+    read in a thread: the event loop serves every other client meanwhile. A file that
+    cannot be used is a ConflictError naming it."""
+    try:
+        return await asyncio.to_thread(memory.snapshots().start, task)
+    except memory.SnapshotDamagedError as e:
+        raise ConflictError(str(e)) from None
 
 
 def _check_scenario_lease(
@@ -60,14 +66,14 @@ def _check_scenario_lease(
 ) -> None:
     """Refuse a memory episode while a prerequisite conversation of its scenario is in
     progress (its memory is not saved yet), naming it; one silent for longer than the
-    lease (each of its steps renews it) loses it: it is expired (released, as by the TTL),
-    and this create goes ahead."""
+    lease (its create and each of its steps renew it; status requests do not) loses it: it
+    is expired (released, as by the TTL), and this create goes ahead."""
     now = time.monotonic()
     for other_id, ep in list(episodes.items()):
         other = ep.agentic
         if other is None or not other.is_prereq or other.chain != task.chain:
             continue
-        idle = now - ep.last_used
+        idle = now - ep.last_step
         if idle > lease:
             log.warning(
                 "env_service: episode %r (%s) held its scenario silent for %.0f s, past "

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections import OrderedDict
 
-from env_service.agentic_admission import admit_agentic, is_web_search
+from env_service.agentic_admission import admit_agentic, is_web_search, memory_start
 from env_service.config import ServiceConfig
 from env_service.episode import Episode, EpisodeCaps, StepOutcome
 from env_service.errors import (
@@ -141,20 +141,24 @@ class EnvEngine:
         """A new episode; `profile` replaces the service's failure profile for this episode
         (the wire protocol reads one from a client-named state file)."""
         pool = await self.start_pool()
-        episode_id, episode, new, memory_version = self._create(
-            task_id, settings, episode_id, profile
-        )
+        episode_id, episode, new = self._create(task_id, settings, episode_id, profile)
         if new:
             # Held while the prompt is completed, so a retried create or a step waits.
             async with episode.lock:
+                memory_version = None
+                if episode.agentic is not None and episode.agentic.is_memory:
+                    try:
+                        memory_version = await memory_start(episode.agentic)
+                    except BaseException:
+                        self.discard(episode_id, episode)
+                        raise
                 if not _outside(episode):  # a web-search episode has nothing on a worker
                     await pool.open(episode_id, episode.task.task_id, memory_version)
                 if episode.system is None:  # a memory task: show what its backend loaded
                     try:
                         episode.set_memory_context(await pool.memory(episode_id, "context"))
                     except BaseException:
-                        if self.episodes.get(episode_id) is episode:
-                            self.release(episode_id)
+                        self.discard(episode_id, episode)
                         raise
         elif episode.system is None:  # a retried create while the first completes it
             async with episode.lock:
@@ -188,6 +192,7 @@ class EnvEngine:
                 if current is not episode:
                     continue  # released, and the id reused: start over with the new one
                 plan = episode.begin_step(content, calls)
+                episode.last_step = time.monotonic()  # (a memory scenario's lease)
                 run = None
                 if plan.to_run:
                     run = await self._run(episode_id, episode, plan.to_run)
@@ -246,7 +251,7 @@ class EnvEngine:
                 existing.counters.steps == 0
             ):
                 existing.last_used = time.monotonic()
-                return episode_id, existing, False, None  # a retried create: the reply was lost
+                return episode_id, existing, False  # a retried create: the reply was lost
             raise ConflictError(f"episode id {episode_id!r} is already in use")
         if episode_id in self.finished:
             raise ConflictError(f"episode id {episode_id!r} was used by an episode that ended")
@@ -263,11 +268,8 @@ class EnvEngine:
             task = load_task(task_id)
         except UnknownTaskError as e:
             raise NotFoundError(str(e)) from None
-        memory_version = None
         if isinstance(task, AgenticTask):
-            memory_version = admit_agentic(
-                task, self.episodes, self.config.memory_lease_s, self._expire
-            )
+            admit_agentic(task, self.episodes, self.config.memory_lease_s, self._expire)
         # Only episodes that show guidelines read the profile: validation never depends
         # on the capability-state file.
         if profile is None and settings.effective_evolution.guidelines:
@@ -276,7 +278,7 @@ class EnvEngine:
         episode = Episode(task_id, settings, profile=profile, caps=caps)
         self.episodes[episode_id] = episode
         self.totals["created"] += 1
-        return episode_id, episode, True, memory_version
+        return episode_id, episode, True
 
     def _step_target(
         self, episode_id: str, content: str, seq: int | None, check: bool = True

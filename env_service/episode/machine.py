@@ -60,7 +60,9 @@ class Episode:
         paper's label of a failed episode is read from (diagnosis.paper_label)."""
         self.terminated = False
         self.truncated = False
-        self.created_at = self.last_used = time.monotonic()
+        self.created_at = self.last_used = self.last_step = time.monotonic()
+        """`last_used`: any request about it (the TTL's clock); `last_step`: its create or
+        last step (a memory scenario's lease)."""
         self.last_outcome: StepOutcome | None = None
         """The answer to the last step, repeated for a retried step (set by the engine)."""
         self._evaluation: tuple[Diagnosis | None, str | None] | None = None

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from seal.atomic_file import StateFileError, read_json, write_text_atomic
+from seal.atomic_file import write_text_atomic
 from seal.bfcl.agentic import AgenticTask
 
 _ROOT: Path | None = None
@@ -28,12 +30,87 @@ BFCL_ENCODER = "all-MiniLM-L6-v2"
 module is imported (from the Hugging Face hub or its cache)."""
 
 
+MAX_SNAPSHOT_BYTES = 4 * 2**20
+"""The largest snapshot file a memory episode starts from. bfcl-eval's backends cap what a
+conversation may store (KV and vector: 7 core entries of 300 characters and 50 archival
+ones of 2,000; recursive summary: 10,000 characters), a few hundred KB as JSON even with
+every character escaped. A larger file was not written by them, and reading one holds the
+service's process for a time that grows with it (docs/design.md, "BFCL V4 agentic tasks")."""
+
+
 class MemoryNotConfiguredError(RuntimeError):
     """A memory task in a process whose service was started without a snapshot folder."""
 
 
 class SnapshotDamagedError(ValueError):
     """A snapshot file an episode would start from cannot be used (the message names it)."""
+
+
+def read_snapshot(path: Path) -> str:
+    """The text of the snapshot file `path`, read once; SnapshotDamagedError (naming it)
+    for a file that is missing, not a regular file (a FIFO would block the open, a
+    device never end), larger than MAX_SNAPSHOT_BYTES or not UTF-8. Opened without
+    blocking, and its type checked on the open file, before any read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise SnapshotDamagedError(f"{path}: no such file") from None
+    except OSError as e:
+        raise SnapshotDamagedError(f"{path}: cannot be opened ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as file:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
+            raise SnapshotDamagedError(f"{path} is {kind}, not a snapshot file")
+        try:
+            data = file.read(MAX_SNAPSHOT_BYTES + 1)
+        except OSError as e:
+            raise SnapshotDamagedError(f"{path}: cannot be read ({e.strerror})") from None
+    if len(data) > MAX_SNAPSHOT_BYTES:
+        raise SnapshotDamagedError(
+            f"{path}: larger than {MAX_SNAPSHOT_BYTES} bytes, more than bfcl-eval's memory "
+            "backends can save"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SnapshotDamagedError(f"{path}: damaged, not UTF-8 ({e.reason})") from None
+
+
+def check_snapshot(backend: str, path: Path, text: str) -> None:
+    """SnapshotDamagedError (naming `path`) unless `text` is a snapshot the `backend`
+    loads: JSON with the fields bfcl-eval's loader reads, of the types its writer writes."""
+    try:
+        content = json.loads(text)
+    except (ValueError, RecursionError) as e:  # RecursionError: nested past the limit
+        raise SnapshotDamagedError(
+            f"{path}: damaged, not JSON bfcl-eval can read ({type(e).__name__}: "
+            f"{str(e)[:200]}; {len(text)} characters)"
+        ) from None
+    if (why := _unloadable(backend, content)) is not None:
+        raise SnapshotDamagedError(
+            f"{path}: damaged, {why} (not a snapshot bfcl-eval's {backend} backend saves)"
+        )
+
+
+def _unloadable(backend: str, content: object) -> str | None:
+    """What in `content` bfcl-eval's `backend` could not load, as its writer never
+    writes it (memory_kv/vector/rec_sum.py: `_load_scenario`), or None."""
+    if not isinstance(content, dict):
+        return f"a JSON {type(content).__name__}, not an object"
+    if backend == "rec_sum":
+        return None if isinstance(content.get("memory"), str) else "no text in 'memory'"
+    for name in ("core_memory", "archival_memory"):
+        part = content.get(name)
+        if backend == "vector":  # VectorStore.export: next_id, store {id: text}
+            if not isinstance(part, dict) or type(part.get("next_id")) is not int:
+                return f"{name!r} has no integer 'next_id'"
+            part = part.get("store")
+            if isinstance(part, dict) and not all(k.isdecimal() for k in part):
+                return f"{name!r} stores an entry whose id is not a number"
+        if not isinstance(part, dict) or not all(isinstance(v, str) for v in part.values()):
+            return f"{name!r} is not an object of texts"
+    return None
 
 
 def configure(root: Path | None, encoder: Path | None = None) -> None:
@@ -146,30 +223,36 @@ class MemorySnapshots:
     def start(self, task: AgenticTask) -> Path | None:
         """The version of the memory an episode of `task` starts from (None: it starts
         empty), checked and kept under `versions/`; SnapshotDamagedError names a file that
-        cannot be used. Call it once `refusal` has passed."""
+        cannot be used. Call it once `refusal` has passed, off the event loop (it reads
+        files of up to MAX_SNAPSHOT_BYTES, and writes one)."""
         if task.position == 0:
             return None
         final, checkpoint = self.final(task), self.checkpoint(task, task.chain[task.position - 1])
+        again = f"play the scenario's conversations again from {task.chain[0]}"
         try:
-            read_json(final, "memory snapshot")
-            text = final.read_text(encoding="utf-8")
-        except (StateFileError, OSError, UnicodeDecodeError) as e:
-            raise SnapshotDamagedError(
-                f"{e}; play the scenario's conversations again from {task.chain[0]}"
-            ) from None
-        try:
-            same = checkpoint.read_text(encoding="utf-8") == text
-        except (OSError, UnicodeDecodeError):
-            same = False
+            text = read_snapshot(final)
+            check_snapshot(task.backend, final, text)
+            same = read_snapshot(checkpoint) == text
+        except SnapshotDamagedError as e:
+            raise SnapshotDamagedError(f"{e}; {again}") from None
         if not same:  # a save cut short between its two files: which is right is unknown
             raise SnapshotDamagedError(
                 f"{final} is not the memory {checkpoint} says {task.chain[task.position - 1]} "
-                f"left; play the scenario's conversations again from {task.chain[0]}"
+                f"left; {again}"
             )
         version = self.root / "versions" / hashlib.sha256(text.encode()).hexdigest()[:16]
         kept = version / final.relative_to(self.root)
-        if not kept.exists():
-            write_text_atomic(kept, text)
+        try:
+            whole = read_snapshot(kept) == text
+        except SnapshotDamagedError:
+            whole = False
+        if not whole:  # new, or the service's own copy damaged since: made from `text`
+            try:
+                write_text_atomic(kept, text)
+            except OSError as e:
+                raise SnapshotDamagedError(
+                    f"{kept}: the service's copy of {final} cannot be written ({e}); remove it"
+                ) from None
         return version
 
     def save(self, task: AgenticTask, backend) -> None:

@@ -264,10 +264,10 @@ def test_a_silent_conversation_holds_its_scenario_for_minutes_and_names_itself(t
             play_prereq(url, first)
         lease = engine.config.memory_lease_s
         assert lease <= 600 < engine.config.episode_ttl_s
-        engine.episodes[holder].last_used -= lease / 2
+        engine.episodes[holder].last_step -= lease / 2
         episodes.call(holder, "memory_retrieve", {})  # a step renews the lease
         with blocked:
             play_prereq(url, first)
-        engine.episodes[holder].last_used -= lease + 1  # silent for longer than the lease
+        engine.episodes[holder].last_step -= lease + 1  # silent for longer than the lease
         assert play_prereq(url, first)["terminated"]
         assert httpx.get(f"{url}/v1/episodes/{holder}").status_code == 404

@@ -32,6 +32,13 @@ closed: a client that opened its pool at once writes within milliseconds, but on
 machine its event loop can take seconds to reach every connection (1 s was too little
 for a client of 1,024 episodes at a load average of 14 on 2 cores). Half the default
 header timeout, which closes any silent connection anyway."""
+HEAD_GRACE_S = 1.0
+"""How long a connection over the cap that has begun a request may take to finish its
+headers before it may be closed (silent ones past their grace go first): a client that
+writes its request line and its headers apart finishes within milliseconds, a
+slow-headers flood never does. Closing such connections at once, before silent ones
+inside their grace, cut every request whose head came in two writes while a silent
+flood was held (issue #41)."""
 
 
 def guarded_protocol(
@@ -48,19 +55,28 @@ def guarded_protocol(
     soon = [False]  # a pass of `shed` is due at this turn of the loop
 
     def shed(loop: asyncio.AbstractEventLoop) -> None:
-        """Past the cap, close the longest-waiting connection that started a request and
-        has not finished its headers, else the longest silent one that has had its grace
-        (any, past the ceiling); come back when the next silent one has had it."""
+        """Past the cap, close the longest-waiting connection that has had its grace: a
+        silent one first (SEND_GRACE_S), then one whose headers are still coming
+        (HEAD_GRACE_S); past the ceiling, the longest-waiting of either at once (a
+        newly connected client may be about to write). Come back when the next one has
+        had its grace."""
         shedding[0] = None
         while len(silent) + len(started) > max_unauthenticated:
-            if started:
-                oldest = next(iter(started))
-            else:
-                oldest, since = next(iter(silent.items()))
-                wait = since + SEND_GRACE_S - loop.time()
-                if wait > 0 and len(silent) <= ceiling:
-                    shedding[0] = loop.call_later(wait, shed, loop)
-                    return
+            now, past_ceiling = loop.time(), len(silent) + len(started) > ceiling
+            oldest = _due(silent, SEND_GRACE_S, now)
+            if oldest is None:
+                oldest = _due(started, HEAD_GRACE_S, now)
+            if oldest is None and past_ceiling:  # the longest-waiting of either, at once
+                waiting = [w for w in (silent, started) if w]
+                oldest = next(iter(min(waiting, key=_since)))
+            if oldest is None:
+                due = min(
+                    _since(waiting) + grace - now
+                    for waiting, grace in ((silent, SEND_GRACE_S), (started, HEAD_GRACE_S))
+                    if waiting
+                )
+                shedding[0] = loop.call_later(due, shed, loop)
+                return
             oldest._close("the service holds too many connections that did not authenticate")
             CLOSED["unauthenticated"] += 1
 
@@ -132,19 +148,20 @@ def guarded_protocol(
             self._shed()
 
         def _shed(self) -> None:
-            if (
-                len(silent) + len(started) > max_unauthenticated
-                and shedding[0] is None
-                and not soon[0]
-            ):
-                shed(self.loop)
+            waiting = len(silent) + len(started)
+            if waiting <= max_unauthenticated or soon[0]:
+                return
+            if shedding[0] is not None:  # a pass is due when the next grace ends
+                if waiting <= ceiling:
+                    return
+                shedding[0].cancel()  # past the ceiling: now
+            shed(self.loop)
 
         def _shed_soon(self) -> None:
-            # Once the loop has read what came with the request's first bytes (a head
-            # complete by then is no longer `started`), rather than in this callback, where
-            # this very request's head is still partial, or at the pass due when the next
-            # silent one has had its grace, which held a slow head past the cap for up to
-            # SEND_GRACE_S longer.
+            # A pass once the loop has read what came with the request's first bytes (a
+            # head complete by then is no longer `started`): it times the next pass by
+            # this head's grace too, which may end before the next silent one's (waiting
+            # for that held a slow head past the cap for up to SEND_GRACE_S longer).
             if soon[0] or len(silent) + len(started) <= max_unauthenticated:
                 return
             if shedding[0] is not None:
@@ -179,6 +196,16 @@ def guarded_protocol(
                 self.transport.close()
 
     return GuardedHttp
+
+
+def _since(waiting: OrderedDict) -> float:
+    """When the longest-waiting of `waiting` (oldest first) began to wait."""
+    return next(iter(waiting.values()))
+
+
+def _due(waiting: OrderedDict, grace: float, now: float):
+    """The longest-waiting of `waiting` if it has had its `grace`, else None."""
+    return next(iter(waiting)) if waiting and _since(waiting) + grace <= now else None
 
 
 def stats() -> dict:

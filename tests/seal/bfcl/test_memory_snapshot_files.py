@@ -145,7 +145,7 @@ def test_snapshot_reads_leave_the_event_loop_free(tmp_path, monkeypatch):
         try:
             assert reading.wait(30), "the create never read its snapshot"
             try:
-                answered = httpx.get(f"{url}/healthz", timeout=5).status_code
+                answered = httpx.get(f"{url}/healthz", timeout=15).status_code
             except httpx.TimeoutException:
                 answered = None
             assert not go_on.is_set()  # (the create was still reading)

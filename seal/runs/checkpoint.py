@@ -10,14 +10,17 @@ function of the seed, the epoch and the step, so restoring the step restores it.
 `latest` names the newest complete checkpoint; it is written last, atomically, so a
 crash while saving leaves the previous checkpoint as the latest, and a failed write
 (a full disk) says so (`CheckpointWriteError`). A checkpoint file that cannot be read is
-a `StateFileError` naming it. torch is imported by the functions that save and load
-state, so that checking a run directory (seal/runs/checks.py, the launcher) imports none.
+a `StateFileError` naming it; torch files are read as tensors and plain data only, never
+unpickled in full (a crafted file would run code at resume). torch is imported by the
+functions that save and load state, so that checking a run directory
+(seal/runs/checks.py, the launcher) imports none.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
@@ -26,6 +29,8 @@ from pathlib import Path
 from seal.atomic_file import StateFileError, read_json, write_json_atomic
 
 LATEST = "latest"
+_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+"""What torch's refusal of a file names: the function or class the file asks for."""
 
 
 @dataclass
@@ -145,12 +150,23 @@ def latest_step(run_dir: Path) -> int | None:
 
 
 def load_torch_file(file: Path, what: str):
-    """`torch.load` of a checkpoint file; any failure names the file."""
+    """`torch.load` of a checkpoint file as tensors and plain data only (`weights_only`:
+    a full unpickling would run whatever code the file names, and a run directory is not
+    trusted code); any failure names the file."""
     import torch
 
     try:
-        return torch.load(file, weights_only=False)
+        return torch.load(file, weights_only=True)
     except Exception as error:  # noqa: BLE001 - torch raises many types for a bad file
+        if "Weights only load failed" in str(error):
+            # torch's refusal lists every remedy, including weights_only=False: not ours.
+            named = _GLOBAL.search(str(error))
+            raise StateFileError(
+                f"{file}: refused to load the {what}: besides tensors and plain data it "
+                f"asks for {named.group(1) if named else 'an object'}, which loading would "
+                "run as code. This project's checkpoints ask for none: the file was "
+                "damaged or crafted; resume from another checkpoint"
+            ) from None
         raise StateFileError(
             f"{file}: cannot load the {what}: {type(error).__name__}: {error}"
         ) from error
@@ -168,9 +184,16 @@ def seed_rng(seed: int) -> None:
 def restore_rng(path: Path) -> None:
     import torch
 
-    rng = load_torch_file(path / "rng.pt", "random number generator states")
-    torch.set_rng_state(rng["torch"])
-    random.setstate(rng["python"])
+    file = path / "rng.pt"
+    rng = load_torch_file(file, "random number generator states")
+    try:
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+    except (TypeError, KeyError, ValueError, RuntimeError) as error:
+        raise StateFileError(
+            f"{file}: not the random number generator states of a checkpoint "
+            f"({type(error).__name__}: {error})"
+        ) from error
 
 
 def prune_checkpoints(run_dir: Path, step: int, best_step: int | None) -> None:

@@ -104,7 +104,7 @@ def check_sampling_seed(run_dir, overrides):
     assert record(run_dir)["seeds"]["trainer.data.seed"] == 0
     # The trainer seeded its sampling with it: the checkpoint's random state descends from
     # seed 7 (torch keeps the seed it was last given).
-    rng = torch.load(run_dir / "checkpoints/step_000001/rng.pt", weights_only=False)
+    rng = torch.load(run_dir / "checkpoints/step_000001/rng.pt", weights_only=True)
     generator = torch.Generator()
     generator.set_state(rng["torch"])
     assert generator.initial_seed() == 7

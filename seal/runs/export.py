@@ -2,9 +2,10 @@
 
     seal-export RUN_DIR OUT_DIR [--step best|latest|N] [--tokenizer NAME_OR_DIR]
 
-A checkpoint of either trainer is already a model directory; the export copies the model's
-files and nothing of the trainer's (hard links where it can), records their origin in
-`seal_export.json` and checks the result loads. verl shards without Hugging Face weights
+A checkpoint of either trainer is already a model directory; the export checks its weights
+files are whole, copies the model's files and nothing of the trainer's (hard links where
+it can) into a folder of its own making, records their origin in `seal_export.json` and
+checks the result loads. verl shards without Hugging Face weights
 are named with verl's merge command, not converted. Details: docs/runs.md, "Checkpoints
 are model directories".
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import sys
 from pathlib import Path
@@ -31,6 +33,7 @@ TRAINER_FILES = {
 TOKENIZER_CONFIG = "tokenizer_config.json"
 VERL_HF = Path("actor") / "huggingface"
 EXPORT_RECORD = "seal_export.json"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 
 class ExportError(ValueError):
@@ -99,6 +102,42 @@ def _weights(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin"))
 
 
+def check_weights(folder: Path) -> None:
+    """Refuse weights that would not load: every safetensors file whole (its header, and
+    data covering exactly what the header lists: a file cut short fails here), a sharded
+    model's index naming only files and tensors that are there, a `.bin` file loadable as
+    tensors (without running code)."""
+    from safetensors import SafetensorError, safe_open
+
+    names: dict[str, set[str]] = {}
+    for file in _weights(folder):
+        if file.suffix == ".bin":
+            ckpt.load_torch_file(file, "model weights")
+            continue
+        try:
+            with safe_open(file, framework="pt") as weights:
+                names[file.name] = set(weights.keys())
+        except (SafetensorError, OSError) as error:
+            raise ExportError(f"{file}: damaged weights, not exported: {error}") from error
+    index = folder / SAFETENSORS_INDEX
+    if not index.exists():
+        return
+    weight_map = read_json(index, "index of the weights files")
+    weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+    if not isinstance(weight_map, dict):
+        raise ExportError(f"{index}: not an index of weights files (no weight_map)")
+    missing = sorted(
+        f"{tensor} ({file})"
+        for tensor, file in weight_map.items()
+        if tensor not in names.get(file, ())
+    )
+    if missing:
+        raise ExportError(
+            f"{index} names {len(missing)} tensors its files do not hold, not exported: "
+            f"{', '.join(missing[:5])}"
+        )
+
+
 def run_tokenizer(run_dir: Path) -> str:
     """The tokenizer the run trained with, from its config.yaml."""
     from seal.rollout.turn_tokens import SHIPPED_TOKENIZER  # transformers only when needed
@@ -120,8 +159,6 @@ def _link_or_copy(source: Path, target: Path) -> None:
 def export(run_dir: Path, out_dir: Path, step: str = "best", tokenizer: str | None = None) -> Path:
     """Write the checkpoint's model (see the module docstring) into `out_dir`, which must
     not exist yet, and return it."""
-    from transformers import AutoConfig, AutoTokenizer
-
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     folder, at_step = find_checkpoint(run_dir, step)
     if not _weights(folder):
@@ -133,9 +170,25 @@ def export(run_dir: Path, out_dir: Path, step: str = "best", tokenizer: str | No
         )
     if out_dir.exists():
         raise ExportError(f"{out_dir} exists: export into a new directory")
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    check_weights(folder)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    # A new name, never an existing folder (another export's, or anything of the user's):
+    # only what this export made is removed when it fails.
+    tmp = out_dir.with_name(f"{out_dir.name}.{secrets.token_hex(4)}.tmp")
+    tmp.mkdir()
+    try:
+        _fill(run_dir, folder, at_step, tmp, tokenizer)
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _fill(run_dir: Path, folder: Path, at_step: int | None, tmp: Path, tokenizer: str | None):
+    """Write the export into `tmp`: the model's files, a tokenizer, the record."""
+    from transformers import AutoConfig, AutoTokenizer
+
     for file in sorted(folder.iterdir()):
         if file.is_file() and file.name not in TRAINER_FILES:
             _link_or_copy(file, tmp / file.name)
@@ -149,16 +202,15 @@ def export(run_dir: Path, out_dir: Path, step: str = "best", tokenizer: str | No
     vocab = AutoConfig.from_pretrained(tmp).vocab_size
     if len(loaded) < 2 or len(loaded) > vocab or not loaded.chat_template:
         raise ExportError(
-            f"{tmp}: the tokenizer does not fit the model ({len(loaded)} tokens for a "
-            f"vocabulary of {vocab}, chat template {'set' if loaded.chat_template else 'missing'})"
+            f"the tokenizer from {source or folder} does not fit the model ({len(loaded)} "
+            f"tokens for a vocabulary of {vocab}, chat template "
+            f"{'set' if loaded.chat_template else 'missing'})"
         )
     write_json_atomic(
         tmp / EXPORT_RECORD,
         {"run": str(run_dir.resolve()), "step": at_step, "checkpoint": str(folder.resolve()),
          "tokenizer_from": source or "the checkpoint"},
     )  # fmt: skip
-    tmp.rename(out_dir)
-    return out_dir
 
 
 def export_hint(run_dir: Path) -> str:

@@ -7,7 +7,8 @@ with test_run_record.py: tests/conftest.py's one_step_run). Then:
   generates from a chat-templated prompt, and the run's last lines name it with the
   export and scoring commands;
 - `seal-export` writes the model's files alone (no optimizer state), and gives a checkpoint
-  without a tokenizer the run's, saying so;
+  without a tokenizer the run's, saying so; it refuses damaged weights and leaves an
+  existing `OUT.tmp` alone;
 - `transformers serve` on the checkpoint answers a chat request (it answered 500);
 - `seal-eval --model-dir` scores it with the records the URL path gives, and a server
   error is reported with the server's own message, not only "HTTP 500" (slow: each
@@ -90,6 +91,43 @@ def test_export_writes_the_model_alone(run, tmp_path, capsys):
     assert seal_export([str(old), str(tmp_path / "old_model"), "--step", "1"]) == 0
     assert "the checkpoint has none: the run config" in capsys.readouterr().out
     assert AutoTokenizer.from_pretrained(tmp_path / "old_model").chat_template
+
+
+def test_export_leaves_an_existing_out_tmp_alone(run, tmp_path):
+    """`OUT.tmp` may be anything of the user's: it was deleted without a word."""
+    from seal.runs.export import main as seal_export
+
+    run_dir, _ = run
+    mine = tmp_path / "model.tmp"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    assert seal_export([str(run_dir), str(tmp_path / "model"), "--step", "latest"]) == 0
+    assert (mine / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "model.tmp"]
+
+
+@pytest.mark.parametrize("damage", ["cut in half", "index names a missing tensor"])
+def test_export_refuses_a_damaged_checkpoint_and_writes_nothing(run, tmp_path, capsys, damage):
+    """A weights file cut in half was exported with exit 0 (the export did not load)."""
+    from seal.runs.export import main as seal_export
+
+    run_dir = shutil.copytree(run[0], tmp_path / "run", ignore=shutil.ignore_patterns(".lock"))
+    weights = checkpoint(run_dir) / "model.safetensors"
+    if damage == "cut in half":
+        data = weights.read_bytes()
+        weights.write_bytes(data[: len(data) // 2])
+        named = weights
+    else:  # a sharded model's index naming a tensor no file holds
+        named = checkpoint(run_dir) / "model.safetensors.index.json"
+        index = {"weight_map": {"model.embed_tokens.weight": "model.safetensors",
+                                "model.extra.weight": "model.safetensors"}}  # fmt: skip
+        named.write_text(json.dumps(index))
+    capsys.readouterr()
+    out = tmp_path / "exports" / "model"
+    assert seal_export([str(run_dir), str(out), "--step", "latest"]) == 1
+    err = capsys.readouterr().err
+    assert str(named) in err and "not exported" in err, err
+    assert not out.parent.exists() or not any(out.parent.iterdir()), "a refused export wrote"
 
 
 @pytest.fixture(scope="module")

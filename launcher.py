@@ -33,6 +33,7 @@ from seal.report.summary import render_markdown, summarize
 from seal.runs.checks import unfinished_attempt
 from seal.runs.export import export_hint
 from seal.runs.records import read_val_dir
+from seal.runs.redact import REDACTED, redact_argv
 from seal.runs.run import Run, open_run
 from seal.runs.run_record import start_attempt
 from seal.trainer.verl.cpu import PLATFORM_ENV as CPU_PLATFORM_ENV
@@ -52,7 +53,6 @@ PREFLIGHT = {
     "local": "seal.trainer.local_preflight:run_local_preflight",
 }
 """What `--preflight` runs instead of a training job."""
-REDACTED = "***"
 
 
 class Terminated(BaseException):
@@ -175,9 +175,10 @@ def resume_command(run_dir: Path) -> str:
     return f"python launcher.py --resume {run_dir}"
 
 
-def attempt_record(args: argparse.Namespace, cfg, accepted: list) -> dict:
+def attempt_record(args: argparse.Namespace, cfg, accepted: list, secrets=()) -> dict:
     """What the launcher knows of the attempt (seal/runs/run_record.py adds the code and
-    the environment): the command as given and the seeds every sampling uses."""
+    the environment): the command as given, its `secrets` (the token) masked, and the
+    seeds every sampling uses."""
     t = cfg.trainer
     seeds = {"trainer.rollout.seed": t.rollout.seed, "trainer.data.seed": t.data.seed}
     if t.model.path in ("tiny-qwen2", "tiny-qwen3.5"):
@@ -187,10 +188,10 @@ def attempt_record(args: argparse.Namespace, cfg, accepted: list) -> dict:
     resumed = cfg.job in TRAINING_JOBS and t.checkpoint.resume
     return {
         "command": {
-            "argv": list(args.argv),
+            "argv": redact_argv(args.argv, secrets),
             "conf": None if args.resume else str(args.conf or DEFAULT_CONF),
             "resume": args.resume and str(args.resume),
-            "overrides": list(args.overrides),
+            "overrides": redact_argv(args.overrides, secrets),
         },
         "accepted_changes": [str(change) for change in accepted],
         "seeds": seeds,
@@ -244,6 +245,9 @@ def print_end_of_run(run_dir: Path, note: str | None) -> None:
 
 def run(args: argparse.Namespace) -> None:
     cfg = configure(args)
+    # A token given on the command line stays in this process's argv, which the lock file
+    # and wandb's metadata copy: masked there before anything is written.
+    sys.argv[:] = redact_argv(sys.argv, [cfg.service.token])
     check_job(cfg.job, preflight=args.preflight)  # imports nothing: the lock comes first
     run_dir = Path(cfg.output_dir) / cfg.name
     training = cfg.job in TRAINING_JOBS
@@ -270,7 +274,8 @@ def run(args: argparse.Namespace) -> None:
             if args.preflight:
                 print(f"[launcher] preflight of the {cfg.job!r} job of {run_dir}")
             else:
-                save_run_files(cfg, run, attempt_record(args, cfg, accepted))
+                secrets = [cfg.service.token, service.token]
+                save_run_files(cfg, run, attempt_record(args, cfg, accepted, secrets))
                 print(f"[launcher] job {cfg.job!r}, outputs in {run_dir}")
             cfg.service.token = ""
             # The job's clients, and the processes it starts, read the token from there.

@@ -32,9 +32,10 @@ class ServiceSettings:
     token: str = ""
     """Bearer token of the service. Empty (the default): $SEAL_ENV_TOKEN if set, else a
     fresh random one the launcher makes for its own service. The service gets it through
-    its environment, the trainer and verl's workers through $SEAL_ENV_TOKEN; it is never
-    written to config.yaml (saved as "***"). Prefer the environment variable: a value given
-    on the command line is visible in the process list."""
+    its environment, the trainer and verl's workers through $SEAL_ENV_TOKEN; no file of
+    the run holds it (config.yaml, the attempt's record and the lock show "***"). Prefer
+    the environment variable: a value given on the command line is visible in the process
+    list."""
     startup_timeout_s: float = 60.0
     """Give up (and fail the run) if the service is not healthy after this long."""
     max_live_episodes: int = 1024

@@ -4,17 +4,20 @@ Two runs in one directory would interleave `metrics.jsonl`, overwrite each other
 capability state and delete each other's checkpoint temp directories. The lock is
 `flock` on `RUN_DIR/.lock`: the kernel drops it when its holder dies, however it dies
 (kill -9 included), so a crashed run leaves no stale lock to clean up by hand, and the
-file holds the holder's pid for the refusal message. A second claim by the same process
-(the launcher, then the trainer it runs) shares the first; the directory is released when
-every claim is.
+file (private to its owner) holds the holder's pid and command line, secrets masked, for
+the refusal message. A second claim by the same process (the launcher, then the trainer it
+runs) shares the first; the directory is released when every claim is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import sys
 from pathlib import Path
+
+from seal.runs.redact import redact_argv
 
 LOCK_FILENAME = ".lock"
 
@@ -40,7 +43,9 @@ class RunDirLock:
     def _acquire(self) -> int:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         path = self.run_dir / LOCK_FILENAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        with contextlib.suppress(PermissionError):  # another user's: not ours to change
+            os.fchmod(fd, 0o600)  # one made by an earlier version was readable by all
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -51,7 +56,7 @@ class RunDirLock:
                 "it to end, or give this run another name"
             ) from None
         os.ftruncate(fd, 0)
-        command = " ".join(sys.argv)[:300]
+        command = " ".join(redact_argv(sys.argv))[:300]
         os.pwrite(fd, f"pid {os.getpid()}: {command}\n".encode(), 0)
         return fd
 

@@ -8,9 +8,11 @@ service URL and waits to be stopped."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -30,6 +32,7 @@ sys.path.insert(0, {repo!r})
 import launcher
 
 def hold(cfg, url, run_dir, split_file):
+    print("ARGV", *sys.argv, flush=True)  # what wandb's metadata would copy
     print("HOLDING", url, flush=True)
     time.sleep(600)
 
@@ -149,6 +152,44 @@ def test_a_second_run_of_the_same_name_is_refused_and_kill_9_stops_the_first_ser
     third = Run(tmp_path, "same")  # the dead run's lock went with it
     runs.append(third)
     assert third.holding()[0] != url
+
+
+def files_holding(run_dir: Path, secret: str) -> list[str]:
+    return [
+        str(path.relative_to(run_dir))
+        for path in sorted(run_dir.rglob("*"))
+        if path.is_file() and secret.encode() in path.read_bytes()
+    ]
+
+
+def test_a_token_on_the_command_line_is_in_no_file_the_run_writes(tmp_path, runs):
+    """`-- service.token=X` landed in attempts/NNN/record.json and in RUN_DIR/.lock (mode
+    0644, kept after the run); config.yaml masked it. Also looked at: the lock's refusal
+    message, the process's own argv (wandb's metadata copies it), the service's log."""
+    token = "tok-" + os.urandom(16).hex()
+    first = Run(tmp_path, "secret", f"service.token={token}")
+    runs.append(first)
+    first.holding()
+    argv = next(line for line in first.output if line.startswith("ARGV "))
+    assert token not in argv and "service.token=***" in argv, argv
+    run_dir = tmp_path / "secret"
+    lock = run_dir / ".lock"
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o600
+    assert f"pid {first.proc.pid}" in lock.read_text()
+    assert files_holding(run_dir, token) == []
+    record = json.loads((run_dir / "attempts/001/record.json").read_text())
+    assert record["command"]["overrides"][-1] == "service.token=***"
+
+    second = Run(tmp_path, "secret")
+    runs.append(second)
+    refusal = second.finish()
+    assert "RunDirInUse" in refusal and token not in refusal, refusal
+
+    first.proc.send_signal(signal.SIGTERM)
+    first.finish()
+    assert lock.exists() and stat.S_IMODE(lock.stat().st_mode) == 0o600
+    assert (run_dir / "env_service.log").stat().st_size > 0
+    assert files_holding(run_dir, token) == []
 
 
 def test_runs_of_different_names_have_their_own_services(tmp_path, runs):

@@ -17,7 +17,6 @@ import copy
 import gc
 import importlib
 import os
-import signal
 import sys
 import traceback
 from pathlib import Path
@@ -29,6 +28,7 @@ from seal.launch.config import RunConfig
 from seal.launch.config_docs import closest_keys, render
 from seal.launch.resume import ACCEPT_FLAG, check_resume, recorded_config
 from seal.launch.service import service_for_run, token_in_environment
+from seal.launch.terminate import TERMINATED_STATUS, Terminated, sigterm_raises
 from seal.report.summary import render_markdown, summarize
 from seal.runs.checks import unfinished_attempt
 from seal.runs.export import export_hint
@@ -53,11 +53,6 @@ PREFLIGHT = {
     "local": "seal.trainer.local_preflight:run_local_preflight",
 }
 """What `--preflight` runs instead of a training job."""
-
-
-class Terminated(BaseException):
-    """SIGTERM, raised in the main thread so that every `finally` (the service's stop,
-    the lock's release) runs, as for Ctrl-C."""
 
 
 class UnknownConfigKey(KeyError):
@@ -290,10 +285,6 @@ def run(args: argparse.Namespace) -> None:
                 raise
 
 
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated()
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -347,9 +338,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(render(RunConfig, values))
         return 0
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        run(args)
+        with sigterm_raises():
+            run(args)
     except KeyboardInterrupt:
         print("\n[launcher] interrupted; the environment service was stopped", file=sys.stderr)
         return 130
@@ -357,14 +348,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "[launcher] terminated (SIGTERM); the environment service was stopped", file=sys.stderr
         )
-        return 143
+        return TERMINATED_STATUS
     except Exception as e:  # noqa: BLE001 - the launcher's job is to report any failure clearly
         if args.debug:
             traceback.print_exc()
         print(f"[launcher] error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     return 0
 
 

@@ -9,7 +9,9 @@ preflight and records as `--base-url`), and what is scored is the model as a ser
 serves it (its chat template, its generation config). For speed on GPUs serve with vLLM
 (`vllm serve DIR`) and pass `--base-url`: the records are the same.
 
-The server's log goes to OUT_DIR/model_server.log; a request the server fails with a 5xx
+The server is stopped on every way seal-eval ends: its `finally` on an error, Ctrl-C and
+SIGTERM (seal/launch/terminate.py), and a pipe from seal-eval the server watches for kill -9
+(seal/launch/watch_parent.py). The server's log goes to OUT_DIR/model_server.log; a request the server fails with a 5xx
 (its reply is a bare "Internal Server Error") is reported with the exception the log ends
 with (`server_error`), so the cause is on the screen, not only "HTTP 500".
 """
@@ -29,6 +31,8 @@ from pathlib import Path
 
 from seal.launch.service import check_port_free, free_port
 
+SERVER_MODULE = ("transformers.cli.transformers", "serve")
+"""The module (and its first arguments) that serves the model: `transformers serve`."""
 STARTUP_TIMEOUT_S = 300.0
 """Model loading on a busy CPU, or a large model on a GPU."""
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception)\b.*")
@@ -92,7 +96,9 @@ def serve_model(
     check_model_dir(model_dir)
     port = port or free_port(host)
     check_port_free(host, port)
-    command = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(model_dir)]
+    # Under seal/launch/watch_parent.py: the server ends when seal-eval does, however it
+    # ends (kill -9 included, where no `finally` of seal-eval runs).
+    command = [sys.executable, "-m", "seal.launch.watch_parent", *SERVER_MODULE, str(model_dir)]
     command += ["--host", host, "--port", str(port), "--device", device]
     # A local directory: nothing to download. An empty cache of its own, because `GET
     # /v1/models` lists the hub cache and fails (500) where there is none.
@@ -102,8 +108,9 @@ def serve_model(
     with log.open("ab") as out:
         # Its own process group: a Ctrl-C reaches seal-eval, which stops it after its work.
         server = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=env, process_group=0
-        )
+            command, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env,
+            process_group=0,
+        )  # fmt: skip
     try:
         deadline = time.monotonic() + startup_timeout_s
         while not _healthy(f"http://{host}:{port}/health"):
@@ -128,3 +135,4 @@ def serve_model(
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+        server.stdin.close()

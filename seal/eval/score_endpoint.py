@@ -36,6 +36,7 @@ from seal.formats.bfcl_handlers import ranked_entry
 from seal.formats.handler_format import leaderboard
 from seal.formats.registry import AUTO, FORMATS, resolve
 from seal.launch.service import new_token, start_service, token_in_environment
+from seal.launch.terminate import TERMINATED_STATUS, Terminated, sigterm_raises
 from seal.report.ood import Scores, bfcl_v4_scores, table2
 from seal.report.paper import backbone_of
 from seal.report.summary import render_markdown, summarize_step
@@ -391,19 +392,22 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.out_dir or REPO / "outputs" / "eval" / re.sub(r"[^\w.-]", "_", args.model)
     server_log = out_dir / "model_server.log" if args.model_dir else None
     try:
-        tokenizer = load_tokenizer(args.tokenizer, args.model)
-        if args.model_dir is None:
-            return evaluate_with_service(args, out_dir, tokenizer)
-        with serve_model(args.model_dir, server_log, args.server_device) as server:
-            args.base_url = server.base_url
-            code = evaluate_with_service(args, out_dir, tokenizer)
+        with sigterm_raises():
+            tokenizer = load_tokenizer(args.tokenizer, args.model)
+            if args.model_dir is None:
+                return evaluate_with_service(args, out_dir, tokenizer)
+            with serve_model(args.model_dir, server_log, args.server_device) as server:
+                args.base_url = server.base_url
+                code = evaluate_with_service(args, out_dir, tokenizer)
         if code and (cause := server_error(server_log)):
             print(f"the model server's log ({server_log}) ends with: {cause}", file=sys.stderr)
         return code
-    except KeyboardInterrupt:  # the servers it started are stopped on the way out
-        print("\ninterrupted: run the same command again to finish (finished tasks are kept)",
+    # The servers it started are stopped on the way out of either.
+    except (KeyboardInterrupt, Terminated) as stop:
+        how = "interrupted" if isinstance(stop, KeyboardInterrupt) else "terminated (SIGTERM)"
+        print(f"\n{how}: run the same command again to finish (finished tasks are kept)",
               file=sys.stderr)  # fmt: skip
-        return 130
+        return 130 if isinstance(stop, KeyboardInterrupt) else TERMINATED_STATUS
     # EnvServiceError and a service that will not start are RuntimeErrors.
     except (OSError, ValueError, RuntimeError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -10,10 +10,11 @@ serves it (its chat template, its generation config). For speed on GPUs serve wi
 (`vllm serve DIR`) and pass `--base-url`: the records are the same.
 
 The server is stopped on every way seal-eval ends: its `finally` on an error, Ctrl-C and
-SIGTERM (seal/launch/terminate.py), and a pipe from seal-eval the server watches for kill -9
-(seal/launch/watch_parent.py). The server's log goes to OUT_DIR/model_server.log; a request the server fails with a 5xx
-(its reply is a bare "Internal Server Error") is reported with the exception the log ends
-with (`server_error`), so the cause is on the screen, not only "HTTP 500".
+SIGTERM (seal/launch/terminate.py), and a pipe from seal-eval the server watches for kill
+-9 (seal/launch/watch_parent.py). The server's log goes to OUT_DIR/model_server.log; a
+request the server fails with a 5xx (its reply is a bare "Internal Server Error") is
+reported with the exception the log ends with (`server_error`), so the cause is on the
+screen, not only "HTTP 500".
 """
 
 from __future__ import annotations

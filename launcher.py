@@ -26,7 +26,13 @@ from omegaconf.errors import ConfigKeyError
 
 from seal.launch.config import RunConfig
 from seal.launch.config_docs import closest_keys, render
-from seal.launch.resume import ACCEPT_FLAG, check_resume, recorded_config
+from seal.launch.resume import (
+    ACCEPT_FLAG,
+    check_resume,
+    check_service,
+    recorded_config,
+    service_baseline,
+)
 from seal.launch.service import service_for_run, token_in_environment
 from seal.launch.terminate import TERMINATED_STATUS, Terminated, sigterm_raises
 from seal.report.summary import render_markdown, summarize
@@ -170,10 +176,14 @@ def resume_command(run_dir: Path) -> str:
     return f"python launcher.py --resume {run_dir}"
 
 
-def attempt_record(args: argparse.Namespace, cfg, accepted: list, secrets=()) -> dict:
+def attempt_record(
+    args: argparse.Namespace, cfg, accepted: list, service=None, service_changed=()
+) -> dict:
     """What the launcher knows of the attempt (seal/runs/run_record.py adds the code and
-    the environment): the command as given, its `secrets` (the token) masked, and the
-    seeds every sampling uses."""
+    the environment): the command as given (the token masked), the seeds every sampling
+    uses, and the run's `service` (a RunningService) with what changed in it since the
+    last attempt (`service_changed`)."""
+    secrets = [cfg.service.token, service.token if service else None]
     t = cfg.trainer
     seeds = {"trainer.rollout.seed": t.rollout.seed, "trainer.data.seed": t.data.seed}
     if t.model.path in ("tiny-qwen2", "tiny-qwen3.5"):
@@ -189,6 +199,13 @@ def attempt_record(args: argparse.Namespace, cfg, accepted: list, secrets=()) ->
             "overrides": redact_argv(args.overrides, secrets),
         },
         "accepted_changes": [str(change) for change in accepted],
+        "service": service
+        and {
+            "url": service.url,
+            "adopted": service.pid is None,
+            "settings": service.settings,
+        },
+        "service_changes": [str(change) for change in service_changed],
         "seeds": seeds,
         "sampling": (
             "a resumed attempt continues the random state its checkpoint saved"
@@ -208,17 +225,19 @@ def save_run_files(cfg, run: Run, record: dict) -> None:
         run.record_data_order(cfg.trainer)
 
 
-def _check_resume_config(args, cfg, run_dir: Path, backend: str, accepted: list) -> None:
+def _check_resume_config(args, cfg, run_dir: Path, backend: str, accepted: list):
     """Refuse a resume that changes the experiment (seal/launch/resume.py), under the
-    run's lock and before anything is written; a run that restarts from step 0 (it never
-    reached a checkpoint) may start with any config."""
+    run's lock and before anything is written, and return what its service is checked
+    against once it runs (a `ServiceBaseline`); a run that restarts from step 0 (it never
+    reached a checkpoint) may start with any config (None)."""
     path = recorded_config(run_dir)
     if path is None or unfinished_attempt(run_dir, backend) is not None:
-        return
+        return None
     recorded = compose(None, [], base=load_recorded(path))
     accepted += check_resume(recorded, cfg, path, args.accept_config_change)
     for change in accepted:
         print(f"[launcher] resuming with a changed config (accepted): {change}")
+    return service_baseline(run_dir, recorded, cfg)
 
 
 def print_end_of_run(run_dir: Path, note: str | None) -> None:
@@ -248,10 +267,12 @@ def run(args: argparse.Namespace) -> None:
     training = cfg.job in TRAINING_JOBS
     trainer = cfg.trainer if training else None
     accepted: list = []
+    baseline = None  # what a checked resume compares its service with
 
     def check_config() -> None:
+        nonlocal baseline
         if training and cfg.trainer.checkpoint.resume:
-            _check_resume_config(args, cfg, run_dir, cfg.job, accepted)
+            baseline = _check_resume_config(args, cfg, run_dir, cfg.job, accepted)
 
     job = None
 
@@ -269,8 +290,16 @@ def run(args: argparse.Namespace) -> None:
             if args.preflight:
                 print(f"[launcher] preflight of the {cfg.job!r} job of {run_dir}")
             else:
-                secrets = [cfg.service.token, service.token]
-                save_run_files(cfg, run, attempt_record(args, cfg, accepted, secrets))
+                changed = []
+                if baseline is not None:
+                    ok, changed = check_service(
+                        baseline, service.settings, run_dir, args.accept_config_change
+                    )
+                    for change in ok:
+                        print(f"[launcher] resuming with a changed service (accepted): {change}")
+                    accepted += ok
+                record = attempt_record(args, cfg, accepted, service, changed)
+                save_run_files(cfg, run, record)
                 print(f"[launcher] job {cfg.job!r}, outputs in {run_dir}")
             cfg.service.token = ""
             # The job's clients, and the processes it starts, read the token from there.

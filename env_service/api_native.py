@@ -101,6 +101,9 @@ class Identity(BaseModel):
     service: str
     version: str
     pid: int
+    settings: dict[str, object]
+    """The service's settings (ServiceConfig, its token left out): a run records them and
+    a resume compares them (seal/launch/resume.py)."""
 
 
 def _parsed(call: AssistantCall) -> ToolCall | CallParseError:
@@ -288,12 +291,17 @@ async def stats(request: Request):
 async def whoami(request: Request):
     """A cheap authenticated request: a launcher that finds a service on its port asks
     this with its run's token before using it (the token check happens before any route;
-    a service started without a token answers 403, as it cannot prove whose it is)."""
-    if engine_of(request).config.token is None:
+    a service started without a token answers 403, as it cannot prove whose it is). The
+    answer carries the service's settings, which the run records."""
+    config = engine_of(request).config
+    if config.token is None:
         raise ForbiddenError(
             "this service was started without a token: it cannot prove whose it is"
         )
-    return Identity(service="seal-bfcl-env", version=request.app.version, pid=os.getpid())
+    settings = config.model_dump(mode="json", exclude={"token"})
+    return Identity(
+        service="seal-bfcl-env", version=request.app.version, pid=os.getpid(), settings=settings
+    )
 
 
 @health_router.head("/healthz", include_in_schema=False)  # load balancers and curl -I ask HEAD

@@ -9,6 +9,12 @@ difference is refused with the list of keys, recorded and new values
 (`ResumeConfigChanged`), unless the launcher is told `--accept-config-change`: then the
 run goes on with the new values and the attempt's record lists them
 (seal/runs/run_record.py). docs/runs.md says why each safe key is safe.
+
+The `service` section is resume-safe, so the service itself is checked too: each attempt
+records the settings its service reports, and a resume whose service has others (an
+adopted one started with other limits, or another version's defaults) is refused in
+those that change what an episode may do (all but `SERVICE_SETTINGS_SAFE`), on the same
+terms; every change of the service's settings and of the `service` section is recorded.
 """
 
 from __future__ import annotations
@@ -19,7 +25,14 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from seal.runs.run_record import ATTEMPTS_DIR, CONFIG_FILENAME, latest_attempt
+from seal.runs.redact import names_secret
+from seal.runs.run_record import (
+    ATTEMPTS_DIR,
+    CONFIG_FILENAME,
+    RECORD_FILENAME,
+    latest_attempt,
+    read_record,
+)
 
 RESUME_SAFE: dict[str, str] = {
     "name": "the run's directory, which the resume names",
@@ -43,6 +56,41 @@ RESUME_SAFE: dict[str, str] = {
 }
 """Keys (or sections: every key under them) a resume may change without
 `--accept-config-change`, each with why it cannot change the experiment."""
+
+SERVICE_SETTINGS_SAFE: dict[str, str] = {
+    "max_live_episodes": "how many episodes the service holds at once ('busy' beyond, and "
+    "the client waits), not what one may do",
+    "workers": "how many processes run the episodes' calls, not what the calls do",
+    "worker_niceness": "the workers' CPU priority",
+    "worker_stall_seconds": "when a frozen worker is replaced (its episodes rebuilt and "
+    "their calls sent again)",
+    "header_timeout_s": "the connections' limits, which the run's own client keeps inside",
+    "body_timeout_s": "the same",
+    "keep_alive_s": "the same",
+    "max_unauthenticated_connections": "the same",
+    "max_profile_bytes": "the largest profile push; the trainer's are far smaller",
+    "release_protocol": "the original release's routes; the run uses the native API",
+    "memory_snapshot_dir": "BFCL V4 memory tasks, which training does not run",
+    "memory_lease_s": "the same",
+    "embedding_model_dir": "the same",
+    "web_search_interval_s": "BFCL V4 web-search tasks, which training does not run",
+    "web_search_attempts": "the same",
+    "web_search_backoff_s": "the same",
+    "web_search_timeout_s": "the same",
+    "web_fetch_timeout_s": "the same",
+    "web_fetch_max_bytes": "the same",
+    "web_search_processes": "the same",
+}
+"""Settings of the environment service (env_service/config.py, as `GET /v1/whoami`
+reports them) a resume may find changed without `--accept-config-change`, each with why
+it cannot change what a training episode may do. Any other (the limits of a step and
+an episode, the idle time an episode survives, the profile's source, a setting added
+later) is refused unless accepted: a service adopted with `--max-calls-per-step 1` trains
+on other episodes."""
+
+SERVICE_KEY_PREFIX = "env_service."
+"""How a change of the service's own settings is named (the config's keys are
+`service.*`)."""
 
 ACCEPT_FLAG = "--accept-config-change"
 DATA_ORDER_KEYS = (
@@ -125,3 +173,75 @@ def check_resume(recorded, now, recorded_path: Path, accept: bool) -> list[Chang
             f"{ACCEPT_FLAG} to go on with these values (the attempt's record lists them)"
         )
     return changes
+
+
+def service_section_changes(recorded, now) -> list[Change]:
+    """The changes of the config's `service` section (resume-safe, recorded; its token
+    left out)."""
+    return [
+        change
+        for change in config_changes(recorded, now)
+        if change.key.startswith("service.") and not names_secret(change.key)
+    ]
+
+
+@dataclass(frozen=True)
+class ServiceBaseline:
+    """What a checked resume compares its service with once it runs."""
+
+    settings: dict | None
+    """The settings the service of the run's last attempt reported (None: not recorded,
+    by an earlier version)."""
+    section_changes: list[Change]
+    """The changes of the config's `service` section (`service_section_changes`)."""
+
+
+def service_baseline(run_dir: Path, recorded, now) -> ServiceBaseline:
+    """The baseline of a resume of `run_dir` from the `recorded` config to `now`."""
+    attempt = latest_attempt(run_dir)
+    try:
+        service = read_record(attempt).get("service") if attempt else None
+    except (OSError, ValueError) as error:
+        print(f"[launcher] the last attempt's record cannot be read ({error}): its service's "
+              "settings are not compared with this one's")  # fmt: skip
+        service = None
+    settings = service.get("settings") if isinstance(service, dict) else None
+    if attempt and not isinstance(settings, dict):
+        print("[launcher] the run's last attempt recorded no service settings (an earlier "
+              "version): this attempt's are recorded, none compared")  # fmt: skip
+    settings = settings if isinstance(settings, dict) else None
+    return ServiceBaseline(settings, service_section_changes(recorded, now))
+
+
+def service_changes(recorded: dict | None, now: dict | None) -> list[Change]:
+    """Every setting the service reports that differs between the run's last attempt
+    (`recorded`) and this one (`now`); none when either is unknown (None: a record or a
+    service from before services reported their settings)."""
+    if recorded is None or now is None:
+        return []
+    return [
+        Change(f"{SERVICE_KEY_PREFIX}{key}", recorded.get(key), now.get(key))
+        for key in sorted(recorded.keys() | now.keys())
+        if recorded.get(key) != now.get(key)
+    ]
+
+
+def check_service(
+    baseline: ServiceBaseline, settings: dict | None, run_dir: Path, accept: bool
+) -> tuple[list[Change], list[Change]]:
+    """(the changes that need acceptance and were accepted, every change to record) of
+    the service, reporting `settings`, since the run's last attempt; raises
+    `ResumeConfigChanged` naming those that need acceptance, unless `accept`."""
+    changes = service_changes(baseline.settings, settings)
+    refused = [c for c in changes if c.key[len(SERVICE_KEY_PREFIX) :] not in SERVICE_SETTINGS_SAFE]
+    if refused and not accept:
+        listed = "\n  ".join(map(str, refused))
+        raise ResumeConfigChanged(
+            f"this resume's environment service has other settings than the one of the "
+            f"run's last attempt, in ones that change what an episode may do:\n  {listed}\n"
+            f"Start the service with the recorded settings (`service` in "
+            f"{run_dir}/{ATTEMPTS_DIR}/<last>/{RECORD_FILENAME}), or let the launcher start "
+            f"its own (service.start=true, service.port=0), or add {ACCEPT_FLAG} to go on "
+            "with these (the attempt's record lists them)"
+        )
+    return refused, baseline.section_changes + changes

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from seal.http import HttpError, RetryPolicy, request_once
+from seal.http import HttpError, Reply, RetryPolicy, request_once
 from seal.rollout.env_client import TOKEN_ENV, is_healthy
 
 WHOAMI = "/v1/whoami"
@@ -37,6 +37,9 @@ class RunningService:
     token: str
     pid: int | None
     """The process the run started; None for an adopted service."""
+    settings: dict | None = None
+    """The settings the service reports (`GET /v1/whoami`; None from a version that
+    reports none): what its episodes may do, which a resume compares."""
 
 
 def new_token() -> str:
@@ -105,8 +108,8 @@ def service_url(host: str, port: int) -> str:
     return f"http://{connect}:{port}"
 
 
-def _whoami(url: str, token: str | None) -> tuple[int, str]:
-    """Status and text of `GET /v1/whoami` with `token` (None: no header)."""
+def _whoami(url: str, token: str | None) -> Reply:
+    """The reply to `GET /v1/whoami` with `token` (None: no header)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     policy = RetryPolicy(attempts=2, timeout_s=10.0, stall_warning_s=0)
     try:
@@ -117,13 +120,14 @@ def _whoami(url: str, token: str | None) -> tuple[int, str]:
         raise ServiceIdentityError(
             f"the identity check of the service at {url} failed: {error}"
         ) from None
-    return reply.status, reply.text()
+    return reply
 
 
-def check_identity(url: str, token: str) -> None:
+def check_identity(url: str, token: str) -> dict | None:
     """Raise `ServiceIdentityError` unless the service at `url` accepts `token` and
-    refuses requests without one."""
-    status, text = _whoami(url, token)
+    refuses requests without one; return the settings it reports (None: none)."""
+    reply = _whoami(url, token)
+    status, text = reply.status, reply.text()
     if status == 403:  # the service's answer when it has no token to compare with
         raise ServiceIdentityError(
             f"the service at {url} was started without a token ({WHOAMI}: HTTP 403 {text}): "
@@ -142,12 +146,18 @@ def check_identity(url: str, token: str) -> None:
         )
     if status != 200:
         raise ServiceIdentityError(f"{WHOAMI} at {url} answered HTTP {status}, not 200: {text}")
-    anonymous, _ = _whoami(url, None)
+    anonymous = _whoami(url, None).status
     if anonymous not in (401, 403):
         raise ServiceIdentityError(
             f"the service at {url} answers without a token (HTTP {anonymous} from {WHOAMI}): "
             f"anyone who reaches it can steer the run; start it with --token or ${TOKEN_ENV}"
         )
+    try:
+        identity = reply.json()
+    except HttpError:
+        identity = None
+    settings = identity.get("settings") if isinstance(identity, dict) else None
+    return settings if isinstance(settings, dict) else None
 
 
 def adopt_service(url: str, token: str | None) -> RunningService:
@@ -161,9 +171,9 @@ def adopt_service(url: str, token: str | None) -> RunningService:
         raise ServiceIdentityError(
             f"no environment service at {url}; start one or set service.start=true"
         )
-    check_identity(url, token)
+    settings = check_identity(url, token)
     print(f"[launcher] adopting the environment service at {url} (it answers to the run's token)")
-    return RunningService(url, token, None)
+    return RunningService(url, token, None, settings)
 
 
 @contextlib.contextmanager
@@ -220,9 +230,9 @@ def start_service(
                     f"see {log_path}"
                 )
             time.sleep(0.2)
-        check_identity(url, token)
+        settings = check_identity(url, token)
         print(f"[launcher] environment service started at {url} (pid {proc.pid}, log {log_path})")
-        yield RunningService(url, token, proc.pid)
+        yield RunningService(url, token, proc.pid, settings)
     finally:
         proc.terminate()
         try:

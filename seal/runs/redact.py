@@ -16,7 +16,8 @@ SECRET_KEY = re.compile(r"(token|api[_-]key|secret|password)$", re.IGNORECASE)
 """The end of a key or flag name whose value is a secret."""
 
 
-def _names_secret(key: str) -> bool:
+def names_secret(key: str) -> bool:
+    """Whether `key` (a config key, `--flag` or override) holds a secret."""
     return bool(SECRET_KEY.search(key.lstrip("+~-")))
 
 
@@ -26,9 +27,9 @@ def redact_argv(argv: Iterable[str], secrets: Iterable[str | None] = ()) -> list
     out: list[str] = []
     for arg in argv:
         key, equals, value = arg.partition("=")
-        if equals and value and _names_secret(key):
+        if equals and value and names_secret(key):
             arg = f"{key}={REDACTED}"
-        elif out and out[-1].startswith("--") and "=" not in out[-1] and _names_secret(out[-1]):
+        elif out and out[-1].startswith("--") and "=" not in out[-1] and names_secret(out[-1]):
             arg = REDACTED
         for secret in known:
             arg = arg.replace(secret, REDACTED)

@@ -86,6 +86,10 @@ def test_whoami_answers_200_only_with_the_right_token(service):
     me = http.get("/v1/whoami", headers=AUTH)
     assert me.status_code == 200 and me.json()["service"] == "seal-bfcl-env"
     assert me.json()["pid"] == os.getpid()  # in-process here; a launcher compares its child's
+    # Its settings, which a run records and a resume compares; never its token.
+    settings = me.json()["settings"]
+    assert settings["max_calls_per_step"] == 128 and "token" not in settings
+    assert TOKEN not in me.text
     assert http.get("/v1/whoami").status_code == 401
     assert http.get("/v1/whoami", headers={"Authorization": "Bearer x"}).status_code == 401
     # A service started without a token cannot prove it is anyone's: never 200.

@@ -206,19 +206,22 @@ def service_baseline(run_dir: Path, recorded, now) -> ServiceBaseline:
               "settings are not compared with this one's")  # fmt: skip
         service = None
     settings = service.get("settings") if isinstance(service, dict) else None
-    if attempt and not isinstance(settings, dict):
+    if not isinstance(settings, dict):
+        settings = None
         print("[launcher] the run's last attempt recorded no service settings (an earlier "
               "version): this attempt's are recorded, none compared")  # fmt: skip
-    settings = settings if isinstance(settings, dict) else None
     return ServiceBaseline(settings, service_section_changes(recorded, now))
 
 
 def service_changes(recorded: dict | None, now: dict | None) -> list[Change]:
     """Every setting the service reports that differs between the run's last attempt
-    (`recorded`) and this one (`now`); none when either is unknown (None: a record or a
-    service from before services reported their settings)."""
-    if recorded is None or now is None:
+    (`recorded`) and this one (`now`); none when the record has none (None: from before
+    services reported their settings), one for all when the service reports none (an
+    adopted service of that time: nothing shows its settings are the recorded ones)."""
+    if recorded is None:
         return []
+    if now is None:
+        return [Change(f"{SERVICE_KEY_PREFIX}*", "reported", "not reported")]
     return [
         Change(f"{SERVICE_KEY_PREFIX}{key}", recorded.get(key), now.get(key))
         for key in sorted(recorded.keys() | now.keys())

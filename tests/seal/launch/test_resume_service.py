@@ -88,3 +88,17 @@ def test_every_resume_safe_service_setting_is_one_the_service_has():
     from env_service.config import ServiceConfig
 
     assert set(SERVICE_SETTINGS_SAFE) <= set(ServiceConfig.model_fields) - {"token"}
+
+
+def test_a_service_that_reports_no_settings_needs_acceptance_and_an_old_record_none(tmp_path):
+    """An adopted service of a version that reports no settings cannot show they are the
+    recorded ones; a run recorded before settings were recorded has nothing to compare."""
+    from seal.launch.resume import ResumeConfigChanged, ServiceBaseline, check_service
+
+    recorded = ServiceBaseline({"max_calls_per_step": 128}, [])
+    with pytest.raises(ResumeConfigChanged, match=r"env_service\.\*: 'reported'"):
+        check_service(recorded, None, tmp_path, accept=False)
+    accepted, changes = check_service(recorded, None, tmp_path, accept=True)
+    assert accepted == changes and [c.key for c in changes] == ["env_service.*"]
+    unrecorded = ServiceBaseline(None, [])
+    assert check_service(unrecorded, {"max_calls_per_step": 1}, tmp_path, False) == ([], [])

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from seal.bfcl.calls import MAX_MESSAGE_CHARS
+
 MIB = 2**20
 
 
@@ -61,9 +63,10 @@ class ServiceConfig(BaseModel):
     one, as soon as the streamed bytes pass it, before anything is parsed. Must hold a
     max_message_chars message: JSON escapes a character in up to 6 bytes, and a native
     step carries the text and its calls."""
-    max_message_chars: int = Field(262_144, ge=1)
+    max_message_chars: int = Field(MAX_MESSAGE_CHARS, ge=1, le=MAX_MESSAGE_CHARS)
     """Larger assistant messages are refused (HTTP 413); the paper's 4096-token responses
-    are far below this."""
+    are far below this. At most seal.bfcl.calls.MAX_MESSAGE_CHARS, the most any parser
+    reads (a longer message would be one malformed call)."""
     max_calls_per_step: int = Field(128, ge=1)
     """Tool calls one assistant message may run; the calls after them are answered
     `Error: not run: ...` (counted as invalid, kind `call_limit`)."""

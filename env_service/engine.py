@@ -36,6 +36,7 @@ from env_service.ids import check_id
 from env_service.in_process import InProcessPool
 from env_service.outside import TO_TEXT_S, OutsideCalls
 from env_service.profile_source import ProfileSource
+from env_service.wire_text import WIRE_TEXTS, ParsedMessage
 from env_service.workers import WorkerPool
 from seal.bfcl import memory, web_search
 from seal.bfcl.agentic import AgenticTask
@@ -191,7 +192,11 @@ class EnvEngine:
                     return repeated
                 if current is not episode:
                     continue  # released, and the id reused: start over with the new one
-                plan = episode.begin_step(content, calls)
+                if calls is None:
+                    parsed, more = await self._parse(episode, content)
+                    plan = episode.begin_step(content, parsed, more, by_client=False)
+                else:
+                    plan = episode.begin_step(content, calls)
                 episode.last_step = time.monotonic()  # (a memory scenario's lease)
                 run = None
                 if plan.to_run:
@@ -201,6 +206,16 @@ class EnvEngine:
                     outcome.evaluation = await self._report(episode_id, episode)
                     outcome.reward = outcome.evaluation["reward"]
                 return self._record(episode_id, episode, outcome, release_at_end)
+
+    async def _parse(self, episode: Episode, content: str) -> ParsedMessage:
+        """A wire message's calls, read as far as the episode's cap on them needs, in its
+        wire text: on the event loop where that costs little, else in a worker process
+        (env_service/wire_text.py)."""
+        text, limit = WIRE_TEXTS[episode.wire], episode.caps.max_calls_per_step
+        if text.parse_steps is None:
+            return text.parse(content, limit)
+        pool = await self.start_pool()
+        return await pool.parse(episode.wire, content, limit)
 
     async def areport(self, episode_id: str) -> dict:
         """The episode's evaluation (verified in the pool)."""

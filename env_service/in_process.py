@@ -16,6 +16,7 @@ from pathlib import Path
 
 from env_service import worker
 from env_service.execution import EVALUATION_TIME_BUDGET, RunResult, StepBudget, run_calls
+from env_service.wire_text import WIRE_TEXTS, ParsedMessage
 from env_service.workers import WorkerError
 from seal.bfcl.backends import Backends
 from seal.bfcl.calls import ToolCall
@@ -61,6 +62,11 @@ class InProcessPool:
         steps = diagnose_steps(load_task(task_id), model_turns)
         job = worker.Job(0, steps, self.max_evaluation_seconds, EVALUATION_TIME_BUDGET)
         return _complete(job)
+
+    async def parse(self, wire: str, content: str, limit: int) -> ParsedMessage:
+        """WorkerPool.parse: a message's first `limit` calls in the wire text `wire`, and
+        how many follow them."""
+        return _complete(worker.Job(0, WIRE_TEXTS[wire].parse_steps(content, limit)))
 
 
 def _complete(job: worker.Job):

@@ -16,11 +16,14 @@ create asks for another (env_service/release/params.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 from seal.bfcl import paper_calls, paper_prompt, prompt, toolace_calls, toolace_prompt
-from seal.bfcl.calls import CallParseError, ToolCall
+from seal.bfcl.calls import CallParseError, ToolCall, parse_first_tool_calls
+
+ParsedMessage = tuple[list[ToolCall | CallParseError], int]
+"""A message's first calls (at most the number it may run) and how many follow them."""
 
 
 def _rich_system(docs: Sequence[dict], sections: Sequence[str]) -> str:
@@ -34,19 +37,27 @@ class WireText:
     """The system message from the first turn's docs and the system-prompt sections."""
     messages: Callable[[list[dict]], list[dict]]
     """Observation messages as chat messages."""
-    parse: Callable[[str], list[ToolCall | CallParseError]] | None
-    """The calls of a message; None: the service's own Qwen2.5 parser, which reads only
-    as many blocks as a message may run (env_service/episode/admission.py)."""
+    parse: Callable[[str, int], ParsedMessage]
+    """A message's first `limit` calls and how many follow them, read no further than
+    counting them needs; linear in the message."""
+    parse_steps: Callable[[str, int], Generator[None, None, ParsedMessage]] | None = None
+    """`parse`'s work in steps, where it costs more than the event loop may spend on one
+    message: the service runs it in a worker process (ToolACE's: Python's own parser
+    over every call list; the others cost a few milliseconds at most,
+    docs/benchmarks.md, "Parsers")."""
 
 
 WIRE_TEXTS = {
     "bfcl_qwen_fc": WireText(
-        paper_prompt.system_message, paper_prompt.chat_messages, paper_calls.parse
+        paper_prompt.system_message, paper_prompt.chat_messages, paper_calls.parse_first
     ),
     "toolace_official_prompt": WireText(
-        toolace_prompt.system_message, toolace_prompt.chat_messages, toolace_calls.parse
+        toolace_prompt.system_message,
+        toolace_prompt.chat_messages,
+        toolace_calls.parse_first,
+        toolace_calls.parse_steps,
     ),
-    "qwen2.5": WireText(_rich_system, prompt.chat_messages, None),
+    "qwen2.5": WireText(_rich_system, prompt.chat_messages, parse_first_tool_calls),
 }
 DEFAULT = {"paper": "bfcl_qwen_fc", "rich": "qwen2.5"}
 """The wire text of each prompt (EpisodeSettings.prompt) unless the create asks for another."""

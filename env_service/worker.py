@@ -29,6 +29,7 @@ from env_service.execution import (
     StepBudget,
     run_calls,
 )
+from env_service.wire_text import WIRE_TEXTS
 from seal.bfcl.backends import Backends
 from seal.bfcl.diagnosis import diagnose_steps
 from seal.bfcl.tasks import load_task
@@ -267,6 +268,9 @@ def serve(
                     held.setdefault(episode_id, []).append(job)
                 else:
                     jobs.append(job)
+            elif kind == "parse":
+                _, request, wire, content, limit = message
+                jobs.append(Job(request, WIRE_TEXTS[wire].parse_steps(content, limit)))
             elif kind == "diagnose":
                 _, request, task_id, model_turns = message
                 steps = diagnose_steps(load_task(task_id), model_turns)

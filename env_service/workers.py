@@ -23,6 +23,7 @@ from pathlib import Path
 
 from env_service import worker
 from env_service.channel import Channel
+from env_service.errors import BusyError
 from env_service.execution import (
     EVALUATION_TIME_BUDGET,
     REBUILD_TIME_BUDGET,
@@ -30,6 +31,7 @@ from env_service.execution import (
     RunResult,
     StepBudget,
 )
+from env_service.wire_text import ParsedMessage
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.diagnosis import Diagnosis, ModelTurn
 
@@ -204,6 +206,15 @@ class WorkerPool:
             None, lambda request: ("diagnose", request, task_id, model_turns)
         )
         return EVALUATION_TIME_BUDGET if value is _LOST else value
+
+    async def parse(self, wire: str, content: str, limit: int) -> ParsedMessage:
+        """A message's first `limit` calls in the wire text `wire`, and how many follow
+        them, read on the least busy worker (a parse too costly for the event loop:
+        env_service/wire_text.py)."""
+        value = await self._request(None, lambda request: ("parse", request, wire, content, limit))
+        if value is _LOST:  # twice: its worker was killed or stopped each time
+            raise BusyError("the worker reading this message was lost; send it again")
+        return value
 
     async def _request(self, episode_id: str | None, make: Callable[[int], tuple]):
         while True:

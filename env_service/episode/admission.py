@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from env_service import evolution, wire_text
+from env_service import evolution
 from env_service.episode.records import EpisodeCaps, env_message, tool_message
 from seal.bfcl import paper_calls
 from seal.bfcl.calls import (
@@ -20,7 +20,7 @@ from seal.bfcl.calls import (
     ToolCall,
     argument_size,
     check_call,
-    parse_first_tool_calls,
+    first,
 )
 from seal.rollout.protocol import EpisodeSettings, EvolutionSettings
 
@@ -50,8 +50,6 @@ class StepPlan:
 class EpisodeView:
     """What admission reads of the episode."""
 
-    wire: str
-    """The wire text the episode speaks (env_service/wire_text.py)."""
     settings: EpisodeSettings
     layers: EvolutionSettings
     """settings.effective_evolution (a property that may build one: read once)."""
@@ -69,14 +67,16 @@ class EpisodeView:
 
 
 def admit(
-    episode: EpisodeView, content: str, calls: list[ToolCall | CallParseError] | None
+    episode: EpisodeView, calls: list[ToolCall | CallParseError], more: int, by_client: bool
 ) -> StepPlan:
-    """The plan for one message. `calls`: its tool calls as the client parsed them (the
-    native API; [] ends the user turn); None: parse `content` in the episode's wire text
-    (the wire protocol). Under the paper's prompt, its rules (seal.bfcl.paper_calls): one
-    malformed block or unavailable tool answers the whole message with one error, and
-    calls with argument names that do not fit run for the backend's own error. With
-    `end_on_malformed_call`, a malformed call ends the episode instead."""
+    """The plan for one message: its tool calls ([] ends the user turn) and how many
+    follow them unread (answered as over the cap), as the client parsed them (the native
+    API: `by_client`) or the service in the episode's wire text (the wire protocol:
+    env_service/wire_text.py). Under the paper's prompt, its rules
+    (seal.bfcl.paper_calls): one malformed block or unavailable tool answers the whole
+    message with one error, and calls with argument names that do not fit run for the
+    backend's own error. With `end_on_malformed_call`, a malformed call ends the episode
+    instead."""
     caps, settings = episode.caps, episode.settings
     recovery = episode.layers.recovery_feedback
     invalid: list[tuple[str, int]] = []
@@ -87,19 +87,10 @@ def admit(
 
     # A Qwen2.5 parse error is answered with the Qwen2.5 syntax; a client's with a
     # hint in no format's syntax (its error says what it expected).
-    parse_hint = "parse" if calls is None else "parse_any_format"
-    # Calls past the message's cap are answered without being read: the event loop's
-    # work on a message is bounded by the cap, not by the message's 7,000 blocks.
+    parse_hint = "parse_any_format" if by_client else "parse"
     paper = settings.prompt == "paper"
-    parse = wire_text.WIRE_TEXTS[episode.wire].parse
-    if calls is None and parse is None:
-        calls, more = parse_first_tool_calls(content, caps.max_calls_per_step)
-    else:
-        calls = parse(content) if calls is None else calls
-        calls, more = (
-            calls[: caps.max_calls_per_step],
-            max(0, len(calls) - caps.max_calls_per_step),
-        )
+    calls, cut = first(calls, caps.max_calls_per_step)
+    more += cut
     if not calls:
         return StepPlan([], [], [], ends_turn=True)
     errors = [c for c in calls if isinstance(c, CallParseError)]

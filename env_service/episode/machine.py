@@ -148,16 +148,20 @@ class Episode:
         return [call for turn in self.model_turns for step in turn for call in step]
 
     def begin_step(
-        self, content: str, calls: list[ToolCall | CallParseError] | None = None
+        self,
+        content: str,
+        calls: list[ToolCall | CallParseError],
+        more: int = 0,
+        by_client: bool = True,
     ) -> StepPlan:
-        """Count the step and admit its calls (env_service/episode/admission.py): every
-        call that may not run is answered and counted; the others are to run, in order."""
+        """Count the step and admit its calls (env_service/episode/admission.py: `calls`
+        and `more` as `admit` takes them): every call that may not run is answered and
+        counted; the others are to run, in order."""
         if self.terminated:
             raise EpisodeFinishedError(f"episode of {self.task.task_id} has already ended")
         self.counters.steps += 1
         self.turn_steps += 1
         view = EpisodeView(
-            self.wire,
             self.settings,
             self.layers,
             self.caps,
@@ -167,7 +171,7 @@ class Episode:
             self.counters.tool_calls,
             self.call_chars,
         )
-        plan = admit(view, content, calls)
+        plan = admit(view, calls, more, by_client)
         for kind, n in plan.invalid:
             self._count_invalid(kind, n)
         if plan.ends_turn:

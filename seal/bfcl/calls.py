@@ -27,6 +27,12 @@ TOOL_CALL_CLOSE = "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
+MAX_MESSAGE_CHARS = 262_144
+"""The longest model message a parser reads (the service's max_message_chars may not be
+more): a longer one is one malformed call that says so, and nothing else of it is read.
+A 4,096-token reply is far below it, but for whitespace or the like (a token can hold
+dozens of spaces); bounding the text bounds every parser's work (scripts/bench_parsers.py)."""
+
 MAX_ARGUMENT_DEPTH = 32
 """Deepest nesting of a call's arguments (BFCL's tools take at most lists of dicts:
 depth 3). Deeper ones are malformed calls: at ~480 levels `copy.deepcopy` and the
@@ -113,6 +119,22 @@ class CallParseError:
     reason: str
 
 
+def message_too_long(text: str) -> CallParseError | None:
+    """The answer to a message over MAX_MESSAGE_CHARS (None for one within it)."""
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return None
+    return CallParseError(
+        text,
+        f"the message has {len(text):,} characters, more than the {MAX_MESSAGE_CHARS:,} a "
+        "message may have; it was not read",
+    )
+
+
+def first(items: list, limit: int) -> tuple[list, int]:
+    """`items` cut at `limit`, and how many were cut."""
+    return items[:limit], max(0, len(items) - limit)
+
+
 def has_tool_call(text: str) -> bool:
     """True when the text attempts at least one tool call (well-formed or not)."""
     return TOOL_CALL_OPEN in text
@@ -120,22 +142,26 @@ def has_tool_call(text: str) -> bool:
 
 def parse_tool_calls(text: str) -> list[ToolCall | CallParseError]:
     """Every `<tool_call>` block of a model message, in order."""
+    if (error := message_too_long(text)) is not None:
+        return [error]
     return [_parse_block(m.group(1), closed=bool(m.group(2))) for m in _BLOCK.finditer(text)]
 
 
 def parse_first_tool_calls(text: str, limit: int) -> tuple[list[ToolCall | CallParseError], int]:
     """The first `limit` blocks parsed, and how many blocks follow them (not parsed: a
     service that runs at most `limit` calls of a message need not read the rest)."""
+    if (error := message_too_long(text)) is not None:
+        return first([error], limit)
     parsed: list[ToolCall | CallParseError] = []
-    if limit <= 0:
-        return parsed, len(parse_tool_calls(text))
-    for m in _BLOCK.finditer(text):
-        parsed.append(_parse_block(m.group(1), closed=bool(m.group(2))))
-        if len(parsed) == limit:
-            pos = m.end()
-            break
-    else:
-        return parsed, 0
+    pos = 0
+    if limit > 0:
+        for m in _BLOCK.finditer(text):
+            parsed.append(_parse_block(m.group(1), closed=bool(m.group(2))))
+            if len(parsed) == limit:
+                pos = m.end()
+                break
+        else:
+            return parsed, 0
     # Count the rest as the pattern would split them (str.find: 50x faster than it).
     more = 0
     while (start := text.find(TOOL_CALL_OPEN, pos)) != -1:

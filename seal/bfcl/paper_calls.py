@@ -13,13 +13,28 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from collections.abc import Iterator
 
-from seal.bfcl.calls import CallParseError, ToolCall, checked_call, json_failure
+from seal.bfcl.calls import (
+    CallParseError,
+    ToolCall,
+    checked_call,
+    first,
+    json_failure,
+    message_too_long,
+)
 
 ERROR_PREFIX = "[ERROR] Invalid tool call format: "
 """How the release's environment answers a message whose calls it would not run."""
 
-_BLOCK = re.compile(r"<tool_call>\s*\n?({.*?})\s*\n?\</tool_call>", re.DOTALL)
+# The release's pattern, `<tool_call>\s*\n?({.*?})\s*\n?\</tool_call>` (DOTALL), read in
+# one pass: Python's regex engine runs its lazy `{.*?}` to the end of the text from every
+# opening that no block closes, quadratic in them (docs/benchmarks.md, "Parsers").
+# A block is an opening, whitespace, `{`, then text up to the first `}` after it that is
+# followed by whitespace and the closing tag; `\s*\n?` is `\s*`.
+_OPENING = re.compile(r"<tool_call>\s*\{")
+_CLOSING = re.compile(r"\}\s*</tool_call>")
 NO_VALID_BLOCK = "Found tool_call tag text, but no valid <tool_call>{...}</tool_call> block."
 
 
@@ -29,10 +44,38 @@ def parse(text: str) -> list[ToolCall | CallParseError]:
     mentions the tag without a complete block is one error; [] is an answer. A call's
     name is kept as the release passes it on (`str` of it; "" when it has none), so that
     `admission_error` can answer it as the release does."""
-    blocks = list(_BLOCK.finditer(text))
-    if not blocks:
-        return [CallParseError(text, NO_VALID_BLOCK)] if _mentions_tag(text) else []
-    return [_call(m.group(1).strip()) for m in blocks]
+    return parse_first(text, sys.maxsize)[0]
+
+
+def parse_first(text: str, limit: int) -> tuple[list[ToolCall | CallParseError], int]:
+    """`parse(text)`'s first `limit` items and how many follow them (found, not read: a
+    service that runs at most `limit` calls of a message reads no more)."""
+    if (error := message_too_long(text)) is not None:
+        return first([error], limit)
+    items: list[ToolCall | CallParseError] = []
+    more = 0
+    for start, end in _blocks(text):
+        if len(items) < limit:
+            items.append(_call(text[start:end].strip()))
+        else:
+            more += 1
+    if not items and not more and _mentions_tag(text):
+        return first([CallParseError(text, NO_VALID_BLOCK)], limit)
+    return items, more
+
+
+def _blocks(text: str) -> Iterator[tuple[int, int]]:
+    """Where each block's `{...}` is, as the release's pattern's matches are, in order."""
+    closings = _CLOSING.finditer(text)
+    closing, pos = None, 0
+    while opening := _OPENING.search(text, pos):
+        brace = opening.end() - 1
+        while closing is None or closing.start() <= brace:
+            closing = next(closings, None)
+            if closing is None:
+                return  # no later opening has a closing either
+        yield brace, closing.start() + 1
+        pos = closing.end()
 
 
 def _mentions_tag(text: str) -> bool:

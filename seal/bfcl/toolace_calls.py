@@ -19,8 +19,10 @@ import ast
 import json
 import math
 import re
+import sys
+from collections.abc import Generator, Iterator
 
-from seal.bfcl.calls import CallParseError, ToolCall, checked_call
+from seal.bfcl.calls import CallParseError, ToolCall, checked_call, first, message_too_long
 
 ParsedCalls = list[ToolCall | CallParseError]
 
@@ -40,74 +42,137 @@ _UNQUOTED_NAME = re.compile(r'((?:"name"|"function")\s*:\s*)([A-Za-z_][\w.]*)')
 def parse(text: str) -> ParsedCalls:
     """The calls of one message, in order, each rule it breaks as an error where the
     release notes it (a message with any error runs none of its calls). [] answers."""
+    return parse_first(text, sys.maxsize)[0]
+
+
+def parse_first(text: str, limit: int) -> tuple[ParsedCalls, int]:
+    """`parse(text)`'s first `limit` items and how many follow them (each call list is
+    still parsed, to count them, but no call past the limit is built)."""
+    steps = parse_steps(text, limit)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def parse_steps(text: str, limit: int) -> Generator[None, None, tuple[ParsedCalls, int]]:
+    """`parse_first`'s work in steps of a call list or a stretch of text each (the
+    service runs it in a worker process, between other jobs: env_service/worker.py)."""
+    if (error := message_too_long(text)) is not None:
+        return first([error], limit)
     stripped = text.strip()
-    spans = _call_list_spans(text)
-    if not spans:
-        if "<tool_call" in stripped or "</tool_call>" in stripped:
-            return [CallParseError(stripped, TAGS_ERROR)]
-        if not (_BARE_CALL.match(stripped) and stripped.endswith(")")):
-            if stripped.startswith(("{", "[", "```")):
-                return _json_style(stripped)
-            return [CallParseError(stripped, NOT_A_LIST)] if stripped.endswith("]") else []
-        spans = [(0, len(text), stripped)]  # a bare call: the whole message
     out: ParsedCalls = []
-    rest, named = text, 0
-    for start, end, snippet in reversed(spans):
-        read, calls, items = _call_list(snippet)
-        out[:0] = items
+    more, named, outside, last, lists = 0, 0, [], 0, 0
+    for span in _call_list_spans(text):
+        yield
+        if span is None:
+            continue
+        lists += 1
+        start, end, snippet = span
+        read, calls, items, rest = _call_list(snippet, limit - len(out))
+        out += items
+        more += rest
         named += calls
         if read:  # the text of a span that is no call list stays in the message
-            rest = rest[:start] + rest[end:]
-    if named and rest.strip():
-        out.append(CallParseError(stripped, TEXT_BESIDE))
-    return out
+            outside.append(text[last:start])
+            last = end
+    if not lists:
+        if "<tool_call" in stripped or "</tool_call>" in stripped:
+            return first([CallParseError(stripped, TAGS_ERROR)], limit)
+        if not (_BARE_CALL.match(stripped) and stripped.endswith(")")):
+            if stripped.startswith(("{", "[", "```")):
+                return first(_json_style(stripped), limit)
+            return first(
+                [CallParseError(stripped, NOT_A_LIST)] if stripped.endswith("]") else [], limit
+            )
+        yield
+        read, named, out, more = _call_list(stripped, limit)  # a bare call: the whole message
+        last = len(text) if read else 0
+    outside.append(text[last:])
+    if named and any(piece.strip() for piece in outside):
+        if len(out) < limit:
+            out.append(CallParseError(stripped, TEXT_BESIDE))
+        else:
+            more += 1
+    return out, more
 
 
-def _call_list_spans(text: str) -> list[tuple[int, int, str]]:
-    """Each outermost balanced `[...]` that holds `(` and `)`, as (start, end, text). A
-    quote opens a string anywhere, outside brackets too, until the same quote closes it
-    (a backslash escapes the next character): the release's scan."""
-    spans, depth, start, quote, escaped = [], 0, 0, "", False
-    for i, ch in enumerate(text):
-        if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "[":
+# The characters the release's scan acts on: outside a string, brackets and quotes; inside
+# one, its quote and the backslash. A bracket without brackets or quotes inside, or a run
+# of brackets of one kind, is taken at once.
+_SCANNED = re.compile(r"\[[^\[\]'\"]*\]|\[+|\]+|['\"]")
+_STRING_END = {q: re.compile(rf"[\\{q}]") for q in "'\""}
+_TICK = 1024
+"""Scanned pieces between the steps `_call_list_spans` gives without a call list."""
+
+
+def _call_list_spans(text: str) -> Iterator[tuple[int, int, str] | None]:
+    """Each outermost balanced `[...]` that holds `(` and `)`, as (start, end, text), and
+    None after every `_TICK` pieces scanned. A quote opens a string anywhere, outside
+    brackets too, until the same quote closes it (a backslash escapes the next
+    character): the release's scan, character by character there, here from one
+    character it acts on to the next (linear in the text)."""
+    depth, start, pos, scanned = 0, 0, 0, 0
+    while found := _SCANNED.search(text, pos):
+        i, pos = found.start(), found.end()
+        scanned += 1
+        if scanned % _TICK == 0:
+            yield None
+        kind = text[i]
+        if kind == "[" and text[pos - 1] == "]":  # a list with no list or string inside
+            if depth == 0 and "(" in found.group() and ")" in found.group():
+                yield i, pos, found.group()
+        elif kind == "[":
             if depth == 0:
                 start = i
-            depth += 1
-        elif ch == "]" and depth:
-            depth -= 1
-            snippet = text[start : i + 1]
-            if depth == 0 and "(" in snippet and ")" in snippet:
-                spans.append((start, i + 1, snippet))
-    return spans
+            depth += pos - i
+        elif kind == "]":
+            if depth and depth <= pos - i:  # the outermost list closes in this run
+                end = i + depth
+                snippet = text[start:end]
+                if "(" in snippet and ")" in snippet:
+                    yield start, end, snippet
+            depth = max(0, depth - (pos - i))
+        else:  # a string: up to its closing quote, or the end of the text
+            string_end = _STRING_END[kind]
+            while (found := string_end.search(text, pos)) and text[found.start()] == "\\":
+                pos = found.start() + 2  # the escaped character is part of the string
+            if found is None:
+                return
+            pos = found.end()
 
 
-def _call_list(snippet: str) -> tuple[bool, int, ParsedCalls]:
+def _call_list(snippet: str, room: int) -> tuple[bool, int, ParsedCalls, int]:
     """Whether `snippet` reads as a list of calls (or one call), how many calls the
-    release takes from it (named, keywords only), and its calls and errors in order."""
+    release takes from it (named, keywords only), its first `room` calls and errors in
+    order, and how many more it has."""
     try:
         body = ast.parse(snippet, mode="eval").body
     except SyntaxError as e:
-        return False, 0, [CallParseError(snippet, f"Invalid ToolACE function-call syntax: {e.msg}")]
+        error = CallParseError(snippet, f"Invalid ToolACE function-call syntax: {e.msg}")
+        return False, 0, *first([error], room)
     except (ValueError, RecursionError, MemoryError) as e:  # the release crashed on these
-        return False, 0, [CallParseError(snippet, f"Invalid ToolACE function-call syntax: {e}")]
+        error = CallParseError(snippet, f"Invalid ToolACE function-call syntax: {e}")
+        return False, 0, *first([error], room)
     if isinstance(body, ast.Call):
         elements = [body]
     elif isinstance(body, ast.List | ast.Tuple):
         elements = body.elts
     else:
         error = CallParseError(snippet, "ToolACE output must be a list of function calls.")
-        return False, 0, [error]
-    items = [_call(node, snippet) for node in elements]
-    return True, sum(taken for taken, _ in items), [c for _, calls in items for c in calls]
+        return False, 0, *first([error], room)
+    named, items, more = 0, [], 0
+    for node in elements:
+        if len(items) < room:
+            taken, calls = _call(node, snippet)
+            items += calls
+        else:  # past the limit: counted, not built
+            taken, count = _call_shape(node)
+            more += count
+        named += taken
+    items, cut = first(items, room)
+    return True, named, items, more + cut
 
 
 def _call(node: ast.expr, snippet: str) -> tuple[bool, ParsedCalls]:
@@ -130,14 +195,24 @@ def _call(node: ast.expr, snippet: str) -> tuple[bool, ParsedCalls]:
     return True, [*errors, _checked(name, arguments, snippet)]
 
 
+def _call_shape(node: ast.expr) -> tuple[bool, int]:
+    """What `_call(node, ...)` gives, without building it: whether the release takes it
+    as a call, and how many calls and errors it is."""
+    if not isinstance(node, ast.Call) or not _dotted_name(node.func) or node.args:
+        return False, 1
+    return True, 1 + sum(keyword.arg is None for keyword in node.keywords)
+
+
 def _dotted_name(node: ast.expr) -> str | None:
-    """`f` or `a.b.f`; an attribute of anything else is its own name (`x().f` is `f`)."""
+    """`f` or `a.b.f`; attributes of anything else are the name (`x().f.g` is `f.g`).
+    A loop: a name of ~960 parts is a 2 KB message, and recursion failed on it."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
     if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        prefix = _dotted_name(node.value)
-        return f"{prefix}.{node.attr}" if prefix else node.attr
-    return None
+        parts.append(node.id)
+    return ".".join(reversed(parts)) or None
 
 
 def _value(node: ast.expr):

@@ -21,7 +21,13 @@ from bfcl_eval.constants.default_prompts import (
     DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING as HOLDOUT_PROMPT,
 )
 
-from seal.bfcl.calls import CallParseError, ToolCall, call_list_text, parse_call_string
+from seal.bfcl.calls import (
+    CallParseError,
+    ToolCall,
+    call_list_text,
+    message_too_long,
+    parse_call_string,
+)
 from seal.bfcl.prompt import language_hinted
 from seal.formats.base import Conversation, ParsedCalls, ToolFormat
 from seal.formats.bfcl_handlers import RegistryEntry, build_handler, registry_entry
@@ -106,6 +112,8 @@ class HandlerFormat(ToolFormat):
         return [_as_call(s) for s in strings]
 
     def parse(self, text: str, tools: Sequence[dict] = ()) -> ParsedCalls:
+        if (error := message_too_long(text)) is not None:
+            return [error]
         # BFCL's rule: what the decoder cannot read ends the turn.
         try:
             return self.decode(text)
@@ -140,6 +148,8 @@ class _TrainingFormat(HandlerFormat):
         )
 
     def parse(self, text: str, tools: Sequence[dict] = ()) -> ParsedCalls:
+        if (error := message_too_long(text)) is not None:
+            return [error]
         if not self.ATTEMPT.search(text):
             return []
         try:
@@ -165,6 +175,8 @@ class QwenFCFormat(_TrainingFormat):
     _BLOCK = re.compile(r"<tool_call>.*?(?:</tool_call>|$)", re.DOTALL)
 
     def parse(self, text: str, tools: Sequence[dict] = ()) -> ParsedCalls:
+        if (error := message_too_long(text)) is not None:
+            return [error]
         calls: ParsedCalls = []
         for block in self._BLOCK.findall(text):
             try:

@@ -20,7 +20,7 @@ from pathlib import Path
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from seal.bfcl import paper_calls, paper_prompt
-from seal.bfcl.calls import CallParseError, ToolCall, checked_call
+from seal.bfcl.calls import CallParseError, ToolCall, checked_call, message_too_long
 from seal.bfcl.ground_truth import tool_call_text
 from seal.bfcl.prompt import language_hinted, to_tool
 from seal.formats.base import Conversation, ParsedCalls, ToolFormat
@@ -147,6 +147,8 @@ class Qwen35XmlFormat(Qwen35Template):
         return rendered.split(head, 1)[1].split(self.end_of_turn, 1)[0]
 
     def parse(self, text: str, tools: Sequence[dict] = ()) -> ParsedCalls:
+        if (error := message_too_long(text)) is not None:
+            return [error]
         answer = content(text)
         blocks = list(_BLOCK.finditer(answer))
         if not blocks:
@@ -174,9 +176,9 @@ def _call(body: str, closed: bool, params: dict[str, dict]) -> ToolCall | CallPa
     if "<function=" in inner:
         return _malformed(body, "one <function=...> per <tool_call> block")
     schema, arguments, pos = params.get(name, {}), {}, 0
-    for p in _PARAMETER.finditer(inner):
-        if p.start() != pos:
-            break
+    # Each parameter where the last one ended (`match`, not `finditer`: a search from
+    # every later position ran `\s*` over the rest of a whitespace run, quadratic in it).
+    while p := _PARAMETER.match(inner, pos):
         arg = p.group(1).strip()
         if arg in arguments:
             return _malformed(body, f"parameter {arg!r} is given twice")

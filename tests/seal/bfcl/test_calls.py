@@ -5,6 +5,7 @@ import random
 import pytest
 
 from seal.bfcl.calls import (
+    MAX_MESSAGE_CHARS,
     CallParseError,
     ToolCall,
     check_call,
@@ -241,3 +242,16 @@ def test_parsing_the_first_calls_counts_the_rest_as_all_would():
         for limit in range(6):
             first, more = parse_first_tool_calls(text, limit)
             assert first == every[:limit] and more == len(every) - len(first), (text, limit)
+
+
+def test_a_message_over_the_limit_is_one_error_read_no_further():
+    """Also when the service reads only its first calls (tests/seal/formats/
+    test_parse_bounds.py holds every format to the same limit)."""
+    text = block('{"name": "pwd", "arguments": {}}') * (MAX_MESSAGE_CHARS // 40)
+    assert len(text) > MAX_MESSAGE_CHARS
+    [error] = parse_tool_calls(text)
+    assert isinstance(error, CallParseError) and "262,144" in error.reason
+    assert parse_first_tool_calls(text, 128) == ([error], 0)
+    assert parse_first_tool_calls(text, 0) == ([], 1)
+    at_limit = text[: MAX_MESSAGE_CHARS - 1] + "x"
+    assert len(parse_tool_calls(at_limit)) == parse_first_tool_calls(at_limit, 0)[1] > 4500

@@ -1,0 +1,100 @@
+"""No message stalls the service while it is read (the wire protocol, where the service
+parses the model's text: env_service/wire_text.py).
+
+- In every wire text, /healthz answers within a bound of its quiet latency while a
+  262,144-character message is read: unclosed `<tool_call>{` openings (the release's
+  pattern, run on the event loop, took 185 s on them) and a ToolACE list of 32,768 calls
+  (3.7 s on the event loop; now in a worker process).
+- A flood of 2,978 blocks is read only as far as the 128 calls a message may run.
+- A ToolACE call named by ~960 dotted parts (a 2 KB message) is answered, not a 500.
+Tests that could hang on a broken service run it in its own process (`service_process`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+import httpx
+import pytest
+from wire_client import TOOLACE_YAML_BFCL, WireClient, tool_responses
+
+from seal.bfcl import paper_calls
+from seal.bfcl.calls import MAX_MESSAGE_CHARS
+
+TASK = "multi_turn_base_1"  # GorillaFileSystem
+UNCLOSED = "<tool_call>{" * (MAX_MESSAGE_CHARS // 12)
+TOOLACE_LIST = "[" + ", ".join(["cd(folder='x')"] * 16_383) + "]"
+GREP = '<tool_call>{"name":"grep","arguments":{"file_name":"big.txt","pattern":"b"}}</tool_call>'
+WIRE_TEXTS = {
+    "bfcl_qwen_fc": ({}, UNCLOSED),
+    "qwen2.5": ({"prompt": "rich"}, UNCLOSED),
+    "toolace_official_prompt": (TOOLACE_YAML_BFCL, TOOLACE_LIST),
+}
+
+
+def healthz_s(url: str, timeout_s: float) -> float:
+    """One /healthz round trip's seconds; `timeout_s` when it did not answer by then."""
+    started = time.perf_counter()
+    try:
+        assert httpx.get(f"{url}/healthz", timeout=timeout_s).status_code == 200
+    except httpx.TimeoutException:
+        return timeout_s
+    return time.perf_counter() - started
+
+
+@pytest.mark.parametrize("wire", list(WIRE_TEXTS))
+def test_healthz_answers_while_a_262k_message_is_read(service_process, wire):
+    params, message = WIRE_TEXTS[wire]
+    assert len(message) <= MAX_MESSAGE_CHARS
+    svc = service_process()
+    client = WireClient(httpx.Client(base_url=svc.url, timeout=120))
+    instance_id, _ = client.create(TASK, **params)
+    quiet = [healthz_s(svc.url, 5) for _ in range(30)]
+    # Generous, for a loaded machine: the stalls it catches were seconds to minutes.
+    bound = max(0.5, 20 * statistics.median(quiet))
+    answer = {}
+    step = threading.Thread(
+        target=lambda: answer.update(client.step(instance_id, message)), daemon=True
+    )
+    step.start()
+    time.sleep(0.2)  # the message has arrived and is being read
+    during = [healthz_s(svc.url, bound)]
+    while step.is_alive() or len(during) < 10:
+        during.append(healthz_s(svc.url, bound))
+        time.sleep(0.02)
+    print(f"{wire}: quiet p50 {statistics.median(quiet) * 1e3:.1f} ms, worst while read "
+          f"{max(during) * 1e3:.1f} ms over {len(during)} probes")  # fmt: skip
+    assert max(during) < bound, (max(during), bound)
+    step.join(timeout=60)
+    assert answer, "the step did not answer"
+    if wire == "toolace_official_prompt":  # 128 ran, the rest answered as over the cap
+        content = answer["state"][0]["content"]
+        assert content.count("a message may make at most 128 tool calls") == 16_383 - 128
+    else:
+        assert "is_terminated" in answer and answer["is_terminated"] is False
+
+
+def test_a_flood_of_blocks_is_read_only_up_to_the_calls_that_may_run(wire_service, monkeypatch):
+    svc = wire_service()
+    read = []
+    real = paper_calls._call
+    monkeypatch.setattr(paper_calls, "_call", lambda raw: read.append(raw) or real(raw))
+    instance_id, _ = svc.create(TASK)
+    n = MAX_MESSAGE_CHARS // len(GREP)
+    answers = tool_responses(svc.step(instance_id, GREP * n))
+    assert len(read) == 128
+    assert len(answers) == n
+    assert sum("a message may make at most 128 tool calls" in a for a in answers) == n - 128
+
+
+def test_a_toolace_call_of_960_dotted_parts_is_answered_not_a_500(service_process):
+    svc = service_process()
+    client = WireClient(httpx.Client(base_url=svc.url, timeout=30))
+    instance_id, _ = client.create(TASK, **TOOLACE_YAML_BFCL)
+    message = "[" + "a." * 960 + "cd(folder='x')]"
+    assert len(message) < 2048
+    data = client.step(instance_id, message)
+    assert "a.a.a.a." in data["state"][0]["content"]  # the release's unknown-tool answer
+    assert httpx.get(f"{svc.url}/healthz", timeout=5).status_code == 200

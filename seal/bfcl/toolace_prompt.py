@@ -11,6 +11,7 @@ holds this module to the release's own renderings of all 800 tasks.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections.abc import Sequence
 
@@ -60,12 +61,17 @@ def system_message(
 def tool_results_message(results: Sequence[dict]) -> str:
     """One step's tool results as one message: each as `{"output": ...}` on its own line,
     then its recovery hint when it has one (the paper's D.3, `[ToolHint] ...`)."""
-    return "".join(
-        json.dumps({"output": m["content"]}, ensure_ascii=False)
-        + "\n"
-        + (f"[ToolHint] {m['hint']}\n" if m.get("hint") else "")
-        for m in results
-    )
+    out = []
+    # A run of one message written once: a message's calls over the service's cap share
+    # one answer, and a 262,144-character message can hold 37,000 of them.
+    for _, same in itertools.groupby(results, key=id):
+        run = list(same)
+        m = run[0]
+        line = json.dumps({"output": m["content"]}, ensure_ascii=False) + "\n"
+        if m.get("hint"):
+            line += f"[ToolHint] {m['hint']}\n"
+        out.append(line * len(run))
+    return "".join(out)
 
 
 chat_messages = functools.partial(

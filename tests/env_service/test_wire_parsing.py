@@ -3,10 +3,11 @@ parses the model's text: env_service/wire_text.py).
 
 - In every wire text, /healthz answers within a bound of its quiet latency while a
   262,144-character message is read: unclosed `<tool_call>{` openings (the release's
-  pattern, run on the event loop, took 185 s on them) and a ToolACE list of 32,768 calls
-  (3.7 s on the event loop; now in a worker process).
+  pattern, run on the event loop, took 185 s on them) and 37,449 ToolACE call lists
+  (seconds on the event loop, to read them and write their 37,322 answers; now read in
+  a worker process, and the one answer they share written once).
 - A flood of 2,978 blocks is read only as far as the 128 calls a message may run.
-- A ToolACE call named by ~960 dotted parts (a 2 KB message) is answered, not a 500.
+- A ToolACE call named by 1,020 dotted parts (a 2 KB message) is answered, not a 500.
 Tests that could hang on a broken service run it in its own process (`service_process`).
 """
 
@@ -25,20 +26,20 @@ from seal.bfcl.calls import MAX_MESSAGE_CHARS
 
 TASK = "multi_turn_base_1"  # GorillaFileSystem
 UNCLOSED = "<tool_call>{" * (MAX_MESSAGE_CHARS // 12)
-TOOLACE_LIST = "[" + ", ".join(["cd(folder='x')"] * 16_383) + "]"
+TOOLACE_LISTS = "[cd()]," * (MAX_MESSAGE_CHARS // 7)
 GREP = '<tool_call>{"name":"grep","arguments":{"file_name":"big.txt","pattern":"b"}}</tool_call>'
 WIRE_TEXTS = {
     "bfcl_qwen_fc": ({}, UNCLOSED),
     "qwen2.5": ({"prompt": "rich"}, UNCLOSED),
-    "toolace_official_prompt": (TOOLACE_YAML_BFCL, TOOLACE_LIST),
+    "toolace_official_prompt": (TOOLACE_YAML_BFCL, TOOLACE_LISTS),
 }
 
 
-def healthz_s(url: str, timeout_s: float) -> float:
+def healthz_s(http: httpx.Client, timeout_s: float) -> float:
     """One /healthz round trip's seconds; `timeout_s` when it did not answer by then."""
     started = time.perf_counter()
     try:
-        assert httpx.get(f"{url}/healthz", timeout=timeout_s).status_code == 200
+        assert http.get("/healthz", timeout=timeout_s).status_code == 200
     except httpx.TimeoutException:
         return timeout_s
     return time.perf_counter() - started
@@ -51,29 +52,30 @@ def test_healthz_answers_while_a_262k_message_is_read(service_process, wire):
     svc = service_process()
     client = WireClient(httpx.Client(base_url=svc.url, timeout=120))
     instance_id, _ = client.create(TASK, **params)
-    quiet = [healthz_s(svc.url, 5) for _ in range(30)]
+    probe = httpx.Client(base_url=svc.url)
+    quiet = [healthz_s(probe, 5) for _ in range(30)]
     # Generous, for a loaded machine: the stalls it catches were seconds to minutes.
-    bound = max(0.5, 20 * statistics.median(quiet))
+    bound = max(0.3, 10 * statistics.median(quiet))
     answer = {}
     step = threading.Thread(
         target=lambda: answer.update(client.step(instance_id, message)), daemon=True
     )
     step.start()
     time.sleep(0.2)  # the message has arrived and is being read
-    during = [healthz_s(svc.url, bound)]
-    while step.is_alive() or len(during) < 10:
-        during.append(healthz_s(svc.url, bound))
+    during = [healthz_s(probe, bound)]
+    while (step.is_alive() or len(during) < 10) and during[-1] < bound:
+        during.append(healthz_s(probe, bound))
         time.sleep(0.02)
     print(f"{wire}: quiet p50 {statistics.median(quiet) * 1e3:.1f} ms, worst while read "
           f"{max(during) * 1e3:.1f} ms over {len(during)} probes")  # fmt: skip
     assert max(during) < bound, (max(during), bound)
     step.join(timeout=60)
     assert answer, "the step did not answer"
-    if wire == "toolace_official_prompt":  # 128 ran, the rest answered as over the cap
-        content = answer["state"][0]["content"]
-        assert content.count("a message may make at most 128 tool calls") == 16_383 - 128
-    else:
-        assert "is_terminated" in answer and answer["is_terminated"] is False
+    assert answer["is_terminated"] is False
+    if wire == "toolace_official_prompt":  # 128 ran; the other calls, and the error for
+        # the text beside them, are past the cap: answered as such, unread
+        over = answer["state"][0]["content"].count("a message may make at most 128 tool calls")
+        assert over == MAX_MESSAGE_CHARS // 7 - 128 + 1
 
 
 def test_a_flood_of_blocks_is_read_only_up_to_the_calls_that_may_run(wire_service, monkeypatch):
@@ -89,12 +91,12 @@ def test_a_flood_of_blocks_is_read_only_up_to_the_calls_that_may_run(wire_servic
     assert sum("a message may make at most 128 tool calls" in a for a in answers) == n - 128
 
 
-def test_a_toolace_call_of_960_dotted_parts_is_answered_not_a_500(service_process):
+def test_a_2kb_toolace_call_of_dotted_parts_is_answered_not_a_500(service_process):
     svc = service_process()
     client = WireClient(httpx.Client(base_url=svc.url, timeout=30))
     instance_id, _ = client.create(TASK, **TOOLACE_YAML_BFCL)
-    message = "[" + "a." * 960 + "cd(folder='x')]"
-    assert len(message) < 2048
+    message = "[" + "a." * 1020 + "cd()]"
+    assert len(message) <= 2048
     data = client.step(instance_id, message)
     assert "a.a.a.a." in data["state"][0]["content"]  # the release's unknown-tool answer
     assert httpx.get(f"{svc.url}/healthz", timeout=5).status_code == 200

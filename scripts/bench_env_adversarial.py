@@ -2,7 +2,8 @@
 clients' latency and the service's memory, quiet and under each attack.
 
     python scripts/bench_env_adversarial.py [--clients 64] [--rounds 5] [--phase-s 20]
-        [--cases flood,slow_headers,stopped_worker,slow_page,huge_body,unreachable_search]
+        [--cases flood,unclosed_calls,slow_headers,stopped_worker,slow_page,huge_body,
+                 unreachable_search]
 
 Starts the service, plays paced ground-truth episodes with --clients well-behaved clients,
 and compares each case's phase with a quiet phase just before it (a shared machine's load
@@ -136,6 +137,24 @@ class Adversary:
 
 def _adversary_main(url: str, token: str, stop, counter) -> None:
     Adversary(url, token).run(stop, counter)
+
+
+UNCLOSED = "<tool_call>{" * (MESSAGE_CHARS // 12)
+"""A message of unclosed call openings: the release's pattern read it in 185 s."""
+
+
+def _unclosed_main(url: str, token: str, stop, counter) -> None:
+    """262,144-character messages of unclosed `<tool_call>{` openings, back to back, on
+    the wire protocol's default (the paper's) text; a new episode when one ends."""
+    adversary = Adversary(url, token)
+    while not stop.is_set():
+        instance_id = adversary.episode("multi_turn_base_1")
+        while not stop.is_set():
+            reply = adversary.step(instance_id, UNCLOSED)
+            counter.value = adversary.requests
+            if reply.status_code != 200 or reply.json()["data"]["is_terminated"]:
+                break
+        adversary.post("/release", instance_id=instance_id)
 
 
 SLOW_HEAD = b"POST /v1/episodes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -296,7 +315,7 @@ async def play(
     return client, [asyncio.create_task(loop()) for _ in range(clients)], errors
 
 
-CASES = ("flood", "slow_headers", "stopped_worker", *WEB_CASES)
+CASES = ("flood", "unclosed_calls", "slow_headers", "stopped_worker", *WEB_CASES)
 
 
 async def measure(service: RunningService, args, ids, scripts) -> list[dict]:
@@ -323,10 +342,9 @@ async def measure(service: RunningService, args, ids, scripts) -> list[dict]:
             for phase in [phase for case in args.cases for phase in ("quiet", case)]:
                 stop, counter = ctx.Event(), ctx.Value("i", 0)
                 attacker, stopper, stopped = None, None, []
-                if phase == "flood":
-                    attacker = ctx.Process(
-                        target=_adversary_main, args=(url, service.token, stop, counter)
-                    )
+                if phase in ("flood", "unclosed_calls"):
+                    main = _adversary_main if phase == "flood" else _unclosed_main
+                    attacker = ctx.Process(target=main, args=(url, service.token, stop, counter))
                 elif phase == "slow_headers":
                     attacker = ctx.Process(
                         target=_slow_headers_main,

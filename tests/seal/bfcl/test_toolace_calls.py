@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 from parser_oracles import comparable, random_texts, relative_cost, toolace_parse
 
-from seal.bfcl import toolace_calls
+from seal.bfcl import toolace_calls, toolace_prompt
 from seal.bfcl.calls import MAX_MESSAGE_CHARS, CallParseError, ToolCall
 
 WELLFORMED = [
@@ -98,3 +98,14 @@ def test_nested_brackets_cost_what_their_length_costs():
     [error] = toolace_calls.parse(nested)
     assert "Invalid ToolACE function-call syntax" in error.reason
     assert relative_cost(toolace_calls.parse, nested, baseline) < 20
+
+
+def test_tool_results_are_written_one_line_each_however_they_repeat():
+    """The results message writes a run of one answer once (a message's calls over the
+    service's cap share one): the same text as writing each."""
+    refused = {"role": "tool", "content": "Error: not run: over the cap"}
+    other = {"role": "tool", "content": 'a "b"', "hint": "Check b."}
+    results = [other, refused, refused, refused, other, refused]
+    each = "".join(toolace_prompt.tool_results_message([m]) for m in results)
+    assert toolace_prompt.tool_results_message(results) == each
+    assert each.count('{"output": "Error: not run: over the cap"}\n') == 4

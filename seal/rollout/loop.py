@@ -8,15 +8,32 @@ here in code once (the rule and why: docs/design.md, "Loss mask").
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from typing import Literal, Protocol
 
-from seal.formats.base import ToolFormat
+from seal.formats.base import ParsedCalls, ToolFormat
 from seal.rollout.env_client import Episode
 from seal.rollout.protocol import EpisodeLimits
 
 StopReason = Literal["terminated", "max_generations", "context_limit"]
 """Why a model's episode stopped: the service ended it (at max_generations it marks it
 truncated), or the context had no room for the next reply or for an observation."""
+
+
+PARSE_IN_THREAD_CHARS = 16_384
+"""A longer reply is parsed in a thread. A parse is linear in the reply but some are slow
+per character (Python's own parser under ToolACE's and bfcl-eval's: up to a second for
+262,144 characters, docs/benchmarks.md, "Parsers"), and other episodes share this event
+loop: a thread hands it back between the parse's Python steps (not inside one long C
+call). A reply of a few thousand characters parses in a millisecond or less."""
+
+
+async def parse_reply(fmt: ToolFormat, text: str, tools: Sequence[dict]) -> ParsedCalls:
+    """`fmt.parse(text, tools)`, in a thread for a reply over PARSE_IN_THREAD_CHARS."""
+    if len(text) <= PARSE_IN_THREAD_CHARS:
+        return fmt.parse(text, tools)
+    return await asyncio.to_thread(fmt.parse, text, tools)
 
 
 def generation_budget(limits: EpisodeLimits, used: int) -> int:
@@ -72,7 +89,7 @@ async def play(episode: Episode, turns: Turns, limits: EpisodeLimits) -> StopRea
         text = await turns.reply(budget)
         if text is None:
             return None
-        step = await episode.step(text, turns.format.parse(text, episode.tools))
+        step = await episode.step(text, await parse_reply(turns.format, text, episode.tools))
         if step.terminated:
             turns.end(step.messages)
             return "max_generations" if step.truncated else "terminated"

@@ -209,3 +209,39 @@ async def _probe(base_url, tokenizer, probe):
     async with EnvClient(base_url) as env:
         settings = scoring_settings(EpisodeLimits())
         await train_episode(env, probe, tokenizer, TASK, settings, tool_format=FORMAT)
+
+
+# --- a long reply's parse leaves the loop to the other episodes -----------------------------
+
+
+async def _worst_tick_while(parse) -> tuple[float, float]:
+    """(the parse's seconds, the longest a 1 ms sleep of another coroutine took meanwhile)."""
+    done, ticks = asyncio.Event(), []
+
+    async def other_episode():
+        while not done.is_set():
+            started = asyncio.get_running_loop().time()
+            await asyncio.sleep(0.001)
+            ticks.append(asyncio.get_running_loop().time() - started)
+
+    task = asyncio.create_task(other_episode())
+    await asyncio.sleep(0.01)
+    started = asyncio.get_running_loop().time()
+    calls = await parse()
+    took = asyncio.get_running_loop().time() - started
+    done.set()
+    await task
+    assert len(calls) == 29_127
+    return took, max(ticks)
+
+
+def test_a_long_reply_is_parsed_beside_the_other_episodes():
+    """ToolACE's parse of 262,144 characters of call lists takes a second or more; in
+    a thread the loop's other coroutines run between its steps (without: not once)."""
+    fmt = get_format("toolace_official_prompt")
+    text = "[f(a=1)] " * (262_144 // 9)
+    assert len(text) > loop.PARSE_IN_THREAD_CHARS
+    took, worst = asyncio.run(_worst_tick_while(lambda: loop.parse_reply(fmt, text, [])))
+    assert worst < took / 4, (worst, took)
+    short = "[f(a=1)]"
+    assert asyncio.run(loop.parse_reply(fmt, short, [])) == fmt.parse(short)

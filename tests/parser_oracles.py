@@ -28,6 +28,17 @@ def paper_parse(text: str) -> list:
     return [paper_calls._call(m.group(1).strip()) for m in blocks]
 
 
+# --- Qwen2.5's and Qwen3's `<tool_call>` blocks: the pattern they were split with -----------
+
+TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
+
+
+def tool_call_blocks(text: str) -> list[tuple[str, bool]]:
+    """Each block's body and whether it is closed; its whole text is `<tool_call>` +
+    body + `</tool_call>` when closed."""
+    return [(m.group(1), bool(m.group(2))) for m in TOOL_CALL_BLOCK.finditer(text)]
+
+
 # --- ToolACE's call lists: the release's character-by-character scan ------------------------
 
 
@@ -104,13 +115,13 @@ def _toolace_list(snippet: str) -> tuple[bool, int, list]:
 
 def qwen35_parse(text: str, tools=()) -> list:
     answer = qwen35.content(text)
-    blocks = list(qwen35._BLOCK.finditer(answer))
+    blocks = tool_call_blocks(answer)
     if not blocks:
         if "<function=" in answer or "</tool_call>" in answer:
             return [qwen35._malformed(answer, "a call must be inside <tool_call></tool_call>")]
         return []
     params = {d["name"]: d["parameters"].get("properties", {}) for d in tools}
-    return [_qwen35_call(m.group(1), bool(m.group(2)), params) for m in blocks]
+    return [_qwen35_call(body, closed, params) for body, closed in blocks]
 
 
 def _qwen35_call(body: str, closed: bool, params: dict):

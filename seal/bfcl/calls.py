@@ -20,11 +20,12 @@ from __future__ import annotations
 import ast
 import json
 import re
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
-_BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 MAX_MESSAGE_CHARS = 262_144
@@ -140,11 +141,24 @@ def has_tool_call(text: str) -> bool:
     return TOOL_CALL_OPEN in text
 
 
+def tool_call_blocks(text: str) -> Iterator[tuple[int, int, bool]]:
+    """Each `<tool_call>` block's body as (start, end, closed), in order: up to the next
+    `</tool_call>`, else to the end of the text (before a final newline). The pattern
+    `<tool_call>(.*?)(</tool_call>|$)` (DOTALL) reads them so; `str.find` is 50x faster."""
+    pos = 0
+    while (start := text.find(TOOL_CALL_OPEN, pos)) != -1:
+        body = start + len(TOOL_CALL_OPEN)
+        close = text.find(TOOL_CALL_CLOSE, body)
+        if close == -1:
+            yield body, max(body, len(text) - text.endswith("\n")), False
+            return
+        yield body, close, True
+        pos = close + len(TOOL_CALL_CLOSE)
+
+
 def parse_tool_calls(text: str) -> list[ToolCall | CallParseError]:
     """Every `<tool_call>` block of a model message, in order."""
-    if (error := message_too_long(text)) is not None:
-        return [error]
-    return [_parse_block(m.group(1), closed=bool(m.group(2))) for m in _BLOCK.finditer(text)]
+    return parse_first_tool_calls(text, sys.maxsize)[0]
 
 
 def parse_first_tool_calls(text: str, limit: int) -> tuple[list[ToolCall | CallParseError], int]:
@@ -153,23 +167,12 @@ def parse_first_tool_calls(text: str, limit: int) -> tuple[list[ToolCall | CallP
     if (error := message_too_long(text)) is not None:
         return first([error], limit)
     parsed: list[ToolCall | CallParseError] = []
-    pos = 0
-    if limit > 0:
-        for m in _BLOCK.finditer(text):
-            parsed.append(_parse_block(m.group(1), closed=bool(m.group(2))))
-            if len(parsed) == limit:
-                pos = m.end()
-                break
-        else:
-            return parsed, 0
-    # Count the rest as the pattern would split them (str.find: 50x faster than it).
     more = 0
-    while (start := text.find(TOOL_CALL_OPEN, pos)) != -1:
-        more += 1
-        close = text.find(TOOL_CALL_CLOSE, start + len(TOOL_CALL_OPEN))
-        if close == -1:
-            break
-        pos = close + len(TOOL_CALL_CLOSE)
+    for start, end, closed in tool_call_blocks(text):
+        if len(parsed) < limit:
+            parsed.append(_parse_block(text[start:end], closed))
+        else:
+            more += 1
     return parsed, more
 
 

@@ -22,11 +22,14 @@ from bfcl_eval.constants.default_prompts import (
 )
 
 from seal.bfcl.calls import (
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
     CallParseError,
     ToolCall,
     call_list_text,
     message_too_long,
     parse_call_string,
+    tool_call_blocks,
 )
 from seal.bfcl.prompt import language_hinted
 from seal.formats.base import Conversation, ParsedCalls, ToolFormat
@@ -172,13 +175,13 @@ class QwenFCFormat(_TrainingFormat):
     END_OF_TURN = "<|im_end|>"
     ATTEMPT = re.compile(r"<tool_call>")
     EXPECTED = 'write each call as <tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>'
-    _BLOCK = re.compile(r"<tool_call>.*?(?:</tool_call>|$)", re.DOTALL)
 
     def parse(self, text: str, tools: Sequence[dict] = ()) -> ParsedCalls:
         if (error := message_too_long(text)) is not None:
             return [error]
         calls: ParsedCalls = []
-        for block in self._BLOCK.findall(text):
+        for start, end, closed in tool_call_blocks(text):
+            block = text[start - len(TOOL_CALL_OPEN) : end + closed * len(TOOL_CALL_CLOSE)]
             try:
                 calls += self.decode(block)
             except Exception as e:

@@ -20,7 +20,13 @@ from pathlib import Path
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from seal.bfcl import paper_calls, paper_prompt
-from seal.bfcl.calls import CallParseError, ToolCall, checked_call, message_too_long
+from seal.bfcl.calls import (
+    CallParseError,
+    ToolCall,
+    checked_call,
+    message_too_long,
+    tool_call_blocks,
+)
 from seal.bfcl.ground_truth import tool_call_text
 from seal.bfcl.prompt import language_hinted, to_tool
 from seal.formats.base import Conversation, ParsedCalls, ToolFormat
@@ -85,13 +91,14 @@ class PaperQwen35Format(Qwen35Template, PaperQwenFormat):
     name = "bfcl_qwen_fc_qwen3.5"
 
     def parse(self, text: str, tools: Sequence[dict] = ()) -> ParsedCalls:
+        if (error := message_too_long(text)) is not None:  # the reply, reasoning included
+            return [error]
         return paper_calls.parse(content(text))
 
     def call_text(self, calls: list[ToolCall]) -> str:
         return self.answer_text(tool_call_text(calls))
 
 
-_BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
 _FUNCTION = re.compile(r"\s*<function=([^>\n]*)>(.*?)</function>\s*", re.DOTALL)
 _PARAMETER = re.compile(r"\s*<parameter=([^>\n]*)>\n?(.*?)\n?</parameter>", re.DOTALL)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
@@ -150,13 +157,13 @@ class Qwen35XmlFormat(Qwen35Template):
         if (error := message_too_long(text)) is not None:
             return [error]
         answer = content(text)
-        blocks = list(_BLOCK.finditer(answer))
+        blocks = list(tool_call_blocks(answer))
         if not blocks:
             if "<function=" in answer or "</tool_call>" in answer:
                 return [_malformed(answer, "a call must be inside <tool_call></tool_call>")]
             return []
         params = {d["name"]: d["parameters"].get("properties", {}) for d in tools}
-        return [_call(m.group(1), bool(m.group(2)), params) for m in blocks]
+        return [_call(answer[start:end], closed, params) for start, end, closed in blocks]
 
 
 def _malformed(raw: str, what: str) -> CallParseError:

@@ -3,6 +3,8 @@
 import random
 
 import pytest
+from parser_oracles import random_texts
+from parser_oracles import tool_call_blocks as oracle_blocks
 
 from seal.bfcl.calls import (
     MAX_MESSAGE_CHARS,
@@ -13,6 +15,7 @@ from seal.bfcl.calls import (
     parse_call_string,
     parse_first_tool_calls,
     parse_tool_calls,
+    tool_call_blocks,
 )
 from seal.bfcl.ground_truth import (
     assistant_messages,
@@ -255,3 +258,12 @@ def test_a_message_over_the_limit_is_one_error_read_no_further():
     assert parse_first_tool_calls(text, 0) == ([], 1)
     at_limit = text[: MAX_MESSAGE_CHARS - 1] + "x"
     assert len(parse_tool_calls(at_limit)) == parse_first_tool_calls(at_limit, 0)[1] > 4500
+
+
+def test_blocks_are_found_as_the_pattern_found_them():
+    """tool_call_blocks (str.find) splits every text as `<tool_call>(.*?)(</tool_call>|$)`
+    did (an unclosed block ends before a final newline, as `$` does)."""
+    pieces = ["<tool_call>", "</tool_call>", "<tool_call", "x", "{}", "\n", " ", "\n\n"]
+    for text in random_texts(0, 20_000, ["<tool_call>\n{}\n</tool_call>", "a\n"], pieces):
+        found = [(text[start:end], closed) for start, end, closed in tool_call_blocks(text)]
+        assert found == oracle_blocks(text), text

@@ -5,6 +5,7 @@ MAX_MESSAGE_CHARS is one malformed call that says so (what the service refuses a
 - `qwen3.5`'s XML calls read as before (random texts of tags, parameters and
   whitespace), and whitespace inside a call costs what any text of its length costs
   (each parameter was searched for from every later position: 4.2 s for 64k spaces).
+- `qwen3` hands bfcl-eval's decoder the blocks the pattern it used found.
 - Every format, bfcl-eval's decoders included, answers an over-long message with the
   limit's error, and still reads a message of the limit's length.
 The parsers themselves: tests/seal/bfcl/test_paper_calls.py, test_toolace_calls.py,
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import pytest
 from parser_oracles import qwen35_parse, random_texts, relative_cost
+from parser_oracles import tool_call_blocks as oracle_blocks
 
 from seal.bfcl.calls import MAX_MESSAGE_CHARS, CallParseError
 from seal.formats.handler_format import leaderboard
@@ -73,3 +75,21 @@ def test_every_format_answers_a_message_over_the_limit_with_one_error(fmt):
     )
     answer = "Done.".ljust(MAX_MESSAGE_CHARS)  # a message of the limit is read
     assert fmt.parse(answer, [TOOL]) == []
+
+
+def test_qwen3_decodes_the_blocks_the_pattern_found(monkeypatch):
+    """QwenFCFormat hands bfcl-eval's decoder each block as the pattern
+    `<tool_call>.*?(?:</tool_call>|$)` found it (now found with str.find)."""
+    fmt = get_format("qwen3")
+    decoded = []
+    monkeypatch.setattr(fmt, "decode", lambda block: decoded.append(block) or [])
+    pieces = ["<tool_call>", "</tool_call>", "\n", " ", "{", "x"]
+    block = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
+    for text in random_texts(1, 5000, [block, "Let me.\n"], pieces):
+        decoded.clear()
+        fmt.parse(text)
+        expected = [
+            "<tool_call>" + body + ("</tool_call>" if closed else "")
+            for body, closed in oracle_blocks(text)
+        ]
+        assert decoded == expected, text

@@ -97,7 +97,7 @@ def test_nested_brackets_cost_what_their_length_costs():
     baseline = "[f(a='" + "x" * (2 * n) + "')]"
     [error] = toolace_calls.parse(nested)
     assert "Invalid ToolACE function-call syntax" in error.reason
-    assert relative_cost(toolace_calls.parse, nested, baseline) < 20
+    assert relative_cost(toolace_calls.parse, nested, baseline) < 10
 
 
 def test_tool_results_are_written_one_line_each_however_they_repeat():

@@ -28,8 +28,10 @@ def other_value(name: str) -> tuple[list[str], object]:
     flag = service_main.flag_of(name)
     if isinstance(default, bool):
         return ["--no-" + flag.removeprefix("--") if default else flag], not default
-    if isinstance(default, int):
-        return [flag, str(default + 1)], default + 1
+    if isinstance(default, int):  # one more, or one less at the setting's upper bound
+        highest = min((m.le for m in FIELDS[name].metadata if hasattr(m, "le")), default=None)
+        value = default - 1 if default == highest else default + 1
+        return [flag, str(value)], value
     if isinstance(default, float):
         return [flag, str(default + 1.5)], default + 1.5
     if name == "token":

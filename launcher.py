@@ -22,9 +22,9 @@ import traceback
 from pathlib import Path
 
 from omegaconf import OmegaConf
-from omegaconf.errors import ConfigKeyError
+from omegaconf.errors import ConfigKeyError, ValidationError
 
-from seal.launch.config import RunConfig
+from seal.launch.config import RunConfig, check_run_name
 from seal.launch.config_docs import closest_keys, render
 from seal.launch.resume import (
     ACCEPT_FLAG,
@@ -140,6 +140,16 @@ def compose(conf: Path | None, overrides: list[str], base=None):
         cfg = OmegaConf.merge(*layers)
     except ConfigKeyError as error:
         raise UnknownConfigKey(_unknown_key(error, conf, overrides)) from None
+    except ValidationError as error:
+        key = str(error.full_key)
+        if key == "name":
+            check_run_name(None)  # `name=` reads as null: say what a name must be
+        if f"{key}=" in overrides:
+            raise ValueError(
+                f"config key {key!r} was given no value (`{key}=`): give one"
+            ) from None
+        raise
+    check_run_name(cfg.name)
     check_job(cfg.job)
     return cfg
 
@@ -361,10 +371,18 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = sys.argv[1:] if argv is None else list(argv)
     if args.explain:
         try:
-            values = None if args.conf is None and not args.overrides else configure(args)
+            values = configure(args)  # without --conf: the main job's, as a run would be
         except (OSError, ValueError, KeyError) as error:
             print(f"[launcher] error: {type(error).__name__}: {error}", file=sys.stderr)
             return 1
+        if args.resume:
+            source = f"the run {args.resume}"
+        elif args.conf:
+            source = str(args.conf)
+        else:
+            source = f"{DEFAULT_CONF.relative_to(REPO_ROOT)} (the main job, no --conf given)"
+        given = " with the overrides given" if args.overrides else ""
+        print(f"# the config of {source}{given}; a value differing from its default says so\n")
         print(render(RunConfig, values))
         return 0
     try:

@@ -7,6 +7,7 @@ a misspelt key is an error at start-up rather than a silently ignored setting, a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from seal.rollout.env_client import EnvClientSettings
@@ -131,10 +132,24 @@ class VerlSettings:
     applied last, so they win over the mapped keys. Unknown keys are errors."""
 
 
+RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+RUN_NAME_RULE = "one path component of letters, digits, '.', '_' and '-', not starting with '.'"
+
+
+def check_run_name(name: str | None) -> None:
+    """Raise ValueError unless `name` is a run name (`RUN_NAME_RULE`): a run stays in its
+    own folder of `output_dir` (`../x` or `/tmp/x` would write elsewhere, `a/b` nest)."""
+    if not name:
+        raise ValueError(f"the run name is empty (`name=`): give one, {RUN_NAME_RULE}")
+    if not RUN_NAME.fullmatch(name):
+        raise ValueError(f"run name {name!r} refused: a run name is {RUN_NAME_RULE}")
+
+
 @dataclass
 class RunConfig:
     name: str = "replay_demo"
-    """Run name; outputs go to `{output_dir}/{name}`."""
+    """Run name; outputs go to `{output_dir}/{name}`. One path component of letters,
+    digits, `.`, `_` and `-`, not starting with `.` (checked when the config is composed)."""
     job: str = "replay"
     """What the launcher runs: `replay` (a scripted policy through the service), `local`
     (the single-process trainer, seal/trainer/local.py: CPU or one GPU) or `verl` (the

@@ -96,6 +96,37 @@ def test_explain_shows_the_values_of_the_given_config_beside_the_defaults(capsys
     assert "trainer.limits.max_generations = 20\n" in text
 
 
+def test_explain_without_a_conf_shows_the_main_jobs_config(capsys):
+    """`launcher.py --explain` describes what `launcher.py` runs (exp/cpu_default.yaml), not
+    the schema's defaults (a `replay_demo` run of the `replay` job)."""
+    assert launcher.main(["--explain"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# the config of exp/cpu_default.yaml"), text[:200]
+    assert "name = 'cpu_default'    (default: 'replay_demo')" in text
+    assert "job = 'local'    (default: 'replay')" in text
+    assert "trainer.model.path = 'tiny-qwen2'" in text
+
+
+@pytest.mark.parametrize("name", ["../escape", "ABSOLUTE", "a/b", "my run", ".hidden", ".."])
+def test_a_run_name_that_is_not_one_safe_path_component_is_refused(tmp_path, capsys, name):
+    name = str(tmp_path / "abs") if name == "ABSOLUTE" else name
+    # service.start=false without a port: a start that got past the name fails at once.
+    args = ["--", f"output_dir={tmp_path / 'out'}", f"name={name}", "service.start=false"]
+    assert launcher.main(args) == 1
+    err = capsys.readouterr().err
+    assert f"run name {name!r} refused" in err and "one path component" in err, err
+    assert list(tmp_path.iterdir()) == [], "a refused name wrote something"
+
+
+def test_an_empty_run_name_is_refused_with_the_rule(capsys):
+    assert launcher.main(["--", "name="]) == 1
+    err = capsys.readouterr().err
+    assert "the run name is empty" in err and "one path component" in err, err
+    assert "ValidationError" not in err
+    for name in ("seal_tiny", "run-2.b", "Qwen2.5_7B"):
+        assert launcher.compose(CPU, [f"name={name}"]).name == name
+
+
 def test_a_port_held_by_another_program_is_named(tmp_path, capsys):
     import socket
 

@@ -1,9 +1,9 @@
 """SEAL-repro launcher: compose a run's config, start the environment service, run the job.
 
-    python launcher.py [--conf exp/cpu_default.yaml] [--with-bfcl] [-- key=value ...]
-    python launcher.py --resume outputs/NAME [-- key=value ...]   # continue a run
-    python launcher.py --explain [--conf X.yaml]   # every config key, its value and meaning
-    python launcher.py --conf exp/SEAL.yaml --preflight   # a training run's checks only
+    .venv/bin/python launcher.py [--conf exp/cpu_default.yaml] [--with-bfcl] [-- key=value ...]
+    .venv/bin/python launcher.py --resume outputs/NAME [-- key=value ...]   # continue a run
+    .venv/bin/python launcher.py --explain [--conf X.yaml]   # every config key, its value and meaning
+    .venv/bin/python launcher.py --conf exp/SEAL.yaml --preflight   # a training run's checks only
 
 The config is exp/NAME.yaml over the defaults of seal/launch/config.py, then the overrides.
 Before the job runs, the run directory is locked and checked, the run's own service started
@@ -24,6 +24,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from seal import commands
 from seal.launch.config import RunConfig, check_run_name
 from seal.launch.config_docs import closest_keys, render
 from seal.launch.resume import (
@@ -121,7 +122,7 @@ def _unknown_key(error: ConfigKeyError, conf: Path | None, overrides: list[str])
     hint = f"; did you mean {' or '.join(near)}?" if near else ""
     return (
         f"unknown config key {key!r} (in {where}){hint} "
-        "(`python launcher.py --explain` lists every key)"
+        f"(`{commands.launcher('--explain')}` lists every key)"
     )
 
 
@@ -180,10 +181,6 @@ def configure(args: argparse.Namespace):
         cfg = compose(None, [*where, *args.overrides, *resume], base=load_recorded(path))
         return cfg
     return compose(args.conf or DEFAULT_CONF, args.overrides)
-
-
-def resume_command(run_dir: Path) -> str:
-    return f"python launcher.py --resume {run_dir}"
 
 
 def attempt_record(
@@ -320,7 +317,7 @@ def run(args: argparse.Namespace) -> None:
                     print_end_of_run(run_dir, note)
             except (KeyboardInterrupt, Terminated):
                 if training and not args.preflight:
-                    print(f"\n[launcher] resume with: {resume_command(run_dir)}", file=sys.stderr)
+                    print(f"\n[launcher] resume with: {commands.resume(run_dir)}", file=sys.stderr)
                 raise
 
 

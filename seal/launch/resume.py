@@ -25,6 +25,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from seal import commands
 from seal.runs.redact import names_secret
 from seal.runs.run_record import (
     ATTEMPTS_DIR,
@@ -167,7 +168,7 @@ def check_resume(recorded, now, recorded_path: Path, accept: bool) -> list[Chang
         raise ResumeConfigChanged(
             f"this resume's config differs from the run's recorded one ({recorded_path}) in "
             f"keys that change the experiment:\n  {listed}\n"
-            f"Resume the run as recorded with `python launcher.py --resume {run_dir}` (with "
+            f"Resume the run as recorded with `{commands.resume(run_dir)}` (with "
             "`-- key=value` for the keys a resume may change: the steps, checkpointing, "
             "logging, the service; seal/launch/resume.py lists them), or add "
             f"{ACCEPT_FLAG} to go on with these values (the attempt's record lists them)"

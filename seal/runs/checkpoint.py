@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from seal import commands
 from seal.atomic_file import StateFileError, read_json, write_json_atomic
 
 LATEST = "latest"
@@ -38,6 +39,30 @@ class TrainerState:
     step: int = 0
     """Steps completed."""
     epoch: int = 0
+
+
+def umask_mode() -> int:
+    """The mode a plain `open()` gives a new file here: 0o666 less the process's umask
+    (read from /proc where it can be, since setting the umask to read it is process-wide)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def make_readable(folder: Path) -> None:
+    """Give the files of the model directory `folder` the mode a plain `open()` would: the
+    safetensors writer (and write_json_atomic's temporary file) make theirs 0600, so another
+    user, or a vLLM container, could read the config and tokenizer but not the weights."""
+    mode = umask_mode()
+    for file in folder.iterdir():
+        if file.is_file() and file.stat().st_mode & 0o777 != mode:
+            os.chmod(file, mode)
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
@@ -77,6 +102,7 @@ def save_checkpoint(
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
         save_seal(tmp)
         write_json_atomic(tmp / "trainer_state.json", asdict(state))
+        make_readable(tmp)
         _sync_tree(tmp)  # on disk before `latest` can name it
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)
@@ -91,7 +117,7 @@ def save_checkpoint(
         raise CheckpointWriteError(
             f"cannot write the checkpoint of step {state.step} to {path} "
             f"({type(error).__name__}: {error}); {kept}. Free space (or fix the disk) and "
-            "resume with trainer.checkpoint.resume=true"
+            f"resume with `{commands.resume(run_dir)}`"
         ) from error
     return path
 

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from seal import commands
 from seal.atomic_file import StateFileError
 from seal.runs import checkpoint as ckpt
 from seal.runs.data_order import check_data_order
@@ -97,14 +98,14 @@ def check_run_dir(run_dir: Path, cfg: TrainerConfig, backend: str) -> list[str]:
             raise FileExistsError(
                 f"{run_dir} holds a run that never reached its first checkpoint "
                 f"({', '.join(unfinished)}): restart it from step 0 with "
-                f"trainer.checkpoint.resume=true (its files are kept in {UNFINISHED_DIR}/), "
+                f"`{commands.resume(run_dir)}` (its files are kept in {UNFINISHED_DIR}/), "
                 "or give this run another name"
             )
         found = earlier_state(run_dir)
         if found:
             raise FileExistsError(
                 f"{run_dir} holds an earlier run ({', '.join(found)}): resume it with "
-                "trainer.checkpoint.resume=true, or give this run another name"
+                f"`{commands.resume(run_dir)}`, or give this run another name"
             )
         return []
     if unfinished is not None or (

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from seal import commands
 from seal.atomic_file import read_json, write_json_atomic
 from seal.runs import checkpoint as ckpt
 from seal.runs.run_record import CONFIG_FILENAME
@@ -211,6 +212,10 @@ def _fill(run_dir: Path, folder: Path, at_step: int | None, tmp: Path, tokenizer
         {"run": str(run_dir.resolve()), "step": at_step, "checkpoint": str(folder.resolve()),
          "tokenizer_from": source or "the checkpoint"},
     )  # fmt: skip
+    # Weights of a checkpoint written before make_readable, or by verl, are 0600 (and the
+    # record's temporary file was): a hard link shares its mode with the checkpoint's file,
+    # which becomes readable too.
+    ckpt.make_readable(tmp)
 
 
 def export_hint(run_dir: Path) -> str:
@@ -228,10 +233,11 @@ def export_hint(run_dir: Path) -> str:
         which = "--step latest"
     out = run_dir.parent / "export" / run_dir.name
     weights = "" if _weights(folder) else " (no Hugging Face weights: seal-export says how)"
+    export = commands.script("seal-export", run_dir, out, *which.split())
+    score = commands.script("seal-eval", "--model-dir", out, "--start-env")
     return (
         f"model of step {step}: {folder}{weights}, a Hugging Face model directory (tokenizer and "
-        f"chat template included). Export it alone: seal-export {run_dir} {out} {which}; "
-        f"score it: seal-eval --model-dir {out} --start-env"
+        f"chat template included). Export it alone: {export}; score it: {score}"
     )
 
 
@@ -259,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"exported step {record['step']} of {args.run_dir} to {out}: a Hugging Face model "
         f"directory (from_pretrained, `transformers serve {out}`, vLLM); score it with "
-        f"`seal-eval --model-dir {out} --start-env`"
+        f"`{commands.script('seal-eval', '--model-dir', out, '--start-env')}`"
     )
     return 0
 

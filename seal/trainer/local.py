@@ -19,6 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from seal import commands
 from seal.algos.advantage import grpo_advantages
 from seal.algos.loss import needs_reference
 from seal.atomic_file import StateFileError
@@ -319,7 +320,8 @@ def run_local_training(cfg, env_url: str, run: Run, split_file: Path) -> str:
     best, run_dir = trainer.seal.best, run.dir
     return (
         f"\nbest step {best['step']} ({best['metric']} = {best['value']:.4f}); "
-        f"checkpoints in {run_dir / 'checkpoints'}; report: seal-report {run_dir}"
+        f"checkpoints in {run_dir / 'checkpoints'}; report: "
+        f"{commands.script('seal-report', Path(run_dir))}"
     )
 
 

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 import launcher  # noqa: E402
+from seal import commands  # noqa: E402
 from seal.runs import checkpoint as ckpt  # noqa: E402
 from seal.runs.checks import check_run_dir  # noqa: E402
 from seal.runs.data_order import DATA_ORDER_FILENAME, DataOrderChanged, data_order  # noqa: E402
@@ -65,7 +66,8 @@ def test_a_refused_fresh_start_leaves_the_earlier_run_untouched(tmp_path, capsys
     before = snapshot(run_dir)
     assert launcher.main(training_args(tmp_path, "trainer.rollout.n=2")) == 1
     err = capsys.readouterr().err
-    assert "holds an earlier run" in err and "trainer.checkpoint.resume=true" in err
+    # The one resume wording, runnable as pasted (tests/seal/test_commands.py).
+    assert "holds an earlier run (" in err and f"resume it with `{commands.resume(run_dir)}`" in err
     assert snapshot(run_dir) == before, "the refused start changed the earlier run's files"
 
 

@@ -8,6 +8,7 @@ service URL and waits to be stopped."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from seal import commands
 from seal.rollout.env_client import TOKEN_ENV, is_healthy
 
 REPO = Path(__file__).resolve().parents[3]
@@ -301,7 +303,9 @@ def test_ctrl_c_to_the_process_group_prints_the_resume_command_and_no_tracebacks
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, output
-    assert f"resume with: python launcher.py --resume {tmp_path / 'run'}" in output, output
+    with contextlib.chdir(REPO):  # the launcher's working directory
+        hint = commands.resume(tmp_path / "run")
+    assert f"resume with: {hint}" in output, output
     for noise in ("Traceback", "ClientConnectorError", "Cannot connect"):
         assert noise not in output, output
     wait_until(lambda: process_gone(service_pid), 15, "Ctrl-C left the service running")

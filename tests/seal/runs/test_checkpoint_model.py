@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -65,6 +67,48 @@ def test_the_run_s_last_lines_name_the_model_and_the_export_command(run):
     last = output.strip().splitlines()[-1]
     assert f"{checkpoint(run_dir)}, a Hugging Face model directory" in last, last
     assert f"seal-export {run_dir} " in last and "seal-eval --model-dir" in last
+
+
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_the_weights_are_as_readable_as_the_rest_of_the_checkpoint(run):
+    """The safetensors writer makes model.safetensors 0600, while config.json and the
+    tokenizer get the umask's mode: another user or a vLLM container could not read it."""
+    folder = checkpoint(run[0])
+    assert mode(folder / "model.safetensors") == mode(folder / "config.json"), oct(
+        mode(folder / "model.safetensors")
+    )
+
+
+def test_the_export_hint_runs_as_pasted_into_a_shell_without_the_venv(run, tmp_path, monkeypatch):
+    """The run's last line names seal-export and seal-eval so that they run from the
+    directory the run was started in, the venv not activated (`.venv/bin/seal-export`,
+    as the README writes it); the export's files, weights included, are readable like a
+    plain file (a checkpoint written 0600, as verl's or an older one's, included)."""
+    from seal.runs.export import export_hint
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(run[0], run_dir, ignore=shutil.ignore_patterns(".lock"))
+    os.chmod(checkpoint(run_dir) / "model.safetensors", 0o600)
+    repo = Path(__file__).resolve().parents[3]
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.chdir(repo)
+    hint = export_hint(run_dir)
+    export, score = hint.split("Export it alone: ")[1].split("; score it: ")
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(["bash", "-c", export], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, f"{export}\n{done.stderr}"
+    out = tmp_path / "export" / "run"
+    assert json.loads((out / "seal_export.json").read_text())["step"] == 1
+    plain = mode(out / "config.json")
+    assert {f.name: mode(f) for f in out.iterdir()} == {f.name: plain for f in out.iterdir()}
+    program = shlex.split(score)[0]
+    help_run = subprocess.run(["bash", "-c", f"{program} --help"], cwd=repo, env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert help_run.returncode == 0, f"{score}\n{help_run.stderr}"
 
 
 def test_export_writes_the_model_alone(run, tmp_path, capsys):

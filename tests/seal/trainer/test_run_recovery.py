@@ -34,6 +34,7 @@ from conftest import serving
 
 import launcher
 from env_service.app import create_app
+from seal import commands
 from seal.algos.loss import PolicyLossConfig, needs_reference
 from seal.atomic_file import StateFileError
 from seal.rollout.env_client import TOKEN_ENV
@@ -399,7 +400,7 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_from_step_0(tmp_path,
     assert launcher.main(args) == 1
     err = capsys.readouterr().err
     assert "never reached its first checkpoint" in err and "metrics.jsonl" in err
-    assert "trainer.checkpoint.resume=true" in err
+    assert f"restart it from step 0 with `{commands.resume(run_dir)}`" in err
 
     # Resumed, it restarts from step 0, says so, and keeps the killed attempt's files.
     resumed = subprocess.run(

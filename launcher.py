@@ -43,6 +43,7 @@ from seal.runs.records import read_val_dir
 from seal.runs.redact import REDACTED, redact_argv
 from seal.runs.run import Run, open_run
 from seal.runs.run_record import start_attempt
+from seal.trainer.model_files import refuse_missing_model
 from seal.trainer.verl.cpu import PLATFORM_ENV as CPU_PLATFORM_ENV
 from seal.trainer_config import TRAINING_JOBS
 
@@ -270,6 +271,9 @@ def run(args: argparse.Namespace) -> None:
     # and wandb's metadata copy: masked there before anything is written.
     sys.argv[:] = redact_argv(sys.argv, [cfg.service.token])
     check_job(cfg.job, preflight=args.preflight)  # imports nothing: the lock comes first
+    if cfg.job == "local" and not args.preflight:  # --preflight shows it in its table
+        # Before the run directory is made, and before transformers asks the hub for it.
+        refuse_missing_model(cfg.trainer.model.path, cfg.trainer.model.tokenizer)
     run_dir = Path(cfg.output_dir) / cfg.name
     training = cfg.job in TRAINING_JOBS
     trainer = cfg.trainer if training else None
@@ -282,6 +286,8 @@ def run(args: argparse.Namespace) -> None:
             baseline = _check_resume_config(args, cfg, run_dir, cfg.job, accepted)
 
     job = None
+    service_up = False
+    created = not run_dir.exists()
 
     def import_job() -> None:
         nonlocal job
@@ -293,32 +299,44 @@ def run(args: argparse.Namespace) -> None:
         start = cfg.service.start or args.with_bfcl
         # The job is imported while the service starts up: seconds of CPU each, side by side.
         log = run_dir / "env_service.log"
-        with service_for_run(cfg.service, start, log, meanwhile=import_job) as service:
-            if args.preflight:
-                print(f"[launcher] preflight of the {cfg.job!r} job of {run_dir}")
-            else:
-                changed = []
-                if baseline is not None:
-                    ok, changed = check_service(
-                        baseline, service.settings, run_dir, args.accept_config_change
-                    )
-                    for change in ok:
-                        print(f"[launcher] resuming with a changed service (accepted): {change}")
-                    accepted += ok
-                record = attempt_record(args, cfg, accepted, service, changed)
-                save_run_files(cfg, run, record)
-                print(f"[launcher] job {cfg.job!r}, outputs in {run_dir}")
-            cfg.service.token = ""
-            # The job's clients, and the processes it starts, read the token from there.
-            try:
-                with token_in_environment(service.token):
-                    note = job(cfg, service.url, run, REPO_ROOT / "data/seal_split.json")
-                if training and not args.preflight:
-                    print_end_of_run(run_dir, note)
-            except (KeyboardInterrupt, Terminated):
-                if training and not args.preflight:
-                    print(f"\n[launcher] resume with: {commands.resume(run_dir)}", file=sys.stderr)
-                raise
+        try:
+            with service_for_run(cfg.service, start, log, meanwhile=import_job) as service:
+                service_up = True
+                if args.preflight:
+                    print(f"[launcher] preflight of the {cfg.job!r} job of {run_dir}")
+                else:
+                    changed = []
+                    if baseline is not None:
+                        ok, changed = check_service(
+                            baseline, service.settings, run_dir, args.accept_config_change
+                        )
+                        for change in ok:
+                            print(
+                                f"[launcher] resuming with a changed service (accepted): {change}"
+                            )
+                        accepted += ok
+                    record = attempt_record(args, cfg, accepted, service, changed)
+                    save_run_files(cfg, run, record)
+                    print(f"[launcher] job {cfg.job!r}, outputs in {run_dir}")
+                cfg.service.token = ""
+                # The job's clients, and the processes it starts, read the token from there.
+                try:
+                    with token_in_environment(service.token):
+                        note = job(cfg, service.url, run, REPO_ROOT / "data/seal_split.json")
+                    if training and not args.preflight:
+                        print_end_of_run(run_dir, note)
+                except (KeyboardInterrupt, Terminated):
+                    if training and not args.preflight:
+                        hint = commands.resume(run_dir)
+                        print(f"\n[launcher] resume with: {hint}", file=sys.stderr)
+                    raise
+        except BaseException:
+            # A refused start in a directory of its own leaves none; the service's log stays
+            # when the service itself failed (the error names it).
+            service_failed = job is not None and not service_up and log.exists()
+            if created and run.attempt is None:
+                run.discard(frozenset() if service_failed else {log.name})
+            raise
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from seal.runs.checks import check_run_dir, set_aside_unfinished_attempt
 from seal.runs.data_order import record_data_order
-from seal.runs.lock import RunDirLock, lock_run_dir
+from seal.runs.lock import LOCK_FILENAME, RunDirLock, lock_run_dir
 
 if TYPE_CHECKING:  # the run config's `trainer` section; read, never built, here
     from seal.trainer_config import TrainerConfig
@@ -43,6 +43,18 @@ class Run:
 
     def release(self) -> None:
         self.lock.release()
+
+    def discard(self, disposable: frozenset[str] = frozenset()) -> bool:
+        """Remove the directory, still locked, if it holds nothing but its lock and the
+        `disposable` files: a start refused before it wrote anything of its own leaves no
+        run directory behind (its caller knows the directory is its own). Whether it did."""
+        files = list(self.dir.iterdir())
+        if any(f.name not in {LOCK_FILENAME, *disposable} or not f.is_file() for f in files):
+            return False
+        for file in files:
+            file.unlink()
+        self.dir.rmdir()
+        return True
 
     def __fspath__(self) -> str:
         return str(self.dir)

@@ -1,8 +1,9 @@
-"""The local trainer's preflight: do the model and the `trainer` section fit the one GPU it
-trains on? Checked before any weight loads (LocalTrainer, on a CUDA device) and by
-`launcher.py --preflight` for a `local` job, from the model's config alone (memory.py's
-estimate). A refusal names what would fit: a model of at most so many parameters of this
-shape, or verl on one GPU with its parameters and optimizer offloaded to the CPU.
+"""The local trainer's preflight: is the model on this machine's disk (model_files.py), and
+do it and the `trainer` section fit the one GPU it trains on? Checked before any weight
+loads (LocalTrainer) and by `launcher.py --preflight` for a `local` job, from the model's
+config alone (memory.py's estimate). A refusal names the download command, or what would
+fit: a model of at most so many parameters of this shape, or verl on one GPU with its
+parameters and optimizer offloaded to the CPU.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from seal.trainer.memory import (
     largest_local_model,
     local_trainer_memory,
 )
+from seal.trainer.model_files import local_model_dir, model_files_check
 
 VERL_ON_ONE_GPU = (
     "-- job=verl verl.n_gpus_per_node=1 verl.param_offload=true verl.optimizer_offload=true"
@@ -86,22 +88,32 @@ def cuda_card(device) -> tuple[str, float]:
 
 def local_checks(t) -> list[Check]:
     """The checks for the `trainer` section `t` on the device it resolves to (no GPU: the
-    rows say so)."""
-    from seal.trainer.model import model_config, resolve_device
+    rows say so): the model's files on this machine's disk first, then its memory."""
+    from transformers import AutoConfig
 
+    from seal.trainer.model import TINY_MODELS, model_config, resolve_device
+
+    files = model_files_check(t.model.path, t.model.tokenizer)
+    if files.status == BLOCKER:
+        return [files] + [Check(name, SKIP, "the model's config is not here") for name in NAMES]
     device = resolve_device(t.model.device)
     if device.type != "cuda":
-        return [Check(name, SKIP, f"device {device}: no GPU memory to check") for name in NAMES]
+        skipped = [Check(name, SKIP, f"device {device}: no GPU memory to check") for name in NAMES]
+        return [files, *skipped]
     name, card = cuda_card(device)
-    shape = ModelShape.from_hf_config(model_config(t.model))
-    rows = [Check("GPU", OK, f"{device}: {name}, {card:.1f} GiB")]
+    if t.model.path in TINY_MODELS:
+        config = model_config(t.model)
+    else:  # from the folder found: the name would send transformers to the hub first
+        config = AutoConfig.from_pretrained(local_model_dir(t.model.path))
+    shape = ModelShape.from_hf_config(config)
+    rows = [files, Check("GPU", OK, f"{device}: {name}, {card:.1f} GiB")]
     rows += linear_attention_check(shape.linear_layers)
     return rows + check_local_memory(shape, LocalShape.from_trainer(t), card)
 
 
 def refuse_if_it_cannot_fit(t) -> None:
-    """Before the local trainer loads a model onto a GPU: the table and PreflightFailed on
-    a blocker; nothing on the CPU."""
+    """Before the local trainer loads a model: the table and PreflightFailed on a blocker
+    (on the CPU, only the model's files are checked)."""
     checks = local_checks(t)
     if any(c.status == BLOCKER for c in checks):
         print(render(checks))

@@ -8,7 +8,6 @@ retries, and a run must not start downloading 15 GB on each node)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from seal.trainer.checks import OK
+from seal.trainer.model_files import ModelNotLocal, local_model_dir
 
 PROBE_TIMEOUT_S = 120.0
 """A node whose probe has not answered by then is reported as failed."""
@@ -68,40 +68,6 @@ def nvidia_gpus() -> list[Gpu]:
         name, memory_mib, driver = (part.strip() for part in line.split(","))
         gpus.append(Gpu(name, float(memory_mib) / 1024, driver))
     return gpus
-
-
-class ModelNotLocal(LookupError):
-    """The model's files are not (all) on this node's disk; the message says what is missing."""
-
-
-def local_model_dir(path: str) -> Path:
-    """The folder holding the model `path` (a folder, or a Hugging Face name looked up in this
-    node's cache, $HF_HOME), with its config and every weight file its index lists; never
-    downloads. Raises ModelNotLocal saying what is missing."""
-    from huggingface_hub import constants, snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
-    folder = Path(path)
-    if not folder.is_dir():
-        if folder.is_absolute() or path.startswith("."):
-            raise ModelNotLocal(f"{path} is not a folder on this node")
-        try:
-            folder = Path(snapshot_download(path, local_files_only=True))
-        except (LocalEntryNotFoundError, ValueError) as error:
-            raise ModelNotLocal(
-                f"{path} is not in this node's Hugging Face cache ({constants.HF_HUB_CACHE}): "
-                f"{type(error).__name__}"
-            ) from error
-    missing = [name for name in ("config.json",) if not (folder / name).is_file()]
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        missing += [shard for shard in shards if not (folder / shard).is_file()]
-    elif not any(folder.glob("*.safetensors")) and not any(folder.glob("pytorch_model*.bin")):
-        missing.append("weights (*.safetensors)")
-    if missing:
-        raise ModelNotLocal(f"{folder} lacks {', '.join(missing)}")
-    return folder
 
 
 def model_presence(path: str) -> str:

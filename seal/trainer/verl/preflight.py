@@ -23,6 +23,7 @@ from seal.trainer.checks import (
     linear_attention_check,
 )
 from seal.trainer.memory import GIB, ModelShape
+from seal.trainer.model_files import download_command
 from seal.trainer.verl.config import CPUS_PER_GPU, reserved_cpus
 from seal.trainer.verl.memory_estimate import RunShape, kv_tokens_at, memory_estimate
 from seal.trainer.verl.node_facts import (
@@ -298,7 +299,7 @@ def check_model_files(nodes: list[NodeFacts], path: str) -> Check:
             BLOCKER,
             "; ".join(f"{node}: {why}" for node, why in missing.items())
             + f". Every node loads the weights from its own disk: download them first "
-            f"(`.venv/bin/hf download {path}` on every node, or once with HF_HOME on the shared "
+            f"(`{download_command(path)}` on every node, or once with HF_HOME on the shared "
             "filesystem; docs/gpu.md)",
         )
     return Check(name, OK, f"{path}: config and weights on {len(nodes)} node(s)")

@@ -140,6 +140,7 @@ def test_a_port_held_by_another_program_is_named(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"port {port} on 127.0.0.1 is in use by another program" in err, err
     assert "exited with code" not in err
+    assert list(tmp_path.iterdir()) == [], "the refused start left its run directory"
 
 
 def test_adopting_needs_a_port_a_token_and_a_service(tmp_path, capsys, monkeypatch):
@@ -152,6 +153,19 @@ def test_adopting_needs_a_port_a_token_and_a_service(tmp_path, capsys, monkeypat
     monkeypatch.setenv(TOKEN_ENV, "t0ken")
     assert launcher.main([*base, f"service.port={free_port()}"]) == 1
     assert "no environment service" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == [], "a refused start left its run directory"
+
+
+def test_a_service_that_fails_to_start_leaves_its_log(tmp_path, capsys):
+    """The one refusal whose run directory stays: the error names the service's log."""
+    args = ["--conf", str(REPO / "exp/replay_demo.yaml"), f"output_dir={tmp_path}",
+            "service.max_live_episodes=0"]  # fmt: skip
+    assert launcher.main(args) == 1
+    assert "exited with code" in capsys.readouterr().err
+    assert (tmp_path / "replay_demo" / "env_service.log").stat().st_size > 0
+    # A refusal in a directory that was there before leaves it as it was.
+    assert launcher.main([*args[:-1], "service.start=false"]) == 1
+    assert (tmp_path / "replay_demo" / "env_service.log").exists()
 
 
 # --- the run's own service and adopted ones (they need the service's authentication) -----

@@ -4,6 +4,10 @@ any weight loads, naming what would fit. The GPU is injected (no CUDA here)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from conftest import REPO_ROOT
 from omegaconf import OmegaConf
@@ -65,6 +69,7 @@ def test_the_trainer_refuses_a_7b_model_on_an_80gb_gpu_before_loading_it(
     it would fail there instead, with another error."""
     model_dir = tmp_path / "qwen2.5-7b-config-only"
     QWEN25_7B.save_pretrained(model_dir)
+    (model_dir / "model.safetensors").write_bytes(b"")  # present for the files check
     monkeypatch.setattr(local_preflight, "cuda_card", lambda device: H100)
     t = seal_trainer(**{
         "trainer.model.path": str(model_dir), "trainer.model.device": "cuda",
@@ -77,9 +82,70 @@ def test_the_trainer_refuses_a_7b_model_on_an_80gb_gpu_before_loading_it(
     assert "a model of up to" in capsys.readouterr().out  # the table was printed
 
 
-def test_on_the_cpu_there_is_nothing_to_check():
+def test_on_the_cpu_only_the_models_files_are_checked(tmp_path):
+    model_dir = tmp_path / "model"
+    QWEN25_7B.save_pretrained(model_dir)
+    (model_dir / "model.safetensors").write_bytes(b"")
+    t = seal_trainer(**{"trainer.model.device": "cpu", "trainer.model.path": str(model_dir)})
+    rows = local_preflight.local_checks(t)
+    assert [(r.name, r.status) for r in rows] == [
+        ("model files", OK),
+        ("memory: local update", SKIP),
+        ("memory: local rollout", SKIP),
+    ]
+
+
+@pytest.fixture
+def empty_hub_cache(tmp_path, monkeypatch):
+    """A Hugging Face cache with nothing in it (this machine's may hold models)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    return tmp_path / "hub"
+
+
+def test_a_model_not_on_disk_is_a_blocker_naming_the_download_command(empty_hub_cache):
     rows = local_preflight.local_checks(seal_trainer(**{"trainer.model.device": "cpu"}))
-    assert {r.status for r in rows} == {SKIP}
+    files = rows[0]
+    assert files.name == "model files" and files.status == BLOCKER, rows
+    assert "Qwen/Qwen2.5-7B-Instruct is not in this node's Hugging Face cache" in files.detail
+    assert "hf download Qwen/Qwen2.5-7B-Instruct`" in files.detail
+    assert [r.status for r in rows[1:]] == [SKIP, SKIP]
+
+
+def test_a_local_run_of_a_model_not_on_disk_is_refused_before_its_run_directory(tmp_path):
+    """The launcher looks for the model before it makes the run directory or starts the
+    service, and never asks the hub (here a dead address: transformers would retry it)."""
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": "http://127.0.0.1:9"}
+    env.pop("HF_HUB_OFFLINE", None)
+    args = ["--conf", str(REPO_ROOT / "exp/SEAL.yaml"), "--", "job=local", "name=try",
+            f"output_dir={tmp_path / 'out'}"]  # fmt: skip
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "launcher.py"), *args],
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "model files: Qwen/Qwen2.5-7B-Instruct is not in" in done.stderr, done.stderr
+    assert "hf download Qwen/Qwen2.5-7B-Instruct`" in done.stderr
+    assert not (tmp_path / "out" / "try").exists()
+    assert "environment service" not in done.stdout
+
+
+def test_the_readmes_one_gpu_line_fits_one_80gb_gpu():
+    """README's single-GPU command: the recipe on a model the local trainer's estimate
+    fits on one 80 GB card (Qwen2.5-1.5B's shape), not the 7B it refuses."""
+    text = (REPO_ROOT / "README.md").read_text()
+    lines = text[text.index("## The paper's runs") :].split("```")[1].replace("\\\n", " ")
+    line = next(line for line in lines.splitlines() if "job=local" in line)
+    overrides = line.split("#")[0].split(" -- ")[1].split()
+    t = seal_trainer(**dict(o.split("=", 1) for o in overrides))
+    assert t.model.path == "Qwen/Qwen2.5-1.5B-Instruct", line
+    assert f"hf download {t.model.path}" in lines, "the line before it downloads the model"
+    small = Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
+                        num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                        tie_word_embeddings=True)  # fmt: skip
+    rows = local_preflight.check_local_memory(
+        ModelShape.from_hf_config(small), LocalShape.from_trainer(t), H100[1]
+    )
+    assert [r.status for r in rows] == [OK, OK], rows
 
 
 def test_preflight_runs_for_training_jobs_only():

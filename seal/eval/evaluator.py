@@ -20,11 +20,12 @@ from typing import get_args
 
 from tqdm import tqdm
 
+from seal import commands
 from seal.bfcl.agentic import prerequisite_plan
 from seal.eval.chat_endpoint import ChatEndpoint, EndpointError, EndpointSettings
 from seal.eval.endpoint_episode import ContextBudgetError, Prompting, run_episode, tokenizer_label
 from seal.eval.replay import record_from_report
-from seal.rollout.env_client import EnvClient, EnvServiceError
+from seal.rollout.env_client import TOKEN_ENV, EnvClient, EnvServiceError
 from seal.rollout.loop import StopReason
 from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.turn_tokens import TextTokens
@@ -195,7 +196,11 @@ async def run_tasks(
         ChatEndpoint(settings, max_connections=concurrency) as chat,
     ):
         if not await env.healthy():
-            raise EnvServiceError(f"no healthy environment service at {env_url}")
+            raise EnvServiceError(
+                f"no healthy environment service at {env_url}: start one "
+                f"(`{commands.python()} -m env_service`, its token in ${TOKEN_ENV}) and pass "
+                "its --env-url, or let seal-eval start its own with --start-env"
+            )
         await check_endpoint(chat, limits, prompting)
         with tqdm(
             total=len(task_ids), desc=settings.model, unit="task", disable=not show_progress

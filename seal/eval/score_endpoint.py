@@ -13,10 +13,12 @@ status: docs/evaluation.md.
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -35,14 +37,25 @@ from seal.eval.replay import split_task_ids
 from seal.formats.bfcl_handlers import ranked_entry
 from seal.formats.handler_format import leaderboard
 from seal.formats.registry import AUTO, FORMATS, resolve
-from seal.launch.service import new_token, start_service, token_in_environment
+from seal.launch.service import (
+    PortInUse,
+    check_port_free,
+    new_token,
+    service_url,
+    start_service,
+    token_in_environment,
+)
 from seal.launch.terminate import TERMINATED_STATUS, Terminated, sigterm_raises
 from seal.report.ood import Scores, bfcl_v4_scores, table2
 from seal.report.paper import backbone_of
 from seal.report.summary import render_markdown, summarize_step
+from seal.rollout.env_client import TOKEN_ENV, is_healthy
 from seal.rollout.protocol import EpisodeLimits
 
 REPO = Path(__file__).resolve().parents[2]
+DEFAULT_ENV_URL = "http://127.0.0.1:8082"
+"""Where `python -m env_service` listens by default: the service --env-url means unless
+given (with --start-env, the evaluation's own service takes a free port instead)."""
 AGENTIC_SPLITS = ("agentic", "memory", "web_search", *AGENTIC_CATEGORIES)
 DEFAULT_SPLIT_FILE = REPO / "data" / "seal_split.json"
 
@@ -165,16 +178,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--env-url",
-        default="http://127.0.0.1:8082",
         help="the environment service; its token, if it has one, from $SEAL_ENV_TOKEN "
-        "(default: %(default)s)",
+        f"(default: {DEFAULT_ENV_URL}; with --start-env: a free local port)",
     )
     parser.add_argument(
         "--start-env",
         action="store_true",
-        help="start the evaluation's own environment service on --env-url's host and port "
-        "(refused if a service already answers there), with a fresh token; stopped at exit, "
-        "log in OUT_DIR/env_service.log",
+        help="start the evaluation's own environment service, with a fresh token, on a free "
+        "local port (or --env-url's host and port: refused if anything listens there), "
+        "before any model server; stopped at exit, log in OUT_DIR/env_service.log",
     )
     parser.add_argument(
         "--embedding-model",
@@ -221,6 +233,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.max_generations = 21 if args.split in AGENTIC_SPLITS else 20
     if not args.start_env and (args.embedding_model or args.web_search_interval is not None):
         parser.error("--embedding-model and --web-search-interval go with --start-env")
+    if args.env_url is None and not args.start_env:
+        args.env_url = DEFAULT_ENV_URL
     positive = ("limit", "concurrency", "max_generations", "max_tokens", "attempts")
     positive += ("max_context_tokens", "max_observation_tokens")
     for flag in positive:
@@ -372,19 +386,39 @@ def evaluate(args: argparse.Namespace, out_dir: Path, settings: EndpointSettings
     return 0
 
 
-def evaluate_with_service(args: argparse.Namespace, out_dir: Path, tokenizer) -> int:
-    settings = endpoint_settings(args)
+@contextlib.contextmanager
+def environment_service(args: argparse.Namespace, out_dir: Path) -> Iterator[None]:
+    """With --start-env, the evaluation's own service (args.env_url set to it, its token in
+    the environment for the evaluator's client), stopped on leaving; else nothing."""
     if not args.start_env:
-        return evaluate(args, out_dir, settings, tokenizer)
-    env = urlsplit(args.env_url)
+        yield
+        return
+    host, port = "127.0.0.1", 0
+    if args.env_url:
+        env = urlsplit(args.env_url)
+        host, port = env.hostname or host, env.port or 0
+        if port and is_healthy(service_url(host, port)):
+            raise RuntimeError(
+                f"--env-url {args.env_url}: an environment service already answers there; "
+                "leave --env-url out for a free port, or drop --start-env to use that one "
+                f"(its token in ${TOKEN_ENV})"
+            )
+        if port:
+            try:
+                check_port_free(host, port)
+            except PortInUse:
+                raise RuntimeError(
+                    f"--env-url {args.env_url}: port {port} is in use by another program; "
+                    "leave --env-url out for a free port, or give another"
+                ) from None
     log = out_dir / "env_service.log"
     extra = service_args(args, out_dir)
     with (
-        start_service(env.hostname, env.port or 0, log, new_token(), extra_args=extra) as service,
+        start_service(host, port, log, new_token(), extra_args=extra, who="seal-eval") as service,
         token_in_environment(service.token),  # the evaluator's client reads it there
     ):
         args.env_url = service.url
-        return evaluate(args, out_dir, settings, tokenizer)
+        yield
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,11 +428,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with sigterm_raises():
             tokenizer = load_tokenizer(args.tokenizer, args.model)
-            if args.model_dir is None:
-                return evaluate_with_service(args, out_dir, tokenizer)
-            with serve_model(args.model_dir, server_log, args.server_device) as server:
-                args.base_url = server.base_url
-                code = evaluate_with_service(args, out_dir, tokenizer)
+            # The service first: it starts in seconds, the model server in a minute or more.
+            with environment_service(args, out_dir):
+                if args.model_dir is None:
+                    return evaluate(args, out_dir, endpoint_settings(args), tokenizer)
+                with serve_model(args.model_dir, server_log, args.server_device) as server:
+                    args.base_url = server.base_url
+                    code = evaluate(args, out_dir, endpoint_settings(args), tokenizer)
         if code and (cause := server_error(server_log)):
             print(f"the model server's log ({server_log}) ends with: {cause}", file=sys.stderr)
         return code

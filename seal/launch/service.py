@@ -186,13 +186,14 @@ def start_service(
     extra_args: tuple[str, ...] = (),
     module: tuple[str, ...] = ("env_service",),
     meanwhile: Callable[[], None] | None = None,
+    who: str = "launcher",
 ) -> Iterator[RunningService]:
     """Start `python -m env_service` (port 0: a free one) and stop it on leaving;
     `module`: another module (and its own first arguments) that runs the service's
     command line (env_service.bench_network, for a bench); `meanwhile`: work for this
     process while the service starts up (the launcher imports the job: seconds that
     would otherwise wait in series), before the service is checked; an error in it stops
-    the service."""
+    the service; `who`: the command whose line says it started."""
     if not token:
         raise ValueError("the launcher's own service always gets a token")
     port = port or free_port(host)
@@ -231,7 +232,7 @@ def start_service(
                 )
             time.sleep(0.2)
         settings = check_identity(url, token)
-        print(f"[launcher] environment service started at {url} (pid {proc.pid}, log {log_path})")
+        print(f"[{who}] environment service started at {url} (pid {proc.pid}, log {log_path})")
         yield RunningService(url, token, proc.pid, settings)
     finally:
         proc.terminate()

@@ -2,7 +2,9 @@
 real environment service: scores and failure tags, retries, failed tasks, reruns and
 resumes, the command line's exit status."""
 
+import contextlib
 import json
+import socket
 from collections import Counter
 from pathlib import Path
 
@@ -215,9 +217,55 @@ def test_command_line_refuses_a_missing_api_key(tmp_path, capsys, monkeypatch):
 
 
 def test_unhealthy_environment_service_stops_the_run(tmp_path):
-    with pytest.raises(RuntimeError, match="no healthy environment service"):
+    with pytest.raises(RuntimeError, match="no healthy environment service") as refused:
         evaluate("http://127.0.0.1:9/v1", f"http://127.0.0.1:{free_port()}", tmp_path)
+    assert "-m env_service" in str(refused.value) and "--start-env" in str(refused.value)
     assert not (Path(tmp_path) / "validation").exists()
+
+
+@contextlib.contextmanager
+def port_taken(port: int):
+    """`port` busy for the block: held here, or already by another program."""
+    with socket.socket() as held:
+        try:
+            held.bind(("127.0.0.1", port))
+            held.listen()
+        except OSError:
+            pass  # someone else holds it: busy all the same
+        yield
+
+
+def test_start_env_takes_a_free_port_and_says_it_is_seal_evals(fake_llm, tmp_path, capsys):
+    """Not python -m env_service's default port (8082, busy here), so that two evaluations
+    with --start-env run at once; its line is seal-eval's, not the launcher's."""
+    server, base_url = fake_llm
+    server.scripts = {task_id: gt_texts(task_id) for task_id in TASKS}
+    args = seal_eval_args(base_url, "unused", tmp_path, tmp_path / "run")
+    at = args.index("--env-url")
+    del args[at : at + 2]
+    with port_taken(8082):
+        assert cli.main([*args, "--start-env", "--limit", "1"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    started = next(line for line in out.splitlines() if "environment service started" in line)
+    assert started.startswith("[seal-eval] environment service started at http://127.0.0.1:")
+    assert ":8082 " not in started
+
+
+def test_start_env_on_a_busy_port_names_seal_evals_flag_before_any_model_server(
+    tmp_path, capsys, monkeypatch
+):
+    def no_model_server(*args, **kwargs):
+        raise AssertionError("the model server started before the service's port was checked")
+
+    monkeypatch.setattr(cli, "serve_model", no_model_server)
+    port = free_port()
+    args = ["--model-dir", str(SHIPPED_TOKENIZER), "--out-dir", str(tmp_path), "--start-env",
+            "--env-url", f"http://127.0.0.1:{port}"]  # fmt: skip
+    with port_taken(port):
+        assert cli.main(args) == 1
+    err = capsys.readouterr().err
+    assert f"--env-url http://127.0.0.1:{port}: port {port} is in use" in err, err
+    assert "leave --env-url out for a free port" in err and "service.port" not in err
 
 
 def test_command_line_needs_a_tokenizer_for_other_models(tmp_path, capsys):

@@ -65,3 +65,12 @@ def resume(run_dir: str | Path) -> str:
 
 def _arg(value: str | Path) -> str:
     return shown(value) if isinstance(value, Path) else shlex.quote(str(value))
+
+
+def examples(name: str, *uses: tuple[str, str]) -> str:
+    """A `--help` epilog: each (arguments, what it does) of the console script `name` as a
+    command that runs as pasted here."""
+    lines = ["examples:"]
+    for args, what in uses:
+        lines += [f"  {script(name, *shlex.split(args))}", f"      {what}"]
+    return "\n".join(lines)

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from seal import commands
 from seal.bfcl.agentic import (
     AGENTIC_CATEGORIES,
     MEMORY_CATEGORIES,
@@ -62,7 +63,22 @@ DEFAULT_SPLIT_FILE = REPO / "data" / "seal_split.json"
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="seal-eval", description="Score an OpenAI-compatible chat endpoint on BFCL tasks."
+        prog="seal-eval",
+        description="Score an OpenAI-compatible chat endpoint on BFCL tasks.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=commands.examples(
+            "seal-eval",
+            (
+                "--model-dir outputs/export/seal_tiny --start-env --limit 2 "
+                "--out-dir outputs/eval/seal_tiny",
+                "a model directory through `transformers serve`, 2 tasks per category",
+            ),
+            (
+                "--base-url http://127.0.0.1:8000/v1 --model outputs/export/SEAL --start-env "
+                "--out-dir outputs/eval/SEAL",
+                "a model served by `vllm serve outputs/export/SEAL` (docs/gpu.md)",
+            ),
+        ),
     )
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument(

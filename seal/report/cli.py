@@ -18,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from seal import commands
 from seal.report import compare as C
 from seal.report import compare_page, compare_runs
 from seal.report.ood import write_table2
@@ -44,7 +45,20 @@ def print_table(val_dir: Path, fmt: str, split: Path | None, subset: int = 0) ->
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="seal-report", description="Plots and a Markdown report of a SEAL run directory."
+        prog="seal-report",
+        description="Plots and a Markdown report of a SEAL run directory.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=commands.examples(
+            "seal-report",
+            ("outputs/seal_tiny", "one run's report and plots, in outputs/seal_tiny/report/"),
+            ("outputs/seal_tiny --table markdown", "its pass rates per category, printed"),
+            (
+                "--compare outputs/grpo_tiny outputs/seal_tiny outputs/eval/seal_tiny "
+                "--baseline outputs/grpo_tiny",
+                "runs and an evaluation task by task against a baseline "
+                "(outputs/grpo_tiny/report/compare/)",
+            ),
+        ),
     )
     parser.add_argument(
         "run_dir",

@@ -242,7 +242,16 @@ def export_hint(run_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="seal-export", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="seal-export",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=commands.examples(
+            "seal-export",
+            ("outputs/seal_tiny outputs/export/seal_tiny", "the best validated step's model"),
+            ("outputs/seal_tiny outputs/export/seal_tiny_step3 --step 3", "step 3's"),
+        ),
+    )
     parser.add_argument("run_dir", type=Path, help="a training run's directory")
     parser.add_argument("out_dir", type=Path, help="the model directory to write (new)")
     parser.add_argument(

@@ -210,8 +210,20 @@ def compare_main(args: argparse.Namespace) -> Path:
     return compare_page.write_comparison(comparison, out_dir, args.resamples, args.seed)
 
 
+def missing_paths(args: argparse.Namespace) -> list[Path]:
+    """The runs, records and control the command names (RUN@STEP: RUN) that do not exist:
+    said as such, before any of them is read (or a report folder made under one)."""
+    given = [args.run_dir, args.val_dir, args.control, *(args.compare or []), *(args.table2 or [])]
+    given += [run for arm in args.arm or [] for run in arm[1:]]
+    paths = [compare_runs.parse_spec(str(p))[0] for p in given if p is not None]
+    return [p for p in dict.fromkeys(paths) if not p.exists()]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if missing := missing_paths(args):
+        print(f"error: {', '.join(map(str, missing))}: no such directory", file=sys.stderr)
+        return 1
     try:
         if args.table:
             subset = validation_subset(args.run_dir) if args.run_dir else 0

@@ -240,6 +240,20 @@ def test_empty_run_is_an_error(tmp_path, capsys):
     assert "no validation records, metrics or capability state" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["RUN"], ["RUN", "--table", "markdown"], ["--table2", "RUN@3"],
+     ["--compare", "HERE", "RUN"], ["--compare", "--arm", "A", "HERE", "--arm", "B", "RUN"]],
+)  # fmt: skip
+def test_a_run_that_does_not_exist_is_named_so_and_nothing_is_written(tmp_path, capsys, args):
+    missing = tmp_path / "no_such_run"
+    given = [{"RUN": str(missing), "HERE": str(tmp_path)}.get(a, a) for a in args]
+    given = [a.replace("RUN@", f"{missing}@") for a in given]
+    assert main(given) == 1
+    assert capsys.readouterr().err == f"error: {missing}: no such directory\n"
+    assert not missing.exists(), "a report folder was made under a run that is not there"
+
+
 def test_malformed_records_fail_the_command(tmp_path, capsys):
     (tmp_path / "validation").mkdir()
     (tmp_path / "validation" / "step_000000.jsonl").write_text("{}\n")

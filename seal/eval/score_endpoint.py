@@ -360,7 +360,7 @@ def summary_of(args: argparse.Namespace, records: list) -> str:
         return render_markdown([summarize_step(args.step, records)])
     scores = Scores()
     scores.bfcl_v4, scores.notes = bfcl_v4_scores(records)
-    scores.notes.append("tau2-bench: its own command line (README), then seal-report --table2")
+    scores.notes.append("tau2-bench: its own command line (docs/evaluation.md), then seal-report --table2")
     return table2({args.model: scores}, [backbone_of(args.model)])
 
 

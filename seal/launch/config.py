@@ -70,7 +70,7 @@ class VerlSettings:
     nnodes: int = 1
     """Nodes of the Ray cluster (more than 1: start Ray on every node with the venv's `ray`,
     a shared filesystem holding the repository at the same path, and launch with
-    RAY_ADDRESS=auto; see the README)."""
+    RAY_ADDRESS=auto; docs/gpu.md, "Several nodes")."""
     device: str = "cuda"
     """`cuda`: verl on GPUs (hybrid engine: vLLM or SGLang inside the FSDP workers), the
     paper's setting. `cpu`: verl's own trainer loop on this machine's CPU with the test

@@ -5,8 +5,9 @@ under the field in its dataclass (the convention of CleanRL-style config classes
 keeps no such attribute docstrings at run time, so they are read with `ast`). A section
 field (a nested dataclass) may instead rely on its class's docstring.
 
-`python launcher.py --explain [--conf X.yaml]` prints the table (with `--conf`, the values
-that file and the overrides give, beside the defaults); a test fails when any key reachable
+`python launcher.py --explain [--conf X.yaml]` prints the table: the values that file (without
+`--conf`, the main job's exp/cpu_default.yaml) and the overrides give, beside the defaults
+where they differ; a test fails when any key reachable
 from the run config, or set in any `exp/*.yaml`, has no documentation. `closest_keys`
 answers a misspelt key with the valid names nearest to it.
 """

@@ -92,7 +92,7 @@ def start_ray(config, env: dict[str, str]) -> None:
         # without RAY_AUTH_MODE=token sends no token: Ray says only "Failed to connect".
         raise ConnectionError(
             f"{error}; a `ray start` cluster authenticates with Ray's token by default: set "
-            "RAY_AUTH_MODE=token here as on its nodes (docs/gpu.md, "Several nodes")"
+            "RAY_AUTH_MODE=token here as on its nodes (docs/gpu.md, 'Several nodes')"
         ) from error
     nodes = [n for n in ray.nodes() if n["Alive"]]
     cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)

@@ -42,3 +42,22 @@ def test_the_launchers_help_shows_examples():
     sys.path.insert(0, str(REPO))
     text = help_text("launcher:main")
     assert text.count("launcher.py --") >= 3, text
+
+
+def test_the_gpu_pages_scoring_commands_parse_and_count_with_the_models_tokenizer():
+    """docs/gpu.md's seal-eval lines (a checkpoint served by vLLM) are valid seal-eval
+    command lines, each in a tool format and with the tokenizer a served path needs."""
+    import shlex
+
+    from seal.eval.endpoint_episode import load_tokenizer
+    from seal.eval.score_endpoint import parse_args, prompting_of
+
+    text = (REPO / "docs" / "gpu.md").read_text().replace("\\\n", " ")
+    lines = [line.split("#")[0] for line in text.splitlines() if "bin/seal-eval " in line]
+    assert len(lines) >= 2, "the renter's page shows how to score a trained checkpoint"
+    for line in lines:
+        args = parse_args(shlex.split(line.split("bin/seal-eval", 1)[1]))
+        assert args.base_url and args.start_env and args.tokenizer == args.model, line
+        assert prompting_of(args).tool_format.name.startswith("bfcl_qwen_fc"), line
+    with pytest.raises(ValueError, match="--tokenizer is needed"):
+        load_tokenizer(None, "outputs/export/SEAL")  # why the page names it

@@ -74,9 +74,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                 "a model directory through `transformers serve`, 2 tasks per category",
             ),
             (
-                "--base-url http://127.0.0.1:8000/v1 --model outputs/export/SEAL --start-env "
+                "--base-url http://127.0.0.1:8000/v1 --model outputs/export/SEAL "
+                "--tokenizer outputs/export/SEAL --tool-format bfcl_qwen_fc --start-env "
                 "--out-dir outputs/eval/SEAL",
-                "a model served by `vllm serve outputs/export/SEAL` (docs/gpu.md)",
+                "a model served by `vllm serve outputs/export/SEAL`, in the paper's prompt "
+                "(docs/gpu.md)",
             ),
         ),
     )
@@ -360,7 +362,9 @@ def summary_of(args: argparse.Namespace, records: list) -> str:
         return render_markdown([summarize_step(args.step, records)])
     scores = Scores()
     scores.bfcl_v4, scores.notes = bfcl_v4_scores(records)
-    scores.notes.append("tau2-bench: its own command line (docs/evaluation.md), then seal-report --table2")
+    scores.notes.append(
+        "tau2-bench: its own command line (docs/evaluation.md), then seal-report --table2"
+    )
     return table2({args.model: scores}, [backbone_of(args.model)])
 
 

@@ -20,7 +20,6 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from seal import commands
 from seal.bfcl.agentic import (
@@ -34,29 +33,18 @@ from seal.eval.chat_endpoint import EndpointSettings
 from seal.eval.endpoint_episode import Prompting, load_tokenizer
 from seal.eval.evaluator import episode_stats, errors_file, evaluate_endpoint
 from seal.eval.model_server import serve_model, server_error
+from seal.eval.own_service import DEFAULT_ENV_URL, own_service
 from seal.eval.replay import split_task_ids
 from seal.formats.bfcl_handlers import ranked_entry
 from seal.formats.handler_format import leaderboard
 from seal.formats.registry import AUTO, FORMATS, resolve
-from seal.launch.service import (
-    PortInUse,
-    check_port_free,
-    new_token,
-    service_url,
-    start_service,
-    token_in_environment,
-)
 from seal.launch.terminate import TERMINATED_STATUS, Terminated, sigterm_raises
 from seal.report.ood import Scores, bfcl_v4_scores, table2
 from seal.report.paper import backbone_of
 from seal.report.summary import render_markdown, summarize_step
-from seal.rollout.env_client import TOKEN_ENV, is_healthy
 from seal.rollout.protocol import EpisodeLimits
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_ENV_URL = "http://127.0.0.1:8082"
-"""Where `python -m env_service` listens by default: the service --env-url means unless
-given (with --start-env, the evaluation's own service takes a free port instead)."""
 AGENTIC_SPLITS = ("agentic", "memory", "web_search", *AGENTIC_CATEGORIES)
 DEFAULT_SPLIT_FILE = REPO / "data" / "seal_split.json"
 
@@ -408,36 +396,14 @@ def evaluate(args: argparse.Namespace, out_dir: Path, settings: EndpointSettings
 
 @contextlib.contextmanager
 def environment_service(args: argparse.Namespace, out_dir: Path) -> Iterator[None]:
-    """With --start-env, the evaluation's own service (args.env_url set to it, its token in
-    the environment for the evaluator's client), stopped on leaving; else nothing."""
+    """With --start-env, the evaluation's own service (own_service.py), `args.env_url` set
+    to it; else nothing."""
     if not args.start_env:
         yield
         return
-    host, port = "127.0.0.1", 0
-    if args.env_url:
-        env = urlsplit(args.env_url)
-        host, port = env.hostname or host, env.port or 0
-        if port and is_healthy(service_url(host, port)):
-            raise RuntimeError(
-                f"--env-url {args.env_url}: an environment service already answers there; "
-                "leave --env-url out for a free port, or drop --start-env to use that one "
-                f"(its token in ${TOKEN_ENV})"
-            )
-        if port:
-            try:
-                check_port_free(host, port)
-            except PortInUse:
-                raise RuntimeError(
-                    f"--env-url {args.env_url}: port {port} is in use by another program; "
-                    "leave --env-url out for a free port, or give another"
-                ) from None
     log = out_dir / "env_service.log"
-    extra = service_args(args, out_dir)
-    with (
-        start_service(host, port, log, new_token(), extra_args=extra, who="seal-eval") as service,
-        token_in_environment(service.token),  # the evaluator's client reads it there
-    ):
-        args.env_url = service.url
+    with own_service(args.env_url, log, service_args(args, out_dir)) as url:
+        args.env_url = url
         yield
 
 

@@ -44,12 +44,12 @@ from seal.eval import model_server, score_endpoint
 
 model_server.SERVER_MODULE = ("standin_model_server", "serve")
 
-def hold(args, out_dir, tokenizer):
+def hold(args, out_dir, settings, tokenizer):
     print("HOLDING", args.base_url, flush=True)
     time.sleep(600)
 
 score_endpoint.load_tokenizer = lambda name, model: None
-score_endpoint.evaluate_with_service = hold
+score_endpoint.evaluate = hold
 sys.exit(score_endpoint.main(sys.argv[1:]))
 """
 

@@ -256,6 +256,9 @@ def test_bad_arguments_are_clear(tmp_path, capsys):
     assert cli.main(["--compare", f"{baseline}@7"]) == 1
     assert "no validation step 7" in capsys.readouterr().err
     assert cli.main(["--compare", str(tmp_path / "nowhere")]) == 1
+    assert "nowhere: no such directory" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["--compare", str(tmp_path / "empty")]) == 1
     assert "no validation records" in capsys.readouterr().err
 
 

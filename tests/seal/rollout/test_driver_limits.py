@@ -104,7 +104,9 @@ def test_release_rule_stops_on_the_history_with_the_observations_unclipped(live_
     play(base_url, tokenizer, LONG_TASK, clipped, EpisodeLimits(max_observation_tokens=clip))
     # The first generation after an observation the clip shortened.
     k = next(
-        i for i, (a, b) in enumerate(zip(whole.prompt_lengths, clipped.prompt_lengths)) if a != b
+        i
+        for i, (a, b) in enumerate(zip(whole.prompt_lengths, clipped.prompt_lengths, strict=True))
+        if a != b
     )
     assert clipped.prompt_lengths[k] < whole.prompt_lengths[k]
     # Its raw history is exactly the reserve: the episode stops before it, although the

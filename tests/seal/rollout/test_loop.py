@@ -277,7 +277,7 @@ def test_both_model_turns_stop_on_the_same_unclipped_history(live_service, token
     asyncio.run(
         _probe(base_url, tokenizer, clipped, LONG_TASK, EpisodeLimits(max_observation_tokens=clip))
     )
-    pairs = list(zip(whole.prompt_lengths, clipped.prompt_lengths))
+    pairs = list(zip(whole.prompt_lengths, clipped.prompt_lengths, strict=True))
     k = next(i for i, (a, b) in enumerate(pairs) if a != b)
     limits = EpisodeLimits(max_observation_tokens=clip, max_context_tokens=pairs[k][0] + 4096)
     plays.clear()

@@ -177,10 +177,10 @@ def policy_update(
     mini_batches = chunks(range(len(samples)), samples_per_mini_batch)
     policy.train()
     for mini in mini_batches:
-        counts = {
-            "global_num_tokens": int(mask[mini].sum()),
-            "global_num_seqs": int((mask[mini].sum(dim=1) > 0).sum()),
-        }
+        # Every sample of the mini-batch counts in a sequence mean, one without a generated
+        # token with 0: as the release's (one sample per micro-batch, divided by their
+        # number) and verl's (divided by the configured mini-batch size) count them.
+        counts = {"global_num_tokens": int(mask[mini].sum()), "global_num_seqs": len(mini)}
         optimizer.zero_grad(set_to_none=True)
         for index in chunks(mini, micro_batch_size):
             batch = collate(samples, index, pad_id, device)

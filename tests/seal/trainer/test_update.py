@@ -121,10 +121,10 @@ def one_step(step, config: PolicyLossConfig, micro_batch_size: int = 2):
     return metrics, {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
-def ours(model, optimizer, samples, advantages, old, ref, config, micro_batch_size):
+def ours(model, optimizer, samples, advantages, old, ref, config, micro_batch_size, size=2):
     return policy_update(
         MixedPrecision(model, torch.float32), optimizer, samples, advantages, old, ref, config,
-        samples_per_mini_batch=2, micro_batch_size=micro_batch_size, chunk_tokens=1024,
+        samples_per_mini_batch=size, micro_batch_size=micro_batch_size, chunk_tokens=1024,
         grad_clip=1e9, pad_id=PAD,
     )  # fmt: skip
 
@@ -160,6 +160,18 @@ def test_the_paper_config_weighs_each_episode_as_the_release_does(micro_batch_si
     assert moved > 1e-3  # the step changed the weights
     for name, value in expected.items():
         torch.testing.assert_close(weights[name], value, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_a_short_mini_batch_divides_by_the_configured_size_as_the_release_does():
+    """Two samples where four were configured (episodes left out after failing): each still
+    weighs a quarter, as in the release (each micro-batch's loss / the configured number of
+    micro-batches) and verl (/ the configured global batch size)."""
+
+    def four(*args):
+        return ours(*args, size=4)
+
+    metrics, _ = one_step(four, paper_loss())
+    assert metrics["actor/pg_loss"] == pytest.approx(RELEASE_PG / 2, abs=1e-6)
 
 
 def test_token_mean_stays_an_option_weighing_each_token():

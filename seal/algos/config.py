@@ -33,9 +33,15 @@ class PolicyLossConfig:
     """rho is clipped above at 1 + clip_ratio_high. Default 0.2."""
     clip_ratio_c: float = 10.0
     """Dual-clip bound: a negative-advantage token's loss never exceeds -A * c. Default 10."""
-    loss_agg_mode: str = "token-mean"
-    """How token losses become one number, one of `AGG_MODES`. Default "token-mean": the
-    release's recipe sets it (the paper does not name one; docs/paper_configs.md)."""
+    loss_agg_mode: str = "seq-mean-token-mean"
+    """How token losses become one number, one of `AGG_MODES`. Default
+    "seq-mean-token-mean" (each sample's mean over its tokens, averaged over the
+    mini-batch's samples): what the release's actor computes. Its config says token-mean,
+    but its actor takes that mean over a micro-batch of one sample and divides each by the
+    number of micro-batches, so every episode weighs the same, however long
+    (docs/paper_configs.md). "token-mean" (one mean over all the mini-batch's tokens,
+    verl's default) is beyond the paper: a long episode then weighs in proportion to its
+    generated tokens."""
     use_kl_loss: bool = True
     """Add the KL to the reference policy to the loss; the trainers then build the frozen
     reference (`needs_reference`). Default True."""
@@ -46,6 +52,14 @@ class PolicyLossConfig:
     """KL estimator, one of `KL_TYPES`. Default "low_var_kl" (Schulman's k3)."""
     entropy_coeff: float = 0.0
     """Weight of the entropy bonus. Default 0."""
+    trained_response_tokens: int = 4096
+    """Each training sample's response (everything after the first prompt: replies, tool
+    results, later questions) is cut to its first N tokens, as the release counts them,
+    before the update: the tokens after the cut get no gradient and count in no mean. 4096:
+    the release's (its response length, which also bounds each generation). 0 (beyond the
+    paper) trains the whole response, up to `limits.max_context_tokens`: the later turns of
+    long episodes, which the release never trains, get a gradient too. Both trainers
+    (seal/trainer/response_cut.py)."""
 
     def __post_init__(self):
         if self.loss_agg_mode not in AGG_MODES:
@@ -54,5 +68,9 @@ class PolicyLossConfig:
             )
         if self.kl_loss_type not in KL_TYPES:
             raise ValueError(f"kl_loss_type must be one of {KL_TYPES}, not {self.kl_loss_type!r}")
+        if self.trained_response_tokens < 0:
+            raise ValueError(
+                f"trained_response_tokens must be >= 0 (0: no cut), not {self.trained_response_tokens}"
+            )
         if self.clip_ratio_c <= 1.0:
             raise ValueError(f"clip_ratio_c must exceed 1, got {self.clip_ratio_c}")

@@ -47,10 +47,11 @@ def aggregate_loss(
 
     token-mean: sum over all tokens / number of tokens. seq-mean-token-sum: each sequence's
     token sum, averaged over sequences. seq-mean-token-mean: each sequence's token mean,
-    averaged over sequences. Sequences without a generated token are not counted. When a
-    mini-batch is split into micro-batches, pass the mini-batch's token or sequence count
-    as `global_num_tokens` / `global_num_seqs` so that the micro-batch losses add up to the
-    mini-batch's loss. An all-masked batch gives 0, not NaN.
+    averaged over sequences. Sequences without a generated token add nothing and, without
+    a global count, are not counted (verl's rule). When a mini-batch is split into
+    micro-batches, pass the mini-batch's token or sequence count as `global_num_tokens` /
+    `global_num_seqs` so that the micro-batch losses add up to the mini-batch's loss. An
+    all-masked batch gives 0, not NaN.
     """
     mask = mask.to(loss_mat.dtype)
     masked = torch.where(mask.bool(), loss_mat, 0.0) * mask

@@ -94,12 +94,20 @@ class MessageTurns:
         self.first = list(self.conversation.messages)
         self.used = self.context = self.prompt_tokens(self.conversation)
         """`used`: the conversation's tokens; `context`: with the last reply."""
+        self.unclipped = self.used
+        """The conversation's tokens with every observation whole (`whole`)."""
+        self.whole = list(self.first)
         self.transcript: list[dict] = []
         """The replies and the observations after them, in the format's messages."""
         self.replies = self.cut = self.clipped = 0
         self.assistant: dict = {}
         self.observation: list[dict] = []
-        self.following, self.following_used = self.conversation, self.used
+        self.following, self.following_size = self.conversation, self.context_size
+        self.following_whole = self.whole
+
+    @property
+    def context_size(self) -> loop.ContextSize:
+        return loop.ContextSize(self.used, self.unclipped)
 
     def prompt_tokens(self, conversation: Conversation) -> int:
         # The whole prompt as the format renders it: on the completions API exactly what
@@ -124,20 +132,31 @@ class MessageTurns:
         self.transcript.append(self.assistant)
         return reply.text
 
-    def observe(self, messages: list[dict], max_tokens: int) -> int:
+    def observe(self, messages: list[dict], max_tokens: int) -> loop.ContextSize:
+        whole = self.format.observation(messages)
         self.observation = []
-        for message in self.format.observation(messages):
+        for message in whole:
             content = self.tokens.clip_as(self.format.clip, message["content"], max_tokens)
             self.clipped += content != message["content"]
             self.observation.append({**message, "content": content})
+        functions = self.conversation.functions
         messages = [*self.conversation.messages, self.assistant, *self.observation]
-        self.following = Conversation(messages, self.conversation.functions)
-        # The reply and the observation: the render is counted whole.
-        self.following_used = self.prompt_tokens(self.following)
-        return self.following_used - self.used
+        self.following = Conversation(messages, functions)
+        self.following_whole = [*self.whole, self.assistant, *whole]
+        # The reply and the observation: the render is counted whole, and again with the
+        # observations unclipped once any was clipped.
+        used = self.prompt_tokens(self.following)
+        unclipped = (
+            self.prompt_tokens(Conversation(self.following_whole, functions))
+            if self.clipped
+            else used
+        )
+        self.following_size = loop.ContextSize(used, unclipped)
+        return self.following_size
 
     def keep(self) -> None:
-        self.conversation, self.used = self.following, self.following_used
+        self.conversation, self.whole = self.following, self.following_whole
+        self.used, self.unclipped = self.following_size.tokens, self.following_size.unclipped
         self.transcript += self.observation
 
     def end(self, messages: list[dict]) -> None:

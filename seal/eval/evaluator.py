@@ -82,6 +82,7 @@ def run_settings(
         "max_tokens": limits.max_new_tokens,
         "max_context_tokens": limits.max_context_tokens,
         "max_observation_tokens": limits.max_observation_tokens,
+        "context_stop": limits.context_stop,
         "tokenizer": tokenizer_name,
         "temperature": settings.temperature,
         "prompting": prompting.name,

@@ -42,7 +42,7 @@ from seal.launch.terminate import TERMINATED_STATUS, Terminated, sigterm_raises
 from seal.report.ood import Scores, bfcl_v4_scores, table2
 from seal.report.paper import backbone_of
 from seal.report.summary import render_markdown, summarize_step
-from seal.rollout.protocol import EpisodeLimits
+from seal.rollout.protocol import CONTEXT_STOPS, EpisodeLimits
 
 REPO = Path(__file__).resolve().parents[2]
 AGENTIC_SPLITS = ("agentic", "memory", "web_search", *AGENTIC_CATEGORIES)
@@ -145,16 +145,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--max-tokens",
         type=int,
         default=4096,
-        help="most tokens per reply; each request asks for this or the room left in the "
-        "context, whichever is less (default: %(default)s, the paper's)",
+        help="most tokens per reply; under --context-stop fill, each request asks for this "
+        "or the room left in the context, whichever is less (default: %(default)s, the "
+        "paper's)",
     )
     parser.add_argument(
         "--max-context-tokens",
         type=int,
         default=16384,
-        help="tokens of conversation + reply the model may see; an episode whose next "
-        "observation does not fit ends there and is scored (stop reason context_limit). "
-        "At most the server's context (default: %(default)s, the paper's)",
+        help="tokens of conversation + reply the model may see; where the context ends an "
+        "episode, which is then scored (stop reason context_limit): --context-stop. At most "
+        "the server's context (default: %(default)s, the paper's)",
+    )
+    parser.add_argument(
+        "--context-stop",
+        choices=CONTEXT_STOPS,
+        default="release",
+        help="release (the paper's): before each reply, the episode ends once the "
+        "conversation, counted with every observation unclipped, reaches "
+        "--max-context-tokens minus --max-tokens; fill (beyond the paper): a reply gets the "
+        "room left, and an observation that leaves none ends the episode (default: "
+        "%(default)s)",
     )
     parser.add_argument(
         "--max-observation-tokens",
@@ -297,6 +308,7 @@ def episode_limits(args: argparse.Namespace) -> EpisodeLimits:
         max_context_tokens=args.max_context_tokens,
         max_new_tokens=args.max_tokens,
         max_observation_tokens=args.max_observation_tokens,
+        context_stop=args.context_stop,
     )
 
 

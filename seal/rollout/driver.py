@@ -21,7 +21,7 @@ from seal.formats.base import Conversation, ToolFormat
 from seal.rollout import loop
 from seal.rollout.env_client import EnvClient
 from seal.rollout.generation import Generation, GenerationError, Generator, SamplingParams
-from seal.rollout.loop import StopReason
+from seal.rollout.loop import ContextSize, StopReason
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.turn_tokens import TurnTokenizer, turn_tokenizer
 
@@ -196,6 +196,9 @@ class TokenTurns:
         self.observation: list[int] = []
         """The ids `observe` made ready: the turn's closing id if it lacked one, then the
         observation."""
+        self.unclipped_extra = self.pending_extra = 0
+        """Tokens the kept observations' clips left out (and the ready one's): what the
+        unclipped context counts beyond `ids`."""
         self.stop_reason: StopReason | None = None
 
     def start(self, conversation: Conversation) -> None:
@@ -203,8 +206,8 @@ class TokenTurns:
         self.prompt_length = len(self.ids)
 
     @property
-    def used(self) -> int:
-        return len(self.ids)
+    def context_size(self) -> ContextSize:
+        return ContextSize(len(self.ids), len(self.ids) + self.unclipped_extra)
 
     async def reply(self, budget: int) -> str:
         sampling = SamplingParams(
@@ -214,14 +217,18 @@ class TokenTurns:
         self.closed = self.append_generation(generation, sampling.max_new_tokens)
         return self.chat.decode(generation.token_ids[:-1] if self.closed else generation.token_ids)
 
-    def observe(self, messages: list[dict], max_tokens: int) -> int:
+    def observe(self, messages: list[dict], max_tokens: int) -> ContextSize:
         observation = self.chat.observation(self.format.observation(messages), max_tokens)
         closing = [] if self.closed else [self.chat.end_of_turn_id]
         self.observation = closing + observation.ids
-        return len(self.observation)
+        self.pending_extra = observation.unclipped_length - len(observation.ids)
+        now = self.context_size
+        added = len(self.observation)
+        return ContextSize(now.tokens + added, now.unclipped + added + self.pending_extra)
 
     def keep(self) -> None:
         self.append_unmasked(self.observation)
+        self.unclipped_extra += self.pending_extra
 
     def end(self, messages: list[dict]) -> None:
         """The last observation conditioned nothing: the sample ends with the last reply."""

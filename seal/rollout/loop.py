@@ -2,14 +2,16 @@
 
 Training's token-id turns (seal.rollout.driver), endpoint scoring's chat-message turns
 (seal.eval.endpoint_episode) and scripted policies (seal.rollout.scripted) differ in how a reply is
-made and how the context is counted; they share this loop and its stop rule, which is
-here in code once (the rule and why: docs/design.md, "Loss mask").
+made and how the context is counted; they share this loop and its stop rule
+(`EpisodeLimits.context_stop`), which is here in code once (the rules and why:
+docs/design.md, "Loss mask").
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from seal.formats.base import ParsedCalls, ToolFormat
@@ -18,7 +20,7 @@ from seal.rollout.protocol import EpisodeLimits
 
 StopReason = Literal["terminated", "max_generations", "context_limit"]
 """Why a model's episode stopped: the service ended it (at max_generations it marks it
-truncated), or the context had no room for the next reply or for an observation."""
+truncated), or the context stop rule gave the next reply no room."""
 
 
 PARSE_IN_THREAD_CHARS = 16_384
@@ -36,16 +38,26 @@ async def parse_reply(fmt: ToolFormat, text: str, tools: Sequence[dict]) -> Pars
     return await asyncio.to_thread(fmt.parse, text, tools)
 
 
-def generation_budget(limits: EpisodeLimits, used: int) -> int:
-    """`max_new_tokens` of the next reply after `used` tokens of context: the room left, at
-    most `limits.max_new_tokens`; 0 when none is left (the episode stops, `context_limit`)."""
-    return max(0, min(limits.max_new_tokens, limits.max_context_tokens - used))
+@dataclass(frozen=True)
+class ContextSize:
+    """Tokens of the context a reply is conditioned on, counted two ways."""
+
+    tokens: int
+    """As the model sees it: every observation clipped to `max_observation_tokens`."""
+    unclipped: int
+    """The same with every observation whole: the original release's `raw` context, which
+    its stop rule counts."""
 
 
-def observation_fits(limits: EpisodeLimits, used: int, added: int) -> bool:
-    """Whether `added` tokens of observation after `used` leave at least one token of
-    room; if not, the episode stops with `context_limit` without them."""
-    return used + added < limits.max_context_tokens
+def generation_budget(limits: EpisodeLimits, context: ContextSize) -> int:
+    """`max_new_tokens` of the next reply after `context`; 0 when the episode stops there
+    (`context_limit`). `release`: none once the unclipped context reaches max_context_tokens
+    - max_new_tokens, else a whole max_new_tokens. `fill`: the room left up to
+    max_context_tokens, at most max_new_tokens."""
+    reserve = limits.max_context_tokens - limits.max_new_tokens
+    if limits.context_stop == "release" and context.unclipped >= reserve:
+        return 0
+    return max(0, min(limits.max_new_tokens, limits.max_context_tokens - context.tokens))
 
 
 class Turns(Protocol):
@@ -56,8 +68,8 @@ class Turns(Protocol):
     """Parses the replies into the calls the service is sent."""
 
     @property
-    def used(self) -> int:
-        """Tokens of context the next reply is conditioned on."""
+    def context_size(self) -> ContextSize:
+        """The context the next reply is conditioned on."""
         ...
 
     async def reply(self, budget: int) -> str | None:
@@ -65,14 +77,14 @@ class Turns(Protocol):
         sent; None when a script has no more (a model always replies)."""
         ...
 
-    def observe(self, messages: list[dict], max_tokens: int) -> int:
+    def observe(self, messages: list[dict], max_tokens: int) -> ContextSize:
         """Make ready the observation of the service's `messages` after the last reply,
-        each content clipped to `max_tokens`; returns the tokens it adds to `used` (the
-        last reply's included where `used` does not count it yet)."""
+        each content clipped to `max_tokens`; returns the context the next reply would
+        have after it (the last reply included)."""
         ...
 
     def keep(self) -> None:
-        """Append the observation made ready: it fits, and the next reply follows it."""
+        """Append the observation made ready: the next reply follows it."""
         ...
 
     def end(self, messages: list[dict]) -> None:
@@ -83,7 +95,7 @@ class Turns(Protocol):
 async def play(episode: Episode, turns: Turns, limits: EpisodeLimits) -> StopReason | None:
     """Play `episode` until it stops; None when a script ran out of replies first."""
     while True:
-        budget = generation_budget(limits, turns.used)
+        budget = generation_budget(limits, turns.context_size)
         if budget < 1:
             return "context_limit"
         text = await turns.reply(budget)
@@ -93,7 +105,9 @@ async def play(episode: Episode, turns: Turns, limits: EpisodeLimits) -> StopRea
         if step.terminated:
             turns.end(step.messages)
             return "max_generations" if step.truncated else "terminated"
-        added = turns.observe(step.messages, limits.max_observation_tokens)
-        if not observation_fits(limits, turns.used, added):
+        following = turns.observe(step.messages, limits.max_observation_tokens)
+        # An observation no reply would follow conditions nothing: the episode ends without
+        # it (the release keeps it, stops, and drops it again before training).
+        if generation_budget(limits, following) < 1:
             return "context_limit"
         turns.keep()

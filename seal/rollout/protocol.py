@@ -36,6 +36,8 @@ MAX_GENERATIONS = 1024
 BFCL's episodes have at most 8 user turns and the paper allows 20 generations; an
 episode's record (and what a rebuild of it replays) grows with its steps, so a client
 may not ask for an unbounded number."""
+CONTEXT_STOPS = ("release", "fill")
+"""The context stop rules (`EpisodeLimits.context_stop`)."""
 MAX_COUNT = 2**31 - 1
 """Upper bound of the other limits (token counts no model's context reaches)."""
 
@@ -62,17 +64,36 @@ class EpisodeLimits:
     two agree. BFCL V4 agentic tasks count them per turn, as bfcl-eval does (its
     force-quit; seal/bfcl/agentic.py)."""
     max_context_tokens: int = 16384
-    """Tokens of prompt + response the model may see (its context). A generation is cut
-    to the room left; an observation that does not fit ends the episode
-    (`context_limit`). See seal/rollout/loop.py for the exact rule."""
+    """Tokens of prompt + response the model may see (its context; the paper's model
+    length). Where it stops an episode (`context_limit`): `context_stop`."""
     max_new_tokens: int = 4096
-    """Tokens one generation may produce."""
+    """Tokens one generation may produce (the paper's response length)."""
     max_observation_tokens: int = 4096
     """Each observation (tool results, next question) is clipped to this many tokens,
     clip marker included (the paper's tool-response clip)."""
+    context_stop: str = "release"
+    """When the context ends an episode (`context_limit`; seal/rollout/loop.py):
+    `release` (the paper's: its release's trainer): before each generation, stop once the
+    history, counted with every observation unclipped, reaches max_context_tokens -
+    max_new_tokens (16,384 - 4,096 = 12,288); each generation may use max_new_tokens.
+    `fill` (beyond the paper): a generation may use whatever room is left up to
+    max_context_tokens (at most max_new_tokens), counted on the clipped observations, and
+    an observation that leaves no room ends the episode; an episode then may use the
+    whole context, so long-context tasks the release's rule stops can finish (the counts
+    over the 800 ground truths: docs/paper_configs.md)."""
 
     def __post_init__(self):
         _require_in_range(self, {"max_generations": MAX_GENERATIONS})
+        if self.context_stop not in CONTEXT_STOPS:
+            raise ValueError(
+                f"EpisodeLimits.context_stop must be one of {CONTEXT_STOPS}, "
+                f"not {self.context_stop!r}"
+            )
+        if self.context_stop == "release" and self.max_new_tokens >= self.max_context_tokens:
+            raise ValueError(
+                f"EpisodeLimits: max_new_tokens {self.max_new_tokens} leaves no history "
+                f"under max_context_tokens {self.max_context_tokens} (context_stop release)"
+            )
 
 
 @dataclass

@@ -20,6 +20,7 @@ from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout import loop
 from seal.rollout.env_client import EnvClient
 from seal.rollout.generation import Generation, GenerationError, SamplingParams
+from seal.rollout.loop import ContextSize
 from seal.rollout.protocol import EpisodeSettings
 
 
@@ -51,7 +52,7 @@ class ScriptedTurns:
     counts no tokens and keeps observations whole, so only the service, or the end of
     the script, stops it."""
 
-    used = 0
+    context_size = ContextSize(0, 0)
 
     def __init__(
         self, texts: list[str], tool_format: ToolFormat | None, pause: Callable[[], float] | None
@@ -70,9 +71,9 @@ class ScriptedTurns:
             self.transcript.append(self.format.assistant_message(text))
         return text
 
-    def observe(self, messages: list[dict], max_tokens: int) -> int:
+    def observe(self, messages: list[dict], max_tokens: int) -> ContextSize:
         self.observation = self.format.observation(messages)
-        return 0
+        return self.context_size
 
     def keep(self) -> None:
         self.transcript += self.observation

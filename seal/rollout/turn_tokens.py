@@ -38,6 +38,9 @@ class Observation:
     through the next generation prompt."""
     clipped_messages: int
     """How many message contents were cut to the token limit."""
+    unclipped_length: int
+    """Tokens of the same observation with no content cut (the release's `raw` context
+    counts them): len(ids) when none was."""
 
 
 class TextTokens:
@@ -133,7 +136,9 @@ class TurnTokenizer(TextTokens):
             content = self.clip_as(self.format.clip, message["content"], max_content_tokens)
             count += content is not message["content"]
             clipped.append({**message, "content": content})
-        return Observation(self.encode(self.format.observation_text(clipped)), count)
+        ids = self.encode(self.format.observation_text(clipped))
+        whole = len(self.encode(self.format.observation_text(messages))) if count else len(ids)
+        return Observation(ids, count, whole)
 
 
 @functools.lru_cache(maxsize=8)

@@ -78,7 +78,11 @@ on CUDA only): the log-prob passes, activations, gradients and optimizer state."
 GENERATIONS_MEAN = "train/generations_mean"
 """Model generations per episode, mean over the step's rollouts (local trainer)."""
 RESPONSE_TOKENS_MEAN = "train/response_tokens_mean"
-"""Tokens the policy generated per episode, mean (local trainer)."""
+"""Tokens of the response (generations and observations) per episode, mean (local
+trainer)."""
+TRAINED_RESPONSE_TOKENS_MEAN = "train/trained_response_tokens_mean"
+"""The same after the training cut (`trainer.loss.trained_response_tokens`): what the
+update sees, mean (local trainer)."""
 PROMPT_TOKENS_MEAN = "train/prompt_tokens_mean"
 """Tokens of the first prompt per episode, mean (local trainer): the training layers
 (guidelines above all) show here, their text is in the prompt."""
@@ -151,12 +155,14 @@ def outcome_metrics(samples: Sequence) -> dict[str, float]:
     return metrics
 
 
-def episode_metrics(samples: Sequence) -> dict[str, float]:
-    """Sizes of the local trainer's episodes (seal.rollout.driver.EpisodeSample)."""
+def episode_metrics(samples: Sequence, trained: Sequence) -> dict[str, float]:
+    """Sizes of the local trainer's episodes (seal.rollout.driver.EpisodeSample) and of
+    what it trained of them (`trained`: the same after the training cut)."""
     n = len(samples)
     return {
         GENERATIONS_MEAN: sum(s.num_generations for s in samples) / n,
         RESPONSE_TOKENS_MEAN: sum(len(s.response_ids) for s in samples) / n,
+        TRAINED_RESPONSE_TOKENS_MEAN: sum(len(s.response_ids) for s in trained) / n,
         PROMPT_TOKENS_MEAN: sum(len(s.prompt_ids) for s in samples) / n,
     }
 

@@ -45,6 +45,7 @@ from seal.trainer.model import (
     load_tokenizer,
 )
 from seal.trainer.precision import MixedPrecision
+from seal.trainer.response_cut import ResponseCut
 from seal.trainer.seal_step import SealStep
 from seal.trainer.update import batch_logprobs, policy_update, response_mask_matrix
 from seal.trainer_config import ModelSettings, TrainerConfig
@@ -83,6 +84,7 @@ class LocalTrainer:
     def _open(self, cfg: TrainerConfig, run_dir: Path) -> None:
         self.tokenizer = load_tokenizer(cfg.model)
         self.tool_format = cfg.model.resolved_tool_format()
+        self.response_cut = ResponseCut(cfg.loss.trained_response_tokens, self.tokenizer)
         end_of_turn = turn_tokenizer(self.tokenizer, self.tool_format).end_of_turn_id
         resume_from = ckpt.latest_checkpoint(run_dir) if cfg.checkpoint.resume else None
         refuse_if_it_cannot_fit(cfg)  # on a GPU: from the model's config, before its weights
@@ -170,8 +172,10 @@ class LocalTrainer:
         cfg, t0 = self.cfg, time.perf_counter()
         gpu_peak_gb(self.policy)  # starts the step's count
         # 1. Roll out every task n times; the service verifies and tags each episode.
-        samples = self.rollout(task_ids, cfg.rollout.n, "sample", cfg.rollout.temperature)
+        episodes = self.rollout(task_ids, cfg.rollout.n, "sample", cfg.rollout.temperature)
         t1, rollout_peak = time.perf_counter(), gpu_peak_gb(self.policy)
+        # What is trained of each: its response's first tokens (trainer.loss).
+        samples = [self.response_cut(e) for e in episodes]
         # 2. GRPO: outcome rewards normalised within each task's group of samples.
         mask = response_mask_matrix(samples)
         rewards = torch.tensor([s.reward for s in samples])
@@ -189,7 +193,7 @@ class LocalTrainer:
         t2, update_peak = time.perf_counter(), gpu_peak_gb(self.policy)
         peaks = {M.PEAK_GPU_ROLLOUT_GB: rollout_peak, M.PEAK_GPU_UPDATE_GB: update_peak}
         return {
-            **M.episode_metrics(samples),
+            **M.episode_metrics(episodes, samples),
             M.FAILED_EPISODES: float(self.failed_episodes),
             **seal_metrics,
             **update_metrics,

@@ -177,9 +177,13 @@ def policy_update(
     mini_batches = chunks(range(len(samples)), samples_per_mini_batch)
     policy.train()
     for mini in mini_batches:
+        # A sequence mean divides by the configured mini-batch size, whatever the samples
+        # (one without a generated token adds 0; a short last mini-batch weighs less), as
+        # the release (a micro-batch's loss / the micro-batches configured) and verl (the
+        # configured global batch size) divide.
         counts = {
             "global_num_tokens": int(mask[mini].sum()),
-            "global_num_seqs": int((mask[mini].sum(dim=1) > 0).sum()),
+            "global_num_seqs": samples_per_mini_batch,
         }
         optimizer.zero_grad(set_to_none=True)
         for index in chunks(mini, micro_batch_size):

@@ -2,8 +2,9 @@
 
 verl instantiates it once per sample; it plays the row's task with the shared episode
 driver against the environment service, generating through verl's LLM server client, and
-returns an `AgentLoopOutput` whose reward_score is the service's reward. Settings come
-from the config's `seal` section. It requires max_context_tokens <= response_length and
+returns an `AgentLoopOutput` whose reward_score is the service's reward (a training sample
+cut as `trainer.loss.trained_response_tokens` says). Settings come from the config's `seal`
+section. It requires max_context_tokens <= response_length and
 fails an over-long prompt rather than truncating it: seal/trainer/verl/NOTES.md, "The SEAL
 trainer's hooks".
 """
@@ -26,6 +27,7 @@ from verl.experimental.agent_loop.agent_loop import (
 from seal.rollout.driver import EpisodeSample, retry_once, run_episode
 from seal.rollout.env_client import EnvClient
 from seal.rollout.turn_tokens import turn_tokenizer
+from seal.trainer.response_cut import ResponseCut
 from seal.trainer.verl.generator import VerlGenerator
 from seal.trainer.verl.section import SealSection
 
@@ -87,6 +89,10 @@ class SealBfclAgentLoop(AgentLoopBase):
         self.limits = self.settings.trainer.limits
         self.tool_format = self.settings.trainer.model.resolved_tool_format()
         self.stop_token_ids = stop_token_ids(self.tokenizer, self.tool_format)
+        # 0.3 ms per loop (a probe of the chat template): no need to share it.
+        self.response_cut = ResponseCut(
+            self.settings.trainer.loss.trained_response_tokens, self.tokenizer
+        )
         response_length = self.rollout_config.response_length
         if self.limits.max_context_tokens > response_length:
             raise ValueError(
@@ -132,6 +138,8 @@ class SealBfclAgentLoop(AgentLoopBase):
         metrics = AgentLoopMetrics(
             generate_sequences=generator.seconds, tool_calls=total - generator.seconds
         )
+        if mode == "sample":  # what verl trains of it (validation's are scored whole)
+            sample = self.response_cut(sample)
         return to_output(sample, metrics, generator.weight_versions)
 
 

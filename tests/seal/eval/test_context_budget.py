@@ -1,6 +1,7 @@
-"""The endpoint evaluator's context budget: each request asks for the room the context
-leaves, observations are clipped as the driver clips them, a full context ends the episode
-scored, and a server with a smaller context is named before any episode."""
+"""The endpoint evaluator's context budget: under the fill rule each request asks for the
+room the context leaves (the release's rule: tests/seal/rollout/test_loop.py), observations
+are clipped as the driver clips them, a full context ends the episode scored, and a server
+with a smaller context is named before any episode."""
 
 import asyncio
 import json
@@ -68,7 +69,7 @@ def test_max_tokens_is_the_room_left_and_a_full_context_ends_the_episode_scored(
 
     # Room for the first reply and its observation, and one token more: the second
     # request asks for that one token (the driver's rule).
-    limits = EpisodeLimits(max_context_tokens=prompt + generated + seen + 1)
+    limits = EpisodeLimits(max_context_tokens=prompt + generated + seen + 1, context_stop="fill")
     outcome = evaluate(base_url, env_url, tmp_path / "a", task_ids=[task_id], limits=limits)
     asked = [body["max_tokens"] for body in server.requests_of(task_id)]
     assert asked == [generated + seen + 1, 1]
@@ -78,7 +79,7 @@ def test_max_tokens_is_the_room_left_and_a_full_context_ends_the_episode_scored(
 
     # One token less: the first observation does not fit, the episode ends after one reply.
     server.requests.clear()
-    limits = EpisodeLimits(max_context_tokens=prompt + generated + seen)
+    limits = EpisodeLimits(max_context_tokens=prompt + generated + seen, context_stop="fill")
     outcome = evaluate(base_url, env_url, tmp_path / "b", task_ids=[task_id], limits=limits)
     assert [body["max_tokens"] for body in server.requests_of(task_id)] == [generated + seen]
     record = outcome.records[task_id]
@@ -100,7 +101,8 @@ def test_budget_counts_the_tokens_a_full_render_has(fake_llm, live_service, tmp_
         # and the newline after it.
         assert rendered.endswith("<|im_end|>\n")
         assert record.extra["context_tokens"] == len(TOKENS.encode(rendered)) - 2, record.task_id
-        # Every request asked for the room its prompt left, at most 4096.
+        # Every request asked for a whole 4096 (the release's rule: no prompt reached the
+        # reserve), which is also the room its prompt left, at most 4096 (the fill rule).
         for body in server.requests_of(record.task_id):
             prompt = TOKENIZER.apply_chat_template(
                 body["messages"], tokenize=False, add_generation_prompt=True
@@ -235,7 +237,7 @@ def test_the_budget_counts_the_prompt_sent_to_the_completions_api(
 
     # Room for the second prompt and one token: the second request asks for that token,
     # and the third prompt does not fit.
-    limits = EpisodeLimits(max_context_tokens=sizes[1] + 1)
+    limits = EpisodeLimits(max_context_tokens=sizes[1] + 1, context_stop="fill")
     outcome = evaluate(
         base_url, env_url, tmp_path / "b", task_ids=[task_id], limits=limits, prompting=prompting
     )

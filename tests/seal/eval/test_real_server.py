@@ -126,7 +126,9 @@ def test_tasks_are_scored_under_the_budget_against_transformers_serve(
     task_id = TASKS[0]
     first = json.loads(outcome.records[task_id].input)
     prompt = len(TextTokens(TOKENIZER).encode(get_format(PAPER_QWEN).render(Conversation(first))))
-    small = EpisodeLimits(max_generations=4, max_new_tokens=16, max_context_tokens=prompt + 8)
+    small = EpisodeLimits(
+        max_generations=4, max_new_tokens=16, max_context_tokens=prompt + 8, context_stop="fill"
+    )
     cut = evaluate(base_url, model, env_url, tmp_path / "small", [task_id], small)
     record = cut.records[task_id]
     assert not cut.failures

@@ -54,7 +54,10 @@ def test_compose_merges_yaml_and_overrides():
     cfg = launcher.compose(REPO / "exp/SEAL.yaml", ["trainer.rollout.n=4"])
     assert cfg.trainer.model.path == "Qwen/Qwen2.5-7B-Instruct"
     assert cfg.trainer.rollout.n == 4
-    assert cfg.trainer.loss.loss_agg_mode == "token-mean"  # the release's default
+    # The release's arithmetic: its per-episode loss weight, training cut and context stop.
+    assert cfg.trainer.loss.loss_agg_mode == "seq-mean-token-mean"
+    assert cfg.trainer.loss.trained_response_tokens == 4096
+    assert cfg.trainer.limits.context_stop == "release"
 
 
 @pytest.mark.parametrize("conf", sorted((REPO / "exp").glob("*.yaml")), ids=lambda p: p.name)

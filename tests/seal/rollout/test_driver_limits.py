@@ -1,8 +1,11 @@
-"""The episode driver's limits on real episodes: the generation count, the context (an
-observation that would fill it, a generation cut to the room left, a prompt too long for
-one), and long observations clipped and marked as each format marks them."""
+"""The episode driver's limits on real episodes: the generation count, the context under
+each stop rule (fill: an observation that would fill it, a generation cut to the room
+left; release: the history counted with the observations unclipped; a prompt too long for
+one generation), and long observations clipped and marked as each format marks them."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 from conftest import gt_texts
@@ -40,7 +43,7 @@ def test_an_observation_that_would_fill_the_context_is_not_appended(live_service
     base_url, engine = live_service
     probe = context_probe(base_url, tokenizer)
     # The third generation would start at probe.prompt_lengths[2]: one token short.
-    limits = EpisodeLimits(max_context_tokens=probe.prompt_lengths[2])
+    limits = EpisodeLimits(max_context_tokens=probe.prompt_lengths[2], context_stop="fill")
     generator = ScriptedGenerator.from_texts(tokenizer, gt_texts(GREP_TASK), record_prompts=True)
     sample, env = play(base_url, tokenizer, GREP_TASK, generator, limits)
 
@@ -57,7 +60,7 @@ def test_a_generation_is_cut_to_the_room_left_in_the_context(live_service, token
     probe = context_probe(base_url, tokenizer)
     texts = gt_texts(GREP_TASK)
     room = 5  # for the third generation, a tool call of about 30 tokens
-    limits = EpisodeLimits(max_context_tokens=probe.prompt_lengths[2] + room)
+    limits = EpisodeLimits(max_context_tokens=probe.prompt_lengths[2] + room, context_stop="fill")
     generator = ScriptedGenerator.from_texts(tokenizer, texts, record_prompts=True)
     sample, env = play(base_url, tokenizer, GREP_TASK, generator, limits)
 
@@ -69,14 +72,59 @@ def test_a_generation_is_cut_to_the_room_left_in_the_context(live_service, token
     assert len(sample.prompt_ids) + len(sample.response_ids) == limits.max_context_tokens
 
 
-def test_a_prompt_too_long_for_one_generation_gives_an_empty_response(live_service, tokenizer):
+@pytest.mark.parametrize(
+    "limits",
+    [  # its prompt has about 4950 tokens
+        EpisodeLimits(max_context_tokens=4000, context_stop="fill"),
+        EpisodeLimits(max_context_tokens=4000 + 4096, context_stop="release"),
+    ],
+)
+def test_a_prompt_too_long_for_one_generation_gives_an_empty_response(
+    live_service, tokenizer, limits
+):
     base_url, engine = live_service
     generator = ScriptedGenerator([])
-    limits = EpisodeLimits(max_context_tokens=4000)  # its prompt has about 4950 tokens
     sample, _ = play(base_url, tokenizer, GREP_TASK, generator, limits)
     assert (sample.stop_reason, sample.num_generations, generator.calls) == ("context_limit", 0, 0)
     assert sample.response_ids == sample.response_mask == [] and sample.accuracy == 0
     assert engine.stats()["live_episodes"] == 0
+
+
+WHOLE = EpisodeLimits(max_observation_tokens=10**6, max_context_tokens=10**7)
+"""Limits under which no observation is clipped and no context stop is near."""
+
+
+def test_release_rule_stops_on_the_history_with_the_observations_unclipped(live_service, tokenizer):
+    base_url = live_service[0]
+    texts = gt_texts(LONG_TASK)
+    whole = ScriptedGenerator.from_texts(tokenizer, texts)  # the release's raw history
+    play(base_url, tokenizer, LONG_TASK, whole, WHOLE)
+    clip = 300
+    clipped = ScriptedGenerator.from_texts(tokenizer, texts)
+    play(base_url, tokenizer, LONG_TASK, clipped, EpisodeLimits(max_observation_tokens=clip))
+    # The first generation after an observation the clip shortened.
+    k = next(
+        i
+        for i, (a, b) in enumerate(zip(whole.prompt_lengths, clipped.prompt_lengths, strict=True))
+        if a != b
+    )
+    assert clipped.prompt_lengths[k] < whole.prompt_lengths[k]
+    # Its raw history is exactly the reserve: the episode stops before it, although the
+    # history the model saw is shorter.
+    limits = EpisodeLimits(
+        max_observation_tokens=clip, max_context_tokens=whole.prompt_lengths[k] + 4096
+    )
+    generator = ScriptedGenerator.from_texts(tokenizer, texts, record_prompts=True)
+    sample, _ = play(base_url, tokenizer, LONG_TASK, generator, limits)
+    assert (sample.stop_reason, sample.num_generations) == ("context_limit", k)
+    assert generator.prompt_lengths == clipped.prompt_lengths[:k]
+    assert sample.response_mask[-1] == 1  # the observation after the last reply is left out
+    assert_sequence_is_what_the_model_saw(generator, sample)
+    # One token more of room, and generation k is made with a whole max_new_tokens.
+    limits = dataclasses.replace(limits, max_context_tokens=limits.max_context_tokens + 1)
+    generator = ScriptedGenerator.from_texts(tokenizer, texts)
+    sample, _ = play(base_url, tokenizer, LONG_TASK, generator, limits)
+    assert sample.num_generations > k
 
 
 # Each format's clip: the rich prompt's exact token clip, and the paper's (its release's

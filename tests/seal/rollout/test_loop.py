@@ -37,17 +37,30 @@ class FakeEpisode:
 
 
 class FakeTurns:
-    """Each reply adds `reply_tokens` to the context, each observation `observation_tokens`."""
+    """Each reply adds `reply_tokens` to the context, each observation `observation_tokens`
+    (`clipped_out` more when counted unclipped)."""
 
     format = get_format(PAPER_QWEN)
 
-    def __init__(self, used: int, reply_tokens: int, observation_tokens: int, replies: int = 99):
+    def __init__(
+        self,
+        used: int,
+        reply_tokens: int,
+        observation_tokens: int,
+        replies: int = 99,
+        clipped_out: int = 0,
+    ):
         self.used, self.reply_tokens, self.observation_tokens = (
             used,
             reply_tokens,
             observation_tokens,
         )
+        self.unclipped, self.clipped_out = used, clipped_out
         self.left, self.budgets, self.kept, self.ended = replies, [], 0, None
+
+    @property
+    def context_size(self):
+        return loop.ContextSize(self.used, self.unclipped)
 
     async def reply(self, budget):
         if not self.left:
@@ -55,13 +68,16 @@ class FakeTurns:
         self.left -= 1
         self.budgets.append(budget)
         self.used += self.reply_tokens
+        self.unclipped += self.reply_tokens
         return "a reply"
 
     def observe(self, messages, max_tokens):
-        return self.observation_tokens
+        added = self.observation_tokens
+        return loop.ContextSize(self.used + added, self.unclipped + added + self.clipped_out)
 
     def keep(self):
         self.used += self.observation_tokens
+        self.unclipped += self.observation_tokens + self.clipped_out
         self.kept += 1
 
     def end(self, messages):
@@ -69,7 +85,8 @@ class FakeTurns:
 
 
 GO_ON = StepReply([{"role": "tool", "content": "x"}], terminated=False, truncated=False)
-LIMITS = EpisodeLimits(max_context_tokens=100, max_new_tokens=30)
+LIMITS = EpisodeLimits(max_context_tokens=100, max_new_tokens=30, context_stop="fill")
+RELEASE = EpisodeLimits(max_context_tokens=100, max_new_tokens=30, context_stop="release")
 
 
 def run(turns, replies, limits=LIMITS):
@@ -114,9 +131,45 @@ def test_a_full_context_stops_before_any_reply_and_a_script_s_end_stops_it():
     assert (stop, len(episode.texts)) == (None, 2)
 
 
+def test_release_rule_stops_before_a_reply_once_the_history_reaches_the_reserve():
+    # reserve 100 - 30 = 70; every reply may use 30. 10 -> reply 30 -> obs 50 -> reply 70
+    # -> obs 90: no reply would follow it, so it is not kept (the fill rule went on above).
+    turns = FakeTurns(used=10, reply_tokens=20, observation_tokens=20)
+    stop, episode = run(turns, [GO_ON] * 5, RELEASE)
+    assert turns.budgets == [30, 30] and turns.kept == 1
+    assert (stop, len(episode.texts)) == ("context_limit", 2)
+    # Exactly at the reserve stops; one token under it does not.
+    turns = FakeTurns(used=39, reply_tokens=30, observation_tokens=1)
+    stop, episode = run(turns, [GO_ON] * 3, RELEASE)
+    assert (stop, len(episode.texts), turns.kept) == ("context_limit", 1, 0)
+    turns = FakeTurns(used=39, reply_tokens=30, observation_tokens=0)
+    _, episode = run(turns, [GO_ON, StepReply([], terminated=True, truncated=False)], RELEASE)
+    assert turns.kept == 1 and turns.budgets == [30, 30]
+    # A prompt at the reserve gets no reply; the fill rule gives it the room left.
+    stop, episode = run(FakeTurns(used=70, reply_tokens=1, observation_tokens=1), [], RELEASE)
+    assert (stop, episode.texts) == ("context_limit", [])
+    turns = FakeTurns(used=70, reply_tokens=1, observation_tokens=1, replies=1)
+    assert run(turns, [GO_ON])[0] is None and turns.budgets == [30]
+
+
+def test_release_rule_counts_the_observations_unclipped():
+    # Each observation keeps 5 tokens of 35: unclipped 10 -> 15 -> obs 50 -> 55 -> obs 90.
+    turns = FakeTurns(used=10, reply_tokens=5, observation_tokens=5, clipped_out=30)
+    stop, episode = run(turns, [GO_ON] * 3, RELEASE)
+    assert (stop, len(episode.texts), turns.kept) == ("context_limit", 2, 1)
+    assert turns.used == 25  # what the model saw was far from the reserve
+    # Counted clipped, or under the fill rule, the episode runs to its end.
+    done = StepReply([], terminated=True, truncated=False)
+    for limits, clipped_out in ((RELEASE, 0), (LIMITS, 30)):
+        turns = FakeTurns(used=10, reply_tokens=5, observation_tokens=5, clipped_out=clipped_out)
+        stop, episode = run(turns, [GO_ON] * 4 + [done], limits)
+        assert (stop, len(episode.texts), turns.kept) == ("terminated", 5, 4)
+
+
 # --- the three entry points through the real service --------------------------------------
 
 TASK = "multi_turn_base_0"
+LONG_TASK = "multi_turn_long_context_0"  # a grep answer of several hundred tokens
 FORMAT = get_format(PAPER_QWEN)
 
 
@@ -155,22 +208,24 @@ def scoring_settings(limits: EpisodeLimits) -> EpisodeSettings:
     )
 
 
-def play_each_kind(base_url, tokenizer, limits: EpisodeLimits, scripted: bool) -> tuple:
-    """The ground truth of TASK played as training, as endpoint scoring and (if
+def play_each_kind(
+    base_url, tokenizer, limits: EpisodeLimits, scripted: bool, task: str = TASK
+) -> tuple:
+    """The ground truth of `task` played as training, as endpoint scoring and (if
     `scripted`) as a script, under `limits`; what each entry point reports."""
-    texts, settings = gt_texts(TASK), scoring_settings(limits)
+    texts, settings = gt_texts(task), scoring_settings(limits)
 
     async def main():
         async with EnvClient(base_url) as env:
             generator = ScriptedGenerator.from_texts(tokenizer, texts)
             sample = await train_episode(
-                env, generator, tokenizer, TASK, settings, tool_format=FORMAT
+                env, generator, tokenizer, task, settings, tool_format=FORMAT
             )
             chat = ScriptedChat(texts)
             prompting = Prompting(FORMAT)
-            report = await score_episode(env, chat, TextTokens(tokenizer), TASK, limits, prompting)
+            report = await score_episode(env, chat, TextTokens(tokenizer), task, limits, prompting)
             if scripted:
-                await run_scripted_episode(env, TASK, [texts], settings, tool_format=FORMAT)
+                await run_scripted_episode(env, task, [texts], settings, tool_format=FORMAT)
         return sample, report
 
     return asyncio.run(main())
@@ -185,9 +240,16 @@ def test_every_entry_point_plays_the_one_loop_and_stops_alike(live_service, toke
         (EpisodeLimits(max_generations=3), True, "max_generations"),
         # The third reply would start one token short of the context: its observation
         # before it does not fit.
-        (EpisodeLimits(max_context_tokens=probe.prompt_lengths[2]), False, "context_limit"),
-        (EpisodeLimits(max_context_tokens=probe.prompt_lengths[0]), False, "context_limit"),
-    ]
+        (EpisodeLimits(max_context_tokens=probe.prompt_lengths[2], context_stop="fill"),
+         False, "context_limit"),
+        (EpisodeLimits(max_context_tokens=probe.prompt_lengths[0], context_stop="fill"),
+         False, "context_limit"),
+        # The release's rule: the third reply's history is the reserve.
+        (EpisodeLimits(max_context_tokens=probe.prompt_lengths[2] + 4096), False,
+         "context_limit"),
+        (EpisodeLimits(max_context_tokens=probe.prompt_lengths[0] + 4096), False,
+         "context_limit"),
+    ]  # fmt: skip
     for limits, scripted, reason in cases:
         plays.clear()
         sample, report = play_each_kind(base_url, tokenizer, limits, scripted)
@@ -205,10 +267,32 @@ def test_every_entry_point_plays_the_one_loop_and_stops_alike(live_service, toke
     assert sample.num_generations == 0  # the last case: no room for a first reply
 
 
-async def _probe(base_url, tokenizer, probe):
+def test_both_model_turns_stop_on_the_same_unclipped_history(live_service, tokenizer, plays):
+    """The release's rule through training's and endpoint scoring's turns, where a clip
+    made what the model saw shorter than the history the rule counts."""
+    base_url, clip = live_service[0], 300
+    whole, clipped = (ScriptedGenerator.from_texts(tokenizer, gt_texts(LONG_TASK)) for _ in "ab")
+    unlimited = EpisodeLimits(max_observation_tokens=10**6, max_context_tokens=10**7)
+    asyncio.run(_probe(base_url, tokenizer, whole, LONG_TASK, unlimited))
+    asyncio.run(
+        _probe(base_url, tokenizer, clipped, LONG_TASK, EpisodeLimits(max_observation_tokens=clip))
+    )
+    pairs = list(zip(whole.prompt_lengths, clipped.prompt_lengths, strict=True))
+    k = next(i for i, (a, b) in enumerate(pairs) if a != b)
+    limits = EpisodeLimits(max_observation_tokens=clip, max_context_tokens=pairs[k][0] + 4096)
+    plays.clear()
+    sample, report = play_each_kind(base_url, tokenizer, limits, False, LONG_TASK)
+    assert [(kind, stop, steps) for kind, stop, steps in plays] == [
+        ("TokenTurns", "context_limit", k),
+        ("MessageTurns", "context_limit", k),
+    ]
+    assert report["clipped_observations"] > 0
+
+
+async def _probe(base_url, tokenizer, probe, task=TASK, limits=None):
     async with EnvClient(base_url) as env:
-        settings = scoring_settings(EpisodeLimits())
-        await train_episode(env, probe, tokenizer, TASK, settings, tool_format=FORMAT)
+        settings = scoring_settings(limits or EpisodeLimits())
+        await train_episode(env, probe, tokenizer, task, settings, tool_format=FORMAT)
 
 
 # --- a long reply's parse leaves the loop to the other episodes -----------------------------

@@ -1,16 +1,22 @@
 """The trainer's numerics: chunked log-probs equal full logits, the update does not depend
-on how a mini-batch is split into micro-batches, checkpoints round-trip."""
+on how a mini-batch is split into micro-batches, the paper config weighs each episode as the
+release's actor does, checkpoints round-trip."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
+from pathlib import Path
 
 import pytest
 import torch
-from tiny_models import PAD, SAMPLES, SMALL_VOCAB, tiny_qwen2
+from omegaconf import OmegaConf
+from tiny_models import PAD, SAMPLES, SMALL_VOCAB, sample, tiny_qwen2
 from transformers import Qwen2ForCausalLM
 
-from seal.algos.loss import PolicyLossConfig
+import launcher
+from seal.algos.loss import PolicyLossConfig, actor_loss
 from seal.atomic_file import StateFileError
 from seal.runs import checkpoint as ckpt
 from seal.runs.data_order import epoch_order
@@ -19,6 +25,8 @@ from seal.trainer.precision import MixedPrecision
 from seal.trainer.seal_step import BEST_FILE, SealStep
 from seal.trainer.update import batch_logprobs, collate, policy_update, response_logprobs
 from seal.trainer_config import TrainerConfig
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def full_logprobs(model, s) -> torch.Tensor:
@@ -82,6 +90,95 @@ def test_update_is_independent_of_micro_batching(agg):
     )
     for name in one_pass:
         torch.testing.assert_close(micro[name], one_pass[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+# One long and one short episode of a mini-batch: 6 generated tokens among 10 with
+# advantage 0.5, and 2 of 2 with advantage -1.5; the KL reference log(2) above the policy
+# on the long one's tokens, equal on the short one's.
+LONG = sample([1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [1, 1, 0, 0, 1, 1, 0, 0, 1, 1])
+SHORT = sample([20, 21], [22, 23], [1, 1])
+K3_LOG2 = 2 - math.log(2) - 1  # low_var_kl where the reference is log(2) above the policy
+RELEASE_PG, RELEASE_KL = (6 * -0.5 / 6 + 2 * 1.5 / 2) / 2, (K3_LOG2 + 0.0) / 2
+"""The release's loss: each episode's token mean, averaged over the two (its actor: a
+token mean per one-sample micro-batch, divided by the two micro-batches)."""
+TOKEN_MEAN_PG, TOKEN_MEAN_KL = (6 * -0.5 + 2 * 1.5) / 8, 6 * K3_LOG2 / 8
+
+
+def paper_loss() -> PolicyLossConfig:
+    return OmegaConf.to_object(launcher.compose(REPO / "exp/SEAL.yaml", []).trainer.loss)
+
+
+def one_step(step, config: PolicyLossConfig, micro_batch_size: int = 2):
+    """`step` (policy_update, or the release's accumulation) on [LONG, SHORT] from the
+    same tiny model, with SGD at lr 1; (its metrics, the weights after)."""
+    model, samples = tiny_qwen2(vocab_size=SMALL_VOCAB), [LONG, SHORT]
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    width = len(LONG.response_ids)
+    advantages = torch.tensor([[0.5] * width, [-1.5] * width])
+    old = batch_logprobs(model, samples, width, 2, 1024, PAD)
+    ref = old + torch.tensor([[math.log(2)], [0.0]])
+    metrics = step(model, optimizer, samples, advantages, old, ref, config, micro_batch_size)
+    return metrics, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def ours(model, optimizer, samples, advantages, old, ref, config, micro_batch_size, size=2):
+    return policy_update(
+        MixedPrecision(model, torch.float32), optimizer, samples, advantages, old, ref, config,
+        samples_per_mini_batch=size, micro_batch_size=micro_batch_size, chunk_tokens=1024,
+        grad_clip=1e9, pad_id=PAD,
+    )  # fmt: skip
+
+
+def release_accumulation(model, optimizer, samples, advantages, old, ref, config, _):
+    """The release's actor (het_actor.update_policy): one sample per micro-batch, its loss
+    the token mean over that sample, divided by the number of micro-batches."""
+    token_mean = dataclasses.replace(config, loss_agg_mode="token-mean")
+    optimizer.zero_grad()
+    for k in range(len(samples)):
+        batch = collate(samples, [k], PAD, torch.device("cpu"))
+        logp, _ = response_logprobs(model, batch)
+        w = batch.response_len
+        loss, _ = actor_loss(
+            logp, old[[k], :w], advantages[[k], :w], batch.response_mask, token_mean,
+            ref_log_prob=ref[[k], :w],
+        )  # fmt: skip
+        (loss / len(samples)).backward()
+    optimizer.step()
+
+
+@pytest.mark.parametrize("micro_batch_size", [1, 2])
+def test_the_paper_config_weighs_each_episode_as_the_release_does(micro_batch_size):
+    config = paper_loss()
+    metrics, weights = one_step(ours, config, micro_batch_size)
+    assert metrics["actor/pg_loss"] == pytest.approx(RELEASE_PG, abs=1e-6)  # 0.5
+    assert metrics["actor/kl_loss"] == pytest.approx(RELEASE_KL, abs=1e-6)
+    _, expected = one_step(release_accumulation, config)
+    moved = max(
+        (expected[n] - p).abs().max().item()
+        for n, p in tiny_qwen2(vocab_size=SMALL_VOCAB).named_parameters()
+    )
+    assert moved > 1e-3  # the step changed the weights
+    for name, value in expected.items():
+        torch.testing.assert_close(weights[name], value, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_a_short_mini_batch_divides_by_the_configured_size_as_the_release_does():
+    """Two samples where four were configured (episodes left out after failing): each still
+    weighs a quarter, as in the release (each micro-batch's loss / the configured number of
+    micro-batches) and verl (/ the configured global batch size)."""
+
+    def four(*args):
+        return ours(*args, size=4)
+
+    metrics, _ = one_step(four, paper_loss())
+    assert metrics["actor/pg_loss"] == pytest.approx(RELEASE_PG / 2, abs=1e-6)
+
+
+def test_token_mean_stays_an_option_weighing_each_token():
+    config = dataclasses.replace(paper_loss(), loss_agg_mode="token-mean")
+    metrics, _ = one_step(ours, config)
+    assert metrics["actor/pg_loss"] == pytest.approx(TOKEN_MEAN_PG, abs=1e-6)  # 0
+    assert metrics["actor/kl_loss"] == pytest.approx(TOKEN_MEAN_KL, abs=1e-6)
 
 
 def test_checkpoint_round_trip(tmp_path):

@@ -79,7 +79,10 @@ def test_paper_configs_validate_against_verl(name):
     assert rollout.agent.default_agent_loop == "seal_bfcl"
     # The paper's hyperparameters, through the mapping.
     assert actor.optim.lr == t.optim.lr == 1e-6
-    assert actor.loss_agg_mode == "token-mean"  # the release's
+    # The release's arithmetic: each episode weighs the same (tests/seal/trainer/verl/
+    # test_loss_weight.py), 4,096 response tokens trained, its context stop.
+    assert actor.loss_agg_mode == "seq-mean-token-mean"
+    assert t.loss.trained_response_tokens == 4096 and t.limits.context_stop == "release"
     batch = 16 if "3b" in name else 32  # the release's 3B runs: 16 tasks per step
     assert rollout.n == 8 and config.data.train_batch_size == batch
     assert actor.ppo_mini_batch_size == t.optim.mini_batch_size

@@ -48,8 +48,8 @@ class ScriptedServer:
     the ground-truth policy's texts of TASK from the start. The k-th generation reports
     weights of version FIRST_VERSION + k, as if each came after a weight update."""
 
-    def __init__(self, tokenizer, report_versions: bool = True):
-        self.script = [text_generation(tokenizer, t).token_ids for t in gt_texts(TASK)]
+    def __init__(self, tokenizer, report_versions: bool = True, task: str = TASK):
+        self.script = [text_generation(tokenizer, t).token_ids for t in gt_texts(task)]
         self.position: dict[str, int] = {}
         self.sampling_params: list[dict] = []
         self.report_versions = report_versions
@@ -87,9 +87,9 @@ def model_dir(tmp_path_factory):
     return path
 
 
-def train_rows(task_id: str, copies: int) -> DataProto:
+def train_rows(task_id: str, copies: int, split: str = "train") -> DataProto:
     """The parquet row of task_id, repeated, with the fields RLHFDataset adds."""
-    frame = pd.read_parquet(ROOT / "data/bfcl_train.parquet")
+    frame = pd.read_parquet(ROOT / f"data/bfcl_{split}.parquet")
     row = frame[frame["extra_info"].map(lambda e: e["task_id"]) == task_id].iloc[0]
     columns = {
         "agent_name": row["agent_name"],
@@ -180,6 +180,28 @@ def test_ground_truth_episodes_through_agent_loop_worker(model_dir, live_service
         ]
         * 2
     )
+
+
+# Ground truths whose responses are longer than the release's 4,096 trained tokens, under
+# the paper's limits (scripts/count_context_stops.py): 4,325 and 4,107 tokens.
+LONG = {"train": "multi_turn_long_context_84", "eval": "multi_turn_long_context_139"}
+
+
+def test_a_training_episode_is_cut_to_the_release_s_response_length(model_dir, live_service):
+    """What verl trains of a long episode: its first 4,096 response tokens as the release
+    counts them (our prompt ends with the 3-token assistant header the release counts
+    in its response); a validation episode is scored and returned whole."""
+    url, _ = live_service
+    lengths = {}
+    for split, task in LONG.items():
+        worker = AgentLoopWorker(trainer_config(model_dir, url), llm_client=None)
+        worker.llm_client = ScriptedServer(worker.tokenizer, task=task)
+        out = run_worker(worker, train_rows(task, copies=1, split=split))
+        assert list(out.non_tensor_batch["accuracy"]) == [1]
+        lengths[split] = int(out.batch["attention_mask"][0, PROMPT_LENGTH:].sum())
+        # The service's reward sits on the last token verl keeps.
+        assert out.batch["rm_scores"][0, lengths[split] - 1] == 1.0
+    assert lengths == {"train": 4096 - 3, "eval": 4107}
 
 
 def test_a_server_without_weight_versions_fails_the_episode(model_dir, live_service):

@@ -323,7 +323,10 @@ def measured_recurrence(run: RunData, run_dir: Path, control: Path) -> str:
         "tags on turns whose ground truth calls tools), in the run and in the control, and the "
         "difference with a 95% paired bootstrap interval over tasks (seal/report/recurrence.py). "
         "A difference whose interval holds 0 is no evidence that the guideline changed the "
-        "failure's rate.\n\n"
+        "failure's rate. One run per side: the interval resamples tasks only, so it leaves out "
+        "seed-to-seed variation (another seed of either run, the same config, could move the "
+        "difference by more than the interval says); runs of several seeds per side, compared "
+        "with `seal-report --compare`, measure it.\n\n"
     )
     configs = {"run": run_config(run_dir), "control": run_config(control)}
     if None in configs.values():

@@ -77,7 +77,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the paper's 400 held-out tasks (eval), its 400 training tasks, or all 800 "
         "(default: %(default)s)",
     )  # fmt: skip
-    parser.add_argument("--split-file", type=Path, default=DEFAULT_SPLIT_FILE)
+    parser.add_argument(
+        "--split-file",
+        type=Path,
+        default=DEFAULT_SPLIT_FILE,
+        help="JSON file with the train and eval task ids (default: %(default)s)",
+    )
     parser.add_argument(
         "--limit", type=int, help="only the first N tasks of each category (a smoke test)"
     )
@@ -95,7 +100,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "the release's harness had none)",
     )
     parser.add_argument("--api-key-env", metavar="VAR", help="variable holding the API key")
-    parser.add_argument("--request-timeout-s", type=float, default=600.0)
+    parser.add_argument(
+        "--request-timeout-s",
+        type=float,
+        default=600.0,
+        help="seconds one request may take (default: %(default)s; bfcl's own: 72000)",
+    )
     parser.add_argument(
         "--attempts", type=int, default=3, help="tries per request (default: %(default)s)"
     )

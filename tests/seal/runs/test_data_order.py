@@ -54,7 +54,7 @@ def test_the_paper_configs_take_the_release_s_seed_and_order():
         assert (data.seed, data.order) == (1, "release"), name
 
 
-def sampled_batches(task_ids, seed, order, count, resume_after=None):
+def sampled_batches(task_ids, seed, order, count, resume_after=None, workers=0):
     """`count` batches of a loader over `task_ids` rows sampled by EpochOrderSampler,
     re-iterated at each epoch's end as verl does; with `resume_after`, its state saved
     after that many batches and loaded into a fresh loader and sampler."""
@@ -62,10 +62,10 @@ def sampled_batches(task_ids, seed, order, count, resume_after=None):
 
     def loader():
         sampler = EpochOrderSampler(task_ids, seed, order)
-        rows = list(range(len(task_ids)))
         return torchdata.StatefulDataLoader(
-            rows, batch_size=BATCH, drop_last=True, collate_fn=list, sampler=sampler
-        )
+            list(range(len(task_ids))), batch_size=BATCH, drop_last=True, collate_fn=list,
+            sampler=sampler, num_workers=workers,
+        )  # fmt: skip
 
     current = loader()
     batches, it = [], iter(current)
@@ -95,3 +95,13 @@ def test_verl_s_loader_takes_the_local_trainer_s_batches_across_a_resume(order):
     assert sampled_batches(ids, 1, order, len(local)) == local
     for cut in (5, steps, steps + 1, 2 * steps):  # mid-epoch and at epoch ends
         assert sampled_batches(ids, 1, order, len(local), resume_after=cut) == local, cut
+
+
+def test_loader_workers_use_up_no_epoch():
+    """With workers the loader makes iterators it never reads (verl's default is 8): the
+    first epoch is still epoch 0, across a resume too."""
+    ids = task_ids_of(TRAIN)
+    local = [epoch_order(ids, 1, e, "release")[k * BATCH : (k + 1) * BATCH] for e in (0, 1)
+             for k in range(len(ids) // BATCH)]  # fmt: skip
+    assert sampled_batches(ids, 1, "release", 14, workers=1) == local[:14]
+    assert sampled_batches(ids, 1, "release", 14, resume_after=12, workers=1) == local[:14]

@@ -294,8 +294,11 @@ def test_verl_s_train_loader_takes_the_run_s_data_order(local_tq, tmp_path, live
 
     from seal.runs.data_order import epoch_order, task_ids_of
 
+    from conftest import shipped_tokenizer
+
     trainer = SealPPOTrainer(verl_config(tmp_path, live_service[0]))
-    trainer._init_tokenizer()  # the first two steps of verl's init (its _setup)
+    # What verl's init (its _setup) does first, with the model's tokenizer offline.
+    trainer.tokenizer, trainer.processor = shipped_tokenizer(), None
     trainer._init_dataloader()
     data = trainer.seal.trainer.data
     taken = [

@@ -292,9 +292,9 @@ def test_verl_s_train_loader_takes_the_run_s_data_order(local_tq, tmp_path, live
     resume through verl's loader state)."""
     from itertools import islice
 
-    from seal.runs.data_order import epoch_order, task_ids_of
-
     from conftest import shipped_tokenizer
+
+    from seal.runs.data_order import epoch_order, task_ids_of
 
     trainer = SealPPOTrainer(verl_config(tmp_path, live_service[0]))
     # What verl's init (its _setup) does first, with the model's tokenizer offline.

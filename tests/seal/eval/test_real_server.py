@@ -186,7 +186,7 @@ def test_memory_questions_run_end_to_end_against_transformers_serve(transformers
     assert "Qwen2.5-7B-Instruct + SEAL" in page  # the paper's rows (the model is none of them)
 
 
-@pytest.mark.slow  # transformers serve's start and 4 tasks: 90 s here under a load of 11
+# transformers serve's start and 4 tasks: 27-35 s at a load average of 2-3, 90 s at 11.
 def test_bfcl_s_own_harness_scores_the_tiny_model_on_the_cpu(tiny_model, tmp_path, capsys):
     """`seal-eval-bfcl --model-dir`: the tiny model served by transformers serve for the
     run (seal-eval's model server), one held-out task per category through bfcl-eval's

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from seal.algos.config import GRPOConfig, PolicyLossConfig
+from seal.bfcl.tasks import CATEGORIES
 from seal.formats.base import ToolFormat
 from seal.formats.registry import AUTO, FORMATS, resolve
 from seal.rollout.protocol import (
@@ -127,8 +128,26 @@ class DataSettings:
     """Use only the first N training tasks (0 = all 400); for debugging."""
     max_val_tasks: int = 0
     """Validate on the first N eval tasks (0 = all 400)."""
-    seed: int = 0
-    """Seed of the per-epoch shuffle of the training tasks."""
+    seed: int = 1
+    """Seed of the training tasks' order (`order`). 1: the original release's, which its
+    configs leave to its code's default (`data_config.get("seed", 1)`)."""
+    order: str = "release"
+    """How the training tasks are ordered in each epoch (seal/runs/data_order.py; both
+    trainers take the same batches): release (the original release's order: the tasks
+    shuffled once by its task mixture, Python's random.Random(42), then per epoch a
+    torch.randperm from one generator seeded with `seed`, which its sampler draws twice per
+    epoch, using the first) | shuffle_per_epoch (this project's: each epoch's order is
+    Python's random.Random(seed * 1_000_003 + epoch).shuffle of the data file's order)."""
+
+    def __post_init__(self):
+        if self.order not in DATA_ORDERS:
+            raise ValueError(
+                f"data.order must be one of {', '.join(DATA_ORDERS)}, not {self.order!r}"
+            )
+
+
+DATA_ORDERS = ("release", "shuffle_per_epoch")
+"""The values of `trainer.data.order`."""
 
 
 @dataclass
@@ -198,9 +217,12 @@ class ValidationSettings:
 class CheckpointSettings:
     save_freq: int = 10
     """Save every N steps (and at the end); 0 = only at the end."""
-    best_metric: str = "val/average"
-    """Validation metric that picks the best checkpoint (mean of the four categories); on a
-    tie the later step, as the report stars it."""
+    best_rule: str = "release"
+    """Which validation step is the best (the checkpoint kept and exported, the step the
+    report stars; `BEST_RULES`): release (the original release's: the highest pass rate of
+    multi_turn_base, its alphabetically first validation key, the earlier step on a tie) |
+    average (this project's: the highest mean of the four categories, the later step on a
+    tie). Recorded in each checkpoint's seal_best.json and the run's config."""
     keep_only_best: bool = True
     """Keep only the best and the latest checkpoint (which resume needs), deleting the
     others: a verl checkpoint of a 7B model (weights, optimizer, Hugging Face export) is
@@ -212,6 +234,58 @@ class CheckpointSettings:
     """Resume although the data-order settings (training tasks, `data.train_batch_size`,
     `data.seed`) differ from the interrupted run's; without it such a resume is refused,
     since the remaining steps would see other batches than the uninterrupted run."""
+
+    def __post_init__(self):
+        if self.best_rule not in BEST_RULES:
+            raise ValueError(
+                f"checkpoint.best_rule must be one of {', '.join(BEST_RULES)}, "
+                f"not {self.best_rule!r}"
+            )
+
+
+@dataclass(frozen=True)
+class BestRule:
+    """How a run's best validation step is chosen: the highest value of one validation
+    metric (seal.runs.metrics_log.validation_metrics), ties going to the earlier or the
+    later step. Both trainers and the reports apply it (`improves`, `best_of`)."""
+
+    name: str
+    category: str | None
+    """The category whose pass rate counts; None: the mean of the four categories."""
+    later_on_tie: bool
+
+    @property
+    def metric(self) -> str:
+        """The validation metric it maximises."""
+        return "val/average" if self.category is None else f"val/{self.category}"
+
+    def describe(self) -> str:
+        what = "the mean of the four categories" if self.category is None else self.category
+        tie = "the later" if self.later_on_tie else "the earlier"
+        return f"the highest {what} ({self.name} rule; {tie} step on a tie)"
+
+    def improves(self, value, best) -> bool:
+        """Whether a later step scoring `value` replaces the best so far, `best` (None: none)."""
+        return best is None or value > best or (self.later_on_tie and value == best)
+
+    def best_of(self, values: dict[int, object]) -> int | None:
+        """The best step of {step: value} (None values: steps without the metric); None
+        when no step has one."""
+        best_step, best = None, None
+        for step in sorted(values):
+            if values[step] is not None and self.improves(values[step], best):
+                best_step, best = step, values[step]
+        return best_step
+
+
+BEST_RULES = {
+    # The release keeps the checkpoint of the first validation key in sorted order (its
+    # `_select_best_checkpoint_metric`), replaced only by a strictly higher score.
+    "release": BestRule("release", min(CATEGORIES), later_on_tie=False),
+    # A flat run is then scored where it ended, not at its untrained step 0.
+    "average": BestRule("average", None, later_on_tie=True),
+}
+"""The values of `trainer.checkpoint.best_rule`."""
 
 
 @dataclass

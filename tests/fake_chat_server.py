@@ -126,6 +126,9 @@ def reply(text: str, finish_reason: str, completion: bool = False) -> web.Respon
     """A chat reply, or with `completion` a completions-API reply."""
     if completion:
         choice = {"index": 0, "text": text, "finish_reason": finish_reason}
+        # Token counts as a real server sends them (bfcl-eval's handlers read them).
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        return web.json_response({"choices": [choice], "usage": usage})
     else:
         message = {"role": "assistant", "content": text}
         choice = {"index": 0, "message": message, "finish_reason": finish_reason}

@@ -33,9 +33,10 @@ import types
 import uuid
 from pathlib import Path
 
-from bfcl_official import fresh_backends
 from tqdm import tqdm
 from wire_client import SEAL_YAML_BFCL, TOOLACE_YAML_BFCL
+
+from seal.bfcl.official_executor import fresh_backends
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "tests/data/release_prompts.json.gz"
@@ -243,7 +244,7 @@ def play(bfcl_env, task, params: dict, texts: list[str], ends_early: bool = Fals
         params={**params, "model_name": model_name},
     )
     with (
-        fresh_backends(model_name, task.involved_classes),
+        fresh_backends([model_name], task.involved_classes),
         open(os.devnull, "w") as quiet,
         contextlib.redirect_stdout(quiet),
         contextlib.redirect_stderr(quiet),

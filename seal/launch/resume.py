@@ -99,6 +99,7 @@ DATA_ORDER_KEYS = (
     "trainer.data.max_train_tasks",
     "trainer.data.train_batch_size",
     "trainer.data.seed",
+    "trainer.data.order",
 )
 """What fixes the data order: `trainer.checkpoint.allow_data_order_change` lets a resume
 change them (seal/runs/data_order.py checks and records the change)."""

@@ -61,7 +61,8 @@ def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerCo
                 "seed": args.seed,
             },
         },
-        "data": {"train_batch_size": args.k, "seed": args.seed},
+        # This project's data order and best-step rule (the paper configs take the release's).
+        "data": {"train_batch_size": args.k, "seed": args.seed, "order": "shuffle_per_epoch"},
         "rollout": {
             "n": args.n,
             "temperature": 1.0,
@@ -85,7 +86,7 @@ def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerCo
         "optim": {"lr": args.lr, "mini_batch_size": 1, "micro_batch_size": 4},
         "apatch": {"enable": arm["apatch"]},
         "validation": {"before_train": False},
-        "checkpoint": {"save_freq": 0},
+        "checkpoint": {"save_freq": 0, "best_rule": "average"},
         "logging": {"wandb": "disabled"},
     }
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainerConfig), overrides))

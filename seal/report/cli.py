@@ -24,23 +24,32 @@ from seal.report import compare_page, compare_runs
 from seal.report.ood import write_table2
 from seal.report.run_data import EmptyRunError
 from seal.report.run_page import DEFAULT_SPLIT, REPORT_DIRNAME, write_report
-from seal.report.run_source import validation_subset
-from seal.report.summary import RENDERERS, load_split_ids, split_warnings, summarize
+from seal.report.run_source import recorded_best_rule, run_config, validation_subset
+from seal.report.summary import (
+    RENDERERS,
+    UNRECORDED_RULE,
+    load_split_ids,
+    split_warnings,
+    summarize,
+)
 from seal.runs.records import read_val_dir
+from seal.trainer_config import BestRule
 
 
-def print_table(val_dir: Path, fmt: str, split: Path | None, subset: int = 0) -> None:
+def print_table(
+    val_dir: Path, fmt: str, split: Path | None, subset: int = 0, rule: BestRule = UNRECORDED_RULE
+) -> None:
     """The per-category pass rates of each validation step on stdout, in `fmt` (a key of
-    seal.report.summary.RENDERERS); steps whose task ids differ from the split's "eval" ids
-    are named on stderr, once per difference, but for the run's chosen subset of `subset`
-    tasks (`split` None: not checked)."""
+    seal.report.summary.RENDERERS), the best step by `rule` starred; steps whose task ids
+    differ from the split's "eval" ids are named on stderr, once per difference, but for
+    the run's chosen subset of `subset` tasks (`split` None: not checked)."""
     steps = read_val_dir(val_dir) if val_dir.is_dir() else {}
     if not steps:
         raise EmptyRunError(f"no step_*.jsonl files in {val_dir}")
     if split is not None:
         for warning in split_warnings(steps, load_split_ids(split, "eval"), subset):
             print(f"warning: {warning}", file=sys.stderr)
-    sys.stdout.write(RENDERERS[fmt](summarize(steps)))
+    sys.stdout.write(RENDERERS[fmt](summarize(steps), rule))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -227,7 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.table:
             subset = validation_subset(args.run_dir) if args.run_dir else 0
-            print_table(args.val_dir or args.run_dir / "validation", args.table, args.split, subset)
+            rule = (
+                recorded_best_rule(run_config(args.run_dir), args.run_dir)
+                if args.run_dir
+                else UNRECORDED_RULE
+            )
+            val_dir = args.val_dir or args.run_dir / "validation"
+            print_table(val_dir, args.table, args.split, subset, rule)
             return 0
         if args.compare is not None:
             page = compare_main(args)

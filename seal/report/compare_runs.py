@@ -10,9 +10,16 @@ from pathlib import Path
 from statistics import fmean
 
 from seal.report.paper import PaperResult
-from seal.report.run_source import paper_row, run_config, run_model, validation_dir
+from seal.report.run_source import (
+    paper_row,
+    recorded_best_rule,
+    run_config,
+    run_model,
+    validation_dir,
+)
 from seal.report.summary import StepSummary, best_step, summarize
 from seal.runs.records import ValidationRecord, read_val_dir
+from seal.trainer_config import BestRule
 
 AVERAGE = "average"
 """The paper's average: the mean of the four category rates."""
@@ -44,7 +51,8 @@ class ComparedRun:
     chosen: dict[str, int] = field(default_factory=dict)
     """The step scored per selection (FINAL, BEST)."""
     best_by: str = AVERAGE
-    """What the best step maximised: AVERAGE or ALL_TASKS."""
+    """What the best step maximised (by the run's recorded best-step rule): AVERAGE, the
+    category its rule ranks by, or ALL_TASKS."""
 
 
 def parse_spec(spec: str) -> tuple[Path, int | None]:
@@ -87,13 +95,14 @@ def load_run(spec: str, arm: str) -> ComparedRun:
     )
 
 
-def choose_best(summaries: list[StepSummary]) -> tuple[int, str]:
-    """(best step, what it maximised): the highest average of the four categories, or,
-    when no step covers the four, the highest pass rate over all tasks; the later step on
-    a tie (a flat run is scored where it ended, not at its untrained step 0)."""
-    step = best_step(summaries)
+def choose_best(summaries: list[StepSummary], rule: BestRule) -> tuple[int, str]:
+    """(best step, what it maximised): the best by the run's rule (AVERAGE or the one
+    category it ranks by), or, when no step has the rule's metric (the runs do not cover
+    the categories, e.g. the learning check's few tasks), the highest pass rate over all
+    tasks, the later step on a tie."""
+    step = best_step(summaries, rule)
     if step is not None:
-        return step, AVERAGE
+        return step, rule.category or AVERAGE
     scored = [s for s in summaries if s.overall.total]
     return max(scored, key=lambda s: (s.overall.rate, s.step)).step, ALL_TASKS
 
@@ -125,7 +134,8 @@ def choose_steps(run: ComparedRun, select: str, selection_tasks: set[str] | None
     steps = run.steps
     if select == HELDOUT:
         steps = {s: [r for r in rs if r.task_id in selection_tasks] for s, rs in steps.items()}
-    best, run.best_by = choose_best(summarize(steps))
+    rule = recorded_best_rule(run.config, run.path)
+    best, run.best_by = choose_best(summarize(steps), rule)
     run.chosen = {FINAL: max(run.steps), BEST: best}
 
 

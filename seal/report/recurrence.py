@@ -5,7 +5,8 @@ that: the episodes carry the guideline, the tag was chosen for being frequent, t
 lowers failures anyway, and shares sum to one. Here (`seal-report RUN --control CONTROL`)
 each guideline's tag rate per eligible turn on the plain-benchmark validation steps of the
 run and of a control trained alike without guidelines, their difference and a paired
-bootstrap interval over tasks. Details: docs/comparing_runs.md, "Guidelines".
+bootstrap interval over tasks (one run per side: not seed-to-seed variation). Details:
+docs/comparing_runs.md, "Guidelines".
 """
 
 from __future__ import annotations

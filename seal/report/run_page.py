@@ -21,6 +21,7 @@ from seal.report import recurrence as R
 from seal.report.config_diff import differing_keys
 from seal.report.ood import table2
 from seal.report.paper import PaperResult, backbone_of, controlled_results, ood_results
+from seal.report.paper_match import RowMatch
 from seal.report.run_data import (
     Capability,
     RunData,
@@ -33,6 +34,8 @@ from seal.report.run_data import (
 from seal.report.run_source import (
     CONFIG_FILENAME,
     paper_row,
+    recorded_best_rule,
+    row_match,
     run_config,
     run_model,
     validation_dir,
@@ -50,6 +53,7 @@ from seal.report.summary import (
 from seal.report.tables import markdown_table
 from seal.runs import metrics_log as M
 from seal.runs.records import read_val_dir
+from seal.trainer_config import BestRule
 
 REPORT_DIRNAME = "report"
 REPORT_FILENAME = "report.md"
@@ -73,9 +77,17 @@ def paper_rows_table(rows: list[PaperResult], matched: PaperResult | None) -> li
     return out
 
 
-def paper_table(best: StepSummary, label: str, model: str | None, matched) -> str:
+def paper_table(
+    best: StepSummary,
+    label: str,
+    model: str | None,
+    matched: PaperResult | None,
+    rule: BestRule,
+    near: RowMatch | None = None,
+) -> str:
     """The paper's rows of this run's backbone (all its controlled runs when the backbone
-    is not one of the paper's), with this run's best step as the last row."""
+    is not one of the paper's), with this run's best step as the last row; `near`: the row
+    the run's model and switches name when its row-defining keys differ (named)."""
     backbone = backbone_of(model) if model else None
     rows = paper_rows_table(controlled_results(backbone), matched)
     ours = [_pct(best.by_category[c].rate) for c in CATEGORIES]
@@ -88,6 +100,11 @@ def paper_table(best: StepSummary, label: str, model: str | None, matched) -> st
     )
     if matched is not None:
         which = f"This run reproduces the paper's row {matched.label} (bold)."
+    elif near is not None and near.differences:
+        which = (
+            f"This run has the model and SEAL switches of the paper's row {near.row.label}, "
+            f"but it is not that row: it differs from the row's config in {near.describe()}."
+        )
     elif backbone is not None:
         which = f"This run's method is none of the paper's rows for {backbone}."
     else:
@@ -98,10 +115,10 @@ def paper_table(best: StepSummary, label: str, model: str | None, matched) -> st
     text = (
         markdown_table(header, rows)
         + f"\nAccuracy in percent, as in the paper's Tables 1 and 3 (400 held-out tasks, 100 "
-        f"per category). {which} This run's step {best.step}: {counts}. The best step has the "
-        "highest average of the four categories (the later step on a tie), chosen on these "
-        "same tasks, so it is optimistic; `seal-report --compare` sets runs side by side at "
-        "their final and best steps with confidence intervals.\n"
+        f"per category). {which} This run's step {best.step}: {counts}. The best step has "
+        f"{rule.describe()}, the run's `trainer.checkpoint.best_rule`, chosen on these same "
+        "tasks, so it is optimistic; `seal-report --compare` sets runs side by side at their "
+        "final and best steps with confidence intervals.\n"
     )
     if backbone is not None and ood_results(backbone):
         text += "\n" + ood_table(backbone)
@@ -129,7 +146,8 @@ def validation_sections(
 ) -> list[str]:
     """The paper table and the pass-rate figure with the per-step table."""
     summaries = summarize(run.validation)
-    best = best_step(summaries)
+    rule = recorded_best_rule(run_config(run_dir), run_dir)
+    best = best_step(summaries, rule)
     if split is None:
         run.notes.append("task ids not checked against a split (--no-split-check)")
     elif split.exists():
@@ -148,20 +166,22 @@ def validation_sections(
         run.notes.append(f"split file `{split}` not found: task ids not checked")
     sections = []
     if best is None:
-        run.notes.append("no validation step covers all four categories: no paper table")
+        run.notes.append(f"no validation step has {rule.metric} ({rule.name} rule): no paper table")
     else:
         best_summary = next(summary for summary in summaries if summary.step == best)
         model, _ = run_model(run_dir, run.validation[best])
         matched = paper_row(run_dir, run.validation[best])
+        near = row_match(run_dir, run.validation[best])
         sections.append(
             "## Best validation step against the paper\n\n"
-            + paper_table(best_summary, label, model, matched)
+            + paper_table(best_summary, label, model, matched, rule, near)
         )
     steps = [summary.step for summary in summaries]
     rates = {c: [_rate_pct(s.by_category[c].rate) for s in summaries] for c in CATEGORIES}
     average = [_rate_pct(summary.average) for summary in summaries]
     png = plots.plot_pass_rates(steps, rates, average, best, out_dir / "pass_rate.png")
-    sections.append(_figure("Validation pass rate per category", png, render_markdown(summaries)))
+    table = render_markdown(summaries, rule)
+    sections.append(_figure("Validation pass rate per category", png, table))
     return sections
 
 
@@ -323,7 +343,10 @@ def measured_recurrence(run: RunData, run_dir: Path, control: Path) -> str:
         "tags on turns whose ground truth calls tools), in the run and in the control, and the "
         "difference with a 95% paired bootstrap interval over tasks (seal/report/recurrence.py). "
         "A difference whose interval holds 0 is no evidence that the guideline changed the "
-        "failure's rate.\n\n"
+        "failure's rate. One run per side: the interval resamples tasks only, so it leaves out "
+        "seed-to-seed variation (another seed of either run, the same config, could move the "
+        "difference by more than the interval says); runs of several seeds per side, compared "
+        "with `seal-report --compare`, measure it.\n\n"
     )
     configs = {"run": run_config(run_dir), "control": run_config(control)}
     if None in configs.values():

@@ -13,8 +13,10 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from seal.report.paper import PaperResult, matching_result
+from seal.report.paper_match import RowMatch, match_row
+from seal.report.summary import UNRECORDED_RULE
 from seal.runs.records import STEP_FILE_GLOB, ValidationRecord
-from seal.trainer_config import TRAINING_JOBS
+from seal.trainer_config import BEST_RULES, TRAINING_JOBS, BestRule
 
 CONFIG_FILENAME = "config.yaml"
 
@@ -58,7 +60,39 @@ def validation_subset(run: Path) -> int:
     return OmegaConf.select(OmegaConf.load(config), "trainer.data.max_val_tasks", default=0) or 0
 
 
-def paper_row(run: Path, records: list[ValidationRecord]) -> PaperResult | None:
-    """The paper's row this run reproduces, or None (another model or method)."""
+def row_match(run: Path, records: list[ValidationRecord]) -> RowMatch | None:
+    """A training run's row by its model and switches, with the row-defining keys in which
+    it differs from the row's config (seal.report.paper_match); None for another model or
+    method, or an evaluation of an untrained model."""
     model, trainer = run_model(run, records)
-    return None if model is None else matching_result(model, trainer)
+    if model is None or trainer is None:
+        return None
+    return match_row(run_config(run), model)
+
+
+def paper_row(run: Path, records: list[ValidationRecord]) -> PaperResult | None:
+    """The paper's row this run reproduces: for an evaluation of an untrained model its
+    backbone's row; for a training run the row its model and switches name, when it
+    equals the row's config in every row-defining key; else None."""
+    model, trainer = run_model(run, records)
+    if model is None:
+        return None
+    if trainer is None:
+        return matching_result(model, None)
+    match = match_row(run_config(run), model)
+    return match and match.reproduced
+
+
+def recorded_best_rule(config: dict | None, where: Path) -> BestRule:
+    """The best-step rule a run's saved config records (`trainer.checkpoint.best_rule`);
+    `UNRECORDED_RULE` for records without a training config, or one from before the key
+    (its trainer chose by `best_metric`, whose only value then was `val/average`)."""
+    if config is None or config.get("job") not in TRAINING_JOBS:
+        return UNRECORDED_RULE
+    checkpoint = config["trainer"].get("checkpoint", {})
+    if "best_rule" in checkpoint:
+        return BEST_RULES[checkpoint["best_rule"]]
+    metric = checkpoint.get("best_metric", UNRECORDED_RULE.metric)
+    if metric != UNRECORDED_RULE.metric:
+        raise ValueError(f"{where}: its best step was chosen by {metric!r}, no rule of this report")
+    return UNRECORDED_RULE

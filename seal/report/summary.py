@@ -2,9 +2,10 @@
 
 One row per step: the four BFCL multi-turn categories and overall as ``0.5800 (58/100)``
 cells, and the paper's average (the unweighted mean of the four category rates). The best
-step is the one with the highest average, the later on a tie (a flat run is scored where it
-ended, not at its untrained step 0): all four categories count, not one alone as in the
-original release. Steps whose task ids differ from the expected split are
+step is the run's best-step rule's (`trainer.checkpoint.best_rule`, seal/trainer_config.py:
+the release's, multi_turn_base alone with the earlier step on a tie, or this project's, the
+average with the later step on a tie), so the table stars the step the trainer kept.
+Steps whose task ids differ from the expected split are
 reported, since their rates are not comparable with the paper's 400 held-out tasks.
 ``seal-report --table`` (seal/report/cli.py) is the command line for this module.
 """
@@ -20,8 +21,12 @@ from pathlib import Path
 
 from seal.bfcl.tasks import CATEGORIES
 from seal.runs.records import ValidationRecord
+from seal.trainer_config import BEST_RULES, BestRule
 
 COLUMNS = ("step", *CATEGORIES, "overall", "average", "best")
+UNRECORDED_RULE = BEST_RULES["average"]
+"""The best-step rule of records whose run config records none (an endpoint evaluation,
+bare step files, a run from before the rule was a key, whose trainer applied this one)."""
 BEST_MARK = "*"
 MAX_EXAMPLES = 3
 
@@ -79,12 +84,16 @@ def summarize(steps: dict[int, list[ValidationRecord]]) -> list[StepSummary]:
     return [summarize_step(step, steps[step]) for step in sorted(steps)]
 
 
-def best_step(summaries: Sequence[StepSummary]) -> int | None:
-    """The step with the highest average, the later on a tie; None if no step has one."""
-    scored = [summary for summary in summaries if summary.average is not None]
-    if not scored:
-        return None
-    return max(scored, key=lambda summary: (summary.average, summary.step)).step
+def rule_value(summary: StepSummary, rule: BestRule) -> Fraction | None:
+    """What `rule` maximises at this step (None: the step lacks it)."""
+    if rule.category is None:
+        return summary.average
+    return summary.by_category[rule.category].rate
+
+
+def best_step(summaries: Sequence[StepSummary], rule: BestRule) -> int | None:
+    """The best step by `rule` (its tie rule included); None if no step has its metric."""
+    return rule.best_of({summary.step: rule_value(summary, rule) for summary in summaries})
 
 
 def load_split_ids(path: str | Path, key: str) -> list[str]:
@@ -148,9 +157,12 @@ def split_warnings(
     ]
 
 
-def table_rows(summaries: Sequence[StepSummary]) -> list[dict[str, str]]:
-    """The summary as text cells, one dict per step keyed by COLUMNS."""
-    best = best_step(summaries)
+def table_rows(
+    summaries: Sequence[StepSummary], rule: BestRule = UNRECORDED_RULE
+) -> list[dict[str, str]]:
+    """The summary as text cells, one dict per step keyed by COLUMNS; `best` stars the best
+    step by `rule`."""
+    best = best_step(summaries, rule)
     rows = []
     for summary in summaries:
         row = {"step": str(summary.step)}
@@ -162,21 +174,23 @@ def table_rows(summaries: Sequence[StepSummary]) -> list[dict[str, str]]:
     return rows
 
 
-def render_markdown(summaries: Sequence[StepSummary]) -> str:
+def render_markdown(summaries: Sequence[StepSummary], rule: BestRule = UNRECORDED_RULE) -> str:
     # A pipe table is a few lines by hand; tabulate is not worth a dependency for it.
     header = {column: column for column in COLUMNS}
-    rows = [header, *table_rows(summaries)]
+    rows = [header, *table_rows(summaries, rule)]
     widths = {column: max(len(row[column]) for row in rows) for column in COLUMNS}
     lines = ["| " + " | ".join(row[c].ljust(widths[c]) for c in COLUMNS) + " |" for row in rows]
     lines.insert(1, "| " + " | ".join("-" * widths[c] for c in COLUMNS) + " |")
     return "\n".join(lines) + "\n"
 
 
-def csv_rows(summaries: Sequence[StepSummary]) -> list[dict[str, object]]:
+def csv_rows(
+    summaries: Sequence[StepSummary], rule: BestRule = UNRECORDED_RULE
+) -> list[dict[str, object]]:
     """The summary as numbers, one dict per step: per category and overall the rate (empty
     when no task was validated), `<column>_passed` and `<column>_total`; the average
-    (empty when a category is missing) and `best` (1 or 0)."""
-    best = best_step(summaries)
+    (empty when a category is missing) and `best` (1 or 0, by `rule`)."""
+    best = best_step(summaries, rule)
     rows = []
     for summary in summaries:
         row: dict[str, object] = {"step": summary.step}
@@ -190,9 +204,9 @@ def csv_rows(summaries: Sequence[StepSummary]) -> list[dict[str, object]]:
     return rows
 
 
-def render_csv(summaries: Sequence[StepSummary]) -> str:
+def render_csv(summaries: Sequence[StepSummary], rule: BestRule = UNRECORDED_RULE) -> str:
     """Numeric cells (`csv_rows`), for spreadsheets and pandas."""
-    rows = csv_rows(summaries)
+    rows = csv_rows(summaries, rule)
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else COLUMNS,
                             lineterminator="\n")  # fmt: skip
@@ -201,9 +215,9 @@ def render_csv(summaries: Sequence[StepSummary]) -> str:
     return buffer.getvalue()
 
 
-def render_json(summaries: Sequence[StepSummary]) -> str:
+def render_json(summaries: Sequence[StepSummary], rule: BestRule = UNRECORDED_RULE) -> str:
     """Numbers rather than text cells, for programs; rates are fractions of 1."""
-    best = best_step(summaries)
+    best = best_step(summaries, rule)
     rows = []
     for summary in summaries:
         row = {"step": summary.step}

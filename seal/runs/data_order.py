@@ -1,8 +1,9 @@
 """Which tasks the trainer sees, in what order, and the record that keeps a resume on it.
 
 The data order is the sequence of task batches the steps see: a function of the training
-tasks (the data file and `max_train_tasks`), `train_batch_size` and the shuffle `seed`
-(`epoch_order`). A fresh run records it in `data_order.json`; resuming with other
+tasks (the data file and `max_train_tasks`), `train_batch_size`, the `order` and its
+`seed` (`epoch_order`; both trainers take their batches from it, verl through
+seal/trainer/verl/sampler.py). A fresh run records it in `data_order.json`; resuming with other
 settings would give the remaining steps other batches than the interrupted run's, so it
 is refused unless `trainer.checkpoint.allow_data_order_change` is set (then the record
 is rewritten and the change printed).
@@ -38,12 +39,38 @@ def task_ids_of(parquet: str, limit: int = 0) -> list[str]:
     return interleaved[:limit]
 
 
-def epoch_order(task_ids: list[str], seed: int, epoch: int) -> list[str]:
-    """The training order of one epoch: a function of seed and epoch only, so restoring
-    the step count restores the data order exactly."""
-    order = list(task_ids)
-    random.Random(seed * 1_000_003 + epoch).shuffle(order)
-    return order
+RELEASE_MIXTURE_SEED = 42
+"""The seed the original release's trainer gives its task mixture, which shuffles the
+training tasks once before its data loader samples them (its `main_ppo.py`)."""
+
+
+def epoch_order(task_ids: list[str], seed: int, epoch: int, order: str) -> list[str]:
+    """The training order of one epoch (`trainer.data.order`): a function of the tasks,
+    seed and epoch only, so restoring the step count restores the data order exactly."""
+    if order == "release":
+        return release_epoch_order(task_ids, seed, epoch)
+    if order == "shuffle_per_epoch":
+        shuffled = list(task_ids)
+        random.Random(seed * 1_000_003 + epoch).shuffle(shuffled)
+        return shuffled
+    raise ValueError(f"unknown data order {order!r}")
+
+
+def release_epoch_order(task_ids: list[str], seed: int, epoch: int) -> list[str]:
+    """The original release's order: its task mixture shuffles the tasks once
+    (`random.Random(42)`); its data loader's torch `RandomSampler` holds one generator,
+    seeded with `seed`, and draws `torch.randperm(n)` for the epoch's order and a second
+    one it discards (the sampler's generator runs on to its `[: n % n]` remainder when the
+    loader asks past the epoch's last sample), so epoch e uses permutation 2e of the stream."""
+    import torch  # the launcher composes configs without it
+
+    mixed = list(task_ids)
+    random.Random(RELEASE_MIXTURE_SEED).shuffle(mixed)
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    for _ in range(2 * epoch):
+        torch.randperm(len(mixed), generator=generator)
+    return [mixed[i] for i in torch.randperm(len(mixed), generator=generator).tolist()]
 
 
 DATA_ORDER_FILENAME = "data_order.json"
@@ -54,6 +81,7 @@ _SOURCES = {
     "train_tasks": "trainer.data.train_file / trainer.data.max_train_tasks (the task list)",
     "train_batch_size": "trainer.data.train_batch_size",
     "seed": "trainer.data.seed",
+    "order": "trainer.data.order",
 }
 
 
@@ -69,6 +97,7 @@ def data_order(cfg: TrainerConfig) -> dict:
         "train_tasks": f"{len(ids)} tasks, sha256 {digest}",
         "train_batch_size": cfg.data.train_batch_size,
         "seed": cfg.data.seed,
+        "order": cfg.data.order,
         "train_file": cfg.data.train_file,  # for the reader; the task list is what counts
     }
 

@@ -86,6 +86,19 @@ def verl_checkpoint(run_dir: Path, step: str) -> tuple[Path, int | None]:
     return folder / VERL_HF, _step_of(folder)
 
 
+def best_rule_of(model_folder: Path) -> str:
+    """The rule that made the checkpoint in `model_folder` the best (its seal_best.json,
+    seal/trainer/seal_step.py): `trainer.checkpoint.best_rule`; `average` for a record from
+    before the rule was a key (its metric, `val/average`, was the only one then)."""
+    for folder in (model_folder, *model_folder.parents[:2]):  # verl: best/actor/huggingface
+        if (folder / "seal_best.json").exists():
+            best = read_json(folder / "seal_best.json", "best validated step")
+            return best.get("rule") or (
+                "average" if best.get("metric") == "val/average" else best["metric"]
+            )
+    raise ExportError(f"{model_folder}: no seal_best.json says how the best step was chosen")
+
+
 def find_checkpoint(run_dir: Path, step: str = "best") -> tuple[Path, int | None]:
     """The model folder of `run_dir`'s checkpoint `step` (best, latest or N), either
     trainer's; ExportError says what the run has instead."""
@@ -178,7 +191,8 @@ def export(run_dir: Path, out_dir: Path, step: str = "best", tokenizer: str | No
     tmp = out_dir.with_name(f"{out_dir.name}.{secrets.token_hex(4)}.tmp")
     tmp.mkdir()
     try:
-        _fill(run_dir, folder, at_step, tmp, tokenizer)
+        best_rule = best_rule_of(folder) if step == "best" else None
+        _fill(run_dir, folder, at_step, tmp, tokenizer, best_rule)
         tmp.rename(out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -186,8 +200,16 @@ def export(run_dir: Path, out_dir: Path, step: str = "best", tokenizer: str | No
     return out_dir
 
 
-def _fill(run_dir: Path, folder: Path, at_step: int | None, tmp: Path, tokenizer: str | None):
-    """Write the export into `tmp`: the model's files, a tokenizer, the record."""
+def _fill(
+    run_dir: Path,
+    folder: Path,
+    at_step: int | None,
+    tmp: Path,
+    tokenizer: str | None,
+    best_rule: str | None,
+):
+    """Write the export into `tmp`: the model's files, a tokenizer, the record (with the
+    rule that made the step the best, for `--step best`)."""
     from transformers import AutoConfig, AutoTokenizer
 
     for file in sorted(folder.iterdir()):
@@ -207,11 +229,11 @@ def _fill(run_dir: Path, folder: Path, at_step: int | None, tmp: Path, tokenizer
             f"tokens for a vocabulary of {vocab}, chat template "
             f"{'set' if loaded.chat_template else 'missing'})"
         )
-    write_json_atomic(
-        tmp / EXPORT_RECORD,
-        {"run": str(run_dir.resolve()), "step": at_step, "checkpoint": str(folder.resolve()),
-         "tokenizer_from": source or "the checkpoint"},
-    )  # fmt: skip
+    record = {"run": str(run_dir.resolve()), "step": at_step, "checkpoint": str(folder.resolve()),
+              "tokenizer_from": source or "the checkpoint"}  # fmt: skip
+    if best_rule is not None:
+        record["best_rule"] = best_rule
+    write_json_atomic(tmp / EXPORT_RECORD, record)
     # Weights of a checkpoint written before make_readable, or by verl, are 0600 (and the
     # record's temporary file was): a hard link shares its mode with the checkpoint's file,
     # which becomes readable too.
@@ -271,8 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     record = json.loads((out / EXPORT_RECORD).read_text())
+    rule = f" (the best by the {record['best_rule']} rule)" if "best_rule" in record else ""
     print(
-        f"exported step {record['step']} of {args.run_dir} to {out}: a Hugging Face model "
+        f"exported step {record['step']}{rule} of {args.run_dir} to {out}: a Hugging Face model "
         f"directory (from_pretrained, `transformers serve {out}`, vLLM); score it with "
         f"`{commands.script('seal-eval', '--model-dir', out, '--start-env')}`"
     )

@@ -278,7 +278,8 @@ class LocalTrainer:
         while state.step < self.total_steps:
             epoch, offset = divmod(state.step, self.steps_per_epoch)
             self.seal.begin_epoch(epoch)
-            batch = epoch_order(self.train_ids, cfg.data.seed, epoch)[
+            order = epoch_order(self.train_ids, cfg.data.seed, epoch, cfg.data.order)
+            batch = order[
                 offset * cfg.data.train_batch_size : (offset + 1) * cfg.data.train_batch_size
             ]
             metrics = self.train_step(state.step + 1, epoch, batch)

@@ -20,7 +20,7 @@ from seal.runs.metrics_log import layer_metrics, outcome_metrics
 from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state
 from seal.tocf.summary import write_epoch_summary
 from seal.trainer.reweight import SampleOutcome, observe_and_reweight, record_interface
-from seal.trainer_config import TrainerConfig
+from seal.trainer_config import BEST_RULES, TrainerConfig
 
 BEST_FILE = "seal_best.json"
 """The best validated step so far and its metric (`SealStep.best`), in each checkpoint."""
@@ -43,8 +43,12 @@ class SealStep:
         self.capability_path = self.run_dir / STATE_FILENAME
         self.served_profile: dict | None = None
         """The failure profile last pushed to the service (None: never pushed)."""
-        self.best: dict = {"step": None, "metric": cfg.checkpoint.best_metric, "value": None}
-        """The best validated step so far and its `metric`'s value."""
+        self.rule = BEST_RULES[cfg.checkpoint.best_rule]
+        self.best: dict = {
+            "step": None, "rule": self.rule.name, "metric": self.rule.metric, "value": None
+        }  # fmt: skip
+        """The best validated step so far by the run's rule (`trainer.checkpoint.best_rule`)
+        and its `metric`'s value."""
 
     # --- the capability state ----------------------------------------------------------
 
@@ -67,10 +71,17 @@ class SealStep:
         self.capability = CapabilityState.load(checkpoint / STATE_FILENAME, self.cfg.capability)
         self.capability.save(self.capability_path)
         best = read_json(checkpoint / BEST_FILE, "best validated step")
+        if isinstance(best, dict) and "rule" not in best and best.get("metric") == "val/average":
+            best["rule"] = "average"  # written before the rule was a key: the only one then
         if not isinstance(best, dict) or set(best) != set(self.best):
             raise StateFileError(
                 f"{checkpoint / BEST_FILE}: expected an object with keys {sorted(self.best)}, "
                 f"got {best!r:.200}"
+            )
+        if best["rule"] != self.rule.name:
+            raise StateFileError(
+                f"{checkpoint / BEST_FILE}: its best step was chosen by the {best['rule']} "
+                f"rule, this run's trainer.checkpoint.best_rule is {self.rule.name}"
             )
         self.best = best
 
@@ -122,20 +133,20 @@ class SealStep:
     # --- validation ----------------------------------------------------------------------
 
     def validated(self, step: int, metrics: dict[str, float]) -> bool:
-        """Take a validation's metrics: True when `step` is the best so far (`best`). On a tie
-        the later step is the best, as in the run's report (seal/report/summary.py): a flat
-        run is exported and kept where it ended, not at the untrained step 0."""
-        key = self.cfg.checkpoint.best_metric
+        """Take a validation's metrics: True when `step` is the best so far (`best`) by the
+        run's rule (its tie rule included), as the run's report stars it
+        (seal/report/summary.py)."""
+        key = self.rule.metric
         if key not in metrics:
             raise KeyError(
-                f"trainer.checkpoint.best_metric {key!r} is not a validation metric: "
-                f"{sorted(metrics)}"
+                f"the best-step rule {self.rule.name!r} needs {key!r}, which this "
+                f"validation lacks: {sorted(metrics)}"
             )
         print(
             f"[seal] validation at step {step}: "
             + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
         )
-        if self.best["value"] is not None and metrics[key] < self.best["value"]:
+        if not self.rule.improves(metrics[key], self.best["value"]):
             return False
         self.best |= {"step": step, "value": metrics[key]}
         return True

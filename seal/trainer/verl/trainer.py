@@ -18,6 +18,7 @@ from pathlib import Path
 
 import transfer_queue as tq
 from tensordict import TensorDict
+from torchdata.stateful_dataloader import StatefulDataLoader
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
@@ -30,6 +31,7 @@ from seal.runs.records import ValidationRecord, evaluation_record, write_step
 from seal.trainer.reweight import SampleOutcome
 from seal.trainer.seal_step import BEST_FILE, SealStep
 from seal.trainer.verl.agent_loop import TAG_SEPARATOR
+from seal.trainer.verl.sampler import EpochOrderSampler
 from seal.trainer.verl.section import SealSection
 
 TRAINER_MODE = "seal_sync"
@@ -88,6 +90,23 @@ class SealPPOTrainer(PPOTrainerSync):
             # trajectories"): say what happened instead, keeping verl's error as the cause.
             require_service(self.seal.env_url, f"at step {self.global_steps}", cause=error)
             raise
+
+    # --- the data order ------------------------------------------------------------------
+
+    def _init_dataloader(self):
+        super()._init_dataloader()
+        # verl's loader again, sampling in the run's data order (trainer.data.order), so
+        # verl takes the local trainer's batches; its other arguments are verl's own.
+        data, verl_loader = self.seal.trainer.data, self.train_dataloader
+        task_ids = [row["task_id"] for row in self.train_dataset.dataframe["extra_info"]]
+        self.train_dataloader = StatefulDataLoader(
+            dataset=verl_loader.dataset,
+            batch_size=verl_loader.batch_size,
+            num_workers=verl_loader.num_workers,
+            drop_last=verl_loader.drop_last,
+            collate_fn=verl_loader.collate_fn,
+            sampler=EpochOrderSampler(task_ids, data.seed, data.order),
+        )
 
     # --- the SEAL step -----------------------------------------------------------------
 

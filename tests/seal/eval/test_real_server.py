@@ -37,6 +37,7 @@ from seal.formats.registry import PAPER_QWEN, get_format
 from seal.report.ood import write_table2
 from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.turn_tokens import TextTokens
+from seal.runs.records import read_val_dir
 
 TASKS = [
     "multi_turn_base_4",
@@ -185,3 +186,35 @@ def test_memory_questions_run_end_to_end_against_transformers_serve(transformers
         passed = sum(r.score for r in outcome.records.values() if r.data_source == category)
         assert f"{category} {passed}/2" in page
     assert "Qwen2.5-7B-Instruct + SEAL" in page  # the paper's rows (the model is none of them)
+
+
+# transformers serve's start and 4 tasks: 27-35 s at a load average of 2-3, 90 s at 11.
+def test_bfcl_s_own_harness_scores_the_tiny_model_on_the_cpu(tiny_model, tmp_path, capsys):
+    """`seal-eval-bfcl --model-dir`: the tiny model served by transformers serve for the
+    run (seal-eval's model server), one held-out task per category through bfcl-eval's
+    harness, the per-category table printed. The random model's replies hold no call:
+    bfcl's checker fails every task on its first turn."""
+    from seal.eval import harness_cli
+
+    args = ["--model-dir", str(tiny_model), "--bfcl-model", "Qwen/Qwen3-4B-Instruct-2507-FC"]
+    args += ["--limit", "1", "--max-tokens", "8", "--server-device", "cpu", "--quiet"]
+    code = harness_cli.main([*args, "--out-dir", str(tmp_path)])
+    printed = capsys.readouterr()
+    if code and "transformers serve" in printed.err:
+        pytest.skip(f"the model server did not start: {printed.err[-1500:]}")
+    assert code == 0, printed.err
+    assert (
+        "| 0    | 0.0000 (0/1)    | 0.0000 (0/1)" in printed.out and "0.0000 (0/4)" in printed.out
+    )
+    [records] = read_val_dir(tmp_path / "validation").values()
+    assert len(records) == 4 and (tmp_path / "model_server.log").exists()
+    for record in records:
+        assert record.extra["bfcl_error_type"] == "multi_turn:empty_turn_model_response"
+        # One reply per user turn: bfcl's loop plays every turn, each ends on a reply
+        # with no call.
+        assert (
+            record.turns
+            == len(json.loads(record.output))
+            == len(load_task(record.task_id).questions)
+        )
+        assert record.input.startswith("<|im_start|>system\n# Tools")

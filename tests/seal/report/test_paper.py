@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 
 from seal.bfcl.tasks import CATEGORIES
 from seal.report import paper as P
+from seal.report.paper_match import ROW_CONFIGS, is_row_key, match_row
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
@@ -92,3 +93,56 @@ def test_an_untrained_model_matches_its_backbone_row():
     assert P.matching_result("/models/Qwen2.5-7B-Instruct/", None).method == P.UNTRAINED
     assert P.matching_result("Team-ACE/ToolACE-2-8B", None).average_pct == 32.00
     assert P.matching_result("smollm2-135m-instruct", None) is None
+
+
+def saved_config(config: str, overrides: list[str]) -> dict:
+    """A run's config as its run directory holds it (config.yaml), as plain data."""
+    return OmegaConf.to_container(launcher.compose(REPO / f"exp/{config}.yaml", overrides))
+
+
+@pytest.mark.parametrize("config", sorted(f.removesuffix(".yaml") for f in ROW_CONFIGS.values()))
+@pytest.mark.parametrize("job", ["local", "verl"])
+def test_a_paper_config_run_is_its_row_on_either_trainer(config, job):
+    cfg = saved_config(config, [f"job={job}"])
+    match = match_row(cfg, cfg["trainer"]["model"]["path"])
+    assert match.differences == [] and match.reproduced is match.row
+    assert ROW_CONFIGS[match.row.backbone, match.row.method] == f"{config}.yaml"
+
+
+def test_a_run_with_the_row_s_switches_but_other_settings_is_not_the_row():
+    """Model and switches alone named the row before; lr, steps, batch and n define it too."""
+    changed = ["trainer.optim.lr=1e-5", "trainer.total_steps=10"]
+    changed += ["trainer.data.train_batch_size=16", "trainer.rollout.n=4"]
+    cfg = saved_config("SEAL", changed)
+    match = match_row(cfg, cfg["trainer"]["model"]["path"])
+    assert (match.row.backbone, match.row.method) == (P.QWEN_7B, P.SEAL)
+    assert match.reproduced is None
+    assert match.differences == [
+        ("trainer.data.train_batch_size", 16, 32),
+        ("trainer.optim.lr", 1e-5, 1e-6),
+        ("trainer.rollout.n", 4, 8),
+        ("trainer.total_steps", 10, 0),
+    ]
+    assert "`trainer.optim.lr` 1e-05 (the row's config: 1e-06)" in match.describe()
+    prompt = saved_config("SEAL", ["job=verl", "verl.max_prompt_length=4096"])
+    assert match_row(prompt, P.QWEN_7B).differences == [("verl.max_prompt_length", 4096, 8192)]
+
+
+def test_seeds_paths_and_memory_settings_do_not_define_a_row():
+    """A replicate (another seed or data order), a local copy of the model, other dtype or
+    micro-batches: still the row."""
+    cfg = saved_config(
+        "SEAL",
+        [
+            "trainer.data.seed=3",
+            "trainer.data.order=shuffle_per_epoch",
+            "trainer.rollout.seed=3",
+            "trainer.model.path=/models/Qwen2.5-7B-Instruct",
+            "trainer.model.dtype=float32",
+            "trainer.optim.micro_batch_size=2",
+            "trainer.data.train_file=/data/copy/bfcl_train.parquet",
+        ],
+    )
+    assert match_row(cfg, cfg["trainer"]["model"]["path"]).differences == []
+    assert not is_row_key("model.path") and is_row_key("limits.max_new_tokens")
+    assert is_row_key("checkpoint.best_rule") and not is_row_key("checkpoint.save_freq")

@@ -122,6 +122,8 @@ def test_the_report_measures_against_a_control_or_says_it_only_describes(tmp_pat
         "Guidelines and the failures they target",
     )
     assert "Measured against the control run" in measured
+    # One run per side: the page says the interval leaves out seed-to-seed variation.
+    assert "One run per side" in measured and "seed-to-seed variation" in measured
     assert (
         "| spurious_tool_call | 5 | 0 (before) | 20 | 0.500 (10/20) | 0.500 (10/20) | +0.000 |"
         in measured

@@ -189,6 +189,27 @@ def test_a_run_of_a_paper_config_shows_its_backbones_rows(run_dir):
     )
 
 
+def test_a_run_that_differs_from_its_row_s_config_is_named_not_the_row(run_dir):
+    """The model and switches of the 3B SEAL row, another learning rate and step count: the
+    page names those keys and bolds no paper row."""
+    sys.path.insert(0, str(REPO))
+    from omegaconf import OmegaConf
+
+    import launcher
+
+    changed = ["job=local", "trainer.optim.lr=1e-5", "trainer.total_steps=10"]
+    OmegaConf.save(
+        launcher.compose(REPO / "exp/SEAL_qwen2.5_3b.yaml", changed), run_dir / "config.yaml"
+    )
+    text = section(write_report(run_dir).read_text(), "Best validation step against the paper")
+    assert "(this run's row)" not in text and "**14.00**" not in text
+    assert (
+        "has the model and SEAL switches of the paper's row Qwen2.5-3B-Instruct + SEAL, but it "
+        "is not that row: it differs from the row's config in `trainer.optim.lr` 1e-05 (the "
+        "row's config: 1e-06), `trainer.total_steps` 10 (the row's config: 0)." in text
+    )
+
+
 def test_tag_shares_per_step_sum_to_one(run_dir):
     steps, shares = validation_tag_shares(read_val_dir(run_dir / "validation"))
     assert steps == [0, 10, 20]

@@ -22,6 +22,9 @@ from seal.report.summary import (
     table_rows,
 )
 from seal.runs.records import ValidationRecord, write_step
+from seal.trainer_config import BEST_RULES
+
+AVERAGE, RELEASE = BEST_RULES["average"], BEST_RULES["release"]
 
 REPO = Path(__file__).resolve().parents[3]
 # The paper's SEAL row for Qwen2.5-7B-Instruct, as passed/total per category.
@@ -107,10 +110,10 @@ def test_best_step_has_the_highest_average_and_ties_go_to_the_later_step():
     }
     steps[30] = step_records(30, counts_with_rates(2, 2, 2, 2))
     summaries = summarize(steps)
-    assert best_step(summaries) == 20
+    assert best_step(summaries, AVERAGE) == 20
     assert [row["best"] for row in table_rows(summaries)] == ["", "", "*", ""]
     flat = {step: step_records(step, counts_with_rates(1, 1, 1, 1)) for step in (0, 10, 20)}
-    assert best_step(summarize(flat)) == 20
+    assert best_step(summarize(flat), AVERAGE) == 20
 
 
 def test_tie_is_exact_even_where_float_sums_differ():
@@ -121,11 +124,32 @@ def test_tie_is_exact_even_where_float_sums_differ():
         10: step_records(10, counts_with_rates(21, 7, 7, 0)),
         20: step_records(20, counts_with_rates(0, 7, 7, 21)),
     }
-    assert best_step(summarize(steps)) == 20
+    assert best_step(summarize(steps), AVERAGE) == 20
 
 
 def test_best_step_is_none_without_a_complete_step():
-    assert best_step(summarize({0: step_records(0, {"multi_turn_base": (1, 2)})})) is None
+    assert best_step(summarize({0: step_records(0, {"multi_turn_base": (1, 2)})}), AVERAGE) is None
+    assert (
+        best_step(summarize({0: step_records(0, {"multi_turn_miss_func": (1, 2)})}), RELEASE)
+        is None
+    )
+
+
+def test_the_release_rule_ranks_by_multi_turn_base_alone_and_keeps_the_earlier_step():
+    """The original release keeps the checkpoint of its alphabetically first validation key
+    (multi_turn_base's accuracy), replaced only by a strictly higher one; the same run's
+    best by the average is another step."""
+    steps = {
+        step: step_records(step, counts_with_rates(*rates))
+        for step, rates in [(0, (1, 1, 1, 1)), (10, (5, 1, 1, 1)), (20, (5, 4, 4, 4))]
+    }
+    steps[30] = step_records(30, counts_with_rates(4, 5, 5, 5))
+    summaries = summarize(steps)
+    assert best_step(summaries, RELEASE) == 10  # 5 at steps 10 and 20: the earlier
+    assert best_step(summaries, AVERAGE) == 30
+    assert [row["best"] for row in table_rows(summaries, RELEASE)] == ["", "*", "", ""]
+    assert [r["best"] for r in json.loads(render_json(summaries, RELEASE))] == [0, 1, 0, 0]
+    assert [r["best"] for r in json.loads(render_json(summaries))] == [0, 0, 0, 1]  # none recorded
 
 
 def test_split_mismatch_is_none_when_ids_match_in_any_order():
@@ -328,11 +352,40 @@ def test_the_trainer_s_best_step_is_the_report_s(tmp_path):
         {10: counts_with_rates(0, 7, 7, 21), 20: counts_with_rates(21, 7, 7, 0)},
         {0: counts_with_rates(1, 1, 1, 1), 10: counts_with_rates(6, 2, 2, 2)}
         | {20: counts_with_rates(2, 2, 2, 2)},
+        {0: counts_with_rates(1, 1, 1, 1), 10: counts_with_rates(5, 1, 1, 1)}
+        | {20: counts_with_rates(5, 4, 4, 4)},
     ]
-    for k, counts in enumerate(runs):
-        steps = {step: step_records(step, c) for step, c in counts.items()}
-        trainer = SealStep(tmp_path / str(k), TrainerConfig(), "http://127.0.0.1:1")
-        for step in sorted(steps):
-            trainer.validated(step, validation_metrics(steps[step]))
-        assert trainer.best["step"] == best_step(summarize(steps)), counts
-    assert trainer.best["step"] == 10
+    found = {}
+    for name, rule in BEST_RULES.items():
+        cfg = TrainerConfig()
+        cfg.checkpoint.best_rule = name
+        for k, counts in enumerate(runs):
+            steps = {step: step_records(step, c) for step, c in counts.items()}
+            trainer = SealStep(tmp_path / name / str(k), cfg, "http://127.0.0.1:1")
+            for step in sorted(steps):
+                trainer.validated(step, validation_metrics(steps[step]))
+            assert trainer.best["step"] == best_step(summarize(steps), rule), (name, counts)
+            assert (trainer.best["rule"], trainer.best["metric"]) == (name, rule.metric)
+            found[name, k] = trainer.best["step"]
+    assert [found["average", k] for k in range(5)] == [20, 20, 20, 10, 20]
+    assert [found["release", k] for k in range(5)] == [0, 10, 20, 10, 10]
+
+
+def test_the_report_stars_the_best_step_by_the_run_s_recorded_rule(tmp_path, capsys):
+    """A paper config records the release's rule, this project's own configs the average;
+    `seal-report` stars the step each trainer kept."""
+    import sys
+
+    from omegaconf import OmegaConf
+
+    sys.path.insert(0, str(REPO))
+    from launcher import compose
+
+    counts = {0: (1, 1, 1, 1), 10: (5, 1, 1, 1), 20: (5, 4, 4, 4)}
+    for conf, best in (("SEAL", 10), ("cpu_default", 20)):
+        run = tmp_path / conf
+        for step, rates in counts.items():
+            write_step(run / "validation", step, step_records(step, counts_with_rates(*rates)))
+        OmegaConf.save(compose(REPO / f"exp/{conf}.yaml", ["job=local"]), run / "config.yaml")
+        result = run_table(capsys, str(run), "--table", "json", "--no-split-check")
+        assert [r["step"] for r in json.loads(result.stdout) if r["best"]] == [best], conf

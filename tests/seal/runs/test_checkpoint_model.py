@@ -125,8 +125,11 @@ def test_export_writes_the_model_alone(run, tmp_path, capsys):
     assert len(AutoTokenizer.from_pretrained(out)) == len(shipped_tokenizer())
     assert json.loads((out / "seal_export.json").read_text())["step"] == 1
 
-    # The best validated step of this run is step 1 (validated at the end).
+    # The best validated step of this run is step 1 (validated at the end), by the run's
+    # rule (cpu_default's: this project's average), which the export records and says.
     assert seal_export([str(run_dir), str(tmp_path / "best")]) == 0
+    assert json.loads((tmp_path / "best/seal_export.json").read_text())["best_rule"] == "average"
+    assert "exported step 1 (the best by the average rule)" in capsys.readouterr().out
     # A checkpoint from before checkpoints held their tokenizer gets the run's, said so.
     old = tmp_path / "old_run"
     shutil.copytree(run_dir, old, ignore=shutil.ignore_patterns(".lock"))
@@ -258,9 +261,11 @@ def test_a_verl_run_s_checkpoint_exports_or_names_verl_s_merge_command(tmp_path,
     save_tiny_model(ModelSettings(path="tiny-qwen2"), step2)
     best = run_dir / "checkpoints/best"
     shutil.copytree(run_dir / "checkpoints/global_step_2", best)
-    (best / "seal_best.json").write_text(json.dumps({"step": 2, "metric": "m", "value": 0.5}))
+    best_record = {"step": 2, "rule": "release", "metric": "val/multi_turn_base", "value": 0.5}
+    (best / "seal_best.json").write_text(json.dumps(best_record))
     assert seal_export([str(run_dir), str(tmp_path / "best")]) == 0
-    assert json.loads((tmp_path / "best/seal_export.json").read_text())["step"] == 2
+    exported = json.loads((tmp_path / "best/seal_export.json").read_text())
+    assert (exported["step"], exported["best_rule"]) == (2, "release")
     assert len(AutoTokenizer.from_pretrained(tmp_path / "best")) == len(shipped_tokenizer())
     for weights in step2.glob("*.safetensors"):
         weights.unlink()

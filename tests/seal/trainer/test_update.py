@@ -218,6 +218,7 @@ def test_prune_keeps_best_and_latest(tmp_path):
 def test_the_seal_step_keeps_its_capability_state_and_best_step_in_a_checkpoint(tmp_path):
     """The best step lives in the SEAL step alone (both trainers); a checkpoint holds it."""
     cfg = TrainerConfig()
+    cfg.checkpoint.best_rule = "average"
     seal = SealStep(tmp_path / "run", cfg, "http://127.0.0.1:1")  # no request is made
     seal.start()
     assert seal.validated(2, {"val/average": 0.25})
@@ -228,9 +229,15 @@ def test_the_seal_step_keeps_its_capability_state_and_best_step_in_a_checkpoint(
     seal.save(folder)
     resumed = SealStep(tmp_path / "run", cfg, "http://127.0.0.1:1")
     resumed.restore(folder)
-    assert resumed.best == {"step": 4, "metric": "val/average", "value": 0.25}
+    assert resumed.best == {"step": 4, "rule": "average", "metric": "val/average", "value": 0.25}
     assert resumed.capability.to_dict() == seal.capability.to_dict()
     assert not resumed.validated(6, {"val/average": 0.2})  # the restored best still counts
+    release = TrainerConfig()  # the paper configs' rule: a checkpoint of another is refused
+    with pytest.raises(StateFileError, match="chosen by the average rule"):
+        SealStep(tmp_path / "run", release, "http://127.0.0.1:1").restore(folder)
+    # A record from before the rule was a key (its metric was val/average) restores.
+    (folder / BEST_FILE).write_text('{"step": 4, "metric": "val/average", "value": 0.25}')
+    SealStep(tmp_path / "run", cfg, "http://127.0.0.1:1").restore(folder)
 
     (folder / BEST_FILE).write_text('{"step": 4}')
     with pytest.raises(StateFileError, match=BEST_FILE):
@@ -241,11 +248,13 @@ def test_the_seal_step_keeps_its_capability_state_and_best_step_in_a_checkpoint(
     assert (folder / STATE_FILENAME).exists()
 
 
-def test_epoch_order_is_a_function_of_seed_and_epoch():
+@pytest.mark.parametrize("order", ["release", "shuffle_per_epoch"])
+def test_epoch_order_is_a_function_of_seed_and_epoch(order):
     ids = [f"multi_turn_base_{i}" for i in range(20)]
-    assert epoch_order(ids, 0, 1) == epoch_order(list(ids), 0, 1)
-    assert epoch_order(ids, 0, 1) != epoch_order(ids, 0, 2)
-    assert sorted(epoch_order(ids, 5, 3)) == sorted(ids)
+    assert epoch_order(ids, 0, 1, order) == epoch_order(list(ids), 0, 1, order)
+    assert epoch_order(ids, 0, 1, order) != epoch_order(ids, 0, 2, order)
+    assert epoch_order(ids, 0, 1, order) != epoch_order(ids, 1, 1, order)
+    assert sorted(epoch_order(ids, 5, 3, order)) == sorted(ids)
 
 
 def test_task_subsets_cover_every_category():

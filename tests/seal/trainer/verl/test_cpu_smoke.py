@@ -31,11 +31,11 @@ from conftest import early_run, free_port
 pytest.importorskip("verl")
 
 from omegaconf import OmegaConf  # noqa: E402
-from torchdata.stateful_dataloader.sampler import RandomSampler  # noqa: E402
 
 from launcher import compose  # noqa: E402
 from seal.algos.advantage import GRPOConfig, grpo_advantages  # noqa: E402
 from seal.rollout.env_client import is_healthy  # noqa: E402
+from seal.runs.data_order import epoch_order  # noqa: E402
 from seal.runs.interface_log import read_interfaces  # noqa: E402
 from seal.runs.records import read_val_dir  # noqa: E402
 from seal.tocf.state import STATE_FILENAME, CapabilityState  # noqa: E402
@@ -287,7 +287,8 @@ def test_advantages_trained_on_equal_the_core(smoke):
 
 def test_resume_continues_the_run(smoke):
     """The resumed run starts at step 3 from the state saved with step 2's checkpoint,
-    and its batch is the one verl's sampler gives the uninterrupted run at step 3."""
+    and its batch is the one the run's data order gives the uninterrupted run at step 3
+    (verl samples through EpochOrderSampler: the local trainer's batches)."""
     first_rows = smoke.after_first["metrics"]
     assert sorted(first_rows) == [0, 1, 2]
     rows = metrics_by_step(smoke.run_dir)  # the resumed run logged step 3 only once
@@ -298,15 +299,13 @@ def test_resume_continues_the_run(smoke):
     )
     assert checkpoint_state == smoke.after_first["state"]
     train_ids = [r["extra_info"]["task_id"] for r in pq.read_table(ROOT / "data/smoke_train.parquet").to_pylist()]  # fmt: skip
-    run_cfg = compose(SMOKE, [])
-    sampler = RandomSampler(
-        data_source=train_ids, generator=torch.Generator().manual_seed(run_cfg.trainer.data.seed)
-    )
-    order = list(sampler) + list(sampler)  # epoch 1, then epoch 2 from the same generator
-    batch = run_cfg.trainer.data.train_batch_size
+    data = compose(SMOKE, []).trainer.data
+    batch, steps_per_epoch = data.train_batch_size, len(train_ids) // data.train_batch_size
     for step in (1, 2, 3):
         dump = json.loads((smoke.run_dir / f"advantages/step_{step:06d}.json").read_text())
-        expected = {train_ids[i] for i in order[(step - 1) * batch : step * batch]}
+        epoch, k = divmod(step - 1, steps_per_epoch)
+        order = epoch_order(train_ids, data.seed, epoch, data.order)
+        expected = set(order[k * batch : (k + 1) * batch])
         assert {r["task_id"] for r in dump["samples"]} == expected, step
 
 

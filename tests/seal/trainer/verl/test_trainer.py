@@ -286,6 +286,31 @@ def test_the_seal_trainer_has_verl_sync_semantics(local_tq, tmp_path, live_servi
     assert trainer.parameter_sync_step == 1
 
 
+def test_verl_s_train_loader_takes_the_run_s_data_order(local_tq, tmp_path, live_service):
+    """verl's loader samples in the run's data order (the release's for SEAL.yaml), so it
+    takes the local trainer's batches (tests/seal/runs/test_data_order.py: the order and a
+    resume through verl's loader state)."""
+    from itertools import islice
+
+    from conftest import shipped_tokenizer
+
+    from seal.runs.data_order import epoch_order, task_ids_of
+
+    trainer = SealPPOTrainer(verl_config(tmp_path, live_service[0]))
+    # What verl's init (its _setup) does first, with the model's tokenizer offline.
+    trainer.tokenizer, trainer.processor = shipped_tokenizer(), None
+    trainer._init_dataloader()
+    data = trainer.seal.trainer.data
+    taken = [
+        task_id
+        for batch in islice(trainer.train_dataloader, 2)
+        for task_id in (info["task_id"] for info in batch["extra_info"])
+    ]
+    order = epoch_order(task_ids_of(str(ROOT / data.train_file)), data.seed, 0, data.order)
+    assert (data.seed, data.order) == (1, "release")
+    assert taken == order[:64]  # two batches of 32
+
+
 def test_a_missing_service_is_named_at_start_and_when_the_run_fails(
     local_tq, tmp_path, monkeypatch, live_service
 ):

@@ -19,11 +19,9 @@ import sys
 from pathlib import Path
 
 from seal.report import compare as C
-from seal.report import compare_page, compare_runs
-from seal.report.ood import write_table2
+from seal.report import compare_runs
 from seal.report.run_data import EmptyRunError
-from seal.report.run_page import DEFAULT_SPLIT, REPORT_DIRNAME, write_report
-from seal.report.run_source import validation_subset
+from seal.report.run_source import DEFAULT_SPLIT, REPORT_DIRNAME, validation_subset
 from seal.report.summary import RENDERERS, load_split_ids, split_warnings, summarize
 from seal.runs.records import read_val_dir
 
@@ -187,6 +185,8 @@ def compare_arms_of(args: argparse.Namespace) -> tuple[list[tuple[str, list[str]
 
 
 def compare_main(args: argparse.Namespace) -> Path:
+    from seal.report import compare_page  # (matplotlib: once there is something to draw)
+
     arms, baseline = compare_arms_of(args)
     comparison = C.compare_arms(
         arms, baseline, args.select, args.tasks == "fixed", args.resamples, args.seed
@@ -206,10 +206,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.compare is not None:
             page = compare_main(args)
         elif args.table2:
+            from seal.report.ood import write_table2
+
             first = Path(str(args.table2[0]).partition("@")[0])
             page = write_table2(args.table2, args.out_dir or first / REPORT_DIRNAME)
             print(page.read_text())
         else:
+            from seal.report.run_page import write_report  # (matplotlib)
+
             page = write_report(
                 args.run_dir, args.out_dir, args.val_dir, args.label, args.split, args.control
             )

@@ -1,14 +1,14 @@
 """The report's figures: matplotlib (Agg backend), one function per PNG, plain data in.
 
 Every function takes numbers already gathered by ``seal.report.run_page`` and writes one PNG.
-Colours are fixed per category and per failure tag, so one tag looks the same in every
-figure of every report; legends sit outside the axes so that they never hide a curve.
+Colours are fixed per category and per failure tag (seal.report.figure_style), so one tag
+looks the same in every figure of every report; legends sit outside the axes so that they
+never hide a curve.
 """
 
 from __future__ import annotations
 
 import math
-import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -20,61 +20,17 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from seal.bfcl import tags as T  # noqa: E402
+from seal.report.figure_style import (  # noqa: E402
+    AVERAGE_COLOR,
+    CATEGORY_COLORS,
+    ordered_tags,
+    short_category,
+    tag_color,
+)
 
 Series = tuple[Sequence[int], Sequence[float]]  # steps, values
 
-CATEGORY_COLORS = {
-    "multi_turn_base": "#1f77b4",
-    "multi_turn_miss_func": "#ff7f0e",
-    "multi_turn_miss_param": "#2ca02c",
-    "multi_turn_long_context": "#9467bd",
-}
-AVERAGE_COLOR = "black"
-# Greens for the turns the model got right, warm colours for what it did, cold for what it
-# missed, greys for infrastructure failures that say nothing about the model.
-TAG_COLORS = {
-    T.PASS: "#2ca02c",
-    T.CORRECT_ABSTENTION: "#a6dba0",
-    T.SPURIOUS_TOOL_CALL: "#d62728",
-    T.EMPTY_TURN_MODEL_RESPONSE: "#ff7f0e",
-    T.INSTANCE_MISMATCH: "#8c564b",
-    T.STATE_MISMATCH: "#1f77b4",
-    T.RESPONSE_MISMATCH: "#9467bd",
-    T.CHECKER_ERROR: "#7f7f7f",
-    T.GT_ERROR: "#c7c7c7",
-}
-_SPARE_COLORS = ("#17becf", "#bcbd22", "#e377c2", "#393b79", "#637939", "#843c39")
-# Stacking order, bottom up: failures at the bottom, where their changes are easiest to read.
-TAG_ORDER = (
-    T.SPURIOUS_TOOL_CALL,
-    T.EMPTY_TURN_MODEL_RESPONSE,
-    T.INSTANCE_MISMATCH,
-    T.STATE_MISMATCH,
-    T.RESPONSE_MISMATCH,
-    T.CHECKER_ERROR,
-    T.GT_ERROR,
-    T.CORRECT_ABSTENTION,
-    T.PASS,
-)
 DPI = 120
-
-
-def short_category(category: str) -> str:
-    """`multi_turn_miss_func` -> `miss_func`, as the paper's table heads read."""
-    return category.removeprefix("multi_turn_")
-
-
-def tag_color(tag: str) -> str:
-    if tag in TAG_COLORS:
-        return TAG_COLORS[tag]
-    # A tag this module does not know still gets the same colour in every figure.
-    return _SPARE_COLORS[zlib.crc32(tag.encode()) % len(_SPARE_COLORS)]
-
-
-def ordered_tags(tags: Sequence[str]) -> list[str]:
-    known = [tag for tag in TAG_ORDER if tag in tags]
-    return sorted(set(tags) - set(known)) + known
 
 
 def _is_light(color) -> bool:

@@ -32,6 +32,8 @@ from seal.report.run_data import (
 )
 from seal.report.run_source import (
     CONFIG_FILENAME,
+    DEFAULT_SPLIT,
+    REPORT_DIRNAME,
     paper_row,
     run_config,
     run_model,
@@ -51,9 +53,7 @@ from seal.report.tables import markdown_table
 from seal.runs import metrics_log as M
 from seal.runs.records import read_val_dir
 
-REPORT_DIRNAME = "report"
 REPORT_FILENAME = "report.md"
-DEFAULT_SPLIT = Path(__file__).resolve().parents[2] / "data" / "seal_split.json"
 
 
 def _pct(value) -> str:

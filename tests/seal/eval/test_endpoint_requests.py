@@ -161,6 +161,25 @@ def test_command_line_stops_at_the_preflight(live_service, tmp_path, capsys):
     assert engine.stats()["created"] == 0 and not (tmp_path / "validation").exists()
 
 
+def test_a_dead_base_url_is_refused_before_the_tokenizer_and_the_service(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue 42: the preflight comes first, so a wrong --base-url costs neither the
+    tokenizer's load (transformers' import, seconds) nor --start-env's service."""
+
+    def not_before_the_preflight(*args, **kwargs):
+        raise AssertionError("reached before the endpoint was checked")
+
+    monkeypatch.setattr(cli, "load_tokenizer", not_before_the_preflight)
+    monkeypatch.setattr(cli, "start_service", not_before_the_preflight)
+    args = ["--base-url", f"http://127.0.0.1:{free_port()}/v1", "--model", MODEL, "--quiet"]
+    args += ["--tokenizer", str(SHIPPED_TOKENIZER)]
+    args += ["--start-env", "--env-url", f"http://127.0.0.1:{free_port()}"]
+    assert cli.main([*args, "--out-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "check --base-url" in err and "after 1 attempt(s)" in err, err
+
+
 @pytest.mark.parametrize("name", ["qwen2.5", "qwen3", "llama3.1", "bfcl_prompt"])
 def test_any_tool_format_through_the_completions_api(fake_llm, live_service, tmp_path, name):
     """--tool-format: the prompt the format renders (as in training) goes to the

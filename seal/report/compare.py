@@ -332,6 +332,17 @@ def _fill_rows(comparison: Comparison, resamples: int, seed: int) -> None:
     comparison.differences = [
         replace(d, holm_p=p) for d, p in zip(comparison.differences, adjusted, strict=True)
     ]
+    cut = [
+        f"{d.arm} {d.column} ({d.selection})"
+        for d in comparison.differences
+        if d.method in (POOLED_T, POOLED_T_FIXED) and (d.low_pct <= -100 or d.high_pct >= 100)
+    ]
+    if cut:
+        comparison.notes.append(
+            f"the t interval of {', '.join(cut)} reached past ±100 points, the most a "
+            "difference of pass rates can be, and is cut there: so few runs or tasks bound "
+            "the difference hardly at all"
+        )
     if any(len(rs) == 1 for rs in comparison.arms.values()) and not fixed:
         comparison.notes.append(
             "an arm of one run: its seed-to-seed variation is not in the standard errors and "

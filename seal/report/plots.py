@@ -23,7 +23,10 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from seal.report.figure_style import (  # noqa: E402
     AVERAGE_COLOR,
     CATEGORY_COLORS,
+    equal_label,
+    equal_series,
     ordered_tags,
+    series_style,
     short_category,
     tag_color,
 )
@@ -75,24 +78,27 @@ def _pass_rate_bars(ax: plt.Axes, rates_pct: Mapping[str, float], average_pct: f
 
 def _pass_rate_lines(ax, steps, rates_pct, average_pct, best) -> None:
     # The average goes underneath as a wide translucent band, so that a category with the
-    # same values stays visible on top of it.
+    # same values stays visible on top of it; each category has its own dashes and marker
+    # (nested where values are equal), and the legend names a category drawn on another.
     ax.plot(
         steps,
         average_pct,
         marker="s",
-        markersize=9,
+        markersize=12,
         linewidth=6,
         alpha=0.3,
         color=AVERAGE_COLOR,
         label="average",
     )
-    for category, rates in rates_pct.items():
+    equals = equal_series({short_category(c): (steps, r) for c, r in rates_pct.items()})
+    for k, (category, rates) in enumerate(rates_pct.items()):
         ax.plot(
             steps,
             rates,
-            marker="o",
             color=CATEGORY_COLORS.get(category),
-            label=short_category(category),
+            label=equal_label(short_category(category), equals),
+            clip_on=False,  # a marker at 0% is drawn whole, not cut by the axis
+            **series_style(k, len(steps)),
         )
     if best is not None:
         ax.axvline(best, color="grey", linestyle=":", label=f"best step ({best})")
@@ -200,8 +206,15 @@ def plot_weights_and_scale(
     axes = list(axes[:, 0])
     if weights:
         ax = axes.pop(0)
-        for tag in reversed(ordered_tags(list(weights))):
-            ax.plot(*weights[tag], color=tag_color(tag), label=tag)
+        tags = list(reversed(ordered_tags(list(weights))))
+        equals = equal_series({tag: weights[tag] for tag in tags})
+        for k, tag in enumerate(tags):
+            ax.plot(
+                *weights[tag],
+                color=tag_color(tag),
+                label=equal_label(tag, equals),
+                **series_style(k, len(weights[tag][0])),
+            )
         ax.set_ylabel("weight")
         title = "Dynamic tag weights (clamped to [0.5, 2.0])"
         if apatch_off:
@@ -212,9 +225,11 @@ def plot_weights_and_scale(
     if has_apatch:
         ax = axes.pop(0)
         if mean_scale is not None:
-            ax.plot(*mean_scale, color="black", label="mean scale")
+            ax.plot(*mean_scale, color="black", label="mean scale (1: unchanged)",
+                    **series_style(0, len(mean_scale[0])))  # fmt: skip
         if scaled_frac is not None:
-            ax.plot(*scaled_frac, color="tab:cyan", label="share of samples scaled")
+            ax.plot(*scaled_frac, color="tab:cyan", label="share of samples scaled",
+                    **series_style(1, len(scaled_frac[0])))  # fmt: skip
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
         ax.set_ylabel("scale / share")
         ax.set_title("A-Patch: mean advantage scale and share of samples scaled (steps it was on)")
@@ -252,15 +267,23 @@ def plot_training_curves(
         layout="constrained",
     )
     for ax, (title, ylabel, curves, colors) in zip(axes[:, 0], panels, strict=True):
+        drawn = {}  # what each curve's bold line shows: its values or their trend
         for label, (steps, values) in curves.items():
             window = _smoothing_window(len(steps))
+            trend = values if window == 1 else _trailing_mean(values, window)
+            drawn[label] = (steps, trend)
+        equals = equal_series(drawn)
+        for k, (label, (steps, values)) in enumerate(curves.items()):
+            window = _smoothing_window(len(steps))
+            style = series_style(k, len(steps)) if len(curves) > 1 else {}
+            name = equal_label(label, equals)
             if window == 1:
-                ax.plot(steps, values, label=label, color=colors.get(label))
+                ax.plot(steps, values, label=name, color=colors.get(label), **style)
                 continue
             # Per-step values of a 32-task batch are noisy: faint raw values, a bold trend.
             (raw,) = ax.plot(steps, values, color=colors.get(label), alpha=0.25, linewidth=0.8)
-            trend = _trailing_mean(values, window)
-            ax.plot(steps, trend, color=raw.get_color(), label=f"{label} ({window}-step mean)")
+            ax.plot(*drawn[label], color=raw.get_color(), label=f"{name} ({window}-step mean)",
+                    **style)  # fmt: skip
         ax.set_title(title)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -337,6 +360,36 @@ def plot_capability(
     return _save(fig, path)
 
 
+MIN_SPAN_PCT = 10.0
+"""The least a percentage axis shows: equal or all-zero values otherwise get an axis of
+hundredths of a point, which reads as a measured spread."""
+
+
+def _score_axis(scores_pct, paper_pct) -> tuple[float, float]:
+    """0 to a little above the highest bar, error bar or paper mark, at least MIN_SPAN_PCT
+    and at most 100 (+5 for room)."""
+    tops = [v[0] + np.nan_to_num(v[1]) for values in scores_pct.values() for v in values]
+    tops += [p for _, paper in paper_pct.values() for p in paper]
+    top = max([t for t in tops if not math.isnan(t)], default=0.0)
+    return 0.0, min(105.0, max(MIN_SPAN_PCT, top * 1.1))
+
+
+def _difference_axis(differences) -> tuple[float, float]:
+    """Symmetric about no difference, covering every interval drawn, at least
+    ±MIN_SPAN_PCT / 2 and at most ±100 points (+5 for room): what a difference of pass rates
+    can be."""
+    ends = [
+        abs(end)
+        for by_selection in differences.values()
+        for values in by_selection.values()
+        for v in values
+        if not math.isnan(v[1])
+        for end in v
+    ]
+    reach = min(105.0, max([MIN_SPAN_PCT / 2, *(e * 1.1 for e in ends)]))
+    return -reach, reach
+
+
 def plot_comparison(
     columns: Sequence[str],
     scores_pct: Mapping[str, Sequence[tuple[float, float]]],
@@ -370,6 +423,7 @@ def plot_comparison(
             left.hlines(paper, x + offset - width / 2, x + offset + width / 2, color="black",
                         linewidth=2.5, label=f"paper: {row}")  # fmt: skip
     left.set_xticks(x, columns)
+    left.set_ylim(*_score_axis(scores_pct, paper_pct))
     left.set_ylabel("pass rate (%)")
     title = "Final-step score per arm (mean over its runs ± standard error)"
     if paper_pct:
@@ -393,6 +447,7 @@ def plot_comparison(
                 label=f"{label}, {selection} step",
             )  # fmt: skip
     right.axhline(0, color="grey", linewidth=1)
+    right.set_ylim(*_difference_axis(differences))
     right.set_xticks(x, columns, rotation=20)
     right.set_ylabel("difference to the baseline (points)")
     right.set_title(

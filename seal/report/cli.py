@@ -191,6 +191,8 @@ def compare_main(args: argparse.Namespace) -> Path:
     comparison = C.compare_arms(
         arms, baseline, args.select, args.tasks == "fixed", args.resamples, args.seed
     )
+    for warning in comparison.warnings:  # (the page opens with them too)
+        print(f"warning: {warning}", file=sys.stderr)
     first = comparison.arms[comparison.baseline][0]
     out_dir = args.out_dir or first.path / REPORT_DIRNAME / "compare"
     return compare_page.write_comparison(comparison, out_dir, args.resamples, args.seed)

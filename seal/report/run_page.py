@@ -41,6 +41,7 @@ from seal.report.run_source import (
     validation_subset,
 )
 from seal.report.summary import (
+    PAPER_HEADS,
     StepSummary,
     best_step,
     is_chosen_subset,
@@ -81,7 +82,7 @@ def paper_table(best: StepSummary, label: str, model: str | None, matched) -> st
     ours = [_pct(best.by_category[c].rate) for c in CATEGORIES]
     rows.append([f"**{label}, step {best.step}**", f"**{_pct(best.average)}**"])
     rows[-1] += [f"**{cell}**" for cell in ours]
-    header = ["model", "avg", "base", "miss_func", "miss_param", "long_ctx"]
+    header = ["model", *PAPER_HEADS.values()]
     counts = ", ".join(
         f"{plots.short_category(c)} {best.by_category[c].passed}/{best.by_category[c].total}"
         for c in CATEGORIES

@@ -1,7 +1,8 @@
 """Per-category pass rates of each validation step, in the paper's table format.
 
-One row per step: the four BFCL multi-turn categories and overall as ``0.5800 (58/100)``
-cells, and the paper's average (the unweighted mean of the four category rates). The best
+One row per step: the paper's average (the unweighted mean of the four category rates), the
+four BFCL multi-turn categories and overall, in percent as the paper gives them, each with
+its counts (``58.00 (58/100)``; csv and json give rates as fractions of 1, for programs). The best
 step is the one with the highest average, the later on a tie (a flat run is scored where it
 ended, not at its untrained step 0): all four categories count, not one alone as in the
 original release. Steps whose task ids differ from the expected split are
@@ -22,8 +23,23 @@ from seal.bfcl.tasks import CATEGORIES
 from seal.runs.records import ValidationRecord
 
 COLUMNS = ("step", *CATEGORIES, "overall", "average", "best")
+PAPER_HEADS = {
+    "average": "avg",
+    "multi_turn_base": "base",
+    "multi_turn_miss_func": "miss_func",
+    "multi_turn_miss_param": "miss_param",
+    "multi_turn_long_context": "long_ctx",
+}
+"""The paper's column heads (its Tables 1 and 3), which every Markdown table of pass rates
+uses: the end-of-run table, `seal-eval`'s, `seal-report --table` and the report page's."""
+MARKDOWN_COLUMNS = ("step", *PAPER_HEADS, "overall", "best")
+"""The paper's order: the average first, then the four categories."""
 BEST_MARK = "*"
 MAX_EXAMPLES = 3
+
+
+def percent(rate: Fraction | None) -> str:
+    return "n/a" if rate is None else f"{float(rate) * 100:.2f}"
 
 
 @dataclass(frozen=True)
@@ -39,8 +55,8 @@ class PassCount:
         return Fraction(self.passed, self.total) if self.total else None
 
     def cell(self) -> str:
-        rate = "n/a" if self.rate is None else f"{float(self.rate):.4f}"
-        return f"{rate} ({self.passed}/{self.total})"
+        """The rate in percent, as the paper writes it, and the counts: `58.00 (58/100)`."""
+        return f"{percent(self.rate)} ({self.passed}/{self.total})"
 
     def as_json(self) -> dict:
         rate = None if self.rate is None else float(self.rate)
@@ -156,19 +172,21 @@ def table_rows(summaries: Sequence[StepSummary]) -> list[dict[str, str]]:
         row = {"step": str(summary.step)}
         row.update({category: summary.by_category[category].cell() for category in CATEGORIES})
         row["overall"] = summary.overall.cell()
-        row["average"] = "n/a" if summary.average is None else f"{float(summary.average):.4f}"
+        row["average"] = percent(summary.average)
         row["best"] = BEST_MARK if summary.step == best else ""
         rows.append(row)
     return rows
 
 
 def render_markdown(summaries: Sequence[StepSummary]) -> str:
+    """Pass rates in percent under the paper's heads (`PAPER_HEADS`), columns aligned."""
     # A pipe table is a few lines by hand; tabulate is not worth a dependency for it.
-    header = {column: column for column in COLUMNS}
+    header = {column: PAPER_HEADS.get(column, column) for column in MARKDOWN_COLUMNS}
     rows = [header, *table_rows(summaries)]
-    widths = {column: max(len(row[column]) for row in rows) for column in COLUMNS}
-    lines = ["| " + " | ".join(row[c].ljust(widths[c]) for c in COLUMNS) + " |" for row in rows]
-    lines.insert(1, "| " + " | ".join("-" * widths[c] for c in COLUMNS) + " |")
+    columns = MARKDOWN_COLUMNS
+    widths = {column: max(len(row[column]) for row in rows) for column in columns}
+    lines = ["| " + " | ".join(row[c].ljust(widths[c]) for c in columns) + " |" for row in rows]
+    lines.insert(1, "| " + " | ".join("-" * widths[c] for c in columns) + " |")
     return "\n".join(lines) + "\n"
 
 

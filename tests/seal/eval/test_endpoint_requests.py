@@ -227,7 +227,7 @@ def test_leaderboard_format_is_bfcl_s_own_prompt(fake_llm, live_service, tmp_pat
     args += ["--tokenizer", str(tmp_path / "tokenizer")]
 
     assert cli.main([*args, "--leaderboard-format"]) == 0
-    assert "1.0000 (4/4)" in capsys.readouterr().out
+    assert "100.00 (4/4)" in capsys.readouterr().out
     first = server.requests_of("multi_turn_base_4")[0]["prompt"]
     assert first.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>")
     assert "You are an expert in composing functions." in first

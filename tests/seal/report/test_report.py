@@ -132,7 +132,7 @@ def test_full_run_gives_every_figure_and_the_paper_table(run_dir):
         "| **synthetic, step 20** | **60.00** | **80.00** | **60.00** | **40.00** | **60.00** |"
         in text
     )
-    assert "| 20   | 0.8000 (4/5)" in text  # the per-step summary table
+    assert "| 20   | 60.00 | 80.00 (4/5)" in text  # the per-step summary table
     assert "epoch 0 window, up to step 21" in text
     assert "none of the paper's backbones: all the paper's own runs are shown" in text
 

@@ -71,8 +71,9 @@ def test_a_plain_text_500_names_status_endpoint_episode_and_time(serve_app):
     assert "HTTP 500" in message and "Internal Server Error" in message
     assert f"POST {url}/v1/episodes/{episode.episode_id}/steps" in message
     assert f"task {TASK}" in message and f"episode {episode.episode_id}" in message
-    assert " in 0." in message or " in 1." in message, message  # the time it took
-    assert error.elapsed_s is not None and error.elapsed_s < 5
+    # The time it took, as measured (a loaded machine's, whatever it is), within the deadline.
+    assert error.elapsed_s is not None and 0 < error.elapsed_s < quick().deadline_s
+    assert f" in {error.elapsed_s:.1f} s)" in message, message
     assert "JSON" not in message and "decode" not in message.lower()
     assert app.state.engine.stats()["live_episodes"] == 0, "the failed episode leaked"
 

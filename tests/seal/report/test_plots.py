@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from seal.bfcl.tasks import CATEGORIES
-from seal.report import plots
+from seal.report import compare_plot, plots
 from seal.report import stats as S
 
 
@@ -82,7 +82,9 @@ def test_equal_training_curves_and_tag_weights_are_told_apart(drawn, tmp_path):
 
 def comparison(drawn, tmp_path, scores, differences):
     columns = ["base", "average"]
-    plots.plot_comparison(columns, scores, {}, differences, "GRPO", "test", tmp_path / "c.png")
+    compare_plot.plot_comparison(
+        columns, scores, {}, differences, "GRPO", "test", tmp_path / "c.png"
+    )
     return drawn[-1].axes
 
 

@@ -110,8 +110,9 @@ def test_a_body_that_stops_coming_is_closed_and_authenticated_connections_are_ke
     service_process,
 ):
     # The silent ones' grace is made longer than the header timeout (10 s), so a head past
-    # the cap held until then (the bug this guards against) is still open at 8 s: a window
-    # a loaded machine's delays fit in, where 3 s against the 5 s grace did not.
+    # the cap held until either (the bug this guards against) is still open at 8 s, where
+    # its own grace (HEAD_GRACE_S, 1 s) has long closed it: a window a loaded machine's
+    # delays fit in, where 3 s against the 5 s grace did not.
     svc = service_process(
         "--body-timeout", "2", "--max-unauthenticated-connections", "8",
         env={"SEAL_ENV_TOKEN": TOKEN}, patch=LONG_GRACE,
@@ -129,8 +130,8 @@ def test_a_body_that_stops_coming_is_closed_and_authenticated_connections_are_ke
         for sock in flood:
             sock.sendall(SLOW_HEAD)
         # The authenticated connection outlives a flood past the cap; the flood does not:
-        # past the cap, they are closed as they come (the 8 within it wait for the header
-        # timeout, 10 s, which this looks at none of).
+        # past the cap, each is closed once its head's grace is over (the 8 within it wait
+        # for the header timeout, 10 s, which this looks at none of).
         assert _request(kept, get_stats).startswith(b"HTTP/1.1 200")
         for sock in flood:
             sock.setblocking(False)  # (a look, not a wait)

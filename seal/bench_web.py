@@ -7,7 +7,8 @@ service run on a test network that reaches them.
         web.hits["/page/tea"]            # requests that reached that path
         web.order                        # every request's path, in the order they came
 
-Paths for a page, a slow page, a huge body, a gzip bomb, a redirect and a search;
+Paths for a page, a slow page, a huge body (held after its first MiB while the test keeps
+`web.gate` closed: `/huge?hold=1`), a gzip bomb, a redirect and a search;
 `silent_server()` never answers; `network(...)` names them. Each path: docs/web_search.md.
 """
 
@@ -61,7 +62,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             elif parts.path == "/slow":
                 self._slow()
             elif parts.path == "/huge":
-                self._huge(int(query.get("mb", "64")))
+                self._huge(int(query.get("mb", "64")), held="hold" in query)
             elif parts.path == "/bomb":
                 body = gzip_bomb(int(query.get("mb", "64")))
                 self._send(200, body, {"Content-Encoding": "gzip"})
@@ -96,15 +97,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b"x")
             self.wfile.flush()
 
-    def _huge(self, mb: int) -> None:
+    def _huge(self, mb: int, held: bool) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
         self.send_header("Content-Length", str(mb * MIB))
         self.end_headers()
         chunk = b"<p>" + b"x" * (MIB - 7) + b"</p>"
-        for _ in range(mb):
+        for k in range(mb):
             self.wfile.write(chunk)
             self.server.sent_bytes += len(chunk)
+            if held and k == 0:  # the fetch is in flight until the test opens the gate
+                self.wfile.flush()
+                self.server.holding.set()
+                self.server.gate.wait()
 
     def log_message(self, *args):
         pass
@@ -123,6 +128,11 @@ class _Server(http.server.ThreadingHTTPServer):
         """Requests per page name (`/page/<name>`), whatever came before it in the path."""
         self.closing = threading.Event()
         self.sent_bytes = 0
+        self.gate = threading.Event()
+        """Open (set) unless a test closes it: `/huge?hold=1` waits for it after its first MiB."""
+        self.gate.set()
+        self.holding = threading.Event()
+        """Set once a `/huge?hold=1` reply waits at the gate."""
 
     def handle_error(self, request, client_address) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that hung up
@@ -151,6 +161,7 @@ def web_server(host: str = "127.0.0.1") -> Iterator[_Server]:
         yield server
     finally:
         server.closing.set()
+        server.gate.set()
         server.shutdown()
         server.server_close()
 

@@ -12,6 +12,7 @@ key. `served_fake_chat_server()` serves it (aiohttp, its own thread and loop);
 import asyncio
 import contextlib
 import json
+from collections import Counter
 
 from aiohttp import web
 from conftest import serving_aiohttp, shipped_tokenizer
@@ -63,6 +64,8 @@ class FakeChatServer:
         """The /models listing; None: the route answers 404."""
         self.api_key: str | None = None
         """When set, requests without it as a Bearer token get a 401."""
+        self.hits: Counter[str] = Counter()
+        """Requests per path, whatever their answer (a retry shows as a second)."""
 
     def refuse_key(self, request: web.Request) -> web.Response | None:
         if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
@@ -70,6 +73,7 @@ class FakeChatServer:
         return None
 
     async def list_models(self, request: web.Request) -> web.Response:
+        self.hits[request.path] += 1
         if self.models is None:
             return web.json_response({"detail": "Not Found"}, status=404)
         return self.refuse_key(request) or web.json_response({"data": self.models})
@@ -81,6 +85,7 @@ class FakeChatServer:
         return [body for task, body in self.requests if task == task_id]
 
     async def handle(self, request: web.Request) -> web.Response:
+        self.hits[request.path] += 1
         body = await request.json()
         if refusal := self.refuse_key(request):
             return refusal
@@ -103,6 +108,7 @@ class FakeChatServer:
     async def handle_completion(self, request: web.Request) -> web.Response:
         """The completions API: the prompt is a whole rendered conversation; the n-th
         request of a task gets its script's n-th text."""
+        self.hits[request.path] += 1
         body = await request.json()
         if refusal := self.refuse_key(request):
             return refusal

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from importlinter.cli import lint_imports
 from scripts_loader import load_script
 
@@ -42,3 +43,43 @@ def test_composing_a_run_config_imports_no_torch():
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]", out
+
+
+HEAVY = ("torch", "transformers", "matplotlib")
+"""Seconds each to import on a quiet machine, tens on a loaded one (issue 42)."""
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["seal.eval.score_endpoint", "seal.learning_check.cli", "seal.report.cli", "seal.runs.export"],
+)
+def test_a_console_script_s_module_imports_nothing_heavy(module):
+    """`--help` and the refusals answer in about a second: what a command needs torch,
+    transformers or matplotlib for is imported by the code that does it
+    (scripts/bench_startup.py times the commands)."""
+    code = f"import sys, {module}; print(sorted(m for m in sys.modules if m in {HEAVY!r}))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=PYPROJECT.parent, capture_output=True, text=True,
+        check=True,
+    ).stdout  # fmt: skip
+    assert out.strip() == "[]", f"{module} imports {out.strip()}"
+
+
+def test_seal_export_refuses_an_existing_directory_before_importing_transformers(tmp_path):
+    step = tmp_path / "run" / "checkpoints" / "step_000001"
+    step.mkdir(parents=True)
+    (step / "model.safetensors").write_bytes(b"not read before the refusal")
+    (step / "seal_best.json").write_text('{"step": 1}')
+    (step.parent / "latest").write_text('{"step": 1, "path": "step_000001"}')
+    (tmp_path / "exists").mkdir()
+    code = (
+        "import sys; from seal.runs.export import main; "
+        f"code = main([{str(tmp_path / 'run')!r}, {str(tmp_path / 'exists')!r}]); "
+        "print(code, 'transformers' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=PYPROJECT.parent, capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    assert "exists: export into a new directory" in done.stderr, done.stderr
+    assert done.stdout.split() == ["1", "False"], done.stdout

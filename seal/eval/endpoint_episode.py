@@ -12,8 +12,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
 from seal.bfcl.agentic import is_agentic
 from seal.eval.chat_endpoint import ChatEndpoint, Completion, ContextLengthError
 from seal.formats.base import Conversation, ToolFormat
@@ -42,21 +40,28 @@ class Prompting:
         return f"{self.tool_format.name} ({'completions' if self.completions else 'chat'})"
 
 
-def load_tokenizer(name: str | None, model: str):
+def tokenizer_name(name: str | None, model: str) -> str:
     """The tokenizer that counts the budget: `name` (a local directory or a hub name),
     else the shipped Qwen2.5 tokenizer for a Qwen model of its vocabulary (Qwen2.5, Qwen3).
     Any other model must name its own: counting its tokens with Qwen2.5's would misjudge
     its context (Qwen3.5's vocabulary and pre-tokenizer differ)."""
-    if name is None:
-        lowered = model.lower()
-        if "qwen" not in lowered or "qwen3.5" in lowered:
-            raise ValueError(
-                f"--tokenizer is needed for model {model!r}: the budget is counted with the "
-                "model's own tokenizer and chat template (the shipped Qwen2.5 tokenizer is "
-                "the default for Qwen2.5 and Qwen3 models only)"
-            )
-        name = str(SHIPPED_TOKENIZER)
-    return AutoTokenizer.from_pretrained(name)
+    if name is not None:
+        return name
+    lowered = model.lower()
+    if "qwen" not in lowered or "qwen3.5" in lowered:
+        raise ValueError(
+            f"--tokenizer is needed for model {model!r}: the budget is counted with the "
+            "model's own tokenizer and chat template (the shipped Qwen2.5 tokenizer is "
+            "the default for Qwen2.5 and Qwen3 models only)"
+        )
+    return str(SHIPPED_TOKENIZER)
+
+
+def load_tokenizer(name: str | None, model: str):
+    """The tokenizer `tokenizer_name` names, loaded."""
+    from transformers import AutoTokenizer  # here: `seal-eval --help` and refusals skip it
+
+    return AutoTokenizer.from_pretrained(tokenizer_name(name, model))
 
 
 def tokenizer_label(tokenizer) -> str:

@@ -155,10 +155,10 @@ def write_errors(out_dir: Path, step: int, failures: list[TaskFailure]) -> None:
     path.write_text("".join(lines), encoding="utf-8")
 
 
-async def check_endpoint(chat: ChatEndpoint, limits: EpisodeLimits, prompting: Prompting) -> None:
-    """The preflight (chat_endpoint.ChatEndpoint.preflight) on the API the run uses, and
-    the server's stated context against the budget."""
-    entry = await chat.preflight(prompting.completions)
+async def check_endpoint(chat: ChatEndpoint, limits: EpisodeLimits, completions: bool) -> None:
+    """The preflight (chat_endpoint.ChatEndpoint.preflight) on the API the run uses (the
+    completions API or chat), and the server's stated context against the budget."""
+    entry = await chat.preflight(completions)
     context = (entry or {}).get("max_model_len")
     if isinstance(context, int) and context < limits.max_context_tokens:
         raise ContextBudgetError(
@@ -202,7 +202,7 @@ async def run_tasks(
                 f"(`{commands.python()} -m env_service`, its token in ${TOKEN_ENV}) and pass "
                 "its --env-url, or let seal-eval start its own with --start-env"
             )
-        await check_endpoint(chat, limits, prompting)
+        await check_endpoint(chat, limits, prompting.completions)
         with tqdm(
             total=len(task_ids), desc=settings.model, unit="task", disable=not show_progress
         ) as bar:

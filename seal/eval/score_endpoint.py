@@ -29,9 +29,9 @@ from seal.bfcl.agentic import (
     agentic_task_ids,
 )
 from seal.bfcl.tasks import category_of
-from seal.eval.chat_endpoint import EndpointSettings
-from seal.eval.endpoint_episode import Prompting, load_tokenizer
-from seal.eval.evaluator import episode_stats, errors_file, evaluate_endpoint
+from seal.eval.chat_endpoint import ChatEndpoint, EndpointSettings
+from seal.eval.endpoint_episode import Prompting, load_tokenizer, tokenizer_name
+from seal.eval.evaluator import check_endpoint, episode_stats, errors_file, evaluate_endpoint
 from seal.eval.model_server import serve_model, server_error
 from seal.eval.own_service import DEFAULT_ENV_URL, own_service
 from seal.eval.replay import split_task_ids
@@ -276,18 +276,23 @@ def endpoint_settings(args: argparse.Namespace) -> EndpointSettings:
     )
 
 
+def uses_completions(args: argparse.Namespace) -> bool:
+    """Whether the endpoint is sent rendered prompts (the completions API), not chat."""
+    return bool(args.tool_format) or args.leaderboard_format is not None
+
+
 def prompting_of(args: argparse.Namespace) -> Prompting:
+    if not uses_completions(args):
+        return Prompting()
     if args.tool_format:
         return Prompting(resolve(args.tool_format, args.model), completions=True)
-    if args.leaderboard_format is not None:
-        name = args.leaderboard_format
-        if not name:
-            entry = ranked_entry(args.model)
-            if entry is None:
-                raise ValueError(f"--leaderboard-format: bfcl-eval does not rank {args.model!r}")
-            name = entry.registry_name
-        return Prompting(leaderboard(name), completions=True)
-    return Prompting()
+    name = args.leaderboard_format
+    if not name:
+        entry = ranked_entry(args.model)
+        if entry is None:
+            raise ValueError(f"--leaderboard-format: bfcl-eval does not rank {args.model!r}")
+        name = entry.registry_name
+    return Prompting(leaderboard(name), completions=True)
 
 
 def first_per_category(task_ids: list[str], limit: int) -> list[str]:
@@ -406,6 +411,19 @@ def evaluate(args: argparse.Namespace, out_dir: Path, settings: EndpointSettings
     return 0
 
 
+def check_endpoint_first(args: argparse.Namespace) -> None:
+    """The endpoint's preflight before anything slow (loading the tokenizer, starting the
+    service, importing the tool format's transformers): a wrong --base-url, model or key
+    is answered in about a second. The evaluator checks again before its first episode
+    (the endpoint may have changed in between)."""
+
+    async def check() -> None:
+        async with ChatEndpoint(endpoint_settings(args), max_connections=1) as chat:
+            await check_endpoint(chat, episode_limits(args), uses_completions(args))
+
+    asyncio.run(check())
+
+
 @contextlib.contextmanager
 def environment_service(args: argparse.Namespace, out_dir: Path) -> Iterator[None]:
     """With --start-env, the evaluation's own service (own_service.py), `args.env_url` set
@@ -425,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     server_log = out_dir / "model_server.log" if args.model_dir else None
     try:
         with sigterm_raises():
+            tokenizer_name(args.tokenizer, args.model)  # (a refusal, before anything slow)
+            if args.model_dir is None:
+                check_endpoint_first(args)
             tokenizer = load_tokenizer(args.tokenizer, args.model)
             # The service first: it starts in seconds, the model server in a minute or more.
             with environment_service(args, out_dir):

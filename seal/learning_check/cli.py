@@ -19,9 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from seal.learning_check.curves import seeds_command, table_command
-from seal.learning_check.run import ARMS, GRPO_ARM, SEAL_ARM, run_check
-from seal.report import cli
+from seal.learning_check.arms import ARMS, GRPO_ARM, SEAL_ARM
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -148,6 +146,8 @@ def arms_command(
     of the two arms into OUT/compare/ (tasks as a sample) and OUT/compare_fixed/ (`--tasks
     fixed`). `warm`: a warm-up to start every run from instead.
     Returns 1 if a run failed."""
+    from seal.report import cli  # (matplotlib: only when there is something to draw)
+
     run_args = [a for a in run_args if a != "--"]
     warmed_here = warm is None
     warm = warm or out_dir / f"{SEAL_ARM}_{seeds[0]}" / "warm_policy.pt"
@@ -185,6 +185,11 @@ def arms_command(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Each command imports what it needs once the arguments are accepted: `--help` and a
+    # refused argument answer without torch or matplotlib.
+    from seal.learning_check.curves import seeds_command, table_command
+    from seal.learning_check.run import run_check
+
     if args.command == "arms":
         return arms_command(args.seeds, args.out_dir, args.run_args, args.warm_policy)
     if args.command == "table":

@@ -16,6 +16,7 @@ import torch
 from omegaconf import OmegaConf
 
 from seal.launch.service import new_token, start_service
+from seal.learning_check.arms import ARMS
 from seal.learning_check.curves import format_cell, plot_curve, print_table
 from seal.learning_check.tasks import (
     episode_sizes,
@@ -29,13 +30,6 @@ from seal.runs.metrics_log import APATCH_MEAN_SCALE
 from seal.trainer.local import LocalTrainer
 from seal.trainer.model import load_tokenizer
 from seal.trainer_config import TrainerConfig
-
-SEAL_ARM, GRPO_ARM = "seal", "grpo"
-ARMS = {
-    SEAL_ARM: {"apatch": True, "schema_cues": True, "push_profile": True},
-    GRPO_ARM: {"apatch": False, "schema_cues": False, "push_profile": False},
-}
-"""What each arm switches: A-Patch, the schema-cue layer, the failure profile pushed."""
 
 
 def seed_everything(seed: int) -> None:

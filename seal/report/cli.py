@@ -20,11 +20,15 @@ from pathlib import Path
 
 from seal import commands
 from seal.report import compare as C
-from seal.report import compare_page, compare_runs
-from seal.report.ood import write_table2
+from seal.report import compare_runs
 from seal.report.run_data import EmptyRunError
-from seal.report.run_page import DEFAULT_SPLIT, REPORT_DIRNAME, write_report
-from seal.report.run_source import recorded_best_rule, run_config, validation_subset
+from seal.report.run_source import (
+    DEFAULT_SPLIT,
+    REPORT_DIRNAME,
+    recorded_best_rule,
+    run_config,
+    validation_subset,
+)
 from seal.report.summary import (
     RENDERERS,
     UNRECORDED_RULE,
@@ -210,10 +214,14 @@ def compare_arms_of(args: argparse.Namespace) -> tuple[list[tuple[str, list[str]
 
 
 def compare_main(args: argparse.Namespace) -> Path:
+    from seal.report import compare_page  # (matplotlib: once there is something to draw)
+
     arms, baseline = compare_arms_of(args)
     comparison = C.compare_arms(
         arms, baseline, args.select, args.tasks == "fixed", args.resamples, args.seed
     )
+    for warning in comparison.warnings:  # (the page opens with them too)
+        print(f"warning: {warning}", file=sys.stderr)
     first = comparison.arms[comparison.baseline][0]
     out_dir = args.out_dir or first.path / REPORT_DIRNAME / "compare"
     return compare_page.write_comparison(comparison, out_dir, args.resamples, args.seed)
@@ -247,10 +255,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.compare is not None:
             page = compare_main(args)
         elif args.table2:
+            from seal.report.ood import write_table2
+
             first = Path(str(args.table2[0]).partition("@")[0])
             page = write_table2(args.table2, args.out_dir or first / REPORT_DIRNAME)
             print(page.read_text())
         else:
+            from seal.report.run_page import write_report  # (matplotlib)
+
             page = write_report(
                 args.run_dir, args.out_dir, args.val_dir, args.label, args.split, args.control
             )

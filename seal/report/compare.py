@@ -34,7 +34,7 @@ from seal.report.compare_runs import (
     paired_tasks,
     task_scores,
 )
-from seal.report.config_diff import differing_keys
+from seal.report.config_diff import differing_keys, flatten
 
 RESAMPLES = 10_000
 BOOTSTRAP_MCNEMAR = "paired bootstrap / exact McNemar"
@@ -247,6 +247,34 @@ def small_category_warning(comparison: Comparison) -> str | None:
     )
 
 
+def run_seeds(config: dict) -> dict[str, object]:
+    """The seeds a run's saved config sets ({dotted key: value}, every key named `seed`:
+    the data order's, the rollouts', a tiny model's, the learning check's)."""
+    return {k: v for k, v in flatten(config).items() if k.rsplit(".", 1)[-1] == "seed"}
+
+
+def shared_seed_warnings(arms: dict[str, list[ComparedRun]]) -> list[str]:
+    """A warning per arm whose runs include two with the same seeds: they are not two
+    samples of the seed-to-seed variation the arm's interval counts on (a run given twice
+    under two names, or a rerun of one seed)."""
+    warnings = []
+    for arm, runs in arms.items():
+        by_seeds: dict[str, list[str]] = defaultdict(list)
+        for run in runs:
+            if run.config is not None and (seeds := run_seeds(run.config)):
+                by_seeds[", ".join(f"{k}={v!r}" for k, v in sorted(seeds.items()))].append(
+                    run.label
+                )
+        for seeds, labels in by_seeds.items():
+            if len(labels) > 1:
+                warnings.append(
+                    f"arm {arm}: runs {', '.join(labels)} have the same seeds ({seeds}), so they are "
+                    "not independent seeds: the arm's standard error and intervals, which "
+                    "count its runs as samples of the seed-to-seed variation, are too narrow"
+                )
+    return warnings
+
+
 def compare_arms(
     arms: list[tuple[str, list[str]]],
     baseline: str | None = None,
@@ -289,6 +317,7 @@ def compare_arms(
     warning = small_category_warning(comparison)
     if warning:
         comparison.warnings.append(warning)
+    comparison.warnings += shared_seed_warnings(comparison.arms)
     comparison.config_differences = differing_keys(
         {run.label: run.config for run in runs if run.config is not None}
     )
@@ -332,6 +361,17 @@ def _fill_rows(comparison: Comparison, resamples: int, seed: int) -> None:
     comparison.differences = [
         replace(d, holm_p=p) for d, p in zip(comparison.differences, adjusted, strict=True)
     ]
+    cut = [
+        f"{d.arm} {d.column} ({d.selection})"
+        for d in comparison.differences
+        if d.method in (POOLED_T, POOLED_T_FIXED) and (d.low_pct <= -100 or d.high_pct >= 100)
+    ]
+    if cut:
+        comparison.notes.append(
+            f"the t interval of {', '.join(cut)} reached past ±100 points, the most a "
+            "difference of pass rates can be, and is cut there: so few runs or tasks bound "
+            "the difference hardly at all"
+        )
     if any(len(rs) == 1 for rs in comparison.arms.values()) and not fixed:
         comparison.notes.append(
             "an arm of one run: its seed-to-seed variation is not in the standard errors and "

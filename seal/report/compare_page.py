@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from seal.bfcl.tasks import CATEGORIES
-from seal.report import plots
+from seal.report import compare_plot, plots
 from seal.report import stats as S
 from seal.report.compare import Comparison, Difference
 from seal.report.compare_runs import ALL_TASKS, AVERAGE, BEST, FINAL, HELDOUT, SELECTIONS
@@ -319,6 +319,6 @@ def plot_comparison(comparison: Comparison, path: Path) -> Path:
     best_note = (
         "chosen on a held-out half" if comparison.select == HELDOUT else "selected on the test set"
     )
-    return plots.plot_comparison(
+    return compare_plot.plot_comparison(
         labels, scores, paper, intervals, comparison.baseline, best_note, path
     )

@@ -1,14 +1,14 @@
 """The report's figures: matplotlib (Agg backend), one function per PNG, plain data in.
 
 Every function takes numbers already gathered by ``seal.report.run_page`` and writes one PNG.
-Colours are fixed per category and per failure tag, so one tag looks the same in every
-figure of every report; legends sit outside the axes so that they never hide a curve.
+Colours are fixed per category and per failure tag (seal.report.figure_style), so one tag
+looks the same in every figure of every report; legends sit outside the axes so that they
+never hide a curve.
 """
 
 from __future__ import annotations
 
 import math
-import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -20,61 +20,20 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from seal.bfcl import tags as T  # noqa: E402
+from seal.report.figure_style import (  # noqa: E402
+    AVERAGE_COLOR,
+    CATEGORY_COLORS,
+    equal_label,
+    equal_series,
+    ordered_tags,
+    series_style,
+    short_category,
+    tag_color,
+)
 
 Series = tuple[Sequence[int], Sequence[float]]  # steps, values
 
-CATEGORY_COLORS = {
-    "multi_turn_base": "#1f77b4",
-    "multi_turn_miss_func": "#ff7f0e",
-    "multi_turn_miss_param": "#2ca02c",
-    "multi_turn_long_context": "#9467bd",
-}
-AVERAGE_COLOR = "black"
-# Greens for the turns the model got right, warm colours for what it did, cold for what it
-# missed, greys for infrastructure failures that say nothing about the model.
-TAG_COLORS = {
-    T.PASS: "#2ca02c",
-    T.CORRECT_ABSTENTION: "#a6dba0",
-    T.SPURIOUS_TOOL_CALL: "#d62728",
-    T.EMPTY_TURN_MODEL_RESPONSE: "#ff7f0e",
-    T.INSTANCE_MISMATCH: "#8c564b",
-    T.STATE_MISMATCH: "#1f77b4",
-    T.RESPONSE_MISMATCH: "#9467bd",
-    T.CHECKER_ERROR: "#7f7f7f",
-    T.GT_ERROR: "#c7c7c7",
-}
-_SPARE_COLORS = ("#17becf", "#bcbd22", "#e377c2", "#393b79", "#637939", "#843c39")
-# Stacking order, bottom up: failures at the bottom, where their changes are easiest to read.
-TAG_ORDER = (
-    T.SPURIOUS_TOOL_CALL,
-    T.EMPTY_TURN_MODEL_RESPONSE,
-    T.INSTANCE_MISMATCH,
-    T.STATE_MISMATCH,
-    T.RESPONSE_MISMATCH,
-    T.CHECKER_ERROR,
-    T.GT_ERROR,
-    T.CORRECT_ABSTENTION,
-    T.PASS,
-)
 DPI = 120
-
-
-def short_category(category: str) -> str:
-    """`multi_turn_miss_func` -> `miss_func`, as the paper's table heads read."""
-    return category.removeprefix("multi_turn_")
-
-
-def tag_color(tag: str) -> str:
-    if tag in TAG_COLORS:
-        return TAG_COLORS[tag]
-    # A tag this module does not know still gets the same colour in every figure.
-    return _SPARE_COLORS[zlib.crc32(tag.encode()) % len(_SPARE_COLORS)]
-
-
-def ordered_tags(tags: Sequence[str]) -> list[str]:
-    known = [tag for tag in TAG_ORDER if tag in tags]
-    return sorted(set(tags) - set(known)) + known
 
 
 def _is_light(color) -> bool:
@@ -119,24 +78,27 @@ def _pass_rate_bars(ax: plt.Axes, rates_pct: Mapping[str, float], average_pct: f
 
 def _pass_rate_lines(ax, steps, rates_pct, average_pct, best) -> None:
     # The average goes underneath as a wide translucent band, so that a category with the
-    # same values stays visible on top of it.
+    # same values stays visible on top of it; each category has its own dashes and marker
+    # (nested where values are equal), and the legend names a category drawn on another.
     ax.plot(
         steps,
         average_pct,
         marker="s",
-        markersize=9,
+        markersize=12,
         linewidth=6,
         alpha=0.3,
         color=AVERAGE_COLOR,
         label="average",
     )
-    for category, rates in rates_pct.items():
+    equals = equal_series({short_category(c): (steps, r) for c, r in rates_pct.items()})
+    for k, (category, rates) in enumerate(rates_pct.items()):
         ax.plot(
             steps,
             rates,
-            marker="o",
             color=CATEGORY_COLORS.get(category),
-            label=short_category(category),
+            label=equal_label(short_category(category), equals),
+            clip_on=False,  # a marker at 0% is drawn whole, not cut by the axis
+            **series_style(k, len(steps)),
         )
     if best is not None:
         ax.axvline(best, color="grey", linestyle=":", label=f"best step ({best})")
@@ -244,8 +206,15 @@ def plot_weights_and_scale(
     axes = list(axes[:, 0])
     if weights:
         ax = axes.pop(0)
-        for tag in reversed(ordered_tags(list(weights))):
-            ax.plot(*weights[tag], color=tag_color(tag), label=tag)
+        tags = list(reversed(ordered_tags(list(weights))))
+        equals = equal_series({tag: weights[tag] for tag in tags})
+        for k, tag in enumerate(tags):
+            ax.plot(
+                *weights[tag],
+                color=tag_color(tag),
+                label=equal_label(tag, equals),
+                **series_style(k, len(weights[tag][0])),
+            )
         ax.set_ylabel("weight")
         title = "Dynamic tag weights (clamped to [0.5, 2.0])"
         if apatch_off:
@@ -256,9 +225,11 @@ def plot_weights_and_scale(
     if has_apatch:
         ax = axes.pop(0)
         if mean_scale is not None:
-            ax.plot(*mean_scale, color="black", label="mean scale")
+            ax.plot(*mean_scale, color="black", label="mean scale (1: unchanged)",
+                    **series_style(0, len(mean_scale[0])))  # fmt: skip
         if scaled_frac is not None:
-            ax.plot(*scaled_frac, color="tab:cyan", label="share of samples scaled")
+            ax.plot(*scaled_frac, color="tab:cyan", label="share of samples scaled",
+                    **series_style(1, len(scaled_frac[0])))  # fmt: skip
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
         ax.set_ylabel("scale / share")
         ax.set_title("A-Patch: mean advantage scale and share of samples scaled (steps it was on)")
@@ -296,15 +267,23 @@ def plot_training_curves(
         layout="constrained",
     )
     for ax, (title, ylabel, curves, colors) in zip(axes[:, 0], panels, strict=True):
+        drawn = {}  # what each curve's bold line shows: its values or their trend
         for label, (steps, values) in curves.items():
             window = _smoothing_window(len(steps))
+            trend = values if window == 1 else _trailing_mean(values, window)
+            drawn[label] = (steps, trend)
+        equals = equal_series(drawn)
+        for k, (label, (steps, values)) in enumerate(curves.items()):
+            window = _smoothing_window(len(steps))
+            style = series_style(k, len(steps)) if len(curves) > 1 else {}
+            name = equal_label(label, equals)
             if window == 1:
-                ax.plot(steps, values, label=label, color=colors.get(label))
+                ax.plot(steps, values, label=name, color=colors.get(label), **style)
                 continue
             # Per-step values of a 32-task batch are noisy: faint raw values, a bold trend.
             (raw,) = ax.plot(steps, values, color=colors.get(label), alpha=0.25, linewidth=0.8)
-            trend = _trailing_mean(values, window)
-            ax.plot(steps, trend, color=raw.get_color(), label=f"{label} ({window}-step mean)")
+            ax.plot(*drawn[label], color=raw.get_color(), label=f"{name} ({window}-step mean)",
+                    **style)  # fmt: skip
         ax.set_title(title)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -378,71 +357,4 @@ def plot_capability(
     )
     fig.colorbar(image, ax=bottom, pad=0.02)
     fig.suptitle(f"Capability state per category and failure tag ({source})")
-    return _save(fig, path)
-
-
-def plot_comparison(
-    columns: Sequence[str],
-    scores_pct: Mapping[str, Sequence[tuple[float, float]]],
-    paper_pct: Mapping[str, tuple[str, Sequence[float]]],
-    differences: Mapping[str, Mapping[str, Sequence[tuple[float, float, float]]]],
-    baseline: str,
-    best_note: str,
-    path: Path,
-) -> Path:
-    """Left: each arm's final-step score (%) per column as grouped bars with their standard
-    errors, and a black bar at the paper's number where an arm reproduces one of its rows
-    (`paper_pct`: arm -> (row, values)). Right: each other arm's difference to the baseline
-    (points) with its 95% interval, filled at the final step and hollow at the best step
-    (`differences`: arm -> {"final"|"best": [(difference, low, high)] per column}).
-    A difference without an interval is not drawn. `columns`: the categories' short names
-    and the summary column; `best_note`: how the best step was chosen."""
-    fig, (left, right) = plt.subplots(
-        1, 2, figsize=(14, 4.8), layout="constrained", gridspec_kw={"width_ratios": [3, 2]}
-    )
-    x = np.arange(len(columns))
-    width = 0.8 / max(1, len(scores_pct))
-    colors = {label: f"C{k}" for k, label in enumerate(scores_pct)}
-    for k, (label, values) in enumerate(scores_pct.items()):
-        offset = (k - (len(scores_pct) - 1) / 2) * width
-        pct = np.array([v[0] for v in values])
-        se = np.nan_to_num(np.array([v[1] for v in values]))
-        left.bar(x + offset, pct, width=width, yerr=se, capsize=3, label=label,
-                 color=colors[label])  # fmt: skip
-        if label in paper_pct:
-            row, paper = paper_pct[label]
-            left.hlines(paper, x + offset - width / 2, x + offset + width / 2, color="black",
-                        linewidth=2.5, label=f"paper: {row}")  # fmt: skip
-    left.set_xticks(x, columns)
-    left.set_ylabel("pass rate (%)")
-    title = "Final-step score per arm (mean over its runs ± standard error)"
-    if paper_pct:
-        title += "\nblack: the paper's number of the row an arm reproduces"
-    left.set_title(title)
-    _legend_outside(left)
-    spread = 0.6 / max(1, 2 * len(differences))
-    slot = 0
-    for label, by_selection in differences.items():
-        for selection, marker in (("final", "o"), ("best", "s")):
-            values = by_selection[selection]
-            offset = (slot - (2 * len(differences) - 1) / 2) * spread
-            slot += 1
-            # No interval: not drawn (a bare point would read as a certain difference).
-            diff = np.array([math.nan if math.isnan(v[1]) else v[0] for v in values])
-            low = np.nan_to_num(diff - np.array([v[1] for v in values]))
-            high = np.nan_to_num(np.array([v[2] for v in values]) - diff)
-            right.errorbar(
-                x + offset, diff, yerr=[low, high], fmt=marker, capsize=4, color=colors.get(label),
-                markerfacecolor=colors.get(label) if selection == "final" else "white",
-                label=f"{label}, {selection} step",
-            )  # fmt: skip
-    right.axhline(0, color="grey", linewidth=1)
-    right.set_xticks(x, columns, rotation=20)
-    right.set_ylabel("difference to the baseline (points)")
-    right.set_title(
-        f"Difference to {baseline} with 95% intervals\n(filled: final step; hollow: best "
-        f"step, {best_note})"
-    )
-    if differences:
-        right.legend(loc="best", frameon=False)
     return _save(fig, path)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from seal.bfcl.tasks import CATEGORIES
-from seal.report import plots
+from seal.report import figure_style as style
 from seal.runs import metrics_log as M
 from seal.runs.interface_log import read_interfaces
 from seal.runs.records import ValidationRecord, read_val_dir
@@ -116,12 +116,12 @@ def training_panels(rows: list[dict]) -> list:
     """(title, y label, curves, colours) for each group of training metrics the log holds."""
     panels = []
     rewards = {"reward (mean)": M.series(rows, M.REWARD_MEAN)}
-    colors = {"reward (mean)": plots.AVERAGE_COLOR}
+    colors = {"reward (mean)": style.AVERAGE_COLOR}
     logged = M.names_under(rows, M.ACCURACY_PREFIX)
     for category in [c for c in CATEGORIES if c in logged] + sorted(set(logged) - set(CATEGORIES)):
-        label = f"accuracy {plots.short_category(category)}"
+        label = f"accuracy {style.short_category(category)}"
         rewards[label] = M.series(rows, M.accuracy_key(category))
-        colors[label] = plots.CATEGORY_COLORS.get(category)
+        colors[label] = style.CATEGORY_COLORS.get(category)
     groups = [
         ("Rollout reward and accuracy per category", "reward / accuracy", rewards, colors),
         ("Policy loss", "loss", {"policy": M.series(rows, M.LOSS_POLICY)}, {}),

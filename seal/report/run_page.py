@@ -33,6 +33,8 @@ from seal.report.run_data import (
 )
 from seal.report.run_source import (
     CONFIG_FILENAME,
+    DEFAULT_SPLIT,
+    REPORT_DIRNAME,
     paper_row,
     recorded_best_rule,
     row_match,
@@ -42,6 +44,7 @@ from seal.report.run_source import (
     validation_subset,
 )
 from seal.report.summary import (
+    PAPER_HEADS,
     StepSummary,
     best_step,
     is_chosen_subset,
@@ -55,9 +58,7 @@ from seal.runs import metrics_log as M
 from seal.runs.records import read_val_dir
 from seal.trainer_config import BestRule
 
-REPORT_DIRNAME = "report"
 REPORT_FILENAME = "report.md"
-DEFAULT_SPLIT = Path(__file__).resolve().parents[2] / "data" / "seal_split.json"
 
 
 def _pct(value) -> str:
@@ -93,7 +94,7 @@ def paper_table(
     ours = [_pct(best.by_category[c].rate) for c in CATEGORIES]
     rows.append([f"**{label}, step {best.step}**", f"**{_pct(best.average)}**"])
     rows[-1] += [f"**{cell}**" for cell in ours]
-    header = ["model", "avg", "base", "miss_func", "miss_param", "long_ctx"]
+    header = ["model", *PAPER_HEADS.values()]
     counts = ", ".join(
         f"{plots.short_category(c)} {best.by_category[c].passed}/{best.by_category[c].total}"
         for c in CATEGORIES

@@ -19,6 +19,10 @@ from seal.runs.records import STEP_FILE_GLOB, ValidationRecord
 from seal.trainer_config import BEST_RULES, TRAINING_JOBS, BestRule
 
 CONFIG_FILENAME = "config.yaml"
+REPORT_DIRNAME = "report"
+"""Where `seal-report` writes a run's page: RUN/report/."""
+DEFAULT_SPLIT = Path(__file__).resolve().parents[2] / "data" / "seal_split.json"
+"""The paper's split, whose "eval" ids a run's validation steps are checked against."""
 
 
 def validation_dir(run: Path) -> Path:

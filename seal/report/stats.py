@@ -129,7 +129,9 @@ class Term:
 @dataclass(frozen=True)
 class Pooled:
     """An estimate (a score or a difference, fractions of 1) with its standard error,
-    Satterthwaite degrees of freedom, interval and t-test p-value (nan where undefined)."""
+    Satterthwaite degrees of freedom, interval and t-test p-value (nan where undefined).
+    The interval is cut to the values the estimate can take (`SCORE_RANGE`,
+    `DIFFERENCE_RANGE`): with few runs or tasks the t interval reaches past them."""
 
     estimate: float
     se: float
@@ -179,7 +181,19 @@ def _task_terms(strata: Sequence[Stratum], per_task) -> list[Term]:
     return terms
 
 
-def _pooled(estimate: float, terms: list[Term], seeds_in: bool, confidence: float) -> Pooled:
+SCORE_RANGE = (0.0, 1.0)
+DIFFERENCE_RANGE = (-1.0, 1.0)
+"""What a score (a pass rate) and a difference of two can be. The true value lies in it, so
+an interval cut to it covers the true value exactly as often as the uncut one."""
+
+
+def _pooled(
+    estimate: float,
+    terms: list[Term],
+    seeds_in: bool,
+    confidence: float,
+    feasible: tuple[float, float],
+) -> Pooled:
     variance = sum(t.coef * t.value for t in terms)
     if math.isnan(variance):
         return Pooled(estimate, math.nan, math.nan, math.nan, math.nan, math.nan, seeds_in)
@@ -191,7 +205,8 @@ def _pooled(estimate: float, terms: list[Term], seeds_in: bool, confidence: floa
     df = variance**2 / parts  # Satterthwaite
     half = t_quantile(confidence, df) * se
     p = t_two_sided_p(estimate / se, df)
-    return Pooled(estimate, se, df, estimate - half, estimate + half, p, seeds_in)
+    low, high = max(feasible[0], estimate - half), min(feasible[1], estimate + half)
+    return Pooled(estimate, se, df, low, high, p, seeds_in)
 
 
 def _estimate(strata: Sequence[Stratum], arm: int) -> float:
@@ -209,7 +224,7 @@ def pooled_score(
         terms = [Term(1.0, math.nan, 1)]  # one run: its run-to-run spread unknown
     if not tasks_fixed:
         terms += _task_terms(strata, lambda s: s.scores[0].mean(axis=0))
-    return _pooled(_estimate(strata, 0), terms, seeds_in, confidence)
+    return _pooled(_estimate(strata, 0), terms, seeds_in, confidence, SCORE_RANGE)
 
 
 def pooled_difference(
@@ -229,7 +244,7 @@ def pooled_difference(
     if not tasks_fixed:
         terms += _task_terms(strata, lambda s: s.scores[0].mean(axis=0) - s.scores[1].mean(axis=0))
     estimate = _estimate(strata, 0) - _estimate(strata, 1)
-    return _pooled(estimate, terms, seeds_in, confidence)
+    return _pooled(estimate, terms, seeds_in, confidence, DIFFERENCE_RANGE)
 
 
 # --- several rows ------------------------------------------------------------------------

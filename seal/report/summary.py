@@ -1,11 +1,12 @@
 """Per-category pass rates of each validation step, in the paper's table format.
 
-One row per step: the four BFCL multi-turn categories and overall as ``0.5800 (58/100)``
-cells, and the paper's average (the unweighted mean of the four category rates). The best
-step is the run's best-step rule's (`trainer.checkpoint.best_rule`, seal/trainer_config.py:
-the release's, multi_turn_base alone with the earlier step on a tie, or this project's, the
-average with the later step on a tie), so the table stars the step the trainer kept.
-Steps whose task ids differ from the expected split are
+One row per step: the paper's average (the unweighted mean of the four category rates), the
+four BFCL multi-turn categories and overall, in percent as the paper gives them, each with
+its counts (``58.00 (58/100)``; csv and json give rates as fractions of 1, for programs). The
+best step is the run's best-step rule's (`trainer.checkpoint.best_rule`,
+seal/trainer_config.py: the release's, multi_turn_base alone with the earlier step on a tie,
+or this project's, the average with the later step on a tie), so the table stars the step
+the trainer kept. Steps whose task ids differ from the expected split are
 reported, since their rates are not comparable with the paper's 400 held-out tasks.
 ``seal-report --table`` (seal/report/cli.py) is the command line for this module.
 """
@@ -27,8 +28,23 @@ COLUMNS = ("step", *CATEGORIES, "overall", "average", "best")
 UNRECORDED_RULE = BEST_RULES["average"]
 """The best-step rule of records whose run config records none (an endpoint evaluation,
 bare step files, a run from before the rule was a key, whose trainer applied this one)."""
+PAPER_HEADS = {
+    "average": "avg",
+    "multi_turn_base": "base",
+    "multi_turn_miss_func": "miss_func",
+    "multi_turn_miss_param": "miss_param",
+    "multi_turn_long_context": "long_ctx",
+}
+"""The paper's column heads (its Tables 1 and 3), which every Markdown table of pass rates
+uses: the end-of-run table, `seal-eval`'s, `seal-report --table` and the report page's."""
+MARKDOWN_COLUMNS = ("step", *PAPER_HEADS, "overall", "best")
+"""The paper's order: the average first, then the four categories."""
 BEST_MARK = "*"
 MAX_EXAMPLES = 3
+
+
+def percent(rate: Fraction | None) -> str:
+    return "n/a" if rate is None else f"{float(rate) * 100:.2f}"
 
 
 @dataclass(frozen=True)
@@ -44,8 +60,8 @@ class PassCount:
         return Fraction(self.passed, self.total) if self.total else None
 
     def cell(self) -> str:
-        rate = "n/a" if self.rate is None else f"{float(self.rate):.4f}"
-        return f"{rate} ({self.passed}/{self.total})"
+        """The rate in percent, as the paper writes it, and the counts: `58.00 (58/100)`."""
+        return f"{percent(self.rate)} ({self.passed}/{self.total})"
 
     def as_json(self) -> dict:
         rate = None if self.rate is None else float(self.rate)
@@ -168,19 +184,22 @@ def table_rows(
         row = {"step": str(summary.step)}
         row.update({category: summary.by_category[category].cell() for category in CATEGORIES})
         row["overall"] = summary.overall.cell()
-        row["average"] = "n/a" if summary.average is None else f"{float(summary.average):.4f}"
+        row["average"] = percent(summary.average)
         row["best"] = BEST_MARK if summary.step == best else ""
         rows.append(row)
     return rows
 
 
 def render_markdown(summaries: Sequence[StepSummary], rule: BestRule = UNRECORDED_RULE) -> str:
+    """Pass rates in percent under the paper's heads (`PAPER_HEADS`), columns aligned, the
+    best step by `rule` starred."""
     # A pipe table is a few lines by hand; tabulate is not worth a dependency for it.
-    header = {column: column for column in COLUMNS}
+    header = {column: PAPER_HEADS.get(column, column) for column in MARKDOWN_COLUMNS}
     rows = [header, *table_rows(summaries, rule)]
-    widths = {column: max(len(row[column]) for row in rows) for column in COLUMNS}
-    lines = ["| " + " | ".join(row[c].ljust(widths[c]) for c in COLUMNS) + " |" for row in rows]
-    lines.insert(1, "| " + " | ".join("-" * widths[c] for c in COLUMNS) + " |")
+    columns = MARKDOWN_COLUMNS
+    widths = {column: max(len(row[column]) for row in rows) for column in columns}
+    lines = ["| " + " | ".join(row[c].ljust(widths[c]) for c in columns) + " |" for row in rows]
+    lines.insert(1, "| " + " | ".join("-" * widths[c] for c in columns) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -52,7 +52,9 @@ APATCH_ACTIVE = "apatch/active"
 """1 when A-Patch scaled the step's advantages, 0 when it was off (`apatch.enable` false, or
 its warm-up) (`apply_apatch`)."""
 APATCH_MEAN_SCALE = "apatch/mean_scale"
-"""Mean A-Patch advantage scale over the step's samples (`apply_apatch`); only while active."""
+"""Mean factor A-Patch multiplied the step's samples' advantages by, 1 for a sample it left
+unchanged (a zero advantage: its group's rewards were equal) (`apply_apatch`); only while
+active."""
 APATCH_SCALED_FRAC = "apatch/scaled_frac"
 """Share of the step's samples whose advantages A-Patch changed (`scaled_count` / samples);
 only while active."""

@@ -51,7 +51,8 @@ def apply_apatch(
     `config.weight_source` (`tag_weights` picks them from a capability state). Metrics: `active`
     (0 during warm-up or when disabled), `scaled_count` (samples whose advantages changed),
     `tag_frac/<tag>` (fraction of samples carrying the tag) and, only while active,
-    `mean_scale` over the batch, `scaled_frac` and `weight/<tag>`, all under "apatch/".
+    `mean_scale` (the mean factor the samples' advantages were multiplied by, 1 for a
+    sample left unchanged), `scaled_frac` and `weight/<tag>`, all under "apatch/".
     """
     if len(sample_tags) != advantages.shape[0]:
         raise ValueError(f"{len(sample_tags)} tag lists for {advantages.shape[0]} samples")
@@ -80,6 +81,10 @@ def apply_apatch(
             scales = scales / scales[touched].mean()
         patched = torch.where(touched_tokens, advantages * scales[:, None], advantages)
         scaled_count = int((touched & (scales != 1)).sum())
+        # What each sample's advantages were multiplied by: 1 where none was touched (a
+        # group of equal rewards), so the mean says what A-Patch did, not what the tags
+        # asked for (a batch of such groups scales nothing: mean 1, share 0).
+        applied = torch.where(touched, scales, torch.ones_like(scales))
 
     # Off (disabled or in warm-up), A-Patch scales nothing: no scale or weight is reported,
     # which would read like a SEAL run's.
@@ -88,7 +93,7 @@ def apply_apatch(
     for tag, count in sorted(carriers.items()):
         metrics[f"apatch/tag_frac/{tag}"] = count / len(sample_tags)
     if active:
-        metrics["apatch/mean_scale"] = scales.mean().item() if len(sample_tags) else 1.0
+        metrics["apatch/mean_scale"] = applied.mean().item() if len(sample_tags) else 1.0
         metrics["apatch/scaled_frac"] = scaled_count / len(sample_tags) if len(sample_tags) else 0.0
         for tag, weight in weights.items():
             metrics[f"apatch/weight/{tag}"] = float(weight)

@@ -95,7 +95,7 @@ def test_exhausting_message_ids_never_hangs_the_service(service_process):
     for _ in range(36):  # ~34 of these exhausted BFCL's 90,000 ids
         answered = results(client.step("flood", flood))
         assert len(answered) == 2570
-        assert httpx.get(f"{svc.url}/healthz", timeout=2).status_code == 200
+        assert httpx.get(f"{svc.url}/healthz", timeout=10).status_code == 200  # (room for load)
     report = client.evaluate("flood")
     assert report["tool_calls"] <= 1024 and report["invalid_by_kind"]["episode_limit"] > 0
     assert svc.terminate(timeout_s=15) in (0, -15)  # uvicorn re-raises SIGTERM once stopped
@@ -122,7 +122,7 @@ def test_a_call_that_never_returns_ends_its_episode_not_the_service(service_proc
     )
     stuck.start()
     time.sleep(0.3)  # the stuck call is running now
-    health = httpx.get(f"{svc.url}/healthz", timeout=2)
+    health = httpx.get(f"{svc.url}/healthz", timeout=10)  # a stuck call holds no request
     assert health.status_code == 200
     stuck.join(timeout=20)
     assert not stuck.is_alive()
@@ -143,8 +143,20 @@ def test_a_call_that_never_returns_ends_its_episode_not_the_service(service_proc
 EIGHTY_K_LINES = "a\n" * 80_000
 
 
-def test_a_grep_flood_does_not_block_other_episodes(service_process):
-    svc = service_process()
+FIFO = """
+from env_service import worker
+worker._attained = lambda job: job.request  # first come, first served: the flood's calls in a row
+"""
+
+
+@pytest.mark.parametrize("scheduler", ["least_run_first", "fifo"])
+def test_a_grep_flood_does_not_block_other_episodes(service_process, scheduler):
+    """One worker holds the flood's episode and the others' (they share it): their steps
+    wait for the one `grep` running when they arrive, not for the flood's message. Load
+    slows both alike, so the bound is the flood's own time: with the calls run first
+    come, first served (`fifo`, the check's own control) another episode waits behind
+    the whole message, and the same bound fails."""
+    svc = service_process("--workers", "1", patch=FIFO if scheduler == "fifo" else "")
     client = episodes(svc.url)
     client.create(FS_TASK, "flood", **validate(max_steps=1024))
     client.step("flood", calls_text("touch", {"file_name": "big.txt"}, 1))
@@ -160,23 +172,32 @@ def test_a_grep_flood_does_not_block_other_episodes(service_process):
             quiet.step(name, calls_text("pwd", {}, 1))
             out.append(time.perf_counter() - started)
 
+    blocked = []
     for action in ("step", "evaluate"):
         stop, seen = threading.Event(), []
         quiet = threading.Thread(target=latencies, args=(stop, seen, f"quiet_{action}"))
         quiet.start()
-        time.sleep(0.2)
-        started = time.perf_counter()
+        while not seen:  # the other episode is stepping
+            time.sleep(0.01)
+        flood_s = []
         for _ in range(2):  # linear in steps, before: 5.1 s each
+            started = time.perf_counter()
             if action == "step":
                 answered = results(client.step("flood", flood))
             else:
                 report = client.evaluate("flood")
-        flood_s = time.perf_counter() - started
+            flood_s.append(time.perf_counter() - started)
         stop.set()
-        quiet.join(timeout=30)
-        assert seen, action
-        assert max(seen) < 1.0, f"other episodes waited {max(seen):.2f} s during the {action}"
-        print(f"{action} x2: {flood_s:.2f} s; other episode's slowest request {max(seen):.3f} s")
+        quiet.join(timeout=60)
+        # Least run first, the other episode waits for one grep (~0.01 s of 128 in a step);
+        # first come, first served, for all of a message's or an evaluation's, once per
+        # message: so its second-slowest request (one stall of the loaded machine is not
+        # two) against the quicker message.
+        second = sorted(seen)[-2]
+        print(f"{scheduler} {action}: flood {[round(s, 3) for s in flood_s]} s; other "
+              f"episode's requests: {len(seen)}, 2nd slowest {second:.3f} s")  # fmt: skip
+        blocked.append(second > min(flood_s) / 3)
+    assert blocked == ([True, True] if scheduler == "fifo" else [False, False]), blocked
     # What ran is capped per message; the rest is answered, not run.
     assert sum(r.startswith("Error: not run:") for r in answered) > 2000
     assert report["tool_calls"] <= 2 + 2 * 128

@@ -264,7 +264,8 @@ def test_the_deadline_covers_the_whole_exchange(where):
                 web_fetch.get(f"http://slow.test:{port}/", {}, 1.0, 2**20)
         finally:
             web_fetch.use_network(web_fetch.PublicInternet())
-    assert time.monotonic() - started < 2.0
+    # Its 1 s, not the trickle's 15 s (150 bytes at 0.1 s each); the rest is room for load.
+    assert time.monotonic() - started < 6.0
 
 
 def test_the_byte_caps_hold_before_and_after_decompression():

@@ -203,7 +203,7 @@ def test_command_line_exit_status_and_errors_file(fake_llm, live_service, tmp_pa
     assert "FAILED, not scored: 1 tasks" in capsys.readouterr().err
     assert cli.main(args) == 0
     out = capsys.readouterr().out
-    assert "3 already done" in out and "1.0000 (4/4)" in out
+    assert "3 already done" in out and "100.00 (4/4)" in out
 
 
 def test_command_line_refuses_a_missing_api_key(tmp_path, capsys, monkeypatch):

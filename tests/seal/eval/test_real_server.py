@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -142,10 +141,9 @@ def test_preflight_refuses_a_wrong_model_name_before_any_episode(
 ):
     base_url, model = transformers_server
     env_url, engine = live_service
-    start = time.monotonic()
     with pytest.raises(PreflightError, match="check --model") as raised:
         evaluate(base_url, model + "-typo", env_url, tmp_path)
-    assert time.monotonic() - start < 30
+    # Refused, not timed out (the preflight's own timeout, 30 s, would say "no reply").
     assert "refused a 1-token request" in str(raised.value)
     assert engine.stats()["created"] == 0
 

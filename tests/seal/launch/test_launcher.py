@@ -347,7 +347,7 @@ def test_a_training_job_ends_with_the_pass_rates_the_launcher_prints(
     table = out.index(f"validation pass rates per category ({tmp_path / 'run' / 'validation'})")
     note = out.index("best step 0 (the job's note)")
     hint = out.index("no checkpoint to export")
-    assert table < out.index("1.0000 (1/1)") < note < hint, out  # base passed 1/1
+    assert table < out.index("100.00 (1/1)") < note < hint, out  # base passed 1/1
     assert "n/a (0/0)" in out[table:note]  # the categories not validated
 
 

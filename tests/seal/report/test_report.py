@@ -9,7 +9,7 @@ import matplotlib.image
 import pytest
 
 from seal.bfcl.tasks import CATEGORIES
-from seal.report import plots
+from seal.report import figure_style, plots
 from seal.report.cli import main
 from seal.report.run_data import EmptyRunError, training_tag_shares, validation_tag_shares
 from seal.report.run_page import write_report
@@ -132,7 +132,7 @@ def test_full_run_gives_every_figure_and_the_paper_table(run_dir):
         "| **synthetic, step 20** | **60.00** | **80.00** | **60.00** | **40.00** | **60.00** |"
         in text
     )
-    assert "| 20   | 0.8000 (4/5)" in text  # the per-step summary table
+    assert "| 20   | 60.00 | 80.00 (4/5)" in text  # the per-step summary table
     assert "epoch 0 window, up to step 21" in text
     assert "none of the paper's backbones: all the paper's own runs are shown" in text
 
@@ -283,9 +283,9 @@ def test_malformed_records_fail_the_command(tmp_path, capsys):
 
 
 def test_colours_are_fixed_per_tag():
-    assert plots.tag_color("pass") == plots.TAG_COLORS["pass"]
-    assert plots.tag_color("a_new_tag") == plots.tag_color("a_new_tag")
-    assert plots.ordered_tags(["pass", "zzz", "state_mismatch"]) == [
+    assert figure_style.tag_color("pass") == figure_style.TAG_COLORS["pass"]
+    assert figure_style.tag_color("a_new_tag") == figure_style.tag_color("a_new_tag")
+    assert figure_style.ordered_tags(["pass", "zzz", "state_mismatch"]) == [
         "zzz",
         "state_mismatch",
         "pass",

@@ -67,12 +67,12 @@ def test_cells_overall_and_average_in_paper_format():
     [row] = table_rows(summarize({10: step_records(10, SEAL_7B_COUNTS)}))
     assert row == {
         "step": "10",
-        "multi_turn_base": "0.5800 (58/100)",
-        "multi_turn_miss_func": "0.3600 (36/100)",
-        "multi_turn_miss_param": "0.3400 (34/100)",
-        "multi_turn_long_context": "0.3300 (33/100)",
-        "overall": "0.4025 (161/400)",
-        "average": "0.4025",
+        "multi_turn_base": "58.00 (58/100)",
+        "multi_turn_miss_func": "36.00 (36/100)",
+        "multi_turn_miss_param": "34.00 (34/100)",
+        "multi_turn_long_context": "33.00 (33/100)",
+        "overall": "40.25 (161/400)",
+        "average": "40.25",
         "best": "*",
     }
 
@@ -85,8 +85,8 @@ def test_average_is_the_mean_of_categories_not_the_overall_rate():
         "multi_turn_long_context": (0, 3),
     }
     [row] = table_rows(summarize({0: step_records(0, counts)}))
-    assert row["overall"] == "0.1000 (1/10)"
-    assert row["average"] == "0.2500"
+    assert row["overall"] == "10.00 (1/10)"
+    assert row["average"] == "25.00"
 
 
 def test_step_missing_a_category_has_no_average_and_cannot_be_best():
@@ -217,13 +217,17 @@ def two_steps():
 
 
 def test_markdown_is_a_pipe_table_with_one_row_per_step(two_steps):
+    """Issue 42: the end-of-run and seal-eval tables gave fractions under `multi_turn_*`
+    heads beside the report page's paper table in percent; every Markdown table of pass
+    rates now has the paper's heads, in its order, in percent."""
     lines = render_markdown(two_steps).splitlines()
     cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
-    assert cells[0] == ["step", *CATEGORIES, "overall", "average", "best"]
+    assert cells[0] == ["step", "avg", "base", "miss_func", "miss_param", "long_ctx",
+                        "overall", "best"]  # fmt: skip
     assert all(set(cell) == {"-"} for cell in cells[1])
-    assert cells[2][0] == "0" and cells[2][-2:] == ["0.1400", ""]
-    assert cells[3][0] == "10" and cells[3][1] == "0.5800 (58/100)"
-    assert cells[3][-2:] == ["0.4025", "*"]
+    assert cells[2][:2] == ["0", "14.00"] and cells[2][-1] == ""
+    assert cells[3][:3] == ["10", "40.25", "58.00 (58/100)"]
+    assert cells[3][-2:] == ["40.25 (161/400)", "*"]
     assert len({len(line) for line in lines}) == 1  # columns are aligned
 
 

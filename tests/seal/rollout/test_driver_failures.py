@@ -5,6 +5,7 @@ each failed episode, its tolerated share and its progress bar."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from conftest import gt_texts
@@ -96,11 +97,22 @@ def test_a_cancelled_episode_is_released(live_service, tokenizer, env_cls, gener
 
     async def main():
         async with env_cls(base_url) as env:
-            episode = run_episode(
-                env, generator, tokenizer, GREP_TASK, settings(), tool_format=get_format(PAPER_QWEN)
-            )
-            with pytest.raises(asyncio.TimeoutError):
-                await asyncio.wait_for(episode, timeout=0.5)
+            episode = asyncio.ensure_future(
+                run_episode(
+                    env, generator, tokenizer, GREP_TASK, settings(),
+                    tool_format=get_format(PAPER_QWEN),
+                )
+            )  # fmt: skip
+            # Cancelled once the service has made its episode (not after a fixed 0.5 s, by
+            # which a loaded machine may not have sent the create yet).
+            deadline = time.monotonic() + 60
+            while engine.stats()["created"] < 1:
+                assert time.monotonic() < deadline and not episode.done(), "never created"
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.1)  # stuck in its generation, or waiting for the lost reply
+            episode.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await episode
 
     asyncio.run(main())
     assert engine.stats()["created"] == 1 and engine.stats()["live_episodes"] == 0

@@ -71,8 +71,9 @@ def test_a_plain_text_500_names_status_endpoint_episode_and_time(serve_app):
     assert "HTTP 500" in message and "Internal Server Error" in message
     assert f"POST {url}/v1/episodes/{episode.episode_id}/steps" in message
     assert f"task {TASK}" in message and f"episode {episode.episode_id}" in message
-    assert " in 0." in message or " in 1." in message, message  # the time it took
-    assert error.elapsed_s is not None and error.elapsed_s < 5
+    # The time it took, as measured (a loaded machine's, whatever it is), within the deadline.
+    assert error.elapsed_s is not None and 0 < error.elapsed_s < quick().deadline_s
+    assert f" in {error.elapsed_s:.1f} s)" in message, message
     assert "JSON" not in message and "decode" not in message.lower()
     assert app.state.engine.stats()["live_episodes"] == 0, "the failed episode leaked"
 
@@ -208,7 +209,7 @@ def test_a_stopped_service_is_visible_while_it_stalls_and_fails_in_bounded_time(
     with caplog.at_level(logging.WARNING):
         episode, error, took = asyncio.run(main())
     message = str(error)
-    assert took < 6, f"gave up after {took:.1f} s"
+    assert took < settings.deadline_s, f"gave up after {took:.1f} s"  # (its attempts: 3 s)
     assert error.status is None and error.attempts == 2
     assert f"POST {url}/v1/episodes/{episode.episode_id}/steps" in message
     assert f"task {TASK} (episode {episode.episode_id})" in message
@@ -216,7 +217,9 @@ def test_a_stopped_service_is_visible_while_it_stalls_and_fails_in_bounded_time(
     stalls = [r for r in caplog.records if "waiting" in r.getMessage()]
     assert stalls, "nothing said the service was stalled while it was"
     first = stalls[0]
-    assert first.created - (time.time() - took) < 1.4, "the first warning came too late"
+    # While the first attempt still waited (at 0.5 s of its 1.5 s), not once it had failed:
+    # the attempt it names, not a time, so a loaded machine's late timers do not matter.
+    assert "(attempt 1)" in first.getMessage(), first.getMessage()
     assert f"task {TASK}" in first.getMessage() and url in first.getMessage()
 
 
@@ -253,12 +256,12 @@ def test_a_busy_service_is_waited_for_then_fails_naming_the_cause(serve_app):
         return info.value, gave_up, waited
 
     error, gave_up, waited = asyncio.run(main())
-    assert 2.0 < gave_up < 6, gave_up
+    assert 2.0 < gave_up < 30, gave_up  # its busy wait (2.5 s), not the 1.5 s timeout
     assert error.status == 503
     message = str(error)
     assert "busy" in message and "HTTP 503" in message and f"task {TASK}" in message
     assert "service.client.busy_wait_s" in message
-    assert 0.9 < waited < 3.0, waited
+    assert waited > 0.9, waited  # once the slot was freed (at 1 s): it went through, not failed
     assert app.state.engine.stats()["live_episodes"] == 0
 
 
@@ -291,5 +294,6 @@ def test_retry_after_is_honoured_and_bounded(serve_app):
 
     error, took = asyncio.run(main())
     assert answers[1] - answers[0] >= 0.95, "Retry-After: 1 was not waited for"
-    assert took < 1, "a Retry-After beyond the busy budget must fail at once"
+    # At once, not after the 10 s budget nor the 60 s asked for (room for a loaded machine).
+    assert took < 5, "a Retry-After beyond the busy budget must fail at once"
     assert "Retry-After" in str(error) and "60" in str(error)

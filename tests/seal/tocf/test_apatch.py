@@ -177,3 +177,22 @@ def test_the_console_line_shows_a_patch_and_the_layers_off():
     _, on = patch(APatchConfig(weight_source="static"))
     line = _console_line(3, {**on, "layer/schema_cues": 1.0, "layer/guidelines": 0.5})
     assert "apatch scale 1.033" in line and "layers schema_cues, guidelines 0.5" in line
+
+
+def test_mean_scale_is_the_scale_applied_so_it_agrees_with_the_share_scaled():
+    """Issue 42: a batch of equal-reward groups (all advantages 0) was reported with the
+    tags' mean scale (1.7 in a cpu_default run) beside a share scaled of 0. A sample whose
+    advantages were not touched was multiplied by 1."""
+    tags = [["spurious_tool_call"], ["spurious_tool_call"]]  # scale 2 each
+    config = APatchConfig(weight_source="static")
+    patched, metrics = apply_apatch(
+        torch.zeros(2, 3), torch.ones(2, 3), tags, config, step=0, weights=BASE_TAG_WEIGHTS
+    )
+    assert torch.equal(patched, torch.zeros(2, 3))
+    assert (metrics["apatch/scaled_frac"], metrics["apatch/mean_scale"]) == (0.0, 1.0)
+    # One group with a gradient (scaled by 2), one without: half scaled, mean (2 + 1) / 2.
+    _, metrics = apply_apatch(
+        torch.tensor([[1.0], [0.0]]), torch.ones(2, 1), tags, config, step=0,
+        weights=BASE_TAG_WEIGHTS,
+    )  # fmt: skip
+    assert (metrics["apatch/scaled_frac"], metrics["apatch/mean_scale"]) == (0.5, 1.5)

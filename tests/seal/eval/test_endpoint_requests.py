@@ -172,7 +172,7 @@ def test_a_dead_base_url_is_refused_before_the_tokenizer_and_the_service(
         raise AssertionError("reached before the endpoint was checked")
 
     monkeypatch.setattr(cli, "load_tokenizer", not_before_the_preflight)
-    monkeypatch.setattr(cli, "start_service", not_before_the_preflight)
+    monkeypatch.setattr(cli, "own_service", not_before_the_preflight)
     args = ["--base-url", f"http://127.0.0.1:{free_port()}/v1", "--model", MODEL, "--quiet"]
     args += ["--tokenizer", str(SHIPPED_TOKENIZER)]
     args += ["--start-env", "--env-url", f"http://127.0.0.1:{free_port()}"]

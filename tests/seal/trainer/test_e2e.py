@@ -20,7 +20,7 @@ from seal.runs.records import read_val_dir
 from seal.tocf.state import STATE_FILENAME, CapabilityState
 from seal.trainer.local import LocalTrainer
 from seal.trainer.seal_step import BEST_FILE
-from seal.trainer_config import TrainerConfig
+from seal.trainer_config import BEST_RULES, TrainerConfig
 
 NO_LAYERS = {"schema_cues": 0, "type_hints": 0, "recovery_feedback": 0, "guidelines": 0}
 
@@ -109,12 +109,15 @@ def test_train_two_steps_then_resume(live_service, serve_app, tmp_path):
     assert CapabilityState.load(run_dir / STATE_FILENAME).run.num_trajectories == 3 * 1 * 2
     saved = json.loads((ckpt.latest_checkpoint(run_dir) / "trainer_state.json").read_text())
     assert saved == {"step": 3, "epoch": saved["epoch"]}
-    # The best step, carried over the resume: the latest of the highest val/average over
-    # the validations of both parts of the run (steps 0, 2 and 3).
-    validated = [r for r in read_metrics(run_dir / "metrics.jsonl") if "val/average" in r]
-    top = max(r["val/average"] for r in validated)
-    best = {"step": max(r["step"] for r in validated if r["val/average"] == top)}
-    best |= {"metric": "val/average", "value": top}
+    # The best step, carried over the resume: by the run's rule (the release's by default:
+    # the earliest of the highest multi_turn_base) over the validations of both parts of
+    # the run (steps 0, 2 and 3).
+    rule = BEST_RULES[resumed.cfg.checkpoint.best_rule]
+    assert rule.name == "release"
+    validated = [r for r in read_metrics(run_dir / "metrics.jsonl") if rule.metric in r]
+    top = max(r[rule.metric] for r in validated)
+    best = {"step": min(r["step"] for r in validated if r[rule.metric] == top)}
+    best |= {"metric": rule.metric, "value": top, "rule": "release"}
     assert [r["step"] for r in validated] == [0, 2, 3]
     assert resumed.seal.best == best
     assert json.loads((ckpt.latest_checkpoint(run_dir) / BEST_FILE).read_text()) == best

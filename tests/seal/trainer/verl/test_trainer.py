@@ -256,7 +256,7 @@ def test_capability_state_travels_with_checkpoints(local_tq, tmp_path, monkeypat
     outcome = SampleOutcome("multi_turn_base_3", "multi_turn_base", 0.0, 0, [PASS, "wrong_args"])
     mask = torch.ones(1, 4)
     observe_and_reweight(trainer.capability, [outcome], mask, mask, APatchConfig(), step=3, epoch=0)
-    trainer.best = {"step": 3, "metric": "val/average", "value": 0.25}
+    trainer.best = {"step": 3, "metric": "val/multi_turn_base", "value": 0.25, "rule": "release"}
     trainer._save_checkpoint()
     trainer.capability.save(trainer.capability_path)
 
@@ -296,7 +296,12 @@ def test_verl_s_train_loader_takes_the_run_s_data_order(local_tq, tmp_path, live
 
     from seal.runs.data_order import epoch_order, task_ids_of
 
-    trainer = SealPPOTrainer(verl_config(tmp_path, live_service[0]))
+    config = verl_config(tmp_path, live_service[0])
+    # No loader processes: forked from this process, they stay alive with the loader and
+    # hang the next test's service, whose workers fork from here too (the order is the
+    # sampler's, whatever the workers).
+    config.data.dataloader_num_workers = 0
+    trainer = SealPPOTrainer(config)
     # What verl's init (its _setup) does first, with the model's tokenizer offline.
     trainer.tokenizer, trainer.processor = shipped_tokenizer(), None
     trainer._init_dataloader()

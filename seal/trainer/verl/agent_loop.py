@@ -5,7 +5,7 @@ driver against the environment service, generating through verl's LLM server cli
 returns an `AgentLoopOutput` whose reward_score is the service's reward (a training sample
 cut as `trainer.loss.trained_response_tokens` says). Settings come from the config's `seal`
 section. It requires max_context_tokens <= response_length and
-fails an over-long prompt rather than truncating it: seal/trainer/verl/NOTES.md, "The SEAL
+fails an over-long prompt rather than truncating it: docs/verl_notes.md, "The SEAL
 trainer's hooks".
 """
 

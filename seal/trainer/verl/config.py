@@ -115,7 +115,7 @@ def cpu_backend_keys(run_cfg) -> dict:
         f"{a}.fsdp_config.use_torch_compile": False,
         # verl's chunked log-prob/entropy head (torch backend, 512 tokens a chunk) instead of
         # whole (tokens x 151,936) logits: the smoke's update worker peaks at 3.4 GB instead
-        # of 12.8, which left a 24 GiB machine to Ray's OOM killer (seal/trainer/verl/NOTES.md).
+        # of 12.8, which left a 24 GiB machine to Ray's OOM killer (docs/verl_notes.md).
         "actor_rollout_ref.model.use_fused_kernels": True,
         "actor_rollout_ref.model.fused_kernel_options.impl_backend": "torch",
         # One process each for agent loops, reward loops and data loading (verl: 8 each).

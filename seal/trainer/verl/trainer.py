@@ -4,7 +4,7 @@ Registered as trainer mode `seal_sync`. verl runs the step; this class adds the 
 (capability state, A-Patch, the failure profile), the project's validation records, the
 capability state in verl's checkpoints and metrics.jsonl, each through an overridden hook
 that calls verl's own first, so verl's `fit()` is never copied. Each hook and why:
-seal/trainer/verl/NOTES.md, "The SEAL trainer's hooks".
+docs/verl_notes.md, "The SEAL trainer's hooks".
 """
 
 from __future__ import annotations

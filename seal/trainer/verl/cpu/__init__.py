@@ -6,7 +6,7 @@ without a GPU or vLLM, so the paper's code path is exercised in CI: a platform
 (`weight_sync.py`) and a trainer (`trainer.py`), none selected by GPU runs. This file
 imports nothing from verl: the launcher reads PLATFORM_ENV from it before the first
 `import verl`, which resolves the platform once per process. Details:
-seal/trainer/verl/NOTES.md, "How the CPU backend is built".
+docs/verl_notes.md, "How the CPU backend is built".
 """
 
 PLATFORM_NAME = "seal_cpu"

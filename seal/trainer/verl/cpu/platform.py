@@ -4,7 +4,7 @@ It answers verl's platform questions (device, memory, RNG, synchronisation, proc
 backend, Ray resource) with the CPU's own facilities, and reserves logical `num_gpus`
 slots because verl checks the cluster for GPU resources only. Selected only explicitly
 (VERL_PLATFORM=seal_cpu), never by auto-detection. Each answer and why:
-seal/trainer/verl/NOTES.md.
+docs/verl_notes.md.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class PlatformSealCPU(PlatformBase):
         return "CUDA_VISIBLE_DEVICES"
 
     def ray_resource_name(self) -> str:
-        return "GPU"  # logical worker slots (NOTES.md, platform)
+        return "GPU"  # logical worker slots (docs/verl_notes.md, platform)
 
     def ray_noset_envvars(self) -> list[str]:
         return []

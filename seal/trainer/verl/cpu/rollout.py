@@ -5,7 +5,7 @@ verl's RolloutReplicaRegistry and called through the same methods (token-in/toke
 `generate`, the lifecycle calls). New weights arrive through verl's own checkpoint-engine
 path, and a generate call while asleep is an error, so a rollout only runs on weights the
 actor sent. Generation is the local trainer's HFGenerator. Details:
-seal/trainer/verl/NOTES.md, "How the CPU backend is built".
+docs/verl_notes.md, "How the CPU backend is built".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Everything of `SealPPOTrainer` and of verl's `fit()` is unchanged; only where ge
 runs differs. verl's hybrid engine reads a fixed table of vLLM/SGLang/TensorRT-LLM
 adapters with no public way to add one, so this trainer opts out of hybrid replicas and
 syncs weights to standalone replicas through verl's checkpoint-engine path, as verl does
-for disaggregated rollouts. The hooks used and why: seal/trainer/verl/NOTES.md, "How the
+for disaggregated rollouts. The hooks used and why: docs/verl_notes.md, "How the
 CPU backend is built".
 """
 
@@ -48,7 +48,7 @@ def use_gloo_workers(role_worker_mapping: dict) -> None:
 
 @register_trainer(TRAINER_MODE_CPU)
 class SealPPOTrainerCPU(SealPPOTrainer):
-    _enable_hybrid_replicas = False  # read by PPOTrainer._setup (NOTES.md, CPU backend)
+    _enable_hybrid_replicas = False  # read by PPOTrainer._setup (docs/verl_notes.md, CPU backend)
 
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()

@@ -6,7 +6,7 @@ verl's `vLLMColocateWorkerExtension` as it is.
 Why: vLLM's CPU build replaces each linear layer's weight with one that has no
 `weight_loader`, so verl's receiver fails; vLLM's own layer-wise reload handles that.
 The vLLM lines involved, and what the CPU run does not cover of verl's GPU receiver:
-seal/trainer/verl/NOTES.md, "vLLM on the CPU".
+docs/verl_notes.md, "vLLM on the CPU".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ replicas over a gloo process group (CPU), registered with verl's CheckpointEngin
 verl's CheckpointEngineManager drives it as it drives its NCCL engine; weights travel from
 the actor's rank 0 in size-bounded buckets of gloo broadcasts. Hand-written rather than
 taken from verl: verl's engines need NCCL, NIXL, Mooncake or HCCL, none of which runs
-without an accelerator. The protocol: seal/trainer/verl/NOTES.md, "How the CPU backend is
+without an accelerator. The protocol: docs/verl_notes.md, "How the CPU backend is
 built".
 """
 

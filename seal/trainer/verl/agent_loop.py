@@ -12,7 +12,6 @@ trainer's hooks".
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import weakref
 from typing import Any
@@ -28,11 +27,9 @@ from seal.rollout.driver import EpisodeSample, retry_once, run_episode
 from seal.rollout.env_client import EnvClient
 from seal.rollout.turn_tokens import turn_tokenizer
 from seal.trainer.response_cut import ResponseCut
+from seal.trainer.verl.episode_fields import EpisodeFields
 from seal.trainer.verl.generator import VerlGenerator
 from seal.trainer.verl.section import SealSection
-
-TAG_SEPARATOR = ","
-"""Joins a sample's failure tags in `reward_extra_info` (tag names have no commas)."""
 
 AGENT_NAME = "seal_bfcl"
 """The parquet's agent_name column (scripts/prepare_data.py)."""
@@ -151,7 +148,6 @@ def to_output(
             f"task {sample.task_id}: the rollout server reported no weight version "
             "(TokenOutput.extra_fields['global_steps']); verl's step metrics need one"
         )
-    report = sample.report
     return AgentLoopOutput(
         prompt_ids=sample.prompt_ids,
         response_ids=sample.response_ids,
@@ -160,42 +156,7 @@ def to_output(
         reward_score=float(sample.reward),
         num_turns=num_turns(sample.response_mask),
         metrics=metrics,
-        extra_fields={
-            # verl's step metrics (trajectory staleness) read the versions of the
-            # weights the episode was generated with, first and last.
-            "min_global_steps": min(weight_versions),
-            "max_global_steps": max(weight_versions),
-            # The trainer's A-Patch and capability state read these per sample.
-            "task_id": sample.task_id,
-            "category": sample.category,
-            "failure_tags": list(sample.failure_tags),
-            # The paper's label of a failed episode ("" when none: a string field).
-            "paper_label": sample.paper_label or "",
-            # The interface the episode was shown, for the step's interface record (JSON
-            # text: one string field rather than a nested structure in TransferQueue).
-            "interface": json.dumps(sample.interface),
-            "accuracy": int(sample.accuracy),
-            "progress": float(sample.progress),
-            "num_generations": sample.num_generations,
-            "stop_reason": sample.stop_reason,
-            "tool_calls": report.get("tool_calls"),
-            "invalid_calls": report.get("invalid_calls"),
-            "tool_errors": report.get("tool_errors"),
-            "turns_reached": report.get("turns_reached"),
-            # verl's validation gathers this dict per sample into its metrics (numbers
-            # only; strings are skipped) and its generation dump, from which the SEAL
-            # trainer writes the validation records. Tags are joined: a list would
-            # break verl's numeric reductions.
-            "reward_extra_info": {
-                "acc": int(sample.accuracy),
-                "task_id": sample.task_id,
-                "category": sample.category,
-                "failure_tags": TAG_SEPARATOR.join(sample.failure_tags),
-                "paper_label": sample.paper_label or "",
-                "turns": sample.num_generations,
-                "progress": float(sample.progress),
-            },
-        },
+        extra_fields=EpisodeFields.of_episode(sample, weight_versions).to_extra_fields(),
     )
 
 

@@ -28,9 +28,8 @@ from seal.atomic_file import write_json_atomic
 from seal.rollout.env_client import is_healthy
 from seal.runs.metrics_log import MetricsWriter, validation_metrics
 from seal.runs.records import ValidationRecord, evaluation_record, write_step
-from seal.trainer.reweight import SampleOutcome
 from seal.trainer.seal_step import BEST_FILE, SealStep
-from seal.trainer.verl.agent_loop import TAG_SEPARATOR
+from seal.trainer.verl.episode_fields import EpisodeFields
 from seal.trainer.verl.sampler import EpochOrderSampler
 from seal.trainer.verl.section import SealSection
 
@@ -127,7 +126,9 @@ class SealPPOTrainer(PPOTrainerSync):
         # verl's batch balancing appends no-op padding samples (a copy of the first
         # sample's fields): they must not be counted as outcomes or rescaled.
         real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
-        samples = [sample_outcome(extras[i], float(rewards[i])) for i in real]
+        samples = [
+            EpisodeFields.from_extra_fields(extras[i]).outcome(float(rewards[i])) for i in real
+        ]
         patched, seal_metrics = self.seal_step.reweight(
             samples,
             advantages[real],
@@ -246,35 +247,13 @@ def numeric(metrics: dict) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if isinstance(v, Real) and not isinstance(v, bool)}
 
 
-def sample_outcome(extra_fields: dict, reward: float) -> SampleOutcome:
-    """One sample's outcome from the agent loop's extra fields (seal_bfcl)."""
-    return SampleOutcome(
-        task_id=extra_fields["task_id"],
-        category=extra_fields["category"],
-        reward=reward,
-        accuracy=int(extra_fields["accuracy"]),
-        failure_tags=list(extra_fields["failure_tags"]),
-        paper_label=extra_fields["paper_label"] or None,
-        interface=json.loads(extra_fields["interface"]),
-    )
-
-
 def validation_records(step, inputs, outputs, scores, infos) -> list[ValidationRecord]:
-    """Records from verl's validation dump arguments (one entry per sample; the agent
-    loop's reward_extra_info, read back under the evaluation's names)."""
+    """Records from verl's validation dump arguments (one entry per sample; `infos`: the
+    columns of the agent loop's reward_extra_info)."""
     records = []
     for i in range(len(inputs)):
-        tags = infos["failure_tags"][i]
-        evaluation = {
-            "task_id": infos["task_id"][i],
-            "category": infos["category"][i],
-            "accuracy": int(infos["acc"][i]),
-            "reward": float(scores[i]),
-            "failure_tags": tags.split(TAG_SEPARATOR) if tags else [],
-            "paper_label": infos["paper_label"][i] or None,
-            "progress": float(infos["progress"][i]),
-        }
-        turns = int(infos["turns"][i])
+        episode = EpisodeFields.from_validation_columns(infos, i)
+        evaluation, turns = episode.evaluation(float(scores[i])), episode.num_generations
         records.append(
             evaluation_record(evaluation, step, input=inputs[i], output=outputs[i], turns=turns)
         )

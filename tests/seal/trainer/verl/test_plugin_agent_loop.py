@@ -34,6 +34,7 @@ from seal.trainer.verl.agent_loop import (  # noqa: E402
     close_shared_env_clients,
     num_turns,
 )
+from seal.trainer.verl.episode_fields import EpisodeFields  # noqa: E402
 from seal.trainer.verl.section import SealSection  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -151,35 +152,33 @@ def test_ground_truth_episodes_through_agent_loop_worker(model_dir, live_service
         last = int(out.batch["attention_mask"][k, PROMPT_LENGTH:].sum()) - 1
         assert out.batch["rm_scores"][k, last] == 1.0 and out.batch["rm_scores"][k].sum() == 1.0
     nt = out.non_tensor_batch
-    assert list(nt["task_id"]) == [TASK, TASK]
-    assert list(nt["category"]) == ["multi_turn_base"] * 2
-    assert list(nt["accuracy"]) == [1, 1]
+    episodes = [EpisodeFields.from_extra_fields(row) for row in sample_columns(nt)]
     turns = load_task(TASK).num_turns
-    assert all(list(tags) == [PASS] * turns for tags in nt["failure_tags"])
-    assert list(nt["stop_reason"]) == ["terminated", "terminated"]
-    assert list(nt["invalid_calls"]) == [0, 0] and list(nt["tool_errors"]) == [0, 0]
-    assert list(nt["num_generations"]) == [len(server.script)] * 2
-    # The weight versions verl's step metrics read (trainer_base._compute_metrics).
+    for e in episodes:
+        assert (e.task_id, e.category, e.accuracy, e.progress) == (TASK, "multi_turn_base", 1, 1.0)
+        assert e.failure_tags == [PASS] * turns and e.paper_label is None
+        assert (e.stop_reason, e.invalid_calls, e.tool_errors) == ("terminated", 0, 0)
+        assert e.num_generations == len(server.script)
+        assert e.interface["schema_cues"] and not e.interface["guidelines"]  # the paper's layers
+        # The weight versions of the first and last generations.
+        assert (e.min_weight_version, e.max_weight_version) == (
+            FIRST_VERSION, FIRST_VERSION + len(server.script) - 1
+        )  # fmt: skip
+    # verl's step metrics read the versions under its own names (trainer_base._compute_metrics).
     assert list(nt["min_global_steps"]) == [FIRST_VERSION] * 2
-    assert list(nt["max_global_steps"]) == [FIRST_VERSION + len(server.script) - 1] * 2
     # first user + one message per generation + the observations between them
     assert list(nt["__num_turns__"]) == [2 * len(server.script)] * 2
-    # What verl's validation hands to the SEAL trainer's validation records.
-    assert (
-        list(nt["reward_extra_info"])
-        == [
-            {
-                "acc": 1,
-                "task_id": TASK,
-                "category": "multi_turn_base",
-                "failure_tags": ",".join([PASS] * turns),
-                "paper_label": "",
-                "turns": len(server.script),
-                "progress": 1.0,
-            }
-        ]
-        * 2
-    )
+    # What verl's validation averages into its metrics, and the episode the SEAL trainer's
+    # validation records are read from.
+    assert list(nt["acc"]) == [1, 1] and list(nt["turns"]) == [len(server.script)] * 2
+    assert list(nt["progress"]) == [1.0, 1.0]
+    assert [EpisodeFields.from_validation_columns(nt, i) for i in range(2)] == episodes
+
+
+def sample_columns(non_tensor_batch: dict) -> list[dict]:
+    """Each sample's row of verl's non-tensor columns (one per extra_fields key)."""
+    size = len(non_tensor_batch["__num_turns__"])
+    return [{key: column[i] for key, column in non_tensor_batch.items()} for i in range(size)]
 
 
 # Ground truths whose responses are longer than the release's 4,096 trained tokens, under
@@ -197,7 +196,8 @@ def test_a_training_episode_is_cut_to_the_release_s_response_length(model_dir, l
         worker = AgentLoopWorker(trainer_config(model_dir, url), llm_client=None)
         worker.llm_client = ScriptedServer(worker.tokenizer, task=task)
         out = run_worker(worker, train_rows(task, copies=1, split=split))
-        assert list(out.non_tensor_batch["accuracy"]) == [1]
+        [row] = sample_columns(out.non_tensor_batch)
+        assert EpisodeFields.from_extra_fields(row).accuracy == 1
         lengths[split] = int(out.batch["attention_mask"][0, PROMPT_LENGTH:].sum())
         # The service's reward sits on the last token verl keeps.
         assert out.batch["rm_scores"][0, lengths[split] - 1] == 1.0

@@ -30,13 +30,13 @@ from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_sta
 from seal.trainer.reweight import SampleOutcome, observe_and_reweight  # noqa: E402
 from seal.trainer.seal_step import BEST_FILE  # noqa: E402
 from seal.trainer.verl.config import compose_verl_config  # noqa: E402
+from seal.trainer.verl.episode_fields import EpisodeFields  # noqa: E402
 from seal.trainer.verl.trainer import (  # noqa: E402
     BEST_DIR,
     EnvServiceUnavailable,
     SealPPOTrainer,
     link_checkpoint,
     numeric,
-    validation_records,
 )
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -99,14 +99,23 @@ def make_samples(seed: int = 0) -> list[dict]:
                         reward_score=float(accuracy),
                         num_turns=3,
                         metrics=AgentLoopMetrics(),
-                        extra_fields={
-                            "task_id": task_id,
-                            "category": category,
-                            "failure_tags": tags,
-                            "paper_label": "" if accuracy else "response_mismatch",
-                            "interface": json.dumps(INTERFACE),
-                            "accuracy": accuracy,
-                        },
+                        extra_fields=EpisodeFields(
+                            task_id=task_id,
+                            category=category,
+                            accuracy=accuracy,
+                            progress=1.0 if accuracy else 0.5,
+                            failure_tags=tags,
+                            paper_label=None if accuracy else "response_mismatch",
+                            interface=INTERFACE,
+                            num_generations=3,
+                            stop_reason="terminated",
+                            tool_calls=2,
+                            invalid_calls=0,
+                            tool_errors=0,
+                            turns_reached=2,
+                            min_weight_version=1,
+                            max_weight_version=1,
+                        ).to_extra_fields(),
                     ),
                 }
             )
@@ -143,14 +152,7 @@ def expected_advantages(samples, apatch: APatchConfig):
     rewards = torch.tensor([o.reward_score for o in outputs])
     advantages = grpo_advantages(rewards, [s["uid"] for s in samples], mask, GRPOConfig())
     outcomes = [
-        SampleOutcome(
-            o.extra_fields["task_id"],
-            o.extra_fields["category"],
-            o.reward_score,
-            o.extra_fields["accuracy"],
-            o.extra_fields["failure_tags"],
-        )
-        for o in outputs
+        EpisodeFields.from_extra_fields(o.extra_fields).outcome(o.reward_score) for o in outputs
     ]
     capability = CapabilityState()
     patched, _ = observe_and_reweight(
@@ -181,7 +183,7 @@ def test_advantage_step_equals_core(local_tq, tmp_path, live_service):
     assert got[:12].abs().sum() > 0  # the groups have mixed rewards: not a zero check
     assert got[12:].abs().sum() == 0  # padding samples: zero GRPO advantage, not rescaled
     assert metrics["apatch/mean_scale"] != 1.0 and 0 < metrics["apatch/scaled_count"] <= 12
-    accuracy = [s["output"].extra_fields["accuracy"] for s in samples]
+    accuracy = [EpisodeFields.from_extra_fields(s["output"].extra_fields).accuracy for s in samples]
     assert metrics["train/accuracy"] == sum(accuracy) / 12
     assert metrics["train/accuracy/multi_turn_base"] == sum(accuracy[:N]) / N
     # The paper's labels of the failed samples (all response_mismatch here), none padding's.
@@ -205,25 +207,6 @@ def test_advantage_step_equals_core(local_tq, tmp_path, live_service):
     assert row["served_profile"] is None  # nothing pushed before this first step
     assert row["failure_profile"] == capability.failure_profile()
     tq.kv_clear(keys=batch.keys, partition_id="train")
-
-
-def test_validation_records_from_verl_dump():
-    infos = {
-        "acc": [1, 0],
-        "task_id": ["multi_turn_base_3", "multi_turn_miss_param_9"],
-        "category": ["multi_turn_base", "multi_turn_miss_param"],
-        "failure_tags": ["pass,pass", "pass,wrong_args"],
-        "paper_label": ["", "argument_mismatch"],
-        "turns": [3, 5],
-        "progress": [1.0, 0.5],
-        "reward": [1.0, 0.0],
-        "uid": ["a_0_0", "b_0_0"],
-    }
-    records = validation_records(7, ["in a", "in b"], ["out a", "out b"], [1.0, 0.0], infos)
-    assert [r.score for r in records] == [1, 0] and {r.step for r in records} == {7}
-    assert records[1].failure_tags == ["pass", "wrong_args"]
-    assert records[1].data_source == "multi_turn_miss_param" and records[1].turns == 5
-    assert [r.paper_label for r in records] == [None, "argument_mismatch"]
 
 
 def test_best_checkpoint_is_hard_linked(tmp_path):

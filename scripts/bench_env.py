@@ -16,17 +16,20 @@ import asyncio
 import gc
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import httpx
 
-from seal.bench import PeakRss, TimedClient, bench_service, ground_truth_scripts
 from seal.eval.replay import record_from_report, split_task_ids
 from seal.report.summary import render_markdown, summarize_step
 from seal.rollout.env_client import auth_headers
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchfixtures: not installed
+from benchfixtures.service import PeakRss, TimedClient, bench_service, ground_truth_scripts  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -25,18 +25,22 @@ import resource
 import signal
 import socket
 import statistics
+import sys
+from pathlib import Path
 
 import httpx
 import psutil
 
-from seal.bench import PeakRss, TimedClient, bench_service, ground_truth_scripts
-from seal.bench_web import service_module
 from seal.bfcl.tasks import task_ids
 from seal.bfcl.web_search import SERPAPI_KEY_ENV
 from seal.launch.service import RunningService
 from seal.rollout.env_client import auth_headers, is_healthy
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchfixtures: not installed
+from benchfixtures.service import PeakRss, TimedClient, bench_service, ground_truth_scripts  # noqa: E402
+from benchfixtures.web import service_module  # noqa: E402
 
 MESSAGE_CHARS = 262_144  # the service's default max_message_chars
 
@@ -217,7 +221,7 @@ BOMB_MIB = 1024
 def _outside_web_main(ports, stop) -> None:
     """The outside web the web-search cases reach: pages (slow, huge, a gzip bomb) and a
     SerpAPI that never answers; their ports go to `ports`."""
-    from seal.bench_web import gzip_bomb, silent_server, web_server
+    from benchfixtures.web import gzip_bomb, silent_server, web_server
 
     # It stands for servers on other machines: its own CPU is not the service's doing.
     os.nice(19)

@@ -5,7 +5,7 @@ outside-call pool's fairness (issue #41).
         [--calls-per-step 8] [--fetch-timeout 5] [--processes 4] [--rounds 1]
 
 For each count N: starts the service on a test network whose outside web is local
-(seal/bench_web.py), and N clients whose web-search episodes step with --calls-per-step
+(benchfixtures/web.py), and N clients whose web-search episodes step with --calls-per-step
 fetches of a page that trickles in (each holds an outside-call process until the fetch's
 deadline, --fetch-timeout). Once each has had a process, another client's episode fetches
 a fast page --fast-fetches times, one a step. Prints per N the fast fetches' waits (each
@@ -19,15 +19,19 @@ import argparse
 import contextlib
 import os
 import statistics
+import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 
-from seal.bench import bench_service
-from seal.bench_web import service_module, silent_server, web_server
 from seal.bfcl.web_search import SERPAPI_KEY_ENV
 from seal.rollout.env_client import auth_headers
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchfixtures: not installed
+from benchfixtures.service import bench_service  # noqa: E402
+from benchfixtures.web import service_module, silent_server, web_server  # noqa: E402
 
 TASK = "web_search_base_0"
 

@@ -16,18 +16,21 @@ import asyncio
 import json
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from seal.bench import bench_service, ground_truth_scripts
 from seal.eval.replay import split_task_ids
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.driver import run_episode
 from seal.rollout.env_client import EnvClient, StepReply
 from seal.rollout.protocol import EpisodeLimits, EpisodeSettings, EvolutionSettings
 from seal.rollout.scripted import ScriptedGenerator, run_scripted_episode, text_generation
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchfixtures: not installed
+from benchfixtures.service import bench_service, ground_truth_scripts  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER_DIR = REPO_ROOT / "seal/assets/qwen2.5-tokenizer"

@@ -24,13 +24,13 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from seal.bench import bench_service
 from seal.bfcl.ground_truth import ground_truth_texts
 from seal.bfcl.tasks import CATEGORIES, category_of, load_task
 from seal.formats.registry import PAPER_QWEN, get_format
@@ -41,6 +41,9 @@ from seal.rollout.scripted import ScriptedGenerator, run_scripted_episode
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
 from seal.trainer.response_cut import ResponseCut
 from seal.trainer_config import TrainerConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchfixtures: not installed
+from benchfixtures.service import bench_service  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FORMAT = get_format(PAPER_QWEN)

@@ -1,4 +1,4 @@
-"""The import drawing of seal and env_service: rooms, floors, arrows, arrows back up, circles.
+"""The import drawing of the root packages: rooms, floors, arrows, arrows back up, circles.
 
 Rooms and floors are those of the import contracts in pyproject.toml (the `floors` layers,
 highest first there, lowest first here), so these figures and `lint-imports`
@@ -22,6 +22,7 @@ import grimp
 from importlinter.api import read_configuration
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # benchfixtures, a root package, is not installed
 CONTRACT = "floors"
 
 
@@ -105,7 +106,8 @@ def strongly_connected(nodes: list[str], edges: set[tuple[str, str]]) -> list[li
 
 def draw(config: Path) -> Drawing:
     declared = read_floors(config)
-    graph = grimp.build_graph("seal", "env_service", cache_dir=None)
+    roots = read_configuration(str(config))["session_options"]["root_packages"]
+    graph = grimp.build_graph(*roots, cache_dir=None)
     modules = graph.modules
     floors = [[room for room in rooms if room in modules] for rooms in declared]
     missing = [room for rooms in declared for room in rooms if room not in modules]
@@ -115,7 +117,7 @@ def draw(config: Path) -> Drawing:
     def room_of(module: str) -> str | None:
         return next((r for r in rooms if module == r or module.startswith(r + ".")), None)
 
-    unhoused = sorted(m for m in modules if room_of(m) is None and m not in ("seal", "env_service"))
+    unhoused = sorted(m for m in modules if room_of(m) is None and m not in roots)
     arrows: dict[tuple[str, str], list[tuple[str, str, int]]] = defaultdict(list)
     for importer in modules:
         for imported in graph.find_modules_directly_imported_by(importer):

@@ -11,7 +11,7 @@ bounded, and are never made twice (issue #31, findings 2 and 3).
 - Killing the workers (kill -9) repeats no outside call; killing the process of a call in
   flight answers that call with an error and does not send it again.
 
-Every "outside" server is local (seal/bench_web.py), reached through the test network.
+Every "outside" server is local (benchfixtures/web.py), reached through the test network.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from agentic_scripts import agentic_service, call, walk_every_route
 from conftest import Episodes, results, wait_for
 from test_agentic_web_search import MISSING
 
-from seal.bench_web import network, silent_server, web_server
+from benchfixtures.web import network, silent_server, web_server
 from seal.bfcl import web_fetch, web_search
 from seal.bfcl.agentic import ANSWER_NOT_FOUND
 

@@ -26,7 +26,7 @@ from agentic_scripts import agentic_service, call
 from conftest import Episodes, results
 from test_agentic_web_search import MISSING, RecordedSearch
 
-from seal.bench_web import network, web_server
+from benchfixtures.web import network, web_server
 from seal.bfcl import web_fetch, web_search
 from seal.bfcl.backends import ERROR_PREFIX
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 from agentic_scripts import agentic_service, answer_text, call, play
 
+from benchfixtures.web import network, web_server
 from env_service.outside import OutsideCalls
-from seal.bench_web import network, web_server
 from seal.bfcl import web_fetch, web_search
 from seal.bfcl.agentic import ANSWER_NOT_FOUND, PASS
 from seal.bfcl.calls import ToolCall

@@ -1,4 +1,4 @@
-"""seal/bench.py, what the benches in scripts/ share: the service they start answers only
+"""benchfixtures/service.py, what the benches in scripts/ share: the service they start answers only
 to its token and stops when they leave; the timed client records every request of an
 episode by kind; the memory sampler sees the service and its worker processes."""
 
@@ -9,7 +9,7 @@ import time
 
 import httpx
 
-from seal.bench import PeakRss, TimedClient, bench_service, ground_truth_scripts
+from benchfixtures.service import PeakRss, TimedClient, bench_service, ground_truth_scripts
 from seal.rollout.env_client import is_healthy
 from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode

@@ -194,7 +194,7 @@ def network(names: dict[str, str] | None = None, **servers: _Server | int) -> Lo
 
 def service_module(web_port: int, silent_port: int) -> tuple[str, ...]:
     """`python -m env_service.bench_network` and its arguments, for
-    seal.bench.bench_service: the test network naming the outside web (a `web_server` on
+    benchfixtures.service.bench_service: the test network naming the outside web (a `web_server` on
     127.0.0.1) `outside.test` and SerpAPI (a `silent_server`, or any local port)
     `serpapi.test`."""
     spec = {

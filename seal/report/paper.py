@@ -26,8 +26,6 @@ from seal.bfcl.tasks import CATEGORIES
 QWEN_3B = "Qwen2.5-3B-Instruct"
 QWEN_7B = "Qwen2.5-7B-Instruct"
 TOOLACE_8B = "ToolACE-2-Llama-3.1-8B"
-BACKBONES = (QWEN_3B, QWEN_7B, TOOLACE_8B)
-"""The paper's trained backbones, smallest first."""
 
 UNTRAINED = "untrained"
 VANILLA_RL = "vanilla RL"

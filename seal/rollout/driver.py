@@ -80,14 +80,17 @@ class TooManyFailedEpisodes(RuntimeError):
     """More of a batch's episodes failed than the run tolerates."""
 
 
-async def retry_once(play: Callable[[], Awaitable[EpisodeSample]]) -> EpisodeSample:
-    """`play()`, and once more if it raises EpisodeError (a service restart, a generation
-    error); the second EpisodeError is raised. Both trainers retry an episode so."""
+async def retry_once(
+    play: Callable[..., Awaitable[EpisodeSample]], *args, **kwargs
+) -> EpisodeSample:
+    """`play(*args, **kwargs)`, and once more if it raises EpisodeError (a service
+    restart, a generation error); the second EpisodeError is raised. Both trainers retry
+    an episode so."""
     try:
-        return await play()
+        return await play(*args, **kwargs)
     except EpisodeError as first:
         log.warning("%s; retrying the episode once", first)
-    return await play()
+    return await play(*args, **kwargs)
 
 
 async def play_batch(
@@ -109,7 +112,7 @@ async def play_batch(
 
     async def once_more(task_id: str) -> EpisodeSample | EpisodeError:
         try:
-            return await retry_once(lambda: play(task_id))
+            return await retry_once(play, task_id)
         except EpisodeError as second:
             return second
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import asdict, fields
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -232,21 +233,17 @@ class LocalTrainer:
         return samples
 
     async def _rollout(self, task_ids, n, settings, temperature, mode):
-        top_p = self.cfg.rollout.top_p
         async with EnvClient(self.env_url, self.client, token=self.token) as env:
-
-            def play(task_id: str):
-                return run_episode(
-                    env, self.generator, self.tokenizer, task_id, settings,
-                    tool_format=self.tool_format, temperature=temperature, top_p=top_p,
-                )  # fmt: skip
-
             return await play_batch(
-                play,
+                partial(
+                    run_episode, env, self.generator, self.tokenizer, settings=settings,
+                    tool_format=self.tool_format, temperature=temperature,
+                    top_p=self.cfg.rollout.top_p,
+                ),
                 [t for t in task_ids for _ in range(n)],
                 max_failed_share=self.cfg.rollout.max_failed_share,
                 what=mode,
-            )
+            )  # fmt: skip
 
     def validate(self, step: int) -> dict[str, float]:
         samples = self.rollout(

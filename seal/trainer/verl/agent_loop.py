@@ -119,17 +119,16 @@ class SealBfclAgentLoop(AgentLoopBase):
         # Once more, then fail: verl drops the sample's whole group, which is its own
         # tolerance for a failed rollout.
         sample = await retry_once(
-            lambda: run_episode(
-                shared_env_client(self.settings),
-                generator,
-                self.tokenizer,
-                task_id,
-                settings,
-                tool_format=self.tool_format,
-                temperature=temperature,
-                top_p=top_p,
-                max_prompt_tokens=self.rollout_config.prompt_length,
-            )  # fmt: skip
+            run_episode,
+            shared_env_client(self.settings),
+            generator,
+            self.tokenizer,
+            task_id,
+            settings,
+            tool_format=self.tool_format,
+            temperature=temperature,
+            top_p=top_p,
+            max_prompt_tokens=self.rollout_config.prompt_length,
         )
         total = time.perf_counter() - start
         metrics = AgentLoopMetrics(

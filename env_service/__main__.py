@@ -24,7 +24,7 @@ from env_service.app import create_app
 from env_service.config import ServiceConfig
 from env_service.connections import guarded_protocol
 from env_service.engine import ServiceStartError
-from seal.rollout.protocol import TOKEN_ENV
+from seal.service_contract import TOKEN_ENV
 
 LOOPBACK_NAMES = {"localhost"}
 

@@ -44,7 +44,7 @@ from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.diagnosis import Diagnosis
 from seal.bfcl.multi_turn import UnknownTaskError
 from seal.bfcl.tasks import load_task
-from seal.rollout.protocol import EpisodeSettings
+from seal.service_contract import EpisodeSettings
 
 __all__ = ["EnvEngine", "ServiceConfig"]  # ServiceConfig is imported from here too
 

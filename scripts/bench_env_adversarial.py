@@ -35,8 +35,8 @@ from seal.bfcl.tasks import task_ids
 from seal.bfcl.web_search import SERPAPI_KEY_ENV
 from seal.launch.service import RunningService
 from seal.rollout.env_client import auth_headers, is_healthy
-from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
+from seal.service_contract import EpisodeSettings
 
 MESSAGE_CHARS = 262_144  # the service's default max_message_chars
 

@@ -25,8 +25,8 @@ from seal.bfcl.calls import ToolCall
 from seal.bfcl.tasks import load_task
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.env_client import EnvClient
-from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
+from seal.service_contract import EpisodeSettings
 
 FORMAT = get_format(PAPER_QWEN)
 VALIDATE = EpisodeSettings(mode="validate")

@@ -13,7 +13,7 @@ from seal.bfcl import web_search
 from seal.bfcl.backends import is_tool_error
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.diagnosis import TOOL_ERROR
-from seal.rollout.protocol import EpisodeSettings, EvolutionSettings
+from seal.service_contract import EpisodeSettings, EvolutionSettings
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""An episode's evaluation (protocol.Evaluation, as a dict): a multi-turn task's from the
+"""An episode's evaluation (service_contract.Evaluation, as a dict): a multi-turn task's from the
 verification of what ran, an agentic task's from bfcl-eval's verdict on its answer, both
 built by `_evaluation`."""
 
@@ -11,7 +11,7 @@ from seal.bfcl import agentic
 from seal.bfcl import tags as T
 from seal.bfcl.diagnosis import Diagnosis, paper_label
 from seal.bfcl.multi_turn import BfclTask
-from seal.rollout.protocol import EpisodeSettings
+from seal.service_contract import EpisodeSettings
 
 
 class Played(Protocol):

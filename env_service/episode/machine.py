@@ -24,7 +24,7 @@ from seal.bfcl import agentic
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.diagnosis import TOOL_ERROR, Diagnosis
 from seal.bfcl.tasks import load_task
-from seal.rollout.protocol import EpisodeSettings
+from seal.service_contract import EpisodeSettings
 
 
 class Episode:
@@ -109,7 +109,7 @@ class Episode:
 
     @property
     def interface(self) -> dict:
-        """The layers on and the guidelines shown (protocol.EpisodeInterface)."""
+        """The layers on and the guidelines shown (service_contract.EpisodeInterface)."""
         return prompts.interface(self.layers, self.guidelines)
 
     def turn_messages(self, turn: int) -> list[dict]:

@@ -18,8 +18,8 @@ from seal.formats.base import Conversation, ToolFormat
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout import loop
 from seal.rollout.env_client import EnvClient, EnvServiceError, Episode
-from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, TextTokens
+from seal.service_contract import EpisodeLimits, EpisodeSettings
 
 
 class ContextBudgetError(RuntimeError):

@@ -42,7 +42,7 @@ from seal.bfcl.agentic import ANSWER_NOT_FOUND, NO_FINAL_ANSWER, PASS
 from seal.bfcl.memory import MemorySnapshots
 from seal.bfcl.tasks import load_task
 from seal.rollout.env_client import EnvServiceError
-from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
+from seal.service_contract import EpisodeLimits, EpisodeSettings
 
 needs_bm25 = pytest.mark.skipif(
     importlib.util.find_spec("rank_bm25") is None,

@@ -34,9 +34,9 @@ from seal.eval.evaluator import episode_stats, evaluate_endpoint, prerequisites_
 from seal.formats.base import Conversation
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.report.ood import write_table2
-from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.turn_tokens import TextTokens
 from seal.runs.records import read_val_dir
+from seal.service_contract import EpisodeLimits
 
 TASKS = [
     "multi_turn_base_4",

@@ -137,7 +137,7 @@ def _created(episode_id: str, ep) -> EpisodeCreated:
         tools=ep.tools,
         messages=ep.first_messages,
         interface=ep.interface,
-        system_from_task=ep.agentic is not None,
+        system_from_task=ep.system_from_task,
     )
 
 

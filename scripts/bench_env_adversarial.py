@@ -31,8 +31,8 @@ import psutil
 
 from seal.bench import PeakRss, TimedClient, bench_service, ground_truth_scripts
 from seal.bench_web import service_module
+from seal.bfcl.agentic.web_search import SERPAPI_KEY_ENV
 from seal.bfcl.tasks import task_ids
-from seal.bfcl.web_search import SERPAPI_KEY_ENV
 from seal.launch.service import RunningService
 from seal.rollout.env_client import auth_headers, is_healthy
 from seal.rollout.scripted import run_scripted_episode

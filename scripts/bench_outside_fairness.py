@@ -26,7 +26,7 @@ import httpx
 
 from seal.bench import bench_service
 from seal.bench_web import service_module, silent_server, web_server
-from seal.bfcl.web_search import SERPAPI_KEY_ENV
+from seal.bfcl.agentic.web_search import SERPAPI_KEY_ENV
 from seal.rollout.env_client import auth_headers
 
 TASK = "web_search_base_0"

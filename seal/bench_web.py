@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
-from seal.bfcl.web_fetch import LocalNetwork
+from seal.bfcl.agentic.web_fetch import LocalNetwork
 
 SLOW_BYTE_S = 0.5
 MIB = 2**20

@@ -23,9 +23,9 @@ from bfcl_eval.constants.executable_backend_config import (
     STATELESS_CLASSES,
 )
 
-from seal.bfcl import web_search
+from seal.bfcl.agentic import web_search
+from seal.bfcl.agentic.memory import import_vector_backend, snapshots
 from seal.bfcl.calls import ToolCall, json_failure
-from seal.bfcl.memory import import_vector_backend, snapshots
 from seal.bfcl.multi_turn import BfclTask
 
 ERROR_PREFIX = "Error during execution: "
@@ -148,7 +148,7 @@ class Backends:
 
     def __init__(self, task: BfclTask, memory_version: Path | None = None):
         """`memory_version`: a memory task's version of its starting memory
-        (seal.bfcl.memory's `start`; None: it starts empty)."""
+        (seal.bfcl.agentic.memory's `start`; None: it starts empty)."""
         self.task = task
         self.instances: dict[str, object] = {}
         self._owner: dict[str, str] = {}
@@ -185,7 +185,7 @@ class Backends:
 
     def save_memory(self) -> None:
         """Save a prerequisite conversation's memory (bfcl-eval's flush at the end of its
-        conversation) and discard the checkpoints it makes stale (seal.bfcl.memory)."""
+        conversation) and discard the checkpoints it makes stale (seal.bfcl.agentic.memory)."""
         if not self.task.is_prereq:
             raise ValueError(f"{self.task.task_id} is not a prerequisite conversation")
         snapshots().save(self.task, self._memory())

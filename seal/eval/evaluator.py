@@ -21,7 +21,7 @@ from typing import get_args
 from tqdm import tqdm
 
 from seal import commands
-from seal.bfcl.agentic import prerequisite_plan
+from seal.bfcl.agentic.tasks import prerequisite_plan
 from seal.eval.chat_endpoint import ChatEndpoint, EndpointError, EndpointSettings
 from seal.eval.endpoint_episode import ContextBudgetError, Prompting, run_episode, tokenizer_label
 from seal.eval.replay import record_from_report

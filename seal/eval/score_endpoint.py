@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from seal import commands
-from seal.bfcl.agentic import (
+from seal.bfcl.agentic.tasks import (
     AGENTIC_CATEGORIES,
     MEMORY_CATEGORIES,
     WEB_SEARCH_CATEGORIES,

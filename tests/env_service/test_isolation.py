@@ -23,12 +23,12 @@ import pytest
 from agentic_scripts import agentic_service, answer_text, call, notetaker, play, play_chain
 from conftest import results
 
-from seal.bfcl import memory
-from seal.bfcl.agentic import AGENTIC_CATEGORIES, agentic_task_ids, missing_dependency
+from seal.bfcl.agentic import memory
+from seal.bfcl.agentic.memory import MemorySnapshots
+from seal.bfcl.agentic.tasks import AGENTIC_CATEGORIES, agentic_task_ids, missing_dependency
 from seal.bfcl.backends import Backends, preload_backends
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import tool_call_text
-from seal.bfcl.memory import MemorySnapshots
 from seal.bfcl.tasks import load_task, task_ids
 
 TASK = "multi_turn_long_context_150"  # TravelAPI with the long-context card extension

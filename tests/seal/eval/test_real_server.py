@@ -27,7 +27,7 @@ import pytest
 from agentic_scripts import agentic_service, notetaker
 from conftest import shipped_tokenizer
 
-from seal.bfcl.agentic import ANSWER_NOT_FOUND, NO_FINAL_ANSWER, PASS, missing_dependency
+from seal.bfcl.agentic.tasks import ANSWER_NOT_FOUND, NO_FINAL_ANSWER, PASS, missing_dependency
 from seal.bfcl.tasks import load_task
 from seal.eval.chat_endpoint import EndpointSettings, PreflightError
 from seal.eval.evaluator import episode_stats, evaluate_endpoint, prerequisites_file

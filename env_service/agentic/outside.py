@@ -2,7 +2,7 @@
 
 A slow page, a huge body or an unreachable SerpAPI must not hold a worker and its other
 episodes, so each call (bfcl-eval's own `WebSearchAPI` method with the transports of
-seal/bfcl/web_search.py) runs in one of a few processes of its own, under a deadline,
+seal/bfcl/agentic/web_search.py) runs in one of a few processes of its own, under a deadline,
 never sent twice; searches are paced and retried on the event loop. A free process goes
 to the waiting episode that has held them least (fair_share.py), and a step is charged
 its calls' own time, not its wait for a process. With `threads` (the service's `workers`
@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass, field
 
 from env_service import worker
+from env_service.agentic.fair_share import FairShare
 from env_service.channel import Channel
 from env_service.execution import RunResult, StepBudget, StepTally
-from env_service.fair_share import FairShare
 from env_service.workers import WorkerError
-from seal.bfcl import web_search
+from seal.bfcl.agentic import web_search
 from seal.bfcl.backends import ERROR_PREFIX, Backends, format_result, preload_backends
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.tasks import load_task
@@ -87,7 +87,7 @@ class OutsideCalls:
         self.replaced = 0
         self.share = FairShare(processes)
         """Who gets the next free process (or thread): the episode that has held them least
-        (env_service/fair_share.py)."""
+        (env_service/agentic/fair_share.py)."""
         self._free: list[_Slot] = []
         self._next_search = 0.0
         self._requests = 0

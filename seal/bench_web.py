@@ -100,7 +100,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _huge(self, mb: int, held: bool) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(mb * MIB))
+        if not held:
+            self.send_header("Content-Length", str(mb * MIB))
+        # Held, the body ends at the connection's close: told its length up front, a
+        # fetch refuses it before a byte of it, and it would not be in flight to hold.
         self.end_headers()
         chunk = b"<p>" + b"x" * (MIB - 7) + b"</p>"
         for k in range(mb):

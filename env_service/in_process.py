@@ -13,11 +13,11 @@ no process to kill and replace), and each call holds up every other request whil
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from env_service import worker
 from env_service.execution import EVALUATION_TIME_BUDGET, RunResult, StepBudget, run_calls
 from env_service.wire_text import WIRE_TEXTS, ParsedMessage
+from env_service.worker import BuildBackends
 from env_service.workers import WorkerError
 from seal.bfcl.backends import Backends
 from seal.bfcl.calls import ToolCall
@@ -41,8 +41,8 @@ class InProcessPool:
     def stats(self) -> dict:
         return {"workers": 0, "workers_replaced": 0}
 
-    async def open(self, episode_id: str, task_id: str, start: Path | None = None):
-        self.episodes[episode_id] = worker.load_backends(task_id, start)
+    async def open(self, episode_id: str, task_id: str, build: BuildBackends = Backends):
+        self.episodes[episode_id] = worker.load_backends(task_id, build)
 
     def close(self, episode_id: str) -> None:
         self.episodes.pop(episode_id, None)

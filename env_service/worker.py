@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from pathlib import Path
 
 from env_service.execution import (
     EVALUATION_TIME_BUDGET,
@@ -32,7 +31,12 @@ from env_service.execution import (
 from env_service.wire_text import WIRE_TEXTS
 from seal.bfcl.backends import Backends
 from seal.bfcl.diagnosis import diagnose_steps
+from seal.bfcl.multi_turn import BfclTask
 from seal.bfcl.tasks import load_task
+
+BuildBackends = Callable[[BfclTask], Backends]
+"""What builds an episode's backends from its task: `Backends`, or its kind's own (sent to
+a worker by name, so a class or a module-level function, or a partial of one)."""
 
 IDLE = -1.0
 """slot[0] while no call runs."""
@@ -108,13 +112,13 @@ class Job:
         return False
 
 
-def load_backends(task_id: str, start: Path | None = None) -> Backends | str:
-    """The backends of a new episode, from `start` when its kind gives one (Backends'
-    `memory_version`), or why they could not load (e.g. an unreadable file): its requests
-    are answered with this; raising would kill the worker, and its replacement would open
-    the episode again, and die again."""
+def load_backends(task_id: str, build: BuildBackends = Backends) -> Backends | str:
+    """The backends of a new episode, built by `build` (its kind's: a picklable callable
+    of the task), or why they could not load (e.g. an unreadable file): its requests are
+    answered with this; raising would kill the worker, and its replacement would open the
+    episode again, and die again."""
     try:
-        return Backends(load_task(task_id), start)
+        return build(load_task(task_id))
     except Exception as e:  # noqa: BLE001 - answered, see above
         return f"{task_id}: its backends could not load: {e}"
 
@@ -212,12 +216,12 @@ def serve(
                 return
             kind = message[0]
             if kind == "open":
-                _, episode_id, task_id, start = message
-                episodes[episode_id] = load_backends(task_id, start)
+                _, episode_id, task_id, build = message
+                episodes[episode_id] = load_backends(task_id, build)
             elif kind == "rebuild":
-                _, request, episode_id, task_id, start, calls = message
+                _, request, episode_id, task_id, build, calls = message
                 overrun.discard(episode_id)
-                backends = episodes[episode_id] = load_backends(task_id, start)
+                backends = episodes[episode_id] = load_backends(task_id, build)
                 if not isinstance(backends, Backends):
                     send(sock, (request, "ok", True))  # rebuilt as far as it can be
                     continue

@@ -10,6 +10,7 @@ is evaluated; a web-search task has nothing on a worker: its calls are outside c
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -22,8 +23,8 @@ from env_service.errors import ServiceStartError, StorageError
 from env_service.execution import RunResult
 from env_service.task_kind import run_on_worker
 from seal.bfcl.agentic import memory, web_search
+from seal.bfcl.agentic.backends import AgenticBackends
 from seal.bfcl.agentic.tasks import WEB_SEARCH, AgenticTask
-from seal.bfcl.backends import Backends
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.multi_turn import BfclTask
 from seal.service_contract import EpisodeSettings
@@ -32,12 +33,12 @@ if TYPE_CHECKING:
     from env_service.task_kind import Pool
 
 
-def memory_context(backends: Backends) -> str:
+def memory_context(backends: AgenticBackends) -> str:
     """The memory backend's dump of its memory for the prompt (run on its worker)."""
     return backends.memory_context()
 
 
-def save_memory(backends: Backends) -> str | None:
+def save_memory(backends: AgenticBackends) -> str | None:
     """Save a prerequisite conversation's memory (run on its worker); why it could not
     be written (a full disk, a folder made read-only), or None."""
     try:
@@ -45,6 +46,18 @@ def save_memory(backends: Backends) -> str | None:
     except OSError as e:
         return f"{type(e).__name__}: {e}"
     return None
+
+
+def search_limits(config: ServiceConfig) -> web_search.SearchLimits:
+    """The web search's limits, from the service's `web_search_*` and `web_fetch_*` keys."""
+    return web_search.SearchLimits(
+        min_interval_s=config.web_search_interval_s,
+        attempts=config.web_search_attempts,
+        timeout_s=config.web_search_timeout_s,
+        backoff_s=config.web_search_backoff_s,
+        fetch_timeout_s=config.web_fetch_timeout_s,
+        max_page_bytes=config.web_fetch_max_bytes,
+    )
 
 
 def _outside(task: AgenticTask) -> bool:
@@ -58,7 +71,7 @@ class AgenticKind:
         before any worker forks: the workers hold the backends."""
         self.config = config
         self.caps = caps
-        limits = config.web_search_limits()
+        limits = search_limits(config)
         # A web-search step's own budget (its episodes only): one search with its tries
         # and one page fetch, turned into text.
         web_seconds = limits.worst_case_s() + limits.fetch_timeout_s + 2 * TO_TEXT_S
@@ -95,7 +108,8 @@ class AgenticKind:
         task = episode.task
         memory_version = await memory_start(task) if task.is_memory else None
         if not _outside(task):  # a web-search episode has nothing on a worker
-            await pool.open(episode_id, task.task_id, memory_version)
+            build = functools.partial(AgenticBackends, memory_version=memory_version)
+            await pool.open(episode_id, task.task_id, build)
         if episode.system is None:  # a memory task: show what its backend loaded
             episode.set_memory_context(await pool.ask(episode_id, memory_context))
 

@@ -27,7 +27,8 @@ from env_service.channel import Channel
 from env_service.execution import RunResult, StepBudget, StepTally
 from env_service.workers import WorkerError
 from seal.bfcl.agentic import web_search
-from seal.bfcl.backends import ERROR_PREFIX, Backends, format_result, preload_backends
+from seal.bfcl.agentic.backends import AgenticBackends, preload_web_search
+from seal.bfcl.backends import ERROR_PREFIX, format_result
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.tasks import load_task
 
@@ -46,7 +47,7 @@ text (html2text, BeautifulSoup) in the call, ~2 s a MiB here, and pages are capp
 def perform(task_id: str, call: ToolCall) -> tuple:
     """Run one call of a web-search task here: ("ok", result) or ("retry", why, wait)."""
     try:
-        return ("ok", Backends(load_task(task_id)).call(call))
+        return ("ok", AgenticBackends(load_task(task_id)).call(call))
     except web_search.RetrySearch as e:
         return ("retry", e.why, e.retry_after)
 
@@ -54,7 +55,7 @@ def perform(task_id: str, call: ToolCall) -> tuple:
 def serve(sock: socket.socket, parent_pid: int) -> None:
     """An outside-call process's loop; returns when the service closes its end."""
     worker.detach(parent_pid, [], sock.fileno())
-    preload_backends(("WebSearchAPI",))  # now, not in its first call's time
+    preload_web_search()
     while (message := worker.receive(sock)) is not None:
         request, task_id, call = message
         try:

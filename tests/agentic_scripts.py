@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 from pathlib import Path
 
 import httpx
@@ -28,6 +29,10 @@ from seal.rollout.env_client import EnvClient
 from seal.rollout.scripted import run_scripted_episode
 from seal.service_contract import EpisodeSettings
 
+WEB_SEARCH_MISSING = [
+    m for m in ("serpapi", "html2text", "bs4") if importlib.util.find_spec(m) is None
+]
+"""What bfcl-eval's web-search backend imports and this environment lacks (the ood extra)."""
 FORMAT = get_format(PAPER_QWEN)
 VALIDATE = EpisodeSettings(mode="validate")
 CORE_KEY, CORE_VALUE = "user_profile", "the user of this notetaker scenario"

@@ -25,9 +25,9 @@ import time
 import httpx
 import psutil
 import pytest
+from agentic_scripts import WEB_SEARCH_MISSING as MISSING
 from agentic_scripts import agentic_service, call, walk_every_route
 from conftest import Episodes, results, wait_for
-from test_agentic_web_search import MISSING
 
 from seal.bench_web import network, silent_server, web_server
 from seal.bfcl.agentic import web_fetch, web_search

@@ -24,7 +24,7 @@ import httpx
 import pytest
 from agentic_scripts import agentic_service, call
 from conftest import Episodes, results
-from test_agentic_web_search import MISSING, RecordedSearch
+from test_web_search import MISSING, RecordedSearch
 
 from seal.bench_web import network, web_server
 from seal.bfcl.agentic import web_fetch, web_search

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import importlib.util
 import json
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from agentic_scripts import agentic_service, answer_text, call, play
+from agentic_scripts import WEB_SEARCH_MISSING, agentic_service, answer_text, call, play
 
 from env_service.agentic.outside import OutsideCalls
 from seal.bench_web import network, web_server
@@ -34,7 +33,7 @@ from seal.bfcl.calls import ToolCall
 from seal.bfcl.tasks import load_task
 from seal.rollout.env_client import EnvServiceError
 
-MISSING = [m for m in ("serpapi", "html2text", "bs4") if importlib.util.find_spec(m) is None]
+MISSING = WEB_SEARCH_MISSING
 pytestmark = pytest.mark.skipif(
     bool(MISSING),
     reason=f"bfcl-eval's web search backend imports {', '.join(MISSING)} (the ood extra): "
@@ -149,7 +148,7 @@ def test_fetch_url_content_reads_a_page_through_the_backend(tmp_path, recorded_s
 def test_fetch_url_content_refuses_the_services_own_network(tmp_path, recorded_search):
     """A model cannot make the service read loopback (or any address the network does
     not allow): the call gets bfcl-eval's fetch error and nothing reaches the server
-    (tests/seal/bfcl/agentic/test_agentic_web_fetch.py has every spelling)."""
+    (tests/seal/bfcl/agentic/test_web_fetch.py has every spelling)."""
     report, hits = _fetch_local_page(tmp_path, outside=False)
     result = report["output"][1]["content"]
     assert "An error occurred while fetching" in result and "public web pages only" in result

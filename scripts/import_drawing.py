@@ -225,11 +225,14 @@ def report(d: Drawing) -> str:
     if not d.circles:
         lines.append("  none")
     for inside in d.insides:
-        back = len(inside.back_arrows)
-        lines += ["", f"inside {inside.container} ({inside.contract}), lowest first: "
-                  f"floors {len(inside.floors)}, arrows {len(inside.arrows)}, arrows back up {back}"]  # fmt: skip
+        figures = (
+            f"floors {len(inside.floors)}, arrows {len(inside.arrows)}, "
+            f"arrows back up {len(inside.back_arrows)}"
+        )
+        lines += ["", f"inside {inside.container} ({inside.contract}), lowest first: {figures}"]
         prefix = len(inside.container) + 1
-        lines += [f"  {i + 1:2d}  {', '.join(m[prefix:] for m in ms)}" for i, ms in enumerate(inside.floors)]  # fmt: skip
+        for i, modules in enumerate(inside.floors):
+            lines.append(f"  {i + 1:2d}  {', '.join(m[prefix:] for m in modules)}")
     return "\n".join(lines)
 
 

@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
-from seal.bfcl.web_fetch import LocalNetwork
+from seal.bfcl.agentic.web_fetch import LocalNetwork
 
 SLOW_BYTE_S = 0.5
 MIB = 2**20
@@ -100,7 +100,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _huge(self, mb: int, held: bool) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(mb * MIB))
+        if not held:
+            self.send_header("Content-Length", str(mb * MIB))
+        # Held, the body ends at the connection's close: told its length up front, a
+        # fetch refuses it before a byte of it, and it would not be in flight to hold.
         self.end_headers()
         chunk = b"<p>" + b"x" * (MIB - 7) + b"</p>"
         for k in range(mb):

@@ -23,8 +23,8 @@ from pydantic import ValidationError
 from env_service.app import create_app
 from env_service.config import ServiceConfig
 from env_service.connections import guarded_protocol
-from env_service.engine import ServiceStartError
-from seal.rollout.protocol import TOKEN_ENV
+from env_service.errors import ServiceStartError
+from seal.service_contract import TOKEN_ENV
 
 LOOPBACK_NAMES = {"localhost"}
 

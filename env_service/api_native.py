@@ -5,7 +5,7 @@
 
 No model's text format is involved: clients render and parse in their model's format
 (seal.formats), so an episode played to its end costs k + 1 requests. The bodies are
-seal.rollout.protocol's. Each route, its answer and its errors: docs/service.md, "The
+seal.service_contract's. Each route, its answer and its errors: docs/service.md, "The
 native API's routes".
 """
 
@@ -26,7 +26,7 @@ from env_service.statuses import errors
 from seal.bfcl.calls import CallParseError, ToolCall, checked_call
 from seal.bfcl.multi_turn import UnknownTaskError
 from seal.bfcl.tasks import load_task
-from seal.rollout.protocol import (
+from seal.service_contract import (
     AssistantCall,
     CreateEpisode,
     EpisodeCreated,
@@ -137,7 +137,7 @@ def _created(episode_id: str, ep) -> EpisodeCreated:
         tools=ep.tools,
         messages=ep.first_messages,
         interface=ep.interface,
-        system_from_task=ep.agentic is not None,
+        system_from_task=ep.system_from_task,
     )
 
 

@@ -1,9 +1,9 @@
 """`python -m env_service.bench_network NETWORK_JSON SERPAPI_URL [SERVICE FLAGS...]`: the
 service, with its web-search fetches on a test network and SerpAPI at a given URL, for a
-bench whose outside web is local (scripts/bench_env_adversarial.py; seal/bench_web.py).
+bench whose outside web is local (scripts/bench_env_adversarial.py; benchfixtures/web.py).
 
 NETWORK_JSON is `{"names": {name: address}, "servers": [[address, port], ...]}`
-(seal.bfcl.web_fetch.LocalNetwork: those names resolve, only those servers are reached).
+(seal.bfcl.agentic.web_fetch.LocalNetwork: those names resolve, only those servers are reached).
 A command of its own, not a flag or setting of the service: `python -m env_service` has
 no way to let a fetch reach its own network.
 """
@@ -14,7 +14,7 @@ import json
 import sys
 
 from env_service.__main__ import main as service_main
-from seal.bfcl import web_fetch
+from seal.bfcl.agentic import web_fetch
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -137,7 +137,7 @@ class ServiceConfig(BaseModel):
     clients. Off, those paths answer 404 like any unknown path; the native API (/v1) is
     served either way."""
 
-    # --- BFCL V4 agentic tasks (seal/bfcl/agentic.py) ---------------------------------------
+    # --- BFCL V4 agentic tasks (env_service/agentic/) --------------------------------------
     memory_snapshot_dir: Path | None = None
     """Folder the memory tasks keep their memory snapshots in (created if missing), one per
     evaluation run: the only files the service writes. Without it, memory tasks are
@@ -175,17 +175,5 @@ class ServiceConfig(BaseModel):
     web_search_processes: int = Field(4, ge=1)
     """Web search: processes that make its outside calls (fetches, searches), one call
     each at a time, apart from the workers, so a slow page or an unreachable SerpAPI
-    holds no other episode's step (env_service/outside.py). At most this many such calls
-    run at once; with `workers` 0 they run in threads instead."""
-
-    def web_search_limits(self):
-        from seal.bfcl.web_search import SearchLimits
-
-        return SearchLimits(
-            min_interval_s=self.web_search_interval_s,
-            attempts=self.web_search_attempts,
-            timeout_s=self.web_search_timeout_s,
-            backoff_s=self.web_search_backoff_s,
-            fetch_timeout_s=self.web_fetch_timeout_s,
-            max_page_bytes=self.web_fetch_max_bytes,
-        )
+    holds no other episode's step (env_service/agentic/outside.py). At most this many
+    such calls run at once; with `workers` 0 they run in threads instead."""

@@ -3,78 +3,54 @@
 Both HTTP protocols are thin layers over `EnvEngine`'s async methods (`acreate`, `astep`,
 `areport`): episodes' state machines live here, on the event loop (so the registry needs
 no locks), and their backends in the engine's pool of worker processes, so no client's
-calls hold up another's requests. Retried creates and steps are answered, not rerun. The
-failure profile: profile_source.py; agentic episodes' admission: agentic_admission.py.
-Details: docs/design.md, "The episode contract".
+calls hold up another's requests. Retried creates and steps are answered, not rerun. What
+differs per kind of task (admission, backends, where calls run, evaluation):
+task_kind.py. The failure profile: profile_source.py. Details: docs/design.md, "The
+episode contract".
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 import uuid
 from collections import OrderedDict
 
-from env_service.agentic_admission import admit_agentic, is_web_search, memory_start
+from env_service.agentic.kind import AgenticKind
 from env_service.config import ServiceConfig
 from env_service.episode import Episode, EpisodeCaps, StepOutcome
 from env_service.errors import (
     BusyError,
     ConflictError,
     NotFoundError,
-    StorageError,
+    ServiceStartError,
     TooLargeError,
 )
-from env_service.execution import (
-    EVALUATION_TIME_BUDGET,
-    REBUILD_TIME_BUDGET,
-    STEP_TIME_BUDGET,
-    RunResult,
-)
+from env_service.execution import RunResult
 from env_service.ids import check_id
 from env_service.in_process import InProcessPool
-from env_service.outside import TO_TEXT_S, OutsideCalls
 from env_service.profile_source import ProfileSource
+from env_service.task_kind import MultiTurnKind, TaskKind
 from env_service.wire_text import WIRE_TEXTS, ParsedMessage
 from env_service.workers import WorkerPool
-from seal.bfcl import memory, web_search
-from seal.bfcl.agentic import AgenticTask
 from seal.bfcl.calls import CallParseError, ToolCall
-from seal.bfcl.diagnosis import Diagnosis
-from seal.bfcl.multi_turn import UnknownTaskError
+from seal.bfcl.multi_turn import BfclTask, UnknownTaskError
 from seal.bfcl.tasks import load_task
-from seal.rollout.protocol import EpisodeSettings
+from seal.service_contract import EpisodeSettings
 
 __all__ = ["EnvEngine", "ServiceConfig"]  # ServiceConfig is imported from here too
-
-
-class ServiceStartError(ValueError):
-    """The service cannot start with its configuration (the message says what to fix)."""
-
-
-def _outside(episode: Episode) -> bool:
-    """Its calls are outside calls, made by env_service/outside.py, not by a worker."""
-    return is_web_search(episode.task)
 
 
 class EnvEngine:
     def __init__(self, config: ServiceConfig | None = None):
         self.config = config or ServiceConfig()
         self.caps = EpisodeCaps.of(self.config)
-        limits = self.config.web_search_limits()
-        # A web-search step's own budget (its episodes only): one search with its tries
-        # and one page fetch, turned into text.
-        web_seconds = limits.worst_case_s() + limits.fetch_timeout_s + 2 * TO_TEXT_S
-        self.web_caps = dataclasses.replace(
-            self.caps,
-            budget=dataclasses.replace(
-                self.caps.budget, max_seconds=max(self.caps.budget.max_seconds, web_seconds)
-            ),
-        )
-        self.outside = OutsideCalls(
-            self.config.web_search_processes, limits, threads=self.config.workers == 0
-        )
+        # Built before any worker forks: a kind may set up process-wide state they share.
+        self.kinds: dict[str, TaskKind] = {
+            "agentic": AgenticKind(self.config, self.caps),
+            "multi_turn": MultiTurnKind(self.caps),
+        }
+        """What differs per kind of task (env_service/task_kind.py), by kind."""
         self.episodes: dict[str, Episode] = {}
         # Final answers of episodes that ended and were released, for retried final steps:
         # id -> (time ended, answer); oldest first, bounded like the live episodes.
@@ -82,12 +58,6 @@ class EnvEngine:
         self.totals = {"created": 0, "released": 0, "expired": 0, "rejected_busy": 0}
         self.pool: WorkerPool | InProcessPool | None = None
         self._pool_lock = asyncio.Lock()
-        # Process-wide, and before any worker forks: the pool holds the backends.
-        try:
-            memory.configure(self.config.memory_snapshot_dir, self.config.embedding_model_dir)
-        except OSError as e:
-            raise ServiceStartError(f"--memory-snapshot-dir: {e}") from None
-        web_search.configure(limits)
         path = self.config.capability_state_path
         try:  # the failure profile guided episodes get
             self.profiles = ProfileSource(path)
@@ -124,11 +94,15 @@ class EnvEngine:
         if self.pool is not None:
             await self.pool.stop()
             self.pool = None
-        await self.outside.stop()
+        for kind in self.kinds.values():
+            await kind.stop()
 
     def _executed_calls(self, episode_id: str) -> list[ToolCall] | None:
         episode = self.episodes.get(episode_id)
         return None if episode is None else episode.executed_calls()
+
+    def kind_of(self, task: BfclTask) -> TaskKind:
+        return next(kind for kind in self.kinds.values() if kind.owns(task))
 
     # --- episodes --------------------------------------------------------------------------
 
@@ -146,21 +120,11 @@ class EnvEngine:
         if new:
             # Held while the prompt is completed, so a retried create or a step waits.
             async with episode.lock:
-                memory_version = None
-                if episode.agentic is not None and episode.agentic.is_memory:
-                    try:
-                        memory_version = await memory_start(episode.agentic)
-                    except BaseException:
-                        self.discard(episode_id, episode)
-                        raise
-                if not _outside(episode):  # a web-search episode has nothing on a worker
-                    await pool.open(episode_id, episode.task.task_id, memory_version)
-                if episode.system is None:  # a memory task: show what its backend loaded
-                    try:
-                        episode.set_memory_context(await pool.memory(episode_id, "context"))
-                    except BaseException:
-                        self.discard(episode_id, episode)
-                        raise
+                try:
+                    await self.kind_of(episode.task).open(episode_id, episode, pool)
+                except BaseException:
+                    self.discard(episode_id, episode)
+                    raise
         elif episode.system is None:  # a retried create while the first completes it
             async with episode.lock:
                 pass
@@ -197,7 +161,6 @@ class EnvEngine:
                     plan = episode.begin_step(content, parsed, more, by_client=False)
                 else:
                     plan = episode.begin_step(content, calls)
-                episode.last_step = time.monotonic()  # (a memory scenario's lease)
                 run = None
                 if plan.to_run:
                     run = await self._run(episode_id, episode, plan.to_run)
@@ -224,34 +187,11 @@ class EnvEngine:
             return await self._report(episode_id, episode)
 
     async def _run(self, episode_id: str, episode: Episode, calls: list[ToolCall]) -> RunResult:
-        if _outside(episode):
-            return await self.outside.run(
-                episode_id, episode.task.task_id, calls, episode.caps.budget
-            )
-        result = await self.pool.run(episode_id, calls)
-        if result.stopped in (STEP_TIME_BUDGET, REBUILD_TIME_BUDGET):
-            self.pool.close(episode_id)  # the episode has ended: its backends are of no use
-        return result
+        return await self.kind_of(episode.task).run(episode_id, episode, calls, self.pool)
 
     async def _report(self, episode_id: str, episode: Episode) -> dict:
-        if episode.agentic is not None:
-            if episode.needs_memory_save():
-                why = await self.pool.memory(episode_id, "save")
-                if why is not None:
-                    raise StorageError(
-                        f"the memory {episode.task.task_id} left could not be saved ({why}); "
-                        "the conversation has not finished: fix the snapshot folder, then "
-                        "evaluate it again or play it again"
-                    )
-                episode.memory_saved()
-            return episode.agentic_report()
-        if episode.evaluated:
-            return episode.report()
         pool = await self.start_pool()
-        verdict = await pool.diagnose(episode.task.task_id, episode.model_turns)
-        if isinstance(verdict, Diagnosis):
-            return episode.report_for(verdict)
-        return episode.report_for(None, EVALUATION_TIME_BUDGET)
+        return await self.kind_of(episode.task).evaluate(episode_id, episode, pool)
 
     # --- the registry: ids, caps, retries --------------------------------------------------
 
@@ -285,14 +225,13 @@ class EnvEngine:
             task = load_task(task_id)
         except UnknownTaskError as e:
             raise NotFoundError(str(e)) from None
-        if isinstance(task, AgenticTask):
-            admit_agentic(task, self.episodes, self.config.memory_lease_s, self._expire)
+        kind = self.kind_of(task)
+        kind.admit(task, self.episodes, self._expire)
         # Only episodes that show guidelines read the profile: validation never depends
         # on the capability-state file.
         if profile is None and settings.effective_evolution.guidelines:
             profile = self.profiles.profile()
-        caps = self.web_caps if is_web_search(task) else self.caps
-        episode = Episode(task_id, settings, profile=profile, caps=caps)
+        episode = kind.episode(task, settings, profile)
         self.episodes[episode_id] = episode
         self.totals["created"] += 1
         return episode_id, episode, True
@@ -351,21 +290,22 @@ class EnvEngine:
         return episode
 
     def release(self, episode_id: str) -> None:
-        if self.episodes.pop(episode_id, None) is None:
+        episode = self.episodes.pop(episode_id, None)
+        if episode is None:
             raise NotFoundError(f"no live episode {episode_id!r}")
-        self._released(episode_id)
+        self._released(episode_id, episode)
 
     def discard(self, episode_id: str, episode: Episode) -> None:
         """Release `episode` if it is still live under `episode_id`: a create whose reply
         could not be sent leaves nothing behind (its client never learnt of it)."""
         if self.episodes.get(episode_id) is episode:
             del self.episodes[episode_id]
-            self._released(episode_id)
+            self._released(episode_id, episode)
 
-    def _released(self, episode_id: str) -> None:
+    def _released(self, episode_id: str, episode: Episode) -> None:
         if self.pool is not None:
             self.pool.close(episode_id)
-        self.outside.forget(episode_id)
+        self.kind_of(episode.task).released(episode_id)
         self.totals["released"] += 1
 
     def expire_idle(self) -> int:
@@ -379,17 +319,15 @@ class EnvEngine:
         return len(stale)
 
     def _expire(self, episode_id: str) -> None:
-        del self.episodes[episode_id]
+        episode = self.episodes.pop(episode_id)
         if self.pool is not None:
             self.pool.close(episode_id)
-        self.outside.forget(episode_id)
+        self.kind_of(episode.task).released(episode_id)
         self.totals["expired"] += 1
 
     def stats(self) -> dict:
         workers = self.pool.stats() if self.pool else {"workers": 0, "workers_replaced": 0}
-        return {
-            "live_episodes": len(self.episodes),
-            **self.totals,
-            **workers,
-            **self.outside.stats(),
+        kinds = {
+            name: value for kind in self.kinds.values() for name, value in kind.stats().items()
         }
+        return {"live_episodes": len(self.episodes), **self.totals, **workers, **kinds}

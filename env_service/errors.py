@@ -66,6 +66,10 @@ class BusyError(EngineError):
     headers = {"Retry-After": "1"}
 
 
+class ServiceStartError(ValueError):
+    """The service cannot start with its configuration (the message says what to fix)."""
+
+
 def payload(message: str, wire: bool) -> dict:
     """An error's body: the wire protocol's envelope, or the native API's detail."""
     if wire:

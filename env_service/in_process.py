@@ -1,7 +1,7 @@
 """The episodes' backends in the service's own process (`ServiceConfig.workers == 0`).
 
 `InProcessPool` has the worker pool's interface (env_service/workers.py), so the engine
-has one way to open an episode, run its calls, ask its memory, verify it and close it,
+has one way to open an episode, run its calls, ask its backends, verify it and close it,
 whichever pool it holds. Each request runs the job a worker would run
 (env_service/worker.py: the same backends, the same execution and verification steps,
 the same time budgets, a bug answered as a WorkerError), to its end, on the event loop.
@@ -12,11 +12,12 @@ no process to kill and replace), and each call holds up every other request whil
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
 from env_service import worker
 from env_service.execution import EVALUATION_TIME_BUDGET, RunResult, StepBudget, run_calls
 from env_service.wire_text import WIRE_TEXTS, ParsedMessage
+from env_service.worker import BuildBackends
 from env_service.workers import WorkerError
 from seal.bfcl.backends import Backends
 from seal.bfcl.calls import ToolCall
@@ -40,8 +41,8 @@ class InProcessPool:
     def stats(self) -> dict:
         return {"workers": 0, "workers_replaced": 0}
 
-    async def open(self, episode_id: str, task_id: str, memory_version: Path | None = None):
-        self.episodes[episode_id] = worker.load_backends(task_id, memory_version)
+    async def open(self, episode_id: str, task_id: str, build: BuildBackends = Backends):
+        self.episodes[episode_id] = worker.load_backends(task_id, build)
 
     def close(self, episode_id: str) -> None:
         self.episodes.pop(episode_id, None)
@@ -52,9 +53,9 @@ class InProcessPool:
             raise WorkerError(worker.missing(episode_id, backends))
         return _complete(worker.Job(0, run_calls(backends, calls, self.budget)))
 
-    async def memory(self, episode_id: str, op: str):
-        """WorkerPool.memory: the memory's prompt dump (`context`) or its saving (`save`)."""
-        steps = worker.memory_op(self.episodes.get(episode_id), episode_id, op)
+    async def ask(self, episode_id: str, question: Callable[[Backends], object]):
+        """WorkerPool.ask: `question(backends)` on the episode's backends."""
+        steps = worker.ask_job(self.episodes.get(episode_id), episode_id, question)
         return _complete(worker.Job(0, steps))
 
     async def diagnose(self, task_id: str, model_turns: list[ModelTurn]) -> Diagnosis | str:

@@ -19,9 +19,8 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from pathlib import Path
 
 from env_service.execution import (
     EVALUATION_TIME_BUDGET,
@@ -32,7 +31,12 @@ from env_service.execution import (
 from env_service.wire_text import WIRE_TEXTS
 from seal.bfcl.backends import Backends
 from seal.bfcl.diagnosis import diagnose_steps
+from seal.bfcl.multi_turn import BfclTask
 from seal.bfcl.tasks import load_task
+
+BuildBackends = Callable[[BfclTask], Backends]
+"""What builds an episode's backends from its task: `Backends`, or its kind's own (sent to
+a worker by name, so a class or a module-level function, or a partial of one)."""
 
 IDLE = -1.0
 """slot[0] while no call runs."""
@@ -73,7 +77,7 @@ def receive(sock: socket.socket) -> object | None:
 @dataclass
 class Job:
     """One request's work: a generator that runs one call per step (execution.run_calls,
-    diagnosis.diagnose_steps, a replay, a memory operation), within its time budget."""
+    diagnosis.diagnose_steps, a replay, a task kind's question), within its time budget."""
 
     request: int
     steps: Generator
@@ -108,29 +112,22 @@ class Job:
         return False
 
 
-def load_backends(task_id: str, memory_version: Path | None = None) -> Backends | str:
-    """The backends of a new episode (a memory task's from its version of its starting
-    memory: seal.bfcl.memory), or why they could not load (e.g. an unreadable memory
-    snapshot): its requests are answered with this; raising would kill the worker, and
-    its replacement would open the episode again, and die again."""
+def load_backends(task_id: str, build: BuildBackends = Backends) -> Backends | str:
+    """The backends of a new episode, built by `build` (its kind's: a picklable callable
+    of the task), or why they could not load (e.g. an unreadable file): its requests are
+    answered with this; raising would kill the worker, and its replacement would open the
+    episode again, and die again."""
     try:
-        return Backends(load_task(task_id), memory_version)
+        return build(load_task(task_id))
     except Exception as e:  # noqa: BLE001 - answered, see above
         return f"{task_id}: its backends could not load: {e}"
 
 
-def memory_op(backends: Backends | str | None, episode_id: str, op: str) -> Generator:
-    """A memory request (BFCL V4 memory tasks) as a job of one step: the memory's prompt
-    dump (`context`) or its saving (`save`); an error is answered as the service's."""
+def ask_job(backends: Backends | str | None, episode_id: str, question: Callable) -> Generator:
+    """`question(backends)` (WorkerPool.ask) as a job of one step."""
     if not isinstance(backends, Backends):
         raise RuntimeError(missing(episode_id, backends))
-    if op == "context":
-        return backends.memory_context()
-    try:
-        backends.save_memory()
-    except OSError as e:  # a full disk, a folder made read-only: the service says so
-        return f"{type(e).__name__}: {e}"
-    return None
+    return question(backends)
     yield  # a generator: run as a job, answered by its return value
 
 
@@ -219,12 +216,12 @@ def serve(
                 return
             kind = message[0]
             if kind == "open":
-                _, episode_id, task_id, memory_version = message
-                episodes[episode_id] = load_backends(task_id, memory_version)
+                _, episode_id, task_id, build = message
+                episodes[episode_id] = load_backends(task_id, build)
             elif kind == "rebuild":
-                _, request, episode_id, task_id, memory_version, calls = message
+                _, request, episode_id, task_id, build, calls = message
                 overrun.discard(episode_id)
-                backends = episodes[episode_id] = load_backends(task_id, memory_version)
+                backends = episodes[episode_id] = load_backends(task_id, build)
                 if not isinstance(backends, Backends):
                     send(sock, (request, "ok", True))  # rebuilt as far as it can be
                     continue
@@ -261,9 +258,9 @@ def serve(
                     held.setdefault(episode_id, []).append(job)
                 else:
                     jobs.append(job)
-            elif kind == "memory":  # quick: its job runs next (after a rebuild of its episode)
-                _, request, episode_id, op = message
-                job = Job(request, memory_op(episodes.get(episode_id), episode_id, op))
+            elif kind == "ask":  # quick: its job runs next (after a rebuild of its episode)
+                _, request, episode_id, question = message
+                job = Job(request, ask_job(episodes.get(episode_id), episode_id, question))
                 if episode_id in rebuilding:
                     held.setdefault(episode_id, []).append(job)
                 else:

@@ -19,7 +19,6 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from env_service import worker
 from env_service.channel import Channel
@@ -32,6 +31,8 @@ from env_service.execution import (
     StepBudget,
 )
 from env_service.wire_text import ParsedMessage
+from env_service.worker import BuildBackends
+from seal.bfcl.backends import Backends
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.diagnosis import Diagnosis, ModelTurn
 
@@ -91,8 +92,9 @@ class WorkerPool:
         self.suspect_after_s = min(stall_s, 3 * worker.HEARTBEAT_S)
         self.workers: list[_Worker] = []
         self.placement: dict[str, _Worker] = {}
-        self.tasks: dict[str, tuple[str, Path | None]] = {}
-        """Each episode's task and memory version: what opens it again on a new worker."""
+        self.tasks: dict[str, tuple[str, BuildBackends]] = {}
+        """Each episode's task and what builds its backends: what opens it again on a new
+        worker."""
         self.unrebuilt: set[str] = set()
         """Episodes whose rebuild ran over its budget: their backends are gone."""
         self.replaced = 0
@@ -151,16 +153,16 @@ class WorkerPool:
 
     # --- requests --------------------------------------------------------------------------
 
-    async def open(self, episode_id: str, task_id: str, memory_version: Path | None = None):
+    async def open(self, episode_id: str, task_id: str, build: BuildBackends = Backends):
         """Place a new episode on the least loaded live worker and build its backends there
-        (no answer to wait for: its first step queues behind it); a memory task's from
-        `memory_version` (seal.bfcl.memory: a rebuild loads the same)."""
+        (no answer to wait for: its first step queues behind it) with `build`, its kind's
+        (worker.load_backends; a rebuild builds them the same way)."""
         await self._replaced()
         w = min(self._candidates(), key=lambda w: len(w.episodes))
         self.placement[episode_id] = w
-        self.tasks[episode_id] = (task_id, memory_version)
+        self.tasks[episode_id] = (task_id, build)
         w.episodes.add(episode_id)
-        self._send(w, ("open", episode_id, task_id, memory_version))
+        self._send(w, ("open", episode_id, task_id, build))
 
     def _candidates(self) -> list[_Worker]:
         """The workers to give new work: those whose beat is fresh, else every one not
@@ -191,10 +193,12 @@ class WorkerPool:
             return RunResult([], REBUILD_TIME_BUDGET, lost=True)
         return value
 
-    async def memory(self, episode_id: str, op: str):
-        """Ask the episode's memory backend (BFCL V4 memory tasks) for its prompt dump
-        (`context`) or to save its memory (`save`); see seal/bfcl/backends.py."""
-        value = await self._request(episode_id, lambda request: ("memory", request, episode_id, op))
+    async def ask(self, episode_id: str, question: Callable[[Backends], object]):
+        """`question(backends)` on the episode's backends, on its worker: its answer (a
+        module-level function, sent by name; a task kind's own requests)."""
+        value = await self._request(
+            episode_id, lambda request: ("ask", request, episode_id, question)
+        )
         if value is _LOST:
             raise WorkerError(f"the worker holding episode {episode_id!r} was lost")
         return value
@@ -334,11 +338,11 @@ class WorkerPool:
                 continue
             self.placement[episode_id] = fresh
             fresh.episodes.add(episode_id)
-            task_id, memory_version = self.tasks[episode_id]
+            task_id, build = self.tasks[episode_id]
             if calls:
-                self._rebuild(fresh, episode_id, task_id, memory_version, calls)
+                self._rebuild(fresh, episode_id, task_id, build, calls)
             else:
-                self._send(fresh, ("open", episode_id, task_id, memory_version))
+                self._send(fresh, ("open", episode_id, task_id, build))
         for request, pending in sorted(dead.pending.items()):
             if pending.message[0] == "rebuild":
                 pending.future.set_result(("ok", None))  # superseded by the one above
@@ -352,14 +356,14 @@ class WorkerPool:
                 self._send(fresh, pending.message)
 
     def _rebuild(
-        self, w: _Worker, episode_id: str, task_id: str, version: Path | None, calls: list
+        self, w: _Worker, episode_id: str, task_id: str, build: BuildBackends, calls: list
     ) -> None:
         """Replay an episode's calls on `w` (a job there among the others); an episode
         whose replay runs over its budget is remembered as gone."""
         self._requests += 1
         request = self._requests
         future = asyncio.get_running_loop().create_future()
-        message = ("rebuild", request, episode_id, task_id, version, calls)
+        message = ("rebuild", request, episode_id, task_id, build, calls)
         w.pending[request] = _Pending(future, message, episode_id)
         self._send(w, message)
 

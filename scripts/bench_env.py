@@ -25,8 +25,8 @@ import httpx
 from seal.eval.replay import record_from_report, split_task_ids
 from seal.report.summary import render_markdown, summarize_step
 from seal.rollout.env_client import auth_headers
-from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
+from seal.service_contract import EpisodeSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchfixtures: not installed
 from benchfixtures.service import PeakRss, TimedClient, bench_service, ground_truth_scripts  # noqa: E402

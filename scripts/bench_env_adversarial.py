@@ -31,12 +31,12 @@ from pathlib import Path
 import httpx
 import psutil
 
+from seal.bfcl.agentic.web_search import SERPAPI_KEY_ENV
 from seal.bfcl.tasks import task_ids
-from seal.bfcl.web_search import SERPAPI_KEY_ENV
 from seal.launch.service import RunningService
 from seal.rollout.env_client import auth_headers, is_healthy
-from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
+from seal.service_contract import EpisodeSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchfixtures: not installed
 from benchfixtures.service import PeakRss, TimedClient, bench_service, ground_truth_scripts  # noqa: E402

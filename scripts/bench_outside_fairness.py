@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from seal.bfcl.web_search import SERPAPI_KEY_ENV
+from seal.bfcl.agentic.web_search import SERPAPI_KEY_ENV
 from seal.rollout.env_client import auth_headers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchfixtures: not installed

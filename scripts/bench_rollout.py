@@ -26,8 +26,8 @@ from seal.eval.replay import split_task_ids
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.driver import run_episode
 from seal.rollout.env_client import EnvClient, StepReply
-from seal.rollout.protocol import EpisodeLimits, EpisodeSettings, EvolutionSettings
 from seal.rollout.scripted import ScriptedGenerator, run_scripted_episode, text_generation
+from seal.service_contract import EpisodeLimits, EpisodeSettings, EvolutionSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchfixtures: not installed
 from benchfixtures.service import bench_service, ground_truth_scripts  # noqa: E402

@@ -36,9 +36,9 @@ from seal.bfcl.tasks import CATEGORIES, category_of, load_task
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.driver import run_episode
 from seal.rollout.env_client import EnvClient
-from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.scripted import ScriptedGenerator, run_scripted_episode
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
+from seal.service_contract import EpisodeLimits
 from seal.trainer.response_cut import ResponseCut
 from seal.trainer_config import TrainerConfig
 

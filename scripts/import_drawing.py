@@ -5,7 +5,9 @@ highest first there, lowest first here), so these figures and `lint-imports`
 (tests/test_import_layers.py) judge one drawing. Named here: each arrow back up (an import
 from a room into a room on a higher floor, or into another room of its own floor) and each
 circle (rooms, or the modules of one package, that import each other round). Every import
-counts: module level, in a function, under TYPE_CHECKING. Figures: docs/import_drawing.md.
+counts: module level, in a function, under TYPE_CHECKING. Rooms inside a room (a `layers`
+contract with `containers`: import-linter refuses a layer inside a layer of `floors`) are
+drawn apart, with their own arrows back up. Figures: docs/import_drawing.md.
 
     python scripts/import_drawing.py [--config pyproject.toml]
 """
@@ -48,6 +50,54 @@ def read_floors(config: Path) -> list[list[str]]:
 
 
 @dataclass
+class Inside:
+    """The floors inside one room, from a `layers` contract with `containers`."""
+
+    contract: str
+    container: str
+    floors: list[list[str]]
+    """Modules (or sub-packages) of each floor inside the container, lowest first."""
+    arrows: dict[tuple[int, int], int]
+    """(importer's floor, imported's floor) -> imports, between floors of the room."""
+
+    @property
+    def back_arrows(self) -> list[tuple[int, int]]:
+        return sorted(pair for pair in self.arrows if pair[0] < pair[1])
+
+
+def read_insides(config: Path) -> list[tuple[str, str, list[list[str]]]]:
+    """(contract id, container, its floors lowest first) of each `layers` contract with
+    `containers`."""
+    contracts = read_configuration(str(config))["contracts_options"]
+    return [
+        (c["id"], container, [
+            [f"{container}.{m.strip()}" for m in layer.replace(":", "|").split("|")]
+            for layer in reversed(c["layers"])
+        ])
+        for c in contracts
+        if c["type"] == "layers" and c.get("containers")
+        for container in c["containers"]
+    ]  # fmt: skip
+
+
+def draw_inside(graph, contract: str, container: str, floors: list[list[str]]) -> Inside:
+    floor_of = {m: i for i, ms in enumerate(floors) for m in ms}
+
+    def floor(module: str) -> int | None:
+        return next(
+            (i for m, i in floor_of.items() if module == m or module.startswith(m + ".")), None
+        )
+
+    arrows: dict[tuple[int, int], int] = defaultdict(int)
+    for importer in [container, *graph.find_descendants(container)]:
+        for imported in graph.find_modules_directly_imported_by(importer):
+            pair = (floor(importer), floor(imported))
+            if None not in pair and pair[0] != pair[1]:
+                arrows[pair] += 1
+    return Inside(contract, container, floors, dict(arrows))
+
+
+@dataclass
 class Drawing:
     floors: list[list[str]]
     """Rooms of each floor, lowest first; rooms this tree lacks are left out."""
@@ -60,6 +110,8 @@ class Drawing:
     room_circles: list[list[str]]
     module_circles: list[tuple[str, list[str]]]
     """(package, its modules that import each other round)."""
+    insides: list[Inside]
+    """Rooms inside a room, from their own contracts."""
 
     @property
     def floor_of(self) -> dict[str, int]:
@@ -146,7 +198,8 @@ def draw(config: Path) -> Drawing:
                     if target is not None and target != child:
                         edges.add((child, target))
         module_circles += [(package, group) for group in strongly_connected(children, edges)]
-    return Drawing(floors, missing, unhoused, dict(arrows), room_circles, module_circles)
+    insides = [draw_inside(graph, *inside) for inside in read_insides(config)]
+    return Drawing(floors, missing, unhoused, dict(arrows), room_circles, module_circles, insides)
 
 
 def report(d: Drawing) -> str:
@@ -173,6 +226,15 @@ def report(d: Drawing) -> str:
     lines += [f"  in {package}: {' <-> '.join(group)}" for package, group in d.module_circles]
     if not d.circles:
         lines.append("  none")
+    for inside in d.insides:
+        figures = (
+            f"floors {len(inside.floors)}, arrows {len(inside.arrows)}, "
+            f"arrows back up {len(inside.back_arrows)}"
+        )
+        lines += ["", f"inside {inside.container} ({inside.contract}), lowest first: {figures}"]
+        prefix = len(inside.container) + 1
+        for i, modules in enumerate(inside.floors):
+            lines.append(f"  {i + 1:2d}  {', '.join(m[prefix:] for m in modules)}")
     return "\n".join(lines)
 
 

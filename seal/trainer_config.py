@@ -7,7 +7,7 @@ model, batch and limits). Merged by the launcher as an OmegaConf structured conf
 unknown keys are errors.
 
 Each concept has one class, defined where the code that uses it lives, and that class
-is the YAML section itself: `limits`, `evolution`, `reward` (seal/rollout/protocol.py,
+is the YAML section itself: `limits`, `evolution`, `reward` (seal/service_contract.py,
 shared with the environment service), `advantage` and `loss` (seal/algos/config.py),
 `apatch` (seal/tocf/apatch_config.py), `capability` (seal/tocf/state.py); the config
 modules import no torch, so composing a run config (the launcher) does not either. The sections only the trainers need are defined here. At the
@@ -23,7 +23,7 @@ from seal.algos.config import GRPOConfig, PolicyLossConfig
 from seal.bfcl.tasks import CATEGORIES
 from seal.formats.base import ToolFormat
 from seal.formats.registry import AUTO, FORMATS, resolve
-from seal.rollout.protocol import (
+from seal.service_contract import (
     EpisodeLimits,
     EpisodeSettings,
     EvolutionSettings,

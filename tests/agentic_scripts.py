@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 from pathlib import Path
 
 import httpx
@@ -20,14 +21,18 @@ from conftest import serving
 
 from env_service.app import create_app
 from env_service.config import ServiceConfig
-from seal.bfcl.agentic import AgenticTask, agentic_task_ids
+from seal.bfcl.agentic.tasks import AgenticTask, agentic_task_ids
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.tasks import load_task
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.env_client import EnvClient
-from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
+from seal.service_contract import EpisodeSettings
 
+WEB_SEARCH_MISSING = [
+    m for m in ("serpapi", "html2text", "bs4") if importlib.util.find_spec(m) is None
+]
+"""What bfcl-eval's web-search backend imports and this environment lacks (the ood extra)."""
 FORMAT = get_format(PAPER_QWEN)
 VALIDATE = EpisodeSettings(mode="validate")
 CORE_KEY, CORE_VALUE = "user_profile", "the user of this notetaker scenario"

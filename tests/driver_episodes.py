@@ -15,8 +15,8 @@ from seal.formats.qwen35 import Qwen35Template
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.driver import EpisodeSample, run_episode
 from seal.rollout.env_client import EnvClient, Episode
-from seal.rollout.protocol import EpisodeLimits, EpisodeSettings, EvolutionSettings
 from seal.rollout.scripted import ScriptedGenerator
+from seal.service_contract import EpisodeLimits, EpisodeSettings, EvolutionSettings
 
 LAYERS = EvolutionSettings(schema_cues=True)
 

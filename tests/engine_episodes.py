@@ -10,7 +10,7 @@ import asyncio
 from env_service.engine import EnvEngine, ServiceConfig
 from env_service.episode import StepOutcome
 from seal.bfcl.calls import CallParseError, ToolCall
-from seal.rollout.protocol import EpisodeSettings
+from seal.service_contract import EpisodeSettings
 
 
 def in_process_engine(**config) -> EnvEngine:

@@ -28,6 +28,8 @@ def test_every_module_lives_in_a_room_with_no_arrow_back_up_and_no_circle():
     assert drawing.unhoused == [], "modules no floor holds: name their package in `floors`"
     assert drawing.back_arrows == []
     assert (drawing.room_circles, drawing.module_circles) == ([], [])
+    assert {inside.container for inside in drawing.insides} == {"seal.bfcl", "env_service"}
+    assert [inside.back_arrows for inside in drawing.insides] == [[], []]
 
 
 def test_composing_a_run_config_imports_no_torch():

@@ -1,7 +1,7 @@
 """One BFCL episode: the conversation state machine behind both service protocols.
 
 An episode walks the task's user turns: a message with tool calls gets one result per call,
-one without ends the turn. It speaks data (seal.rollout.protocol) to the native API and
+one without ends the turn. It speaks data (seal.service_contract) to the native API and
 text to the wire protocol (env_service/wire_text.py). The modules: machine.py (the walk
 and a step's three parts), prompts.py (what the model is shown), admission.py (which calls
 may run), answering.py (the answers to those that ran), evaluation.py (the report),

@@ -22,7 +22,7 @@ from seal.bfcl.calls import (
     check_call,
     first,
 )
-from seal.rollout.protocol import EpisodeSettings, EvolutionSettings
+from seal.service_contract import EpisodeSettings, EvolutionSettings
 
 
 @dataclass

@@ -9,11 +9,10 @@ from env_service import evolution
 from env_service.episode.admission import StepPlan
 from env_service.episode.records import EpisodeCaps, tool_message
 from env_service.execution import REBUILD_TIME_BUDGET, REPLY_LIMIT, STEP_TIME_BUDGET, RunResult
-from seal.bfcl import web_search
 from seal.bfcl.backends import is_tool_error
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.diagnosis import TOOL_ERROR
-from seal.rollout.protocol import EpisodeSettings, EvolutionSettings
+from seal.service_contract import EpisodeSettings, EvolutionSettings
 
 
 @dataclass
@@ -38,7 +37,6 @@ def answer(
     layers: EvolutionSettings,
     caps: EpisodeCaps,
     tools: list[dict],
-    agentic: bool,
 ) -> Answers:
     """The answers to `plan`'s calls given `run` (their results); `layers`: the settings'
     effective_evolution; `tools`: the first turn's docs as the model sees them (the paper's
@@ -57,9 +55,6 @@ def answer(
         result = run.results[item]
         out.executed.append(call)
         out.call_chars += plan.sizes[item]
-        if agentic and web_search.is_unavailable(result):
-            # The search backend gave up: not the model's doing (seal/bfcl/web_search.py).
-            out.aborted = web_search.ABORTED
         hint = None
         if is_tool_error(result) and item not in plan.checked:
             out.signals.append(TOOL_ERROR)

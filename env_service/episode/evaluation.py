@@ -1,17 +1,16 @@
-"""An episode's evaluation (protocol.Evaluation, as a dict): a multi-turn task's from the
-verification of what ran, an agentic task's from bfcl-eval's verdict on its answer, both
-built by `_evaluation`."""
+"""An episode's evaluation (service_contract.Evaluation, as a dict): a multi-turn task's from
+the verification of what ran. `evaluation` builds every kind's (BFCL V4's agentic tasks:
+env_service/agentic/agentic_episode.py)."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
 from env_service.episode.records import Counters, EpisodeCaps
-from seal.bfcl import agentic
 from seal.bfcl import tags as T
 from seal.bfcl.diagnosis import Diagnosis, paper_label
 from seal.bfcl.multi_turn import BfclTask
-from seal.rollout.protocol import EpisodeSettings
+from seal.service_contract import EpisodeSettings
 
 
 class Played(Protocol):
@@ -27,7 +26,6 @@ class Played(Protocol):
     truncated: bool
     ended_on_malformed_call: bool
     aborted: str | None
-    answer: str | None
 
 
 def multi_turn_evaluation(
@@ -50,28 +48,10 @@ def multi_turn_evaluation(
     reward = 0.0 if aborted else episode.settings.reward.reward(accuracy, progress)
     # An episode the service ended has no label: its failure is the service's cap.
     label = None if aborted else paper_label(tags, task.ground_truth, episode.turn_signals)
-    return _evaluation(episode, accuracy, reward, progress, tags, notes, label, aborted)
+    return evaluation(episode, accuracy, reward, progress, tags, notes, label, aborted)
 
 
-def agentic_evaluation(episode: Played, task: agentic.AgenticTask) -> dict:
-    """The evaluation of an agentic task: bfcl-eval's verdict on the final answer (a
-    prerequisite conversation: not scored)."""
-    if task.is_prereq:
-        accuracy, tags, notes = 0, [], []
-    else:
-        answer = episode.answer if episode.terminated and not episode.truncated else None
-        verdict = agentic.check_answer(task, answer)
-        accuracy, tags, notes = verdict.accuracy, [verdict.tag], [verdict.note]
-    if episode.aborted:
-        accuracy = 0
-    # The paper's Table 5 labels are BFCL V3's: no label.
-    evaluation = _evaluation(
-        episode, accuracy, float(accuracy), float(accuracy), tags, notes, None, episode.aborted
-    )
-    return {**evaluation, "scored": not task.is_prereq, "answer": episode.answer}
-
-
-def _evaluation(
+def evaluation(
     episode: Played,
     accuracy: int,
     reward: float,

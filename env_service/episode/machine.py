@@ -1,6 +1,8 @@
 """One episode's state machine: the walk through the task's user turns, its counters, its
 caps, and the three parts of a step (`begin_step`, the calls run in the engine's pool,
-`finish_step`). Details: docs/design.md, "The episode contract"."""
+`finish_step`). A kind of task with rules of its own extends it (BFCL V4's agentic
+tasks: env_service/agentic/agentic_episode.py). Details: docs/design.md, "The episode
+contract"."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from env_service.config import ServiceConfig
 from env_service.episode import prompts
 from env_service.episode.admission import EpisodeView, StepPlan, admit
 from env_service.episode.answering import answer
-from env_service.episode.evaluation import agentic_evaluation, multi_turn_evaluation
+from env_service.episode.evaluation import multi_turn_evaluation
 from env_service.episode.records import (
     Counters,
     EpisodeCaps,
@@ -20,14 +22,17 @@ from env_service.episode.records import (
     StepOutcome,
 )
 from env_service.execution import RunResult
-from seal.bfcl import agentic
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.diagnosis import TOOL_ERROR, Diagnosis
 from seal.bfcl.tasks import load_task
-from seal.rollout.protocol import EpisodeSettings
+from seal.service_contract import EpisodeSettings
 
 
 class Episode:
+    system_from_task = False
+    """The system sections are the task's own system message
+    (service_contract.EpisodeCreated.system_from_task), not the service's instructions."""
+
     def __init__(
         self,
         task_id: str,
@@ -60,9 +65,8 @@ class Episode:
         paper's label of a failed episode is read from (diagnosis.paper_label)."""
         self.terminated = False
         self.truncated = False
-        self.created_at = self.last_used = self.last_step = time.monotonic()
-        """`last_used`: any request about it (the TTL's clock); `last_step`: its create or
-        last step (a memory scenario's lease)."""
+        self.created_at = self.last_used = time.monotonic()
+        """`last_used`: any request about it (the TTL's clock)."""
         self.last_outcome: StepOutcome | None = None
         """The answer to the last step, repeated for a retried step (set by the engine)."""
         self._evaluation: tuple[Diagnosis | None, str | None] | None = None
@@ -74,20 +78,9 @@ class Episode:
             else []
         )
         """(tag, text) of the guidelines this episode's system prompt carries."""
-        self.agentic = task if isinstance(task, agentic.AgenticTask) else None
-        """The BFCL V4 agentic task, or None (a multi-turn one)."""
-        self.answer: str | None = None
-        """The last message that made no tool call (an agentic question's answer)."""
-        self.turn_steps = 0
-        self._memory_saved_at: int | None = None
-        self.system: list[str] | None = None
-        """The system prompt's sections: the prompt's instructions (an agentic task: its own
-        system message), then the layers' sections. None until a memory episode knows its
-        memory (`set_memory_context`)."""
-        if self.agentic is None:
-            self.system = [*self.texts.instructions, *self._extra_sections()]
-        elif not self.agentic.is_memory:
-            self._agentic_system(None)
+        self.system: list[str] | None = self._first_system()
+        """The system prompt's sections: the prompt's instructions, then the layers'
+        sections. None while the episode's kind completes it (its create then waits)."""
         self.tools = prompts.first_tools(
             task_id, settings.prompt, self.layers.schema_cues, self.layers.type_hints
         )
@@ -96,20 +89,15 @@ class Episode:
 
     # --- prompt ------------------------------------------------------------------------
 
+    def _first_system(self) -> list[str] | None:
+        return [*self.texts.instructions, *self._extra_sections()]
+
     def _extra_sections(self) -> list[str]:
         return prompts.extra_sections(self.texts, self.layers, self.guidelines)
 
-    def _agentic_system(self, memory_content: str | None) -> None:
-        head = self.agentic.system_prompt(memory_content)
-        self.system = ([head] if head else []) + self._extra_sections()
-
-    def set_memory_context(self, memory_content: str) -> None:
-        """The memory the episode's backend loaded, as its dump for the prompt."""
-        self._agentic_system(memory_content)
-
     @property
     def interface(self) -> dict:
-        """The layers on and the guidelines shown (protocol.EpisodeInterface)."""
+        """The layers on and the guidelines shown (service_contract.EpisodeInterface)."""
         return prompts.interface(self.layers, self.guidelines)
 
     def turn_messages(self, turn: int) -> list[dict]:
@@ -160,7 +148,6 @@ class Episode:
         if self.terminated:
             raise EpisodeFinishedError(f"episode of {self.task.task_id} has already ended")
         self.counters.steps += 1
-        self.turn_steps += 1
         view = EpisodeView(
             self.settings,
             self.layers,
@@ -174,8 +161,6 @@ class Episode:
         plan = admit(view, calls, more, by_client)
         for kind, n in plan.invalid:
             self._count_invalid(kind, n)
-        if plan.ends_turn:
-            self.answer = content
         return plan
 
     def finish_step(self, plan: StepPlan, run: RunResult | None) -> StepOutcome:
@@ -186,9 +171,7 @@ class Episode:
             messages = []
         else:
             messages = self._next_turn() if plan.ends_turn else self._answer(plan, run)
-        # bfcl-eval counts an agentic task's steps per turn (its force-quit).
-        steps = self.counters.steps if self.agentic is None else self.turn_steps
-        if not self.terminated and steps >= self.settings.limits.max_generations:
+        if not self.terminated and self._limited_steps() >= self.settings.limits.max_generations:
             self.terminated = self.truncated = True
         return StepOutcome(
             seq=self.counters.steps,
@@ -200,9 +183,12 @@ class Episode:
             aborted=self.aborted,
         )
 
+    def _limited_steps(self) -> int:
+        """The steps `limits.max_generations` counts: all of the episode's."""
+        return self.counters.steps
+
     def _answer(self, plan: StepPlan, run: RunResult) -> list[dict]:
-        agentic = self.agentic is not None
-        answers = answer(plan, run, self.settings, self.layers, self.caps, self.tools, agentic)
+        answers = answer(plan, run, self.settings, self.layers, self.caps, self.tools)
         self.call_chars += answers.call_chars
         self.counters.tool_calls += len(answers.executed)
         for kind in answers.signals:
@@ -220,7 +206,6 @@ class Episode:
 
     def _next_turn(self) -> list[dict]:
         self.turn += 1
-        self.turn_steps = 0
         if self.turn >= self.task.num_turns:
             self.terminated = True
             return []
@@ -247,19 +232,6 @@ class Episode:
     def report(self) -> dict:
         """The final evaluation, once `evaluated` (verified by the engine's pool)."""
         return self.report_for(*self._evaluation)
-
-    def needs_memory_save(self) -> bool:
-        """A prerequisite conversation whose memory, as it stands, is not saved yet
-        (not one the service aborted: its backends' state is unknown)."""
-        prereq = self.agentic is not None and self.agentic.is_prereq
-        return prereq and not self.aborted and self._memory_saved_at != self.counters.steps
-
-    def memory_saved(self) -> None:
-        self._memory_saved_at = self.counters.steps
-
-    def agentic_report(self) -> dict:
-        """The evaluation of an agentic task (env_service/episode/evaluation.py)."""
-        return agentic_evaluation(self, self.agentic)
 
     def report_for(self, diagnosis: Diagnosis | None, aborted: str | None = None) -> dict:
         """The full evaluation given a verification made by the engine's pool, or None with

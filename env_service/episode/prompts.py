@@ -13,7 +13,7 @@ import functools
 from env_service import evolution, wire_text
 from seal.bfcl.multi_turn import BfclTask
 from seal.bfcl.tasks import load_task
-from seal.rollout.protocol import EvolutionSettings
+from seal.service_contract import EvolutionSettings
 
 
 @functools.lru_cache(maxsize=4096)
@@ -72,7 +72,7 @@ def turn_messages(
 
 
 def interface(layers: EvolutionSettings, guidelines: list[tuple[str, str]]) -> dict:
-    """The layers on and the guidelines shown (protocol.EpisodeInterface)."""
+    """The layers on and the guidelines shown (service_contract.EpisodeInterface)."""
     return {
         "schema_cues": layers.schema_cues,
         "type_hints": layers.schema_cues and layers.type_hints,

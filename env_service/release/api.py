@@ -26,7 +26,7 @@ from env_service.json_body import SafeJsonRoute
 from env_service.release import compat
 from env_service.release.params import translate_params
 from env_service.statuses import wire_errors
-from seal.bfcl.agentic import is_agentic
+from seal.bfcl.agentic.tasks import is_agentic
 from seal.bfcl.multi_turn import UnknownTaskError
 from seal.bfcl.tasks import load_task
 
@@ -151,7 +151,7 @@ async def evaluate(body: WireRequest, request: Request):
     report = await _engine(request).areport(instance_id)
     if sparse:
         return ok(float(report["accuracy"]))
-    if episode.agentic is not None:
+    if is_agentic(episode.task.task_id):
         # A BFCL V4 episode (made on the native API): its own report; the release's
         # progress fields are per multi-turn ground-truth turn, which it has none of.
         return ok(report)

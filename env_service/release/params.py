@@ -16,7 +16,7 @@ from env_service import release_state
 from env_service.errors import InvalidRequestError
 from seal.bfcl import tags as T
 from seal.bfcl.tasks import CATEGORIES
-from seal.rollout.protocol import EpisodeSettings, EvolutionSettings
+from seal.service_contract import EpisodeSettings, EvolutionSettings
 
 # The release's rollout modes that count as validation for its train-only layers.
 _VALIDATION_MODES = {"validate", "validation", "val", "test"}

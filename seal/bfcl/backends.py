@@ -4,7 +4,7 @@ bfcl-eval's own executor `eval`s a string per call and caches instances in modul
 so two checks of one episode share mutated state. Here every `Backends` owns fresh
 instances, calls methods by name with the parsed arguments as data, deep-copies arguments
 and mutable defaults, and stringifies results as bfcl-eval does. BFCL V4 agentic tasks use
-the same path with their own backends (memory.py, web_search.py). Why each rule:
+the same path with their own backends (seal/bfcl/agentic/backends.py). Why each rule:
 docs/service.md, "Facts about BFCL found on the way".
 """
 
@@ -15,17 +15,13 @@ import functools
 import importlib
 import inspect
 import json
-import os
-from pathlib import Path
 
 from bfcl_eval.constants.executable_backend_config import (
     CLASS_FILE_PATH_MAPPING,
     STATELESS_CLASSES,
 )
 
-from seal.bfcl import web_search
 from seal.bfcl.calls import ToolCall, json_failure
-from seal.bfcl.memory import import_vector_backend, snapshots
 from seal.bfcl.multi_turn import BfclTask
 
 ERROR_PREFIX = "Error during execution: "
@@ -42,19 +38,9 @@ MULTI_TURN_CLASSES = (
 
 
 @functools.cache
-def _backend_class(class_name: str) -> type:
-    if class_name == "MemoryAPI_vector":
-        # What bfcl-eval's own generation sets before this backend loads its encoder
-        # (sentence-transformers and faiss each bring an OpenMP runtime; more than one
-        # thread crashed there). Only this process: a worker, or a tool that embeds.
-        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ.setdefault(name, "1")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        return getattr(import_vector_backend(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
-    module = importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name])
-    if class_name == "WebSearchAPI":
-        web_search.bind_transport(module)
-    return getattr(module, class_name)
+def backend_class(class_name: str) -> type:
+    """bfcl-eval's backend class of this name, imported once per process."""
+    return getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
 
 
 # Arguments whose cost grows without bound: `power(10, 10**7)` held the event loop (and so
@@ -104,11 +90,10 @@ def is_tool_error(result: str) -> bool:
         return False
 
 
-def preload_backends(class_names: tuple[str, ...] = MULTI_TURN_CLASSES) -> None:
-    """Import these backends now (MathAPI pulls in mpmath: ~0.3 s on first use; the web
-    search backend html2text, BeautifulSoup and requests)."""
-    for class_name in class_names:
-        _backend_class(class_name)
+def preload_backends() -> None:
+    """Import the multi-turn backends now (MathAPI pulls in mpmath: ~0.3 s on first use)."""
+    for class_name in MULTI_TURN_CLASSES:
+        backend_class(class_name)
 
 
 @functools.cache
@@ -146,20 +131,14 @@ def format_result(value: object) -> str:
 class Backends:
     """Fresh backend instances for one task, and a data-only way to call their methods."""
 
-    def __init__(self, task: BfclTask, memory_version: Path | None = None):
-        """`memory_version`: a memory task's version of its starting memory
-        (seal.bfcl.memory's `start`; None: it starts empty)."""
+    def __init__(self, task: BfclTask):
         self.task = task
         self.instances: dict[str, object] = {}
         self._owner: dict[str, str] = {}
         for class_name in task.involved_classes:
-            instance = _backend_class(class_name)()
+            instance = self._class(class_name)()
             if class_name not in STATELESS_CLASSES:
-                if getattr(task, "is_memory", False):
-                    config = snapshots().backend_config(task, memory_version)
-                else:
-                    config = task.backend_config(class_name)
-                instance._load_scenario(config, long_context=task.long_context)
+                instance._load_scenario(self._scenario(class_name), long_context=task.long_context)
             if task.long_context:
                 # Long-context scenarios insert bfcl-eval's module-level extension objects
                 # by reference (TravelAPI's CREDIT_CARD_EXTENSION cards: a booking in one
@@ -173,22 +152,13 @@ class Backends:
             for name in _public_methods(type(instance)):
                 self._owner[name] = class_name
 
-    def _memory(self):
-        if not getattr(self.task, "is_memory", False):
-            raise ValueError(f"{self.task.task_id} has no memory backend")
-        return self.instances[self.task.memory_class]
+    def _class(self, class_name: str) -> type:
+        """The backend class of this name (a kind of task may load its own its way)."""
+        return backend_class(class_name)
 
-    def memory_context(self) -> str:
-        """The memory backend's dump of its memory for the system prompt (what bfcl-eval
-        shows the model at the start of a memory episode)."""
-        return self._memory()._dump_core_memory_to_context()
-
-    def save_memory(self) -> None:
-        """Save a prerequisite conversation's memory (bfcl-eval's flush at the end of its
-        conversation) and discard the checkpoints it makes stale (seal.bfcl.memory)."""
-        if not self.task.is_prereq:
-            raise ValueError(f"{self.task.task_id} is not a prerequisite conversation")
-        snapshots().save(self.task, self._memory())
+    def _scenario(self, class_name: str) -> dict:
+        """The state that backend starts from: the task's."""
+        return self.task.backend_config(class_name)
 
     def has_method(self, name: str) -> bool:
         return name in self._owner

@@ -1,5 +1,5 @@
 """BFCL's multi-turn tasks: the task record every BFCL task is (`BfclTask`; the BFCL V4
-agentic tasks of seal/bfcl/agentic.py extend it), the error for an id that names no task,
+agentic tasks of seal/bfcl/agentic/tasks.py extend it), the error for an id that names no task,
 and the loader of the four multi-turn categories.
 
 A task is everything an episode needs: the user question of each turn, the backends'

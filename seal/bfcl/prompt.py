@@ -50,7 +50,7 @@ def group_observation(
     reveal_message: Callable[[list[dict]], str],
     results_role: str = "user",
 ) -> list[dict]:
-    """Observation messages (seal.rollout.protocol.ObservationMessage as dicts) as chat
+    """Observation messages (seal.service_contract.ObservationMessage as dicts) as chat
     messages: consecutive tool results as one `results_role` message (`results_message`
     of their messages), a reveal turn's docs as `reveal_message`, the environment's own
     answer (`env`) and questions as user messages."""

@@ -1,11 +1,11 @@
 """BFCL tasks by id: the only modules that read bfcl-eval's data files are
-seal/bfcl/multi_turn.py (the four multi-turn categories) and seal/bfcl/agentic.py (the
+seal/bfcl/multi_turn.py (the four multi-turn categories) and seal/bfcl/agentic/tasks.py (the
 BFCL V4 agentic tasks); this one tells them apart by id and serves both.
 """
 
 from __future__ import annotations
 
-from seal.bfcl.agentic import agentic_category, load_agentic_task
+from seal.bfcl.agentic.tasks import agentic_category, load_agentic_task
 from seal.bfcl.multi_turn import BfclTask, UnknownTaskError, category_tasks
 
 CATEGORIES = (

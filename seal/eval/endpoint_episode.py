@@ -12,14 +12,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from seal.bfcl.agentic import is_agentic
+from seal.bfcl.agentic.tasks import is_agentic
 from seal.eval.chat_endpoint import ChatEndpoint, Completion, ContextLengthError
 from seal.formats.base import Conversation, ToolFormat
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout import loop
 from seal.rollout.env_client import EnvClient, EnvServiceError, Episode
-from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, TextTokens
+from seal.service_contract import EpisodeLimits, EpisodeSettings
 
 
 class ContextBudgetError(RuntimeError):
@@ -201,7 +201,7 @@ async def run_episode(
         evaluation = await episode.finish()
     if is_agentic(task_id) and evaluation["aborted"]:
         # A search that gave up, or a backend over the step's time budget: the service's
-        # trouble, not the model's answer (seal/bfcl/web_search.py).
+        # trouble, not the model's answer (seal/bfcl/agentic/web_search.py).
         raise EnvServiceError(
             f"{episode.what}: the service aborted the episode ({evaluation['aborted']}); "
             "not scored: run the evaluation again to retry it"

@@ -21,13 +21,12 @@ from typing import get_args
 from tqdm import tqdm
 
 from seal import commands
-from seal.bfcl.agentic import prerequisite_plan
+from seal.bfcl.agentic.tasks import prerequisite_plan
 from seal.eval.chat_endpoint import ChatEndpoint, EndpointError, EndpointSettings
 from seal.eval.endpoint_episode import ContextBudgetError, Prompting, run_episode, tokenizer_label
 from seal.eval.replay import record_from_report
 from seal.rollout.env_client import TOKEN_ENV, EnvClient, EnvServiceError
 from seal.rollout.loop import StopReason
-from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.turn_tokens import TextTokens
 from seal.runs.records import (
     RecordFormatError,
@@ -36,6 +35,7 @@ from seal.runs.records import (
     step_file_name,
     write_step,
 )
+from seal.service_contract import EpisodeLimits
 
 VALIDATION_DIRNAME = "validation"
 

@@ -21,10 +21,10 @@ from seal.bfcl import ground_truth as gt
 from seal.bfcl.tasks import load_task, task_ids
 from seal.report.summary import render_markdown, summarize_step
 from seal.rollout.env_client import EnvClient
-from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
 from seal.runs.records import ValidationRecord, evaluation_record, write_step
 from seal.runs.run import Run
+from seal.service_contract import EpisodeSettings
 
 
 def ground_truth_policy(task, rng: random.Random) -> gt.Trajectory:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from seal import commands
-from seal.bfcl.agentic import (
+from seal.bfcl.agentic.tasks import (
     AGENTIC_CATEGORIES,
     MEMORY_CATEGORIES,
     WEB_SEARCH_CATEGORIES,
@@ -42,7 +42,7 @@ from seal.launch.terminate import TERMINATED_STATUS, Terminated, sigterm_raises
 from seal.report.ood import Scores, bfcl_v4_scores, table2
 from seal.report.paper import backbone_of
 from seal.report.summary import render_markdown, summarize_step
-from seal.rollout.protocol import CONTEXT_STOPS, EpisodeLimits
+from seal.service_contract import CONTEXT_STOPS, EpisodeLimits
 
 REPO = Path(__file__).resolve().parents[2]
 AGENTIC_SPLITS = ("agentic", "memory", "web_search", *AGENTIC_CATEGORIES)

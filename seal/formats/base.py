@@ -1,6 +1,6 @@
 """What a tool format is: how one model family sees a BFCL episode and writes tool calls.
 
-The environment service speaks structured data (seal.rollout.protocol); a `ToolFormat`
+The environment service speaks structured data (seal.service_contract); a `ToolFormat`
 is the client's half: `start`, `observation` and `render` turn it into the family's
 prompt text, `parse` reads the calls in a generated message, `call_text`/`answer_text`
 write one. `observation_text` is cut out of a probe render, so it is exactly the format's

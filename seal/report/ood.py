@@ -16,7 +16,7 @@ from fractions import Fraction
 from pathlib import Path
 from statistics import fmean
 
-from seal.bfcl.agentic import MEMORY_CATEGORIES, WEB_SEARCH_CATEGORIES, is_agentic
+from seal.bfcl.agentic.tasks import MEMORY_CATEGORIES, WEB_SEARCH_CATEGORIES, is_agentic
 from seal.report.paper import BFCL_V4_PARTS, TAU2_PARTS, backbone_of, ood_results
 from seal.report.run_source import validation_dir
 from seal.report.summary import PassCount

@@ -22,8 +22,8 @@ from seal.rollout import loop
 from seal.rollout.env_client import EnvClient
 from seal.rollout.generation import Generation, GenerationError, Generator, SamplingParams
 from seal.rollout.loop import ContextSize, StopReason
-from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.turn_tokens import TurnTokenizer, turn_tokenizer
+from seal.service_contract import EpisodeSettings
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +51,10 @@ class EpisodeSample:
     """One diagnosis tag per ground-truth turn."""
     paper_label: str | None
     """The failed episode's label in the paper's Table 5 (None when passed; see
-    seal.rollout.protocol.Evaluation)."""
+    seal.service_contract.Evaluation)."""
     interface: dict
     """The training-time interface the episode was given (the create reply's
-    `interface`: layers on, guidelines shown; seal.rollout.protocol.EpisodeInterface)."""
+    `interface`: layers on, guidelines shown; seal.service_contract.EpisodeInterface)."""
     num_generations: int
     stop_reason: StopReason
     report: dict

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.http import HttpClient, HttpError, Reply, RetryPolicy, request_once
-from seal.rollout.protocol import TOKEN_ENV, EpisodeSettings
+from seal.service_contract import TOKEN_ENV, EpisodeSettings
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Literal, Protocol
 
 from seal.formats.base import ParsedCalls, ToolFormat
 from seal.rollout.env_client import Episode
-from seal.rollout.protocol import EpisodeLimits
+from seal.service_contract import EpisodeLimits
 
 StopReason = Literal["terminated", "max_generations", "context_limit"]
 """Why a model's episode stopped: the service ended it (at max_generations it marks it

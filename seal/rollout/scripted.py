@@ -21,7 +21,7 @@ from seal.rollout import loop
 from seal.rollout.env_client import EnvClient
 from seal.rollout.generation import Generation, GenerationError, SamplingParams
 from seal.rollout.loop import ContextSize
-from seal.rollout.protocol import EpisodeSettings
+from seal.service_contract import EpisodeSettings
 
 
 async def run_scripted_episode(

@@ -78,7 +78,7 @@ def evaluation_record(
 ) -> ValidationRecord:
     """The record of one validated episode from the service's evaluation of it (its keys
     task_id, category, accuracy, reward, failure_tags, paper_label, progress:
-    seal.rollout.protocol.Evaluation), the episode's text and its number of replies. Every
+    seal.service_contract.Evaluation), the episode's text and its number of replies. Every
     writer builds its records here."""
     return ValidationRecord(
         task_id=evaluation["task_id"],

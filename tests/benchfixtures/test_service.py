@@ -11,8 +11,8 @@ import httpx
 
 from benchfixtures.service import PeakRss, TimedClient, bench_service, ground_truth_scripts
 from seal.rollout.env_client import is_healthy
-from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
+from seal.service_contract import EpisodeSettings
 
 TASK = "multi_turn_base_1"
 

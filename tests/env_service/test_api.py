@@ -15,8 +15,8 @@ from conftest import call_text, gt_texts, gt_turns, native_step, results
 from env_service.app import create_app
 from seal.bfcl.tasks import load_task
 from seal.rollout.env_client import EnvClient, EnvServiceError
-from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import run_scripted_episode
+from seal.service_contract import EpisodeSettings
 
 ONE_PER_CATEGORY = [
     "multi_turn_base_0",

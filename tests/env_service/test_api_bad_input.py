@@ -12,7 +12,7 @@ from env_service.engine import EnvEngine, ServiceConfig
 from env_service.errors import NotFoundError
 from seal.bfcl.ground_truth import ground_truth_trajectory
 from seal.bfcl.tasks import load_task
-from seal.rollout.protocol import EpisodeSettings
+from seal.service_contract import EpisodeSettings
 
 # --- bad input ------------------------------------------------------------------------------
 

@@ -23,12 +23,13 @@ import pytest
 from agentic_scripts import agentic_service, answer_text, call, notetaker, play, play_chain
 from conftest import results
 
-from seal.bfcl import memory
-from seal.bfcl.agentic import AGENTIC_CATEGORIES, agentic_task_ids, missing_dependency
+from seal.bfcl.agentic import memory
+from seal.bfcl.agentic.backends import AgenticBackends
+from seal.bfcl.agentic.memory import MemorySnapshots
+from seal.bfcl.agentic.tasks import AGENTIC_CATEGORIES, agentic_task_ids, missing_dependency
 from seal.bfcl.backends import Backends, preload_backends
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import tool_call_text
-from seal.bfcl.memory import MemorySnapshots
 from seal.bfcl.tasks import load_task, task_ids
 
 TASK = "multi_turn_long_context_150"  # TravelAPI with the long-context card extension
@@ -189,7 +190,7 @@ def test_no_agentic_backend_object_is_shared_between_episodes_or_with_bfcl_globa
             firsts = {load_task(q).chain[0] for q in questions}
             tasks = [load_task(p) for p in sorted(firsts)]
             for task in tasks:
-                backends = Backends(task)
+                backends = AgenticBackends(task)
                 write = "archival_memory_add" if task.backend != "rec_sum" else "memory_append"
                 args = {"key": "k", "value": "v"} if task.backend == "kv" else {"text": "v"}
                 assert "error" not in backends.call(ToolCall(write, args))
@@ -199,7 +200,7 @@ def test_no_agentic_backend_object_is_shared_between_episodes_or_with_bfcl_globa
         module_state = _bfcl_module_globals()
         shared = []
         for task in tasks:
-            first, second = Backends(task), Backends(task)
+            first, second = AgenticBackends(task), AgenticBackends(task)
             for name, instance in first.instances.items():
                 mine = _mutable_ids(vars(instance))
                 other = _mutable_ids(vars(second.instances[name]))

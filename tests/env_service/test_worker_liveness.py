@@ -287,6 +287,7 @@ def test_a_step_sent_after_a_rebuild_ran_over_its_budget_is_answered_as_such():
 
     from env_service import worker
     from env_service.execution import REBUILD_TIME_BUDGET, StepBudget
+    from seal.bfcl.backends import Backends
     from seal.bfcl.calls import ToolCall
 
     mine, theirs = socket.socketpair()
@@ -309,7 +310,7 @@ def test_a_step_sent_after_a_rebuild_ran_over_its_budget_is_answered_as_such():
     try:
         mine.settimeout(60)
         replay = [ToolCall("ls", {})] * 20_000  # a few microseconds each: far past 1 ms
-        worker.send(mine, ("rebuild", 1, "e", FS_TASK, None, replay))
+        worker.send(mine, ("rebuild", 1, "e", FS_TASK, Backends, replay))
         assert worker.receive(mine) == (1, "ok", REBUILD_TIME_BUDGET)
         worker.send(mine, ("run", 2, "e", [ToolCall("pwd", {})]))
         assert worker.receive(mine) == (2, "ok", REBUILD_TIME_BUDGET)

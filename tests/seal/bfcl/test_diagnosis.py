@@ -14,7 +14,7 @@ from seal.bfcl.backends import ERROR_PREFIX, Backends, format_result
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.diagnosis import diagnose
 from seal.bfcl.tasks import load_task
-from seal.rollout.protocol import EpisodeSettings, RewardSettings
+from seal.service_contract import EpisodeSettings, RewardSettings
 
 # multi_turn_base_0 (GorillaFileSystem + TwitterAPI), ground truth per turn:
 #   0: cd(document), mkdir(temp), mv(final_report.pdf -> temp)

@@ -14,7 +14,7 @@ from seal.bfcl.calls import ToolCall
 from seal.bfcl.diagnosis import diagnose
 from seal.bfcl.tags import PASS
 from seal.bfcl.tasks import CATEGORIES, load_task, task_ids
-from seal.rollout.protocol import EpisodeSettings
+from seal.service_contract import EpisodeSettings
 
 TASKS_PER_CATEGORY = 10
 CORRUPTIONS = ("drop_call", "skip_turn", "duplicate_call")

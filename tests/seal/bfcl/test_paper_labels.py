@@ -20,7 +20,7 @@ from seal.bfcl import tags as T
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.diagnosis import TOOL_ERROR, paper_label
 from seal.bfcl.tasks import load_task
-from seal.rollout.protocol import EpisodeSettings
+from seal.service_contract import EpisodeSettings
 
 BASE = "multi_turn_base_0"
 

@@ -30,7 +30,7 @@ from seal.bfcl.tasks import load_task, task_ids
 from seal.formats.base import Conversation, ToolFormat
 from seal.formats.registry import get_format
 from seal.rollout.env_client import call_body
-from seal.rollout.protocol import EpisodeSettings, EvolutionSettings
+from seal.service_contract import EpisodeSettings, EvolutionSettings
 
 REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests/data/release_prompts.json.gz"

@@ -10,7 +10,7 @@ from env_service.episode import Episode
 from seal.bfcl import prompt
 from seal.bfcl.ground_truth import ground_truth_trajectory, tool_call_text
 from seal.bfcl.tasks import load_task
-from seal.rollout.protocol import EpisodeSettings
+from seal.service_contract import EpisodeSettings
 
 ONE_PER_CATEGORY = [
     "multi_turn_base_0",

@@ -20,7 +20,7 @@ from agentic_scripts import agentic_service, answer_text, call
 from aiohttp import web
 from conftest import serving_aiohttp, shipped_tokenizer
 
-from seal.bfcl.agentic import ANSWER_NOT_FOUND, PASS, agentic_task_ids
+from seal.bfcl.agentic.tasks import ANSWER_NOT_FOUND, PASS, agentic_task_ids
 from seal.bfcl.tasks import load_task
 from seal.eval import score_endpoint as cli
 from seal.eval.chat_endpoint import EndpointSettings

@@ -34,7 +34,7 @@ from seal.eval.endpoint_episode import ContextBudgetError, Prompting
 from seal.eval.evaluator import episode_stats, errors_file
 from seal.formats.base import Conversation
 from seal.formats.registry import PAPER_QWEN, get_format
-from seal.rollout.protocol import EpisodeLimits
+from seal.service_contract import EpisodeLimits
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ from fake_chat_server import MODEL, TASKS, evaluate, seal_eval_args, served_fake
 
 from seal.eval import score_endpoint as cli
 from seal.eval.evaluator import errors_file, partial_file
-from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
 from seal.runs.records import read_val_dir
+from seal.service_contract import EpisodeLimits
 
 
 @pytest.fixture

@@ -27,16 +27,16 @@ import pytest
 from agentic_scripts import agentic_service, notetaker
 from conftest import shipped_tokenizer
 
-from seal.bfcl.agentic import ANSWER_NOT_FOUND, NO_FINAL_ANSWER, PASS, missing_dependency
+from seal.bfcl.agentic.tasks import ANSWER_NOT_FOUND, NO_FINAL_ANSWER, PASS, missing_dependency
 from seal.bfcl.tasks import load_task
 from seal.eval.chat_endpoint import EndpointSettings, PreflightError
 from seal.eval.evaluator import episode_stats, evaluate_endpoint, prerequisites_file
 from seal.formats.base import Conversation
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.report.ood import write_table2
-from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.turn_tokens import TextTokens
 from seal.runs.records import read_val_dir
+from seal.service_contract import EpisodeLimits
 
 TASKS = [
     "multi_turn_base_4",

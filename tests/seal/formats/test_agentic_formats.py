@@ -30,7 +30,7 @@ from seal.bfcl.tasks import load_task
 from seal.formats.handler_format import leaderboard
 from seal.formats.registry import FORMATS, get_format
 from seal.rollout.env_client import call_body
-from seal.rollout.protocol import CreateEpisode, EpisodeSettings, StepRequest
+from seal.service_contract import CreateEpisode, EpisodeSettings, StepRequest
 
 VALIDATE = EpisodeSettings(mode="validate")
 HANDLER_FORMATS = [n for n in FORMATS if hasattr(get_format(n), "REGISTRY_NAME")]

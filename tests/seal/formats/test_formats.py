@@ -36,7 +36,7 @@ from seal.bfcl.tasks import CATEGORIES, load_task, task_ids
 from seal.formats.handler_format import HandlerFormat, leaderboard
 from seal.formats.registry import AUTO, FORMATS, default_format, get_format, resolve
 from seal.rollout.env_client import call_body
-from seal.rollout.protocol import CreateEpisode, EpisodeSettings, EvolutionSettings, StepRequest
+from seal.service_contract import CreateEpisode, EpisodeSettings, EvolutionSettings, StepRequest
 from seal.trainer_config import ModelSettings
 
 # 20 tasks: 5 per category, spread over each category's 200.

@@ -32,8 +32,8 @@ from seal.bfcl.tasks import load_task, task_ids
 from seal.formats import qwen35
 from seal.formats.base import Conversation
 from seal.formats.registry import get_format
-from seal.rollout.protocol import EpisodeSettings, EvolutionSettings
 from seal.rollout.turn_tokens import TurnTokenizer
+from seal.service_contract import EpisodeSettings, EvolutionSettings
 
 PAPER, PAPER35, XML = (get_format(n) for n in ("bfcl_qwen_fc", "bfcl_qwen_fc_qwen3.5", "qwen3.5"))
 TEMPLATE_SHA256 = "d2cb9a5730cdd5f44bce3ada2dc1b0e00c6c59788b6d1c4d8d49c40a274dffb0"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from seal.rollout.protocol import EvolutionSettings
+from seal.service_contract import EvolutionSettings
 from seal.trainer_config import TrainerConfig
 
 REPO = Path(__file__).resolve().parents[3]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from seal.bfcl.agentic import agentic_task_ids
+from seal.bfcl.agentic.tasks import agentic_task_ids
 from seal.report import ood
 from seal.report.cli import main as seal_report
 from seal.report.paper import QWEN_7B, SEAL, UNTRAINED, ood_result

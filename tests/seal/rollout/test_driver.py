@@ -23,9 +23,9 @@ from seal.bfcl.tasks import load_task
 from seal.formats.qwen35 import EMPTY_THINKING, Qwen35Template
 from seal.formats.registry import FORMATS, PAPER_QWEN, get_format
 from seal.rollout.generation import Generation
-from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.scripted import ScriptedGenerator, text_generation
 from seal.rollout.turn_tokens import turn_tokenizer
+from seal.service_contract import EpisodeLimits
 
 
 @pytest.mark.parametrize("name", list(FORMATS))

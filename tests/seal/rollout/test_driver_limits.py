@@ -12,8 +12,8 @@ from conftest import gt_texts
 from driver_episodes import GREP_TASK, LONG_TASK, assert_sequence_is_what_the_model_saw, play
 
 from seal.formats.registry import get_format
-from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.scripted import ScriptedGenerator
+from seal.service_contract import EpisodeLimits
 
 
 def test_max_generations_stops_after_the_last_generation(live_service, tokenizer):

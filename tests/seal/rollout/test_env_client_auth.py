@@ -21,7 +21,7 @@ from seal.rollout.env_client import (
     is_healthy,
     push_profile,
 )
-from seal.rollout.protocol import EpisodeSettings
+from seal.service_contract import EpisodeSettings
 
 TASK = "multi_turn_base_0"
 FMT = get_format(PAPER_QWEN)

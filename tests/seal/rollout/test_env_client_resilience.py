@@ -32,8 +32,8 @@ from seal.formats.registry import PAPER_QWEN, get_format
 from seal.http import HttpError
 from seal.rollout.driver import play_batch, run_episode
 from seal.rollout.env_client import EnvClient, EnvClientSettings, EnvServiceError
-from seal.rollout.protocol import EpisodeSettings
 from seal.rollout.scripted import ScriptedGenerator, run_scripted_episode
+from seal.service_contract import EpisodeSettings
 
 TASK = "multi_turn_base_0"
 FMT = get_format(PAPER_QWEN)

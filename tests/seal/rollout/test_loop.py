@@ -16,9 +16,9 @@ from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout import loop
 from seal.rollout.driver import run_episode as train_episode
 from seal.rollout.env_client import EnvClient, StepReply
-from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
 from seal.rollout.scripted import ScriptedGenerator, run_scripted_episode
 from seal.rollout.turn_tokens import TextTokens
+from seal.service_contract import EpisodeLimits, EpisodeSettings
 
 # --- the loop itself, driven by a fake episode and fake turns -----------------------------
 

@@ -10,9 +10,9 @@ from conftest import gt_texts
 from driver_episodes import play
 from omegaconf import OmegaConf
 
-from seal.rollout.protocol import EpisodeLimits
 from seal.rollout.scripted import ScriptedGenerator
 from seal.runs import metrics_log as M
+from seal.service_contract import EpisodeLimits
 from seal.trainer.local import LocalTrainer
 from seal.trainer.response_cut import ResponseCut
 from seal.trainer_config import TrainerConfig

@@ -25,7 +25,7 @@ from env_service.evolution import GUIDELINES  # noqa: E402
 from seal.bfcl.tasks import task_ids  # noqa: E402
 from seal.formats.registry import default_format, get_format  # noqa: E402
 from seal.rollout.generation import SamplingParams  # noqa: E402
-from seal.rollout.protocol import CreateEpisode, EpisodeSettings, EvolutionSettings  # noqa: E402
+from seal.service_contract import CreateEpisode, EpisodeSettings, EvolutionSettings  # noqa: E402
 from seal.trainer.verl.config import compose_verl_config, hydra_value, validate  # noqa: E402
 from seal.trainer.verl.section import SealSection  # noqa: E402
 

@@ -27,8 +27,8 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from seal.bfcl.tags import PASS  # noqa: E402
 from seal.bfcl.tasks import load_task  # noqa: E402
-from seal.rollout.protocol import EvolutionSettings  # noqa: E402
 from seal.rollout.scripted import text_generation  # noqa: E402
+from seal.service_contract import EvolutionSettings  # noqa: E402
 from seal.trainer.verl.agent_loop import (  # noqa: E402
     AGENT_NAME,
     close_shared_env_clients,

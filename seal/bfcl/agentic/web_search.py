@@ -1,11 +1,11 @@
 """The transports under bfcl-eval's web-search backend (`WebSearchAPI`, run as it is): one
 SerpAPI request per search attempt, and page fetches through the guarded GET of
-seal/bfcl/web_fetch.py.
+seal/bfcl/agentic/web_fetch.py.
 
 bfcl-eval's module gets these in place of its `serpapi.GoogleSearch` and `requests`
 (the only way under its methods without copying them), because it retries a 429 forever
 inside the call and fetches any URL unbounded. Retries are the service's
-(env_service/outside.py). Why each rule: docs/web_search.md, "The transports".
+(env_service/agentic/outside.py). Why each rule: docs/web_search.md, "The transports".
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
-from seal.bfcl import web_fetch
+from seal.bfcl.agentic import web_fetch
 
 SERPAPI_KEY_ENV = "SERPAPI_API_KEY"
 UNAVAILABLE = "[seal: web search unavailable]"

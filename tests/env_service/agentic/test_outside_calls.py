@@ -25,13 +25,13 @@ import time
 import httpx
 import psutil
 import pytest
+from agentic_scripts import WEB_SEARCH_MISSING as MISSING
 from agentic_scripts import agentic_service, call, walk_every_route
 from conftest import Episodes, results, wait_for
-from test_agentic_web_search import MISSING
 
 from benchfixtures.web import network, silent_server, web_server
-from seal.bfcl import web_fetch, web_search
-from seal.bfcl.agentic import ANSWER_NOT_FOUND
+from seal.bfcl.agentic import web_fetch, web_search
+from seal.bfcl.agentic.tasks import ANSWER_NOT_FOUND
 
 pytestmark = pytest.mark.skipif(bool(MISSING), reason="needs the ood extra (bfcl web search)")
 
@@ -209,7 +209,7 @@ def test_a_call_whose_process_dies_is_answered_and_not_sent_again(tmp_path, outs
         clients = Clients(url)
         step = clients.web_step_in_background(fetch(outside, "/slow"))
         wait_for(lambda: outside.hits["/slow"] == 1, timeout_s=60)
-        killed = engine.outside.pids()
+        killed = engine.kinds["agentic"].outside.pids()
         _kill(killed)
         step["thread"].join(timeout=30)
         wait_for(lambda: all(_exited(pid) for pid in killed))

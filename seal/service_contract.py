@@ -62,7 +62,7 @@ class EpisodeLimits:
     """Assistant messages per episode (at most MAX_GENERATIONS, 1024). The service ends
     the episode (truncated) at this many steps and the driver stops generating, so the
     two agree. BFCL V4 agentic tasks count them per turn, as bfcl-eval does (its
-    force-quit; seal/bfcl/agentic.py)."""
+    force-quit; seal/bfcl/agentic/tasks.py)."""
     max_context_tokens: int = 16384
     """Tokens of prompt + response the model may see (its context; the paper's model
     length). Where it stops an episode (`context_limit`): `context_stop`."""

@@ -4,7 +4,7 @@
   tests/data/serpapi_duckduckgo_recording.json) bound where bfcl-eval's backend takes its
   transport, and are scored by bfcl-eval's checker; `fetch_url_content` reads a page from
   a server on 127.0.0.1;
-- the real transport (`SerpApiSearch`, paced and retried by env_service/outside.py) runs
+- the real transport (`SerpApiSearch`, paced and retried by env_service/agentic/outside.py) runs
   against a fake SerpAPI on 127.0.0.1: it retries 429 and 5xx, honours Retry-After,
   paces searches across the service, and gives up with an error the service turns into
   an aborted episode (the evaluator's failed task), never into a wrong answer.
@@ -17,31 +17,30 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import importlib.util
 import json
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from agentic_scripts import agentic_service, answer_text, call, play
+from agentic_scripts import WEB_SEARCH_MISSING, agentic_service, answer_text, call, play
 
 from benchfixtures.web import network, web_server
-from env_service.outside import OutsideCalls
-from seal.bfcl import web_fetch, web_search
-from seal.bfcl.agentic import ANSWER_NOT_FOUND, PASS
+from env_service.agentic.outside import OutsideCalls
+from seal.bfcl.agentic import web_fetch, web_search
+from seal.bfcl.agentic.tasks import ANSWER_NOT_FOUND, PASS
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.tasks import load_task
 from seal.rollout.env_client import EnvServiceError
 
-MISSING = [m for m in ("serpapi", "html2text", "bs4") if importlib.util.find_spec(m) is None]
+MISSING = WEB_SEARCH_MISSING
 pytestmark = pytest.mark.skipif(
     bool(MISSING),
     reason=f"bfcl-eval's web search backend imports {', '.join(MISSING)} (the ood extra): "
     "pip install -e '.[ood]'",
 )
 RECORDING = json.loads(
-    (Path(__file__).parents[2] / "data" / "serpapi_duckduckgo_recording.json").read_text()
+    (Path(__file__).parents[3] / "data" / "serpapi_duckduckgo_recording.json").read_text()
 )
 QUICK = {
     "web_search_interval_s": 0.0,
@@ -149,7 +148,7 @@ def test_fetch_url_content_reads_a_page_through_the_backend(tmp_path, recorded_s
 def test_fetch_url_content_refuses_the_services_own_network(tmp_path, recorded_search):
     """A model cannot make the service read loopback (or any address the network does
     not allow): the call gets bfcl-eval's fetch error and nothing reaches the server
-    (tests/seal/bfcl/test_agentic_web_fetch.py has every spelling)."""
+    (tests/seal/bfcl/agentic/test_web_fetch.py has every spelling)."""
     report, hits = _fetch_local_page(tmp_path, outside=False)
     result = report["output"][1]["content"]
     assert "An error occurred while fetching" in result and "public web pages only" in result
@@ -203,7 +202,7 @@ def fake_serpapi(monkeypatch):
 
 def searched(limits: web_search.SearchLimits, *queries: str) -> list[str]:
     """The results of searches made at once, as the service makes them (paced and
-    retried on its event loop: env_service/outside.py; here in threads)."""
+    retried on its event loop: env_service/agentic/outside.py; here in threads)."""
 
     async def run() -> list[str]:
         outside = OutsideCalls(len(queries), limits, threads=True)

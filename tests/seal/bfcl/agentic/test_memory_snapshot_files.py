@@ -20,7 +20,7 @@ import pytest
 from agentic_scripts import agentic_service, notetaker, play, prereq_turns
 from conftest import Episodes, results
 
-from seal.bfcl.memory import MemorySnapshots
+from seal.bfcl.agentic.memory import MemorySnapshots
 from seal.bfcl.tasks import load_task
 
 REC_SUM = notetaker("memory_rec_sum")

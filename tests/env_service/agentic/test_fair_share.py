@@ -1,11 +1,11 @@
 """FairShare's order of grants, its accounts and a waiter that gives up (the outside-call
-pool's fairness as the service sees it: tests/env_service/test_outside.py)."""
+pool's fairness as the service sees it: tests/env_service/agentic/test_outside.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from env_service.fair_share import FairShare
+from env_service.agentic.fair_share import FairShare
 
 
 async def _queue(share: FairShare, keys: list[str], granted: list[str]) -> list[asyncio.Task]:

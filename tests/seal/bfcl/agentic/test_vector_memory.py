@@ -18,8 +18,8 @@ import json
 import pytest
 from agentic_scripts import agentic_service, answer_text, ask, notetaker, play_chain
 
-from seal.bfcl.agentic import ANSWER_NOT_FOUND, PASS
-from seal.bfcl.memory import MemorySnapshots
+from seal.bfcl.agentic.memory import MemorySnapshots
+from seal.bfcl.agentic.tasks import ANSWER_NOT_FOUND, PASS
 from seal.bfcl.tasks import load_task
 
 MISSING = [

@@ -1,8 +1,8 @@
 """Admission of BFCL V4 agentic episodes: a create the service cannot run right is refused
 (409, naming what to run or configure first), as bfcl-eval's inference loop orders them:
 a memory task waits for its scenario's prerequisite conversations and needs the snapshot
-folder (seal/bfcl/memory.py); a web-search task needs a SerpAPI key; either needs its
-optional dependencies (seal/bfcl/agentic.py)."""
+folder (seal/bfcl/agentic/memory.py); a web-search task needs a SerpAPI key; either needs its
+optional dependencies (seal/bfcl/agentic/tasks.py)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,10 @@ from pathlib import Path
 
 from env_service.episode import Episode
 from env_service.errors import ConflictError
-from seal.bfcl import memory, web_search
-from seal.bfcl.agentic import WEB_SEARCH, AgenticTask, missing_dependency
-from seal.bfcl.multi_turn import BfclTask
+from seal.bfcl.agentic import memory, web_search
+from seal.bfcl.agentic.tasks import AgenticTask, missing_dependency
 
 log = logging.getLogger("env_service")
-
-
-def is_web_search(task: BfclTask) -> bool:
-    return isinstance(task, AgenticTask) and task.kind == WEB_SEARCH
 
 
 def admit_agentic(
@@ -49,7 +44,7 @@ def admit_agentic(
 
 
 async def memory_start(task: AgenticTask) -> Path | None:
-    """The version of the memory an admitted memory episode starts from (seal.bfcl.memory),
+    """The version of the memory an admitted memory episode starts from (seal.bfcl.agentic.memory),
     read in a thread: the event loop serves every other client meanwhile. A file that
     cannot be used is a ConflictError naming it."""
     try:
@@ -70,8 +65,8 @@ def _check_scenario_lease(
     is expired (released, as by the TTL), and this create goes ahead."""
     now = time.monotonic()
     for other_id, ep in list(episodes.items()):
-        other = ep.agentic
-        if other is None or not other.is_prereq or other.chain != task.chain:
+        other = ep.task
+        if not isinstance(other, AgenticTask) or not other.is_prereq or other.chain != task.chain:
             continue
         idle = now - ep.last_step
         if idle > lease:

@@ -2,7 +2,7 @@
 
 A slow page, a huge body or an unreachable SerpAPI must not hold a worker and its other
 episodes, so each call (bfcl-eval's own `WebSearchAPI` method with the transports of
-seal/bfcl/web_search.py) runs in one of a few processes of its own, under a deadline,
+seal/bfcl/agentic/web_search.py) runs in one of a few processes of its own, under a deadline,
 never sent twice; searches are paced and retried on the event loop. A free process goes
 to the waiting episode that has held them least (fair_share.py), and a step is charged
 its calls' own time, not its wait for a process. With `threads` (the service's `workers`
@@ -22,12 +22,13 @@ import time
 from dataclasses import dataclass, field
 
 from env_service import worker
+from env_service.agentic.fair_share import FairShare
 from env_service.channel import Channel
 from env_service.execution import RunResult, StepBudget, StepTally
-from env_service.fair_share import FairShare
 from env_service.workers import WorkerError
-from seal.bfcl import web_search
-from seal.bfcl.backends import ERROR_PREFIX, Backends, format_result, preload_backends
+from seal.bfcl.agentic import web_search
+from seal.bfcl.agentic.backends import AgenticBackends, preload_web_search
+from seal.bfcl.backends import ERROR_PREFIX, format_result
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.tasks import load_task
 
@@ -46,7 +47,7 @@ text (html2text, BeautifulSoup) in the call, ~2 s a MiB here, and pages are capp
 def perform(task_id: str, call: ToolCall) -> tuple:
     """Run one call of a web-search task here: ("ok", result) or ("retry", why, wait)."""
     try:
-        return ("ok", Backends(load_task(task_id)).call(call))
+        return ("ok", AgenticBackends(load_task(task_id)).call(call))
     except web_search.RetrySearch as e:
         return ("retry", e.why, e.retry_after)
 
@@ -54,7 +55,7 @@ def perform(task_id: str, call: ToolCall) -> tuple:
 def serve(sock: socket.socket, parent_pid: int) -> None:
     """An outside-call process's loop; returns when the service closes its end."""
     worker.detach(parent_pid, [], sock.fileno())
-    preload_backends(("WebSearchAPI",))  # now, not in its first call's time
+    preload_web_search()
     while (message := worker.receive(sock)) is not None:
         request, task_id, call = message
         try:
@@ -87,7 +88,7 @@ class OutsideCalls:
         self.replaced = 0
         self.share = FairShare(processes)
         """Who gets the next free process (or thread): the episode that has held them least
-        (env_service/fair_share.py)."""
+        (env_service/agentic/fair_share.py)."""
         self._free: list[_Slot] = []
         self._next_search = 0.0
         self._requests = 0

@@ -37,12 +37,12 @@ from conftest import Episodes, results, wait_for
 
 from env_service.app import create_app
 from env_service.config import ServiceConfig
-from env_service.engine import ServiceStartError
-from seal.bfcl.agentic import ANSWER_NOT_FOUND, NO_FINAL_ANSWER, PASS
-from seal.bfcl.memory import MemorySnapshots
+from env_service.errors import ServiceStartError
+from seal.bfcl.agentic.memory import MemorySnapshots
+from seal.bfcl.agentic.tasks import ANSWER_NOT_FOUND, NO_FINAL_ANSWER, PASS
 from seal.bfcl.tasks import load_task
 from seal.rollout.env_client import EnvServiceError
-from seal.rollout.protocol import EpisodeLimits, EpisodeSettings
+from seal.service_contract import EpisodeLimits, EpisodeSettings
 
 needs_bm25 = pytest.mark.skipif(
     importlib.util.find_spec("rank_bm25") is None,

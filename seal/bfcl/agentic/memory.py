@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 
 from seal.atomic_file import write_text_atomic
-from seal.bfcl.agentic import AgenticTask
+from seal.bfcl.agentic.tasks import AgenticTask
 
 _ROOT: Path | None = None
 _ENCODER: Path | None = None

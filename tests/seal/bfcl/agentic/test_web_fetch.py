@@ -2,7 +2,7 @@
 team tried (and more), fetched by bfcl-eval's own `fetch_url_content` through the service,
 with its expected outcome (docs/web_search.md has the same table).
 
-The "outside" web is a server on 127.0.0.1 that the test network (seal.bfcl.web_fetch's
+The "outside" web is a server on 127.0.0.1 that the test network (seal.bfcl.agentic.web_fetch's
 LocalNetwork) names `outside.test` and allows; the bystanders the guard must protect are
 two other servers, on 127.0.0.1 and ::1, that nothing allows, and link-local addresses
 (a cloud's metadata server) that nothing answers at. A refused spelling must reach no
@@ -24,10 +24,10 @@ import httpx
 import pytest
 from agentic_scripts import agentic_service, call
 from conftest import Episodes, results
-from test_agentic_web_search import MISSING, RecordedSearch
+from test_web_search import MISSING, RecordedSearch
 
 from benchfixtures.web import network, web_server
-from seal.bfcl import web_fetch, web_search
+from seal.bfcl.agentic import web_fetch, web_search
 from seal.bfcl.backends import ERROR_PREFIX
 
 needs_web = pytest.mark.skipif(bool(MISSING), reason="needs the ood extra (bfcl web search)")

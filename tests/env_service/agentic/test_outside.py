@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from env_service import outside as outside_module
+from env_service.agentic import outside as outside_module
+from env_service.agentic.outside import OutsideCalls
 from env_service.execution import STEP_TIME_BUDGET, StepBudget
-from env_service.outside import OutsideCalls
-from seal.bfcl import web_search
+from seal.bfcl.agentic import web_search
 from seal.bfcl.calls import ToolCall
 
 TASK = "web_search_base_0"

@@ -153,7 +153,7 @@ def category_tasks(category: str) -> dict[str, AgenticTask]:
             config = {"WebSearchAPI": {"show_snippet": scored != "web_search_no_snippet"}}
         else:
             kind = MEMORY_PREREQ if own.endswith("_prereq") else MEMORY
-            config = {}  # made per episode: it names the snapshot folder (seal.bfcl.memory)
+            config = {}  # made per episode: it names the snapshot folder (seal.bfcl.agentic.memory)
         tasks[task_id] = AgenticTask(
             task_id=task_id,
             category=own,

@@ -5,9 +5,8 @@
     .venv/bin/python launcher.py --explain [--conf X.yaml]   # every config key, its value and meaning
     .venv/bin/python launcher.py --conf exp/SEAL.yaml --preflight   # a training run's checks only
 
-The config is exp/NAME.yaml over the defaults of seal/launch/config.py, then the overrides.
-Before the job runs, the run directory is locked and checked, the run's own service started
-with a fresh token (stopped on every exit), then the attempt recorded: docs/runs.md.
+Config: exp/NAME.yaml over seal/launch/config.py's defaults, then overrides. The run directory
+is locked and checked, its service started with a fresh token: docs/runs.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
-"""Local web servers standing in for the web-search tasks' outside web, for the tests and
-the benches (scripts/bench_env_adversarial.py, bench_outside_fairness.py), and the
-service run on a test network that reaches them.
+"""The web-search tasks' outside web, served locally: for the tests, the benches (scripts/
+bench_env_adversarial.py, bench_outside_fairness.py) and a service on a test network.
 
     with web_server() as web:            # on 127.0.0.1, a free port
         web.url("/page/tea")             # http://127.0.0.1:PORT/page/tea
-        web.hits["/page/tea"]            # requests that reached that path
-        web.order                        # every request's path, in the order they came
+        web.hits["/page/tea"]            # requests that reached that path; web.order: all
 
-Paths for a page, a slow page, a huge body (held after its first MiB while the test keeps
-`web.gate` closed: `/huge?hold=1`), a gzip bomb, a redirect and a search;
-`silent_server()` never answers; `network(...)` names them. Each path: docs/web_search.md.
+Its paths (a page, a slow page, a huge body held at `web.gate`, a gzip bomb, a redirect,
+a search), `silent_server()` and `network(...)`: docs/web_search.md.
 """
 
 from __future__ import annotations

@@ -4,12 +4,7 @@
 (env_service/worker.py) interleaves the steps and verifications of all its episodes one
 call at a time, so one costly message delays another episode's step by at most one call
 of its own, never by the whole message; without workers (env_service/in_process.py)
-the same job runs to its end in the service's process.
-
-Budgets, from ServiceConfig: each result is cut to `max_result_chars` (with a marker
-saying so); once a step's results reach `max_reply_chars`, its remaining calls are not
-run; once its calls have run for `max_seconds` (their own time, not time spent waiting
-for other episodes' calls), the step stops and its episode ends (`step_time_budget`).
+the same job runs to its end in the service's process. The budgets: `StepBudget`.
 """
 
 from __future__ import annotations
@@ -33,6 +28,12 @@ the new one, ran over the time budget of a verification (the same replay)."""
 
 @dataclass(frozen=True)
 class StepBudget:
+    """A step's budgets, from ServiceConfig: each result is cut to `max_result_chars` (with
+    a marker saying so); once a step's results reach `max_reply_chars`, its remaining calls
+    are not run; once its calls have run for `max_seconds` (their own time, not time spent
+    waiting for other episodes' calls), the step stops and its episode ends
+    (`step_time_budget`)."""
+
     max_result_chars: int
     max_reply_chars: int
     max_seconds: float

@@ -1,13 +1,11 @@
 """The episodes' backends in the service's own process (`ServiceConfig.workers == 0`).
 
-`InProcessPool` has the worker pool's interface (env_service/workers.py), so the engine
-has one way to open an episode, run its calls, ask its backends, verify it and close it,
-whichever pool it holds. Each request runs the job a worker would run
-(env_service/worker.py: the same backends, the same execution and verification steps,
-the same time budgets, a bug answered as a WorkerError), to its end, on the event loop.
-
-For tests and debugging only: a call that never returns stops the whole service (there is
-no process to kill and replace), and each call holds up every other request while it runs.
+`InProcessPool` has the worker pool's interface (env_service/workers.py), so the engine has
+one way to open an episode, run its calls, ask its backends, verify it and close it. Each
+request runs a worker's job (env_service/worker.py: the same backends, execution and
+verification steps and time budgets, a bug answered as a WorkerError) to its end, on the
+event loop. For tests and debugging only: a call that never returns stops the whole service
+(no process to kill and replace), and each call holds up every other request while it runs.
 """
 
 from __future__ import annotations

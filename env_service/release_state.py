@@ -1,16 +1,12 @@
 """The original release's capability-state file: recognised, checked, and turned into a
 failure profile by the release's guideline selection.
 
-The release's trainer persists `window_tags` / `total_tags` (tag -> {count, reward_sum})
-and, per category, `window_category_tags` / `total_category_tags` ("category::tag" ->
-the same). The service reads such a file only when its operator names it at start
-(`--capability-state`, env_service/config.py), never because a request says so; the
-wire protocol's `diagnostic_evolution` thresholds then select guidelines from it as the
-release's environment did (release/params.py: translate_params).
-
-Pure functions of the file's data, so the engine (which reads the operator's file) and
-the wire layer share them without importing each other. Errors are ValueErrors that
-say what is wrong; the caller names the file.
+The release's trainer persists `window_tags` / `total_tags` (tag -> {count, reward_sum}) and
+per category `window_category_tags` / `total_category_tags` ("category::tag" -> the same).
+The service reads one only when its operator names it at start (`--capability-state`, read
+by profile_source.py), never because a request says so; the wire's `diagnostic_evolution`
+thresholds then select guidelines as the release did (release/params.py). Pure functions,
+shared by the engine and the wire layer; errors are ValueErrors (the caller names the file).
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """The text the wire protocol speaks: for each prompt its client may ask for, how the
 system message and the observations are written and how the model's text is read.
 
-The native API sends data and its client's tool format writes and reads the text; the
-wire protocol (env_service/release/api.py) serves the original release's clients, which
-send and read text, so the service writes it, as the format of the same name would:
-
-    bfcl_qwen_fc             the paper's Qwen2.5 prompt (the release's default mode)
-    toolace_official_prompt  the release's ToolACE mode (its `tool_prompt_mode`,
-                             `tool_call_parser` and `tool_result_mode` of that name)
-    qwen2.5                  this project's richer prompt (`prompt: rich`)
-
-An episode speaks the one its settings' prompt implies (`DEFAULT`) unless the wire's
-create asks for another (env_service/release/params.py).
+The native API sends data and its client's tool format renders it; the release's clients
+(env_service/release/api.py) send and read text, so the service writes it as the format of
+the same name would: `bfcl_qwen_fc` (the paper's Qwen2.5 prompt, the release's default),
+`toolace_official_prompt` (the release's ToolACE mode) or `qwen2.5` (this project's richer
+prompt, `prompt: rich`). An episode speaks the one its settings' prompt implies (`DEFAULT`)
+unless the wire's create asks for another (env_service/release/params.py).
 """
 
 from __future__ import annotations
@@ -51,6 +46,7 @@ WIRE_TEXTS = {
     "bfcl_qwen_fc": WireText(
         paper_prompt.system_message, paper_prompt.chat_messages, paper_calls.parse_first
     ),
+    # The release's `tool_prompt_mode`, `tool_call_parser` and `tool_result_mode` of this name.
     "toolace_official_prompt": WireText(
         toolace_prompt.system_message,
         toolace_prompt.chat_messages,

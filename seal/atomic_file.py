@@ -1,13 +1,11 @@
 """Write a file so that readers see either the old file or the new one, never half.
 
-The text goes to a temporary file in the same directory (its name starts with a dot,
-so globs over the directory's results skip one a crash leaves behind), is flushed to
-disk, then renamed over the target: a rename within one filesystem is atomic on
-POSIX. Used for every result file a crash must not truncate: capability states,
-checkpoints' metadata, validation records, the metrics log when it is rewritten.
-
-`read_json` reads such a file back; a file that is missing, damaged (cut short, edited)
-or not JSON is a `StateFileError` that names it, never a bare JSONDecodeError.
+The text goes to a temporary file in the same directory (a dot name, so globs over results
+skip one a crash leaves behind), is flushed to disk, then renamed over the target: atomic
+within one POSIX filesystem. Used for every result file a crash must not truncate:
+capability states, checkpoints' metadata, validation records, the metrics log when it is
+rewritten. `read_json` reads one back; a file missing, damaged (cut short, edited) or not
+JSON is a `StateFileError` that names it, never a bare JSONDecodeError.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """The web-search tasks' outside calls (SerpAPI searches, page fetches), off the workers.
 
 A slow page, a huge body or an unreachable SerpAPI must not hold a worker and its other
-episodes, so each call (bfcl-eval's own `WebSearchAPI` method with the transports of
-seal/bfcl/agentic/web_search.py) runs in one of a few processes of its own, under a deadline,
-never sent twice; searches are paced and retried on the event loop. A free process goes
-to the waiting episode that has held them least (fair_share.py), and a step is charged
-its calls' own time, not its wait for a process. With `threads` (the service's `workers`
-0) the calls run in threads. Why and the pipe's messages: docs/web_search.md, "Where the
-calls run".
+episodes, so each call (bfcl-eval's `WebSearchAPI` method with the transports of
+seal/bfcl/agentic/web_search.py) runs in one of a few processes of its own, under a
+deadline, never sent twice; searches are paced and retried on the event loop. A free
+process goes to the waiting episode that has held them least (fair_share.py); a step is
+charged its calls' own time. With `threads` (`workers` 0) the calls run in threads. Why,
+and the pipe's messages: docs/web_search.md, "Where the calls run".
 """
 
 from __future__ import annotations

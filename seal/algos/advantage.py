@@ -1,10 +1,8 @@
 """GRPO's group-relative advantages from outcome rewards.
 
-The samples of one task form a group; a sample's advantage is its reward's distance from
-the group mean, in units of the group's (unbiased) standard deviation unless
-`norm_by_std` is off (Dr. GRPO), and every generated token of the sample carries it:
-
-    A_i = (r_i - mean(r_group)) / (std(r_group) + eps)
+The samples of one task form a group; every generated token of a sample carries its
+reward's distance from the group mean, in units of the group's (unbiased) standard
+deviation unless `norm_by_std` is off (Dr. GRPO):  A_i = (r_i - mean) / (std + eps).
 
 A group whose rewards are all equal teaches nothing and gets 0. A group of one has no
 baseline; like verl 0.9.1 we take mean 0 and std 1 there, so its advantage is its reward

@@ -2,13 +2,7 @@
 entropy bonus, and the ways token losses are aggregated into one number.
 
 All inputs are [batch, response_len] with a response mask that is 1 on generated tokens.
-For a token with ratio rho = exp(log_prob - old_log_prob) and advantage A:
-
-    clipped = max(-A * rho, -A * clip(rho, 1 - clip_low, 1 + clip_high))
-    loss    = min(clipped, -A * clip_c) if A < 0 else clipped        (dual clip)
-
-The dual clip bounds how hard one negative-advantage token whose ratio has run far above 1
-can push. The actor loss is
+The actor loss (`actor_loss`; the dual-clip policy term: `clipped_policy_loss`) is
 
     aggregate(loss) - entropy_coeff * aggregate(entropy) + kl_loss_coef * aggregate(kl(log_prob, ref))
 """
@@ -81,7 +75,14 @@ def clipped_policy_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The dual-clip PPO loss and its diagnostics: the fraction of tokens clipped by the
     ratio clip and by the dual clip, and the approximate KL to the old policy. The global
-    counts are as in `aggregate_loss`."""
+    counts are as in `aggregate_loss`. For a token with ratio rho = exp(log_prob -
+    old_log_prob) and advantage A:
+
+        clipped = max(-A * rho, -A * clip(rho, 1 - clip_low, 1 + clip_high))
+        loss    = min(clipped, -A * clip_c) if A < 0 else clipped        (dual clip)
+
+    The dual clip bounds how hard one negative-advantage token whose ratio has run far
+    above 1 can push."""
     # Clamping the log-ratio keeps exp() finite when a token's probability collapses.
     log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0)
     ratio = log_ratio.exp()

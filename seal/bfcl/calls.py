@@ -1,18 +1,11 @@
 """Tool calls as data: strict parsing of model output and of BFCL ground-truth strings.
 
-Model output uses the Qwen2.5 format, one JSON object per block:
-
-    <tool_call>
-    {"name": "cd", "arguments": {"folder": "document"}}
-    </tool_call>
-
-Each block becomes a `ToolCall` or a `CallParseError` (kept in order, so the episode can
-answer every block). Whatever the text, parsing answers: JSON the parser refuses
-(integers over Python's 4,300 digits, nesting too deep for it) and arguments nested
-deeper than `MAX_ARGUMENT_DEPTH` are parse errors, so no later step (copying,
-comparing, pickling the arguments) can hit Python's recursion limit. Ground-truth calls are BFCL call strings such as
-`mv(source='a.txt', destination='tmp')`; they are parsed with `ast` and every argument
-must be a literal, so neither side is ever executed as code.
+Model output uses the Qwen2.5 format, one JSON object per block, such as
+`<tool_call>{"name": "cd", "arguments": {"folder": "document"}}</tool_call>`. Each block
+becomes a `ToolCall` or a `CallParseError` (kept in order, so the episode can answer every
+block); whatever the text, parsing answers (`json_failure`, `MAX_ARGUMENT_DEPTH`).
+Ground-truth calls are BFCL call strings such as `mv(source='a.txt', destination='tmp')`,
+parsed with `ast`, every argument a literal, so neither side is ever executed as code.
 """
 
 from __future__ import annotations
@@ -82,7 +75,9 @@ def argument_size(value: object, max_depth: int = MAX_ARGUMENT_DEPTH) -> int:
 
 
 def json_failure(error: Exception) -> str:
-    """What the JSON parser's refusal means, for the model (or the client) to read."""
+    """What the JSON parser's refusal means, for the model (or the client) to read: JSON it
+    refuses (integers over Python's 4,300 digits, nesting too deep for it) is a parse error,
+    so no later step (copying, comparing, pickling) can hit Python's recursion limit."""
     if isinstance(error, json.JSONDecodeError):
         return f"{error.msg} at char {error.pos}"
     if isinstance(error, RecursionError):

@@ -1,13 +1,12 @@
-"""BFCL's multi-turn tasks: the task record every BFCL task is (`BfclTask`; the BFCL V4
-agentic tasks of seal/bfcl/agentic/tasks.py extend it), the error for an id that names no task,
+"""BFCL's multi-turn tasks: the task record every BFCL task is (`BfclTask`; the agentic
+tasks of seal/bfcl/agentic/tasks.py extend it), the error for an id that names no task,
 and the loader of the four multi-turn categories.
 
-A task is everything an episode needs: the user question of each turn, the backends'
-initial configuration, the involved backend classes, the tool docs visible from the
-start, the tools held out until a later turn (miss_func) and the ground-truth calls
-per turn. Data comes from the pinned bfcl-eval package (2026.3.23), loaded once per
-process and cached; ids are BFCL's own (`multi_turn_<category>_<k>`). Tasks by id, of
-any kind: seal/bfcl/tasks.py.
+A task is everything an episode needs: each turn's user question, the backends' initial
+configuration and classes, the tool docs visible from the start, the tools held out until
+a later turn (miss_func) and each turn's ground-truth calls. Data comes from the pinned
+bfcl-eval package, loaded once per process and cached; ids are BFCL's own
+(`multi_turn_<category>_<k>`). Tasks by id, of any kind: seal/bfcl/tasks.py.
 """
 
 from __future__ import annotations

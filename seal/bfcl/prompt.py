@@ -1,13 +1,12 @@
 """Prompt text of the `qwen2.5` format (this project's richer prompt), and what every
 format's prompt shares (BFCL's language hint, observations grouped into chat messages).
 
-The paper's prompt is seal/bfcl/paper_prompt.py. This one, beyond the paper (a named
-option, `tool_format: qwen2.5`; docs/paper_prompt.md): instructions before the tools, the
-tool signatures exactly as the Qwen2.5 chat template renders them from a `tools=` argument
-(JSON Schema type names, no `response` schema, BFCL's language hint), a reveal turn as a
-notice and a `<tools>` block, and tool results as the template renders consecutive `tool`
-messages. Its users: the wire protocol's `rich` prompt and the Qwen2.5 tool format
-(seal/formats/hermes.py).
+The paper's prompt is seal/bfcl/paper_prompt.py. This one is beyond the paper (a named
+option, `tool_format: qwen2.5`; docs/paper_prompt.md, "The rich prompt"): instructions
+before the tools, the tool signatures as the Qwen2.5 chat template renders a `tools=`
+argument, a reveal turn as a notice and a `<tools>` block, tool results as the template
+renders consecutive `tool` messages. Its users: the wire protocol's `rich` prompt and the
+Qwen2.5 tool format (seal/formats/hermes.py).
 """
 
 from __future__ import annotations

@@ -2,15 +2,11 @@
 
 The release's ToolACE runs (`tool_call_parser: toolace_official_prompt`, strict, with
 `reject_tool_call_with_content`) read a message as a Python-style call list
-`[f(a=1), g(b='x')]`: every outermost balanced `[...]` holding parentheses (quotes
-respected) is parsed with `ast`; a call's name is a name or a dotted attribute, its
-arguments are keywords, each a literal or else its source text as a string. A message
-with no such list is a bare call `f(a=1)`, a JSON-style call (`{"name": ..., "arguments":
-...}`, one or a list), an answer, or malformed. Text beside a call list, positional
-arguments, `**kwargs` and `<tool_call>` tags are malformed. `parse` gives the calls and,
-in the release's order and words, an error for each rule the message breaks. Nothing is
-evaluated: `ast.literal_eval` reads literals only. docs/paper_prompt.md lists where this
-departs from the release (values that are not JSON, inputs it crashed on).
+`[f(a=1), g(b='x')]`, else a bare call, a JSON-style call, an answer, or malformed (the
+rules: `parse`). `parse` gives the calls and, in the release's order and words, an error
+for each rule the message breaks. Nothing is evaluated: `ast.literal_eval` reads literals
+only. docs/paper_prompt.md lists where this departs from the release (values that are not
+JSON, inputs it crashed on).
 """
 
 from __future__ import annotations
@@ -41,7 +37,14 @@ _UNQUOTED_NAME = re.compile(r'((?:"name"|"function")\s*:\s*)([A-Za-z_][\w.]*)')
 
 def parse(text: str) -> ParsedCalls:
     """The calls of one message, in order, each rule it breaks as an error where the
-    release notes it (a message with any error runs none of its calls). [] answers."""
+    release notes it (a message with any error runs none of its calls). [] answers.
+
+    Every outermost balanced `[...]` holding parentheses (quotes respected) is parsed with
+    `ast`; a call's name is a name or a dotted attribute, its arguments are keywords, each
+    a literal or else its source text as a string. A message with no such list is a bare
+    call `f(a=1)`, a JSON-style call (`{"name": ..., "arguments": ...}`, one or a list), an
+    answer, or malformed. Text beside a call list, positional arguments, `**kwargs` and
+    `<tool_call>` tags are malformed."""
     return parse_first(text, sys.maxsize)[0]
 
 

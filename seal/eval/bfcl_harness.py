@@ -1,17 +1,12 @@
 """bfcl-eval's own multi-turn harness against a served model: the second evaluation path.
 
 What `bfcl generate` then `bfcl evaluate` do for a local model (the original release's
-scripts/test/run_bfcl_multiturn_eval.sh), through bfcl-eval 2026.3.23's functions: its
-handler for the model renders each prompt and decodes each reply, its
-`inference_multi_turn_prompting` plays the task (its step counter restarts at every user
-turn), its executor runs the calls and its `multi_turn_checker` gives the verdict, on the
-replies decoded as its eval runner decodes them (`check_entry`: its per-task rules, which
-sit in a module that imports 40 API clients; tests/seal/eval/test_bfcl_harness.py holds
-the two equal). Only the served endpoint, the
-request cap and timeout, and these differ from a `bfcl` run: each task runs as in a fresh
-BFCL process (seal.bfcl.official_executor.fresh_backends), and a decoded call the executor
-would run as Python is refused (`unsafe_call`) as bfcl refuses an undecodable reply.
-docs/evaluation.md, "bfcl-eval's own harness", sets its rules beside seal-eval's.
+scripts/test/run_bfcl_multiturn_eval.sh), through bfcl-eval's functions: its handler for
+the model renders prompts and decodes replies, `inference_multi_turn_prompting` plays the
+task, its executor runs the calls and `multi_turn_checker` gives the verdict on the replies
+decoded by its eval runner's rules (`check_entry`). What differs from a `bfcl` run (each
+task as in a fresh BFCL process, unsafe calls refused, the step counter) and why:
+docs/evaluation.md, "bfcl-eval's own harness".
 """
 
 from __future__ import annotations

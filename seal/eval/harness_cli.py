@@ -3,12 +3,11 @@ original release's second evaluation (seal/eval/bfcl_harness.py), on the paper's
 held-out tasks; records and the per-category table as `seal-eval`'s.
 
     seal-eval-bfcl --model-dir outputs/export/SEAL --bfcl-model Qwen/Qwen3-4B-Instruct-2507-FC
-    seal-eval-bfcl --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct \\
+    seal-eval-bfcl --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct \
         --tokenizer-dir /models/Qwen2.5-7B-Instruct --bfcl-model Qwen/Qwen3-4B-Instruct-2507-FC
 
-Only the argument parsing is imported at start (bfcl-eval, transformers and openai load
-when a run begins), so `--help` answers at once. docs/evaluation.md, "bfcl-eval's own
-harness", says how its rules differ from `seal-eval`'s.
+bfcl-eval, transformers and openai load when a run begins, so `--help` answers at once.
+docs/evaluation.md, "bfcl-eval's own harness", says how its rules differ from seal-eval's.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """A local OpenAI-compatible server for a model directory, started and stopped by `seal-eval`.
 
-`seal-eval --model-dir DIR` scores a Hugging Face model directory (a checkpoint, an export)
-without a server of the user's: it starts `transformers serve DIR` (transformers[serving],
-in the test extra) on a free local port, scores through it exactly as through any URL, and
-stops it on every exit. A server rather than generation in this process, because then
-the records come from the one evaluation path there is (the same requests, budget,
-preflight and records as `--base-url`), and what is scored is the model as a server
-serves it (its chat template, its generation config). For speed on GPUs serve with vLLM
-(`vllm serve DIR`) and pass `--base-url`: the records are the same.
-
-The server is stopped on every way seal-eval ends: its `finally` on an error, Ctrl-C and
-SIGTERM (seal/launch/terminate.py), and a pipe from seal-eval the server watches for kill
--9 (seal/launch/watch_parent.py). The server's log goes to OUT_DIR/model_server.log; a
-request the server fails with a 5xx (its reply is a bare "Internal Server Error") is
-reported with the exception the log ends with (`server_error`), so the cause is on the
-screen, not only "HTTP 500".
+`seal-eval --model-dir DIR` starts `transformers serve DIR` (transformers[serving]) on a
+free local port and scores through it exactly as through any URL: the records come from the
+one evaluation path, and the model is scored as a server serves it (why, and vLLM for speed:
+docs/evaluation.md). It is stopped on every way seal-eval ends: `finally`, Ctrl-C, SIGTERM
+(seal/launch/terminate.py) and kill -9 (a pipe it watches: seal/launch/watch_parent.py).
+Its log is OUT_DIR/model_server.log; a request it fails with a 5xx (a bare "Internal Server
+Error") is reported with the exception the log ends with (`server_error`).
 """
 
 from __future__ import annotations

@@ -3,12 +3,10 @@ multi-turn or BFCL V4 agentic tasks (seal/eval/evaluator.py); also `python -m
 seal.eval.score_endpoint`.
 
     python -m env_service --port 8082 &        # or pass --start-env (a token: $SEAL_ENV_TOKEN)
-    seal-eval --base-url http://127.0.0.1:8000/v1 \
-        --model Qwen/Qwen2.5-7B-Instruct --out-dir outputs/eval/qwen7b
+    seal-eval --base-url http://127.0.0.1:8000/v1         --model Qwen/Qwen2.5-7B-Instruct --out-dir outputs/eval/qwen7b
 
-The argument parsing and the printed summary; the scoring is the evaluator's. Usage for
-model directories, tool formats, --leaderboard-format, --split agentic, and the exit
-status: docs/evaluation.md.
+The argument parsing and the printed summary; the scoring is the evaluator's. Model
+directories, tool formats, --leaderboard-format, --split agentic, exit status: docs/evaluation.md.
 """
 
 import argparse

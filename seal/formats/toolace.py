@@ -2,14 +2,11 @@
 original release shows it (its ToolACE mode).
 
 The messages are the release's text (seal/bfcl/toolace_prompt.py, with the service's
-`paper` texts): the ToolACE system prompt, the questions, tool results as `ipython`
-messages. Calls are Python-style lists `[f(a=1), g(b='x')]`, read by the release's
-ToolACE rules (seal/bfcl/toolace_calls.py); a malformed message ends the episode, as
-the release's `terminate_on_parse_error` did (`end_on_malformed_call`). The conversation
-is laid out as Llama 3's chat template lays it out, by bfcl-eval's LlamaHandler (the
-`bfcl_prompt` format's layout): the release's own fallback template for Llama checkpoints
-without one renders the same text; docs/paper_prompt.md says why the model's own template
-is not used. tests/seal/bfcl/test_paper_prompt.py holds the messages to the release's renderings.
+`paper` texts; tool results as `ipython` messages); calls are Python-style lists read by the
+release's ToolACE rules (seal/bfcl/toolace_calls.py); a malformed message ends the episode,
+as the release's `terminate_on_parse_error` did (`end_on_malformed_call`). The conversation is laid out as
+Llama 3's chat template lays it out (bfcl-eval's LlamaHandler, the `bfcl_prompt` layout);
+why not the model's own template: docs/paper_prompt.md.
 """
 
 from __future__ import annotations

@@ -3,12 +3,10 @@
     async with EnvClient(url) as env:
         async with env.episode(task_id, settings) as episode:   # create
             reply = await episode.step(text, calls)             # k steps
-            ...
             evaluation = await episode.finish()
 
-It speaks data, as the native API does (rendering is the caller's tool format's job); every
-request is safe to repeat, so failures are retried, then raised: docs/design.md, "The
-episode contract".
+It speaks data (rendering is the caller's tool format's job); every request is safe to
+repeat, so failures are retried, then raised: docs/design.md, "The episode contract".
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Generation with a Hugging Face causal LM in the trainer's own process (CPU or one GPU).
 
 Episodes run concurrently on one event loop and each awaits `generate` for one prompt;
-running them one by one would leave the model at batch size 1. Requests therefore go
-into a queue, and a worker task takes up to `max_batch_size` pending ones with the same
-temperature and top-p, left-pads them, runs `model.generate` once in a thread (the loop
-keeps serving the environment meanwhile) with the largest max_new_tokens among them,
-and hands each request its own new ids, cut at its first stop token or its own
-max_new_tokens (the episode driver lowers it near the end of the context, so requests
-differ there).
+running them one by one would leave the model at batch size 1, so a worker task takes up
+to `max_batch_size` pending requests that sample alike and runs `model.generate` once for
+them in a thread (`_generate_batch`), while the loop keeps serving the environment.
 
 The model object is shared with the trainer: `set_model` swaps it (e.g. after loading
 a checkpoint); in-place weight updates need nothing, the next batch uses them.
@@ -185,6 +181,10 @@ class HFGenerator:
         return batch
 
     def _generate_batch(self, batch: list[_Request]) -> list[Generation]:
+        """One `model.generate` for the batch: left-padded prompts, the largest
+        max_new_tokens among them, and each request's own new ids, cut at its first stop
+        token or its own max_new_tokens (the episode driver lowers it near the end of the
+        context, so requests differ there)."""
         model, sampling = self.model, batch[0].sampling
         max_new_tokens = max(r.sampling.max_new_tokens for r in batch)
         device = next(model.parameters()).device

@@ -1,13 +1,12 @@
 """Scripted stand-ins for a model: fixed assistant texts or fixed generations.
 
 They isolate the service and the episode driver from model speed and randomness:
-- `run_scripted_episode` sends fixed assistant texts through the client's episode
-  lifecycle, parsed and rendered in a tool format (the ground-truth policy of
-  seal.bfcl.ground_truth drives the benchmarks, the agreement checks and the replay
-  demonstration through exactly the HTTP path a trainer uses);
-- `ScriptedGenerator` is a `Generator` that replays fixed generations (token ids), so
-  the driver plays real episodes through the real service in tests and benchmarks, and
-  its own overhead is measured without model time.
+- `run_scripted_episode` sends fixed assistant texts through the client's episode lifecycle
+  in a tool format (the ground-truth policy of seal.bfcl.ground_truth drives the benchmarks,
+  the agreement checks and the replay demonstration through a trainer's HTTP path);
+- `ScriptedGenerator` is a `Generator` that replays fixed generations (token ids), so the
+  driver plays real episodes through the real service in tests and benchmarks, and its own
+  overhead is measured without model time.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """Token ids of a chat conversation built one turn at a time from a tool format's rendering.
 
-The episode driver keeps the ids the model generated as they are and appends only the
-new messages after each generation, so an episode costs one tokenization of each
-message instead of a re-render of the whole conversation per turn, and the ids never
-drift from what the model produced (re-tokenizing generated text can give different
-ids for the same string).
-
-The text is the tool format's (seal.formats): the first prompt is its render of the
-first messages, and what follows a closed assistant turn is its render of the new
-messages cut out of a probe conversation (`ToolFormat.observation_text`), so the
-observation tokens are the format's own rendering. The tokenizer only maps text to
-ids; it must know the format's end-of-turn token as one token. The tests compare the
-result with a full re-render of real episodes.
+The episode driver keeps the ids the model generated as they are and appends only the new
+messages: one tokenization per message instead of a re-render per turn, and ids that never
+drift from what the model produced (re-tokenizing generated text can give other ids). The
+first prompt is the format's render of the first messages; what follows a closed assistant
+turn is its render of the new messages cut out of a probe conversation
+(`ToolFormat.observation_text`). The tokenizer must know the format's end-of-turn token as
+one token. The tests compare the result with a full re-render of real episodes.
 """
 
 from __future__ import annotations

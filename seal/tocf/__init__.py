@@ -1,13 +1,11 @@
 """Capability state, dynamic tag weights, failure profile and A-Patch.
 
 The package keeps the name of the original release's module (`agentevolver/module/tocf`),
-which never spells it out; read it as "the capability state and what it drives": pass
-rates per category and failure tag across training and validation (state.py), the
-dynamic tag weights and failure profile derived from them, and A-Patch (apatch.py).
-
-Importing this package stays light (no torch): the environment service uses the
-capability state and the failure profile (the tag names are seal/bfcl/tags.py). A-Patch,
-the one torch user, is imported from `seal.tocf.apatch`.
+which never spells it out; read it as "the capability state and what it drives": pass rates
+per category and failure tag across training and validation (state.py), the dynamic tag
+weights and failure profile derived from them, and A-Patch (apatch.py). Importing it stays
+light (no torch): the environment service uses the capability state and the failure
+profile (tag names: seal/bfcl/tags.py); A-Patch, the one torch user, is `seal.tocf.apatch`.
 """
 
 from seal.tocf.state import (

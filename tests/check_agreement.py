@@ -12,7 +12,7 @@ as unsolvable by construction.
 
 It lives with the tests because the official checker is a test oracle
 (tests/bfcl_official.py), never part of the product; run as a file, this folder is on
-its import path. tests/seal/bfcl/test_official_agreement.py checks a sample of the same on every test run.
+its import path. tests/seal/bfcl/test_diagnosis_official_agreement.py checks a sample of the same on every test run.
 """
 
 from __future__ import annotations

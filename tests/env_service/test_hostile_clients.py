@@ -10,7 +10,7 @@
 - Ids have a length limit, and ids an HTTP client would normalise away are refused.
 - `HEAD /healthz` answers 200.
 
-Connections that hold the service's capacity: test_hostile_connections.py.
+Connections that hold the service's capacity: test_connections.py.
 """
 
 from __future__ import annotations

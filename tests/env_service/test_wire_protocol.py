@@ -3,7 +3,7 @@ mounted by `ServiceConfig.release_protocol` (on by default), its envelope on eve
 answer, the release's text format (Qwen2.5's `<tool_call>` blocks) in and out.
 tests/env_service/test_wire_contract.py and test_wire_episodes.py play the release's trainer
 against it; the behaviour both protocols share is tested on the native API
-(tests/env_service/test_api.py and its neighbours)."""
+(tests/env_service/test_api_native.py and its neighbours)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from agentic_scripts import notetaker
 from bfcl_official import bfcl_globals_left
 from conftest import call_text, gt_turns
-from test_api import ONE_PER_CATEGORY
+from test_api_native import ONE_PER_CATEGORY
 from test_limits import EIGHTY_K_LINES, calls_text, most_calls_that_fit
 from wire_client import WireClient, tool_responses
 

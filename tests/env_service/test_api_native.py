@@ -1,6 +1,6 @@
 """The native API end to end: the ground-truth policy scores 1, turns advance, held-out
 tools come in their turn, retries are answered not rerun, and 256 concurrent episodes
-stay apart. Bad input: test_api_bad_input.py. The original release's wire protocol has
+stay apart. Bad input: test_api_native_bad_input.py. The original release's wire protocol has
 its own tests (tests/env_service/test_wire_*.py)."""
 
 import asyncio

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from conftest import gt_turns
-from test_api import ONE_PER_CATEGORY
+from test_api_native import ONE_PER_CATEGORY
 from test_evolution import BAD_CALLS, PROFILE
 from wire_client import tool_responses
 

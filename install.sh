@@ -252,7 +252,7 @@ install_flash_attn() {
 # for those layers; without it transformers and verl run their torch convolution (slower).
 # PyPI has only its source, built against the installed torch without isolation (its setup
 # fetches a matching prebuilt wheel when one exists). Not having it is not an error: this
-# says so, and so do the preflight and gpu_check (seal/trainer/checks.py).
+# says so, and so do the preflight and gpu_check (seal/trainer/preflight_rows.py).
 # SEAL_CAUSAL_CONV1D=none skips it.
 CAUSAL_CONV1D_VERSION=1.7.0
 CONV_FALLBACK="Qwen3.5's Gated DeltaNet layers will use the torch convolution (slower)"

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from seal.runs import metrics_log as M
+from seal.runs import metrics_log
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,12 +76,13 @@ def run_size(size: str, args: argparse.Namespace, output_dir: Path) -> list[dict
             f"{size}: launcher failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
         )
     rows = [
-        json.loads(line) for line in (output_dir / f"bench_gpu_{size}" / M.METRICS_FILENAME).open()
+        json.loads(line)
+        for line in (output_dir / f"bench_gpu_{size}" / metrics_log.METRICS_FILENAME).open()
     ]
     print(
         f"\n== {size}: the whole run (validation twice, {args.steps} steps, a checkpoint) {wall:.1f} s"
     )
-    return [r for r in rows if r[M.STEP] > 0]
+    return [r for r in rows if r[metrics_log.STEP] > 0]
 
 
 def main() -> None:
@@ -101,11 +102,11 @@ def main() -> None:
         sys.exit("no CUDA device: this bench measures the local trainer on a GPU")
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     columns = {
-        "rollout_s": M.TIME_ROLLOUT_S,
-        "update_s": M.TIME_UPDATE_S,
-        "rollout_gb": M.PEAK_GPU_ROLLOUT_GB,
-        "update_gb": M.PEAK_GPU_UPDATE_GB,
-        "resp_tokens": M.RESPONSE_TOKENS_MEAN,
+        "rollout_s": metrics_log.TIME_ROLLOUT_S,
+        "update_s": metrics_log.TIME_UPDATE_S,
+        "rollout_gb": metrics_log.PEAK_GPU_ROLLOUT_GB,
+        "update_gb": metrics_log.PEAK_GPU_UPDATE_GB,
+        "resp_tokens": metrics_log.RESPONSE_TOKENS_MEAN,
     }
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
@@ -113,7 +114,7 @@ def main() -> None:
             print("step " + " ".join(f"{name:>11}" for name in columns))
             for row in rows:
                 print(
-                    f"{row[M.STEP]:>4} "
+                    f"{row[metrics_log.STEP]:>4} "
                     + " ".join(f"{row[key]:>11.3f}" for key in columns.values())
                 )
             later = rows[1:] or rows
@@ -121,7 +122,7 @@ def main() -> None:
             print(
                 "med  "
                 + " ".join(f"{m:>11.3f}" for m in medians)
-                + f"   (steps {later[0][M.STEP]}-{later[-1][M.STEP]})"
+                + f"   (steps {later[0][metrics_log.STEP]}-{later[-1][metrics_log.STEP]})"
             )
 
 

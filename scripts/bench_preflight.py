@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 VERDICTS = ("preflight passed", "the preflight found")
-"""The launcher's last line on a pass, on a blocker (seal/trainer/checks.py)."""
+"""The launcher's last line on a pass, on a blocker (seal/trainer/preflight_rows.py)."""
 
 
 def children_cpu_s() -> float:

@@ -109,7 +109,7 @@ def versions(device) -> dict:
     import transformers
     from torch.nn.attention import SDPBackend
 
-    from seal.trainer.checks import linear_attention_path
+    from seal.trainer.preflight_rows import linear_attention_path
 
     facts = {
         "python": platform.python_version(),

@@ -8,7 +8,7 @@ unknown keys are errors.
 
 Each concept has one class, defined where the code that uses it lives, and that class
 is the YAML section itself: `limits`, `evolution`, `reward` (seal/service_contract.py,
-shared with the environment service), `advantage` and `loss` (seal/algos/config.py),
+shared with the environment service), `advantage` and `loss` (seal/algos/grpo_config.py),
 `apatch` (seal/tocf/apatch_config.py), `capability` (seal/tocf/state.py); the config
 modules import no torch, so composing a run config (the launcher) does not either. The sections only the trainers need are defined here. At the
 package root, below the run directory (seal/runs, which reads it), the launcher (which
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from seal.algos.config import GRPOConfig, PolicyLossConfig
+from seal.algos.grpo_config import GRPOConfig, PolicyLossConfig
 from seal.bfcl.tasks import CATEGORIES
 from seal.formats.base import ToolFormat
 from seal.formats.registry import AUTO, FORMATS, resolve
@@ -229,7 +229,7 @@ class CheckpointSettings:
     about 107 GB. false keeps every checkpoint."""
     resume: bool = False
     """Continue the run in `run_dir` from its latest checkpoint (explicit, never implied).
-    A fresh run refuses a directory holding an earlier run's state (seal/runs/checks.py)."""
+    A fresh run refuses a directory holding an earlier run's state (seal/runs/run_dir_checks.py)."""
     allow_data_order_change: bool = False
     """Resume although the data-order settings (training tasks, `data.train_batch_size`,
     `data.seed`) differ from the interrupted run's; without it such a resume is refused,

@@ -35,7 +35,7 @@ def test_every_module_lives_in_a_room_with_no_arrow_back_up_and_no_circle():
 def test_composing_a_run_config_imports_no_torch():
     """The launcher's refusals, `--explain` and every run's start compose the config
     before any trainer: with the config sections apart from the torch code
-    (seal/algos/config.py, seal/tocf/apatch_config.py) that costs no torch import (~2 s)."""
+    (seal/algos/grpo_config.py, seal/tocf/apatch_config.py) that costs no torch import (~2 s)."""
     code = (
         "import sys, launcher; launcher.compose(launcher.DEFAULT_CONF, []); "
         "print(sorted(m for m in sys.modules if m in ('torch', 'transformers')))"

@@ -95,7 +95,7 @@ def main() -> None:
     from verl.workers.utils.losses import ppo_loss
 
     import launcher
-    from seal.trainer.verl.config import compose_verl_config
+    from seal.trainer.verl.verl_config import compose_verl_config
 
     torch.manual_seed(0)
     dist.init_process_group("gloo")

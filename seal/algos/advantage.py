@@ -15,7 +15,7 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-from seal.algos.config import GRPOConfig
+from seal.algos.grpo_config import GRPOConfig
 
 
 def _dense_group_index(group_ids: Sequence[Hashable]) -> torch.Tensor:

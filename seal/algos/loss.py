@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from seal.algos.config import AGG_MODES, KL_TYPES, PolicyLossConfig
+from seal.algos.grpo_config import AGG_MODES, KL_TYPES, PolicyLossConfig
 
 
 def needs_reference(config: PolicyLossConfig) -> bool:

@@ -248,7 +248,7 @@ def start_service(
 def service_for_run(
     settings, start: bool, log_path: Path, meanwhile: Callable[[], None] = lambda: None
 ) -> Iterator[RunningService]:
-    """The run's service per its `service` settings (seal/launch/config.py): its own,
+    """The run's service per its `service` settings (seal/launch/run_config.py): its own,
     or an adopted one that proves it is the one meant; refusals come before anything is
     started or written. `meanwhile` runs once before the block: while the run's own
     service starts up (`start_service`), after an adopted one's check."""

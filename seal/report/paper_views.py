@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 
 from seal.bfcl.tags import PAPER_LABELS
 from seal.report.tables import markdown_table
-from seal.runs import metrics_log as M
+from seal.runs import metrics_log
 from seal.runs.interface_log import LAYERS
 from seal.runs.records import ValidationRecord
 
-LABEL_COLUMNS = (*PAPER_LABELS, M.UNLABELLED)
+LABEL_COLUMNS = (*PAPER_LABELS, metrics_log.UNLABELLED)
 
 
 def _share(count: int, total: int) -> str:
@@ -28,7 +28,7 @@ def validation_label_table(validation: Mapping[int, Sequence[ValidationRecord]])
     """Per validation step: failed tasks, and each label's share of them (count)."""
     rows = []
     for step, records in sorted(validation.items()):
-        failed = [r.paper_label or M.UNLABELLED for r in records if not r.score]
+        failed = [r.paper_label or metrics_log.UNLABELLED for r in records if not r.score]
         counts = Counter(failed)
         cells = [_share(counts[label], len(failed)) if failed else None for label in LABEL_COLUMNS]
         rows.append([step, f"{len(failed)}/{len(records)}", *cells])
@@ -40,10 +40,10 @@ def training_label_table(metrics: Sequence[Mapping]) -> str | None:
     `train/paper_label/*` metrics); None when the log has none."""
     rows = []
     for row in metrics:
-        shares = {k: v for k, v in row.items() if k.startswith(M.PAPER_LABEL_PREFIX)}
+        shares = {k: v for k, v in row.items() if k.startswith(metrics_log.PAPER_LABEL_PREFIX)}
         if shares:
-            cells = [shares.get(M.paper_label_key(label)) for label in LABEL_COLUMNS]
-            rows.append([row[M.STEP], *("–" if v is None else f"{v:.2f}" for v in cells)])
+            cells = [shares.get(metrics_log.paper_label_key(label)) for label in LABEL_COLUMNS]
+            rows.append([row[metrics_log.STEP], *("–" if v is None else f"{v:.2f}" for v in cells)])
     if not rows:
         return None
     return markdown_table(["step", *LABEL_COLUMNS], rows)
@@ -105,12 +105,20 @@ def guideline_recurrence(interfaces: Sequence[Mapping], metrics: Sequence[Mappin
     for row in interfaces:
         for entry in row["shown"]:
             first.setdefault((entry["tag"], entry["text"]), row["step"])
-    logged = [row for row in metrics if any(k.startswith(M.TAG_FRAC_PREFIX) for k in row)]
+    logged = [row for row in metrics if any(k.startswith(metrics_log.TAG_FRAC_PREFIX) for k in row)]
     out = []
     for (tag, text), step in sorted(first.items(), key=lambda item: (item[1], item[0])):
         # A tag absent from a step's shares did not occur in that step's rollouts.
-        before = [row.get(M.tag_frac_key(tag)) or 0.0 for row in logged if row[M.STEP] < step]
-        after = [row.get(M.tag_frac_key(tag)) or 0.0 for row in logged if row[M.STEP] >= step]
+        before = [
+            row.get(metrics_log.tag_frac_key(tag)) or 0.0
+            for row in logged
+            if row[metrics_log.STEP] < step
+        ]
+        after = [
+            row.get(metrics_log.tag_frac_key(tag)) or 0.0
+            for row in logged
+            if row[metrics_log.STEP] >= step
+        ]
         out.append(
             {
                 "tag": tag,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from seal.bfcl.tasks import CATEGORIES
 from seal.report import figure_style as style
-from seal.runs import metrics_log as M
+from seal.runs import metrics_log
 from seal.runs.interface_log import read_interfaces
 from seal.runs.records import ValidationRecord, read_val_dir
 from seal.tocf.state import STATE_FILENAME, CapabilityState
@@ -74,10 +74,12 @@ def load_run(run_dir: Path, val_dir: Path) -> RunData:
             f"no validation records in `{val_dir}`: pass rates and the paper table skipped"
         )
     metrics = []
-    if (run_dir / M.METRICS_FILENAME).exists():
-        metrics = M.read_metrics(run_dir / M.METRICS_FILENAME)
+    if (run_dir / metrics_log.METRICS_FILENAME).exists():
+        metrics = metrics_log.read_metrics(run_dir / metrics_log.METRICS_FILENAME)
     if not metrics:
-        notes.append(f"no `{M.METRICS_FILENAME}` rows: training curves and tag weights skipped")
+        notes.append(
+            f"no `{metrics_log.METRICS_FILENAME}` rows: training curves and tag weights skipped"
+        )
     capability = load_capability(run_dir)
     if capability is None:
         notes.append("no capability state (`tocf/epoch_*.json`, `capability_state.json`): skipped")
@@ -104,34 +106,39 @@ def validation_tag_shares(validation: dict[int, list[ValidationRecord]]):
 
 
 def training_tag_shares(rows: list[dict]):
-    tags = M.names_under(rows, M.TAG_FRAC_PREFIX)
-    rows = [row for row in rows if any(M.tag_frac_key(tag) in row for tag in tags)]
-    steps = [row[M.STEP] for row in rows]
+    tags = metrics_log.names_under(rows, metrics_log.TAG_FRAC_PREFIX)
+    rows = [row for row in rows if any(metrics_log.tag_frac_key(tag) in row for tag in tags)]
+    steps = [row[metrics_log.STEP] for row in rows]
     # A tag absent from a step's row did not occur in that step's rollouts.
-    shares = {tag: [row.get(M.tag_frac_key(tag)) or 0.0 for row in rows] for tag in tags}
+    shares = {tag: [row.get(metrics_log.tag_frac_key(tag)) or 0.0 for row in rows] for tag in tags}
     return steps, shares
 
 
 def training_panels(rows: list[dict]) -> list:
     """(title, y label, curves, colours) for each group of training metrics the log holds."""
     panels = []
-    rewards = {"reward (mean)": M.series(rows, M.REWARD_MEAN)}
+    rewards = {"reward (mean)": metrics_log.series(rows, metrics_log.REWARD_MEAN)}
     colors = {"reward (mean)": style.AVERAGE_COLOR}
-    logged = M.names_under(rows, M.ACCURACY_PREFIX)
+    logged = metrics_log.names_under(rows, metrics_log.ACCURACY_PREFIX)
     for category in [c for c in CATEGORIES if c in logged] + sorted(set(logged) - set(CATEGORIES)):
         label = f"accuracy {style.short_category(category)}"
-        rewards[label] = M.series(rows, M.accuracy_key(category))
+        rewards[label] = metrics_log.series(rows, metrics_log.accuracy_key(category))
         colors[label] = style.CATEGORY_COLORS.get(category)
     groups = [
         ("Rollout reward and accuracy per category", "reward / accuracy", rewards, colors),
-        ("Policy loss", "loss", {"policy": M.series(rows, M.LOSS_POLICY)}, {}),
-        ("KL loss to the reference policy", "loss", {"kl": M.series(rows, M.LOSS_KL)}, {}),
+        ("Policy loss", "loss", {"policy": metrics_log.series(rows, metrics_log.LOSS_POLICY)}, {}),
+        (
+            "KL loss to the reference policy",
+            "loss",
+            {"kl": metrics_log.series(rows, metrics_log.LOSS_KL)},
+            {},
+        ),
         (
             "Time per step",
             "seconds",
             {
-                "rollout": M.series(rows, M.TIME_ROLLOUT_S),
-                "update": M.series(rows, M.TIME_UPDATE_S),
+                "rollout": metrics_log.series(rows, metrics_log.TIME_ROLLOUT_S),
+                "update": metrics_log.series(rows, metrics_log.TIME_UPDATE_S),
             },
             {},
         ),
@@ -145,5 +152,5 @@ def training_panels(rows: list[dict]) -> list:
 
 def apatch_steps(rows: list[dict]) -> tuple[int, int]:
     """(steps A-Patch scaled advantages in, steps that say whether it did)."""
-    _, active = M.series(rows, M.APATCH_ACTIVE)
+    _, active = metrics_log.series(rows, metrics_log.APATCH_ACTIVE)
     return sum(1 for value in active if value), len(active)

@@ -54,7 +54,7 @@ from seal.report.summary import (
     summarize,
 )
 from seal.report.tables import markdown_table
-from seal.runs import metrics_log as M
+from seal.runs import metrics_log
 from seal.runs.records import read_val_dir
 from seal.trainer_config import BestRule
 
@@ -208,11 +208,11 @@ def training_sections(run: RunData, out_dir: Path) -> list[str]:
         png = plots.plot_training_curves(panels, out_dir / "training.png")
         sections.append(_figure("Training curves", png))
     weights = {
-        tag: M.series(run.metrics, M.tag_weight_key(tag))
-        for tag in M.names_under(run.metrics, M.TAG_WEIGHT_PREFIX)
+        tag: metrics_log.series(run.metrics, metrics_log.tag_weight_key(tag))
+        for tag in metrics_log.names_under(run.metrics, metrics_log.TAG_WEIGHT_PREFIX)
     }
-    mean_scale = M.series(run.metrics, M.APATCH_MEAN_SCALE)
-    scaled_frac = M.series(run.metrics, M.APATCH_SCALED_FRAC)
+    mean_scale = metrics_log.series(run.metrics, metrics_log.APATCH_MEAN_SCALE)
+    scaled_frac = metrics_log.series(run.metrics, metrics_log.APATCH_SCALED_FRAC)
     mean_scale, scaled_frac = (curve if curve[0] else None for curve in (mean_scale, scaled_frac))
     on, reported = apatch_steps(run.metrics)
     apatch_off = reported > 0 and on == 0
@@ -255,11 +255,11 @@ def settings_section(run_dir: Path, run: RunData) -> list[str]:
         on, reported = apatch_steps(run.metrics)
         if reported:
             rows.append(["A-Patch (advantage reweighting)", f"on in {on} of {reported} steps"])
-        for layer in M.names_under(run.metrics, M.LAYER_PREFIX):
-            _, shares = M.series(run.metrics, M.LAYER_PREFIX + layer)
+        for layer in metrics_log.names_under(run.metrics, metrics_log.LAYER_PREFIX):
+            _, shares = metrics_log.series(run.metrics, metrics_log.LAYER_PREFIX + layer)
             mean = sum(shares) / len(shares)
             rows.append([f"layer: {layer}", "off" if mean == 0 else f"on ({mean:.0%} of episodes)"])
-        where = f"`{M.METRICS_FILENAME}`"
+        where = f"`{metrics_log.METRICS_FILENAME}`"
     if not rows:
         return []
     return [

@@ -2,7 +2,7 @@
 
     run.py          open_run: lock, checks, set-aside, once per run (the launcher's)
     lock.py         the flock that keeps two runs of one name apart
-    checks.py       what a fresh or resumed run may find in its directory
+    run_dir_checks.py what a fresh or resumed run may find in its directory
     data_order.py   the task order of each epoch and its record (data_order.json)
     run_record.py   attempts/NNN: each start's config, command, seeds, code, packages, base model
     checkpoint.py   the local trainer's checkpoints: save, find, resume, prune

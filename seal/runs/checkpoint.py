@@ -5,7 +5,7 @@ A checkpoint directory `checkpoints/step_000010/` holds the policy (Hugging Face
 model directory as it is (`from_pretrained`, `transformers serve`, vLLM; `seal-export`
 copies the model's files alone: seal/runs/export.py), the optimizer state, `trainer_state.json` (step, epoch),
 the RNG states and what the SEAL step keeps (the capability state and the best validated
-step so far: seal/trainer/seal_step.py, which the verl trainer's checkpoints hold too). The data order is a
+step so far: seal/trainer/seal_hooks.py, which the verl trainer's checkpoints hold too). The data order is a
 function of the seed, the epoch and the step, so restoring the step restores it.
 `latest` names the newest complete checkpoint; it is written last, atomically, so a
 crash while saving leaves the previous checkpoint as the latest, and a failed write
@@ -13,7 +13,7 @@ crash while saving leaves the previous checkpoint as the latest, and a failed wr
 a `StateFileError` naming it; torch files are read as tensors and plain data only, never
 unpickled in full (a crafted file would run code at resume). torch is imported by the
 functions that save and load state, so that checking a run directory
-(seal/runs/checks.py, the launcher) imports none.
+(seal/runs/run_dir_checks.py, the launcher) imports none.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def save_checkpoint(
     tokenizer=None,
 ) -> Path:
     """Write the checkpoint of `state.step` (`save_seal(folder)` writes the SEAL step's
-    files into it: SealStep.save; the trainer's `tokenizer`, with its chat template, goes
+    files into it: SealHooks.save; the trainer's `tokenizer`, with its chat template, goes
     beside the weights): into `step_N.tmp`, flushed to disk, renamed to
     `step_N`, then `latest` is pointed at it. Killed anywhere (kill -9, power), `latest`
     still names the previous complete checkpoint; failing (ENOSPC), the partial copy is

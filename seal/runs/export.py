@@ -88,7 +88,7 @@ def verl_checkpoint(run_dir: Path, step: str) -> tuple[Path, int | None]:
 
 def best_rule_of(model_folder: Path) -> str:
     """The rule that made the checkpoint in `model_folder` the best (its seal_best.json,
-    seal/trainer/seal_step.py): `trainer.checkpoint.best_rule`; `average` for a record from
+    seal/trainer/seal_hooks.py): `trainer.checkpoint.best_rule`; `average` for a record from
     before the rule was a key (its metric, `val/average`, was the only one then)."""
     for folder in (model_folder, *model_folder.parents[:2]):  # verl: best/actor/huggingface
         if (folder / "seal_best.json").exists():

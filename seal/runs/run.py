@@ -2,7 +2,7 @@
 
 `open_run` does, once, what every run needs before its first write: the directory is
 locked (seal/runs/lock.py), and for a training run checked against what it holds
-(seal/runs/checks.py: a fresh run refuses an earlier run's state, a resume needs its state
+(seal/runs/run_dir_checks.py: a fresh run refuses an earlier run's state, a resume needs its state
 and the same data order), and the files of a resumed run that never reached its first
 checkpoint are set aside; a caller's own check (the launcher's: a resume keeps the
 recorded config, seal/launch/resume.py) runs under the lock before that first write. The
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from seal.runs.checks import check_run_dir, set_aside_unfinished_attempt
 from seal.runs.data_order import record_data_order
 from seal.runs.lock import LOCK_FILENAME, RunDirLock, lock_run_dir
+from seal.runs.run_dir_checks import check_run_dir, set_aside_unfinished_attempt
 
 if TYPE_CHECKING:  # the run config's `trainer` section; read, never built, here
     from seal.trainer_config import TrainerConfig

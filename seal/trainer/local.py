@@ -3,7 +3,7 @@
 One step (`train_step`), as in the paper: roll out `batch` tasks x `n` samples against the
 environment service -> the service diagnoses each episode -> the capability state updates
 the tag weights -> GRPO advantages -> A-Patch -> the actor update (clipped loss + KL) ->
-the failure profile goes back to the service. What SEAL adds is the `SealStep` both
+the failure profile goes back to the service. What SEAL adds is the `SealHooks` both
 trainers call. Validation, checkpoints, precision and the simplifications, named:
 docs/design.md, "The paper's recipe".
 """
@@ -29,7 +29,7 @@ from seal.rollout.env_client import EnvClient, EnvClientSettings
 from seal.rollout.hf_generator import HFGenerator
 from seal.rollout.turn_tokens import turn_tokenizer
 from seal.runs import checkpoint as ckpt
-from seal.runs import metrics_log as M
+from seal.runs import metrics_log
 from seal.runs.data_order import epoch_order, task_ids_of
 from seal.runs.records import ValidationRecord, evaluation_record, write_step
 from seal.runs.run import Run, open_run
@@ -47,7 +47,7 @@ from seal.trainer.model import (
 )
 from seal.trainer.precision import MixedPrecision
 from seal.trainer.response_cut import ResponseCut
-from seal.trainer.seal_step import SealStep
+from seal.trainer.seal_hooks import SealHooks
 from seal.trainer.update import batch_logprobs, policy_update, response_mask_matrix
 from seal.trainer_config import ModelSettings, TrainerConfig
 
@@ -123,7 +123,7 @@ class LocalTrainer:
             with_logprobs=False,
         )
         self.state = ckpt.TrainerState()
-        self.seal = SealStep(run_dir, cfg, self.env_url, self.client, self.token)
+        self.seal = SealHooks(run_dir, cfg, self.env_url, self.client, self.token)
         self.failed_episodes = 0
         """Episodes of the last rollout that failed twice and were left out."""
         if resume_from is not None:
@@ -135,9 +135,9 @@ class LocalTrainer:
         self.val_ids = task_ids_of(cfg.data.val_file, cfg.data.max_val_tasks)
         self.steps_per_epoch = max(1, len(self.train_ids) // cfg.data.train_batch_size)
         self.total_steps = cfg.total_steps or cfg.total_epochs * self.steps_per_epoch
-        wandb = M.WandbSettings(cfg.logging.wandb, cfg.logging.project, asdict(cfg))
+        wandb = metrics_log.WandbSettings(cfg.logging.wandb, cfg.logging.project, asdict(cfg))
         resume_step = self.state.step if resume_from else None
-        self.log = M.MetricsWriter(run_dir, resume_step=resume_step, wandb=wandb)
+        self.log = metrics_log.MetricsWriter(run_dir, resume_step=resume_step, wandb=wandb)
         """The run's metrics.jsonl (and wandb, `trainer.logging`)."""
 
     def _new_optimizer(self) -> torch.optim.Optimizer:
@@ -192,14 +192,17 @@ class LocalTrainer:
         # 5. Close the loop: the service's guidelines follow the current failure profile.
         self.seal.close_loop()
         t2, update_peak = time.perf_counter(), gpu_peak_gb(self.policy)
-        peaks = {M.PEAK_GPU_ROLLOUT_GB: rollout_peak, M.PEAK_GPU_UPDATE_GB: update_peak}
+        peaks = {
+            metrics_log.PEAK_GPU_ROLLOUT_GB: rollout_peak,
+            metrics_log.PEAK_GPU_UPDATE_GB: update_peak,
+        }
         return {
-            **M.episode_metrics(episodes, samples),
-            M.FAILED_EPISODES: float(self.failed_episodes),
+            **metrics_log.episode_metrics(episodes, samples),
+            metrics_log.FAILED_EPISODES: float(self.failed_episodes),
             **seal_metrics,
             **update_metrics,
-            M.TIME_ROLLOUT_S: t1 - t0,
-            M.TIME_UPDATE_S: t2 - t1,
+            metrics_log.TIME_ROLLOUT_S: t1 - t0,
+            metrics_log.TIME_UPDATE_S: t2 - t1,
             **{key: gb for key, gb in peaks.items() if gb is not None},
         }
 
@@ -251,7 +254,9 @@ class LocalTrainer:
         )
         records = [validation_record(s, step) for s in samples]
         write_step(self.run_dir / "validation", step, records, overwrite=True)
-        return M.validation_metrics(records) | {M.VAL_FAILED_EPISODES: self.failed_episodes}
+        return metrics_log.validation_metrics(records) | {
+            metrics_log.VAL_FAILED_EPISODES: self.failed_episodes
+        }
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -287,7 +292,7 @@ class LocalTrainer:
             self.log.write(state.step, metrics)
             progress.write(_console_line(state.step, metrics))
             progress.update(1)
-            progress.set_postfix(reward=f"{metrics[M.REWARD_MEAN]:.3f}")
+            progress.set_postfix(reward=f"{metrics[metrics_log.REWARD_MEAN]:.3f}")
             if last or (cfg.checkpoint.save_freq and state.step % cfg.checkpoint.save_freq == 0):
                 self._save()
         progress.close()
@@ -333,21 +338,23 @@ def run_local_training(cfg, env_url: str, run: Run, split_file: Path) -> str:
 def _console_line(step: int, m: dict[str, float]) -> str:
     """The step's line: reward, accuracy, A-Patch's mean scale or "apatch off", the layers
     its training episodes had on ("layers none" when off), losses, times, validation."""
-    keys = {"reward": M.REWARD_MEAN, "acc": M.ACCURACY}
+    keys = {"reward": metrics_log.REWARD_MEAN, "acc": metrics_log.ACCURACY}
     later = {
-        "pg": M.LOSS_POLICY,
-        "kl": M.LOSS_KL,
+        "pg": metrics_log.LOSS_POLICY,
+        "kl": metrics_log.LOSS_KL,
         "clip": "actor/pg_clipfrac",
-        "rollout_s": M.TIME_ROLLOUT_S,
-        "update_s": M.TIME_UPDATE_S,
-        "val_avg": M.VAL_AVERAGE,
+        "rollout_s": metrics_log.TIME_ROLLOUT_S,
+        "update_s": metrics_log.TIME_UPDATE_S,
+        "val_avg": metrics_log.VAL_AVERAGE,
     }
     parts = [f"{name} {m[key]:.4g}" for name, key in keys.items() if key in m]
-    if M.APATCH_ACTIVE in m:
-        on = m[M.APATCH_ACTIVE] and M.APATCH_MEAN_SCALE in m
-        parts.append(f"apatch scale {m[M.APATCH_MEAN_SCALE]:.4g}" if on else "apatch off")
+    if metrics_log.APATCH_ACTIVE in m:
+        on = m[metrics_log.APATCH_ACTIVE] and metrics_log.APATCH_MEAN_SCALE in m
+        parts.append(f"apatch scale {m[metrics_log.APATCH_MEAN_SCALE]:.4g}" if on else "apatch off")
     layers = {
-        k.removeprefix(M.LAYER_PREFIX): v for k, v in m.items() if k.startswith(M.LAYER_PREFIX)
+        k.removeprefix(metrics_log.LAYER_PREFIX): v
+        for k, v in m.items()
+        if k.startswith(metrics_log.LAYER_PREFIX)
     }
     if layers:
         shown = [

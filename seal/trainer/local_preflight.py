@@ -1,7 +1,7 @@
 """The local trainer's preflight: is the model on this machine's disk (model_files.py), and
 do it and the `trainer` section fit the one GPU it trains on? Checked before any weight
 loads (LocalTrainer) and by `launcher.py --preflight` for a `local` job, from the model's
-config alone (memory.py's estimate). A refusal names the download command, or what would
+config alone (gpu_memory.py's estimate). A refusal names the download command, or what would
 fit: a model of at most so many parameters of this shape, or verl on one GPU with its
 parameters and optimizer offloaded to the CPU.
 """
@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seal.trainer.checks import (
+from seal.trainer.gpu_memory import (
+    CUDA_CONTEXT_GIB,
+    GIB,
+    LocalShape,
+    ModelShape,
+    largest_local_model,
+    local_trainer_memory,
+)
+from seal.trainer.model_files import local_model_dir, model_files_check
+from seal.trainer.preflight_rows import (
     BLOCKER,
     OK,
     SKIP,
@@ -20,15 +29,6 @@ from seal.trainer.checks import (
     raise_on_blockers,
     render,
 )
-from seal.trainer.memory import (
-    CUDA_CONTEXT_GIB,
-    GIB,
-    LocalShape,
-    ModelShape,
-    largest_local_model,
-    local_trainer_memory,
-)
-from seal.trainer.model_files import local_model_dir, model_files_check
 
 VERL_ON_ONE_GPU = (
     "-- job=verl verl.n_gpus_per_node=1 verl.param_offload=true verl.optimizer_offload=true"
@@ -117,7 +117,7 @@ def refuse_if_it_cannot_fit(t) -> None:
     checks = local_checks(t)
     if any(c.status == BLOCKER for c in checks):
         print(render(checks))
-    raise_on_blockers(checks, "estimates: seal/trainer/memory.py")
+    raise_on_blockers(checks, "estimates: seal/trainer/gpu_memory.py")
 
 
 def run_local_preflight(cfg, env_url: str, run, split_file: Path) -> None:
@@ -126,5 +126,5 @@ def run_local_preflight(cfg, env_url: str, run, split_file: Path) -> None:
 
     checks = local_checks(OmegaConf.to_object(cfg.trainer))
     print(render(checks))
-    raise_on_blockers(checks, "estimates: seal/trainer/memory.py")
+    raise_on_blockers(checks, "estimates: seal/trainer/gpu_memory.py")
     print(f"[local] preflight passed: no blocker in {len(checks)} checks")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from seal import commands
 from seal.formats.registry import TINY_MODEL, TINY_QWEN35
-from seal.trainer.checks import BLOCKER, OK, Check, PreflightFailed
+from seal.trainer.preflight_rows import BLOCKER, OK, Check, PreflightFailed
 
 MODEL_FILES = "model files"
 """The preflight row of the model's presence."""

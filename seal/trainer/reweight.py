@@ -1,4 +1,4 @@
-"""The math of the SEAL step (seal/trainer/seal_step.py calls it for both trainers).
+"""The math of the SEAL step (seal/trainer/seal_hooks.py calls it for both trainers).
 
 After GRPO has normalised the rewards within each task's group, the capability state
 observes every sample's outcome and turn tags, moves the dynamic tag weights, and

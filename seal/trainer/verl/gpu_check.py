@@ -5,7 +5,7 @@
 Prints one line per item and exits 1 naming what failed: torch with its CUDA and the GPUs it
 sees, vLLM, flash-attn or the sdpa fallback the launcher will choose (attention.py), and the
 SEAL plugin's registrations with verl (plugin.py), and how transformers will run Qwen3.5's
-Gated DeltaNet layers (seal/trainer/checks.py: its fast path, or the slow torch fallback).
+Gated DeltaNet layers (seal/trainer/preflight_rows.py: its fast path, or the slow torch fallback).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def main() -> int:
     from seal.trainer.verl.attention import choose_attention, flash_attn_version
 
     print(f"attention: {choose_attention('cuda', flash_attn_version()).reason}")
-    from seal.trainer.checks import linear_attention_path
+    from seal.trainer.preflight_rows import linear_attention_path
 
     # Not a failure: models without Gated DeltaNet layers never use these kernels.
     print(f"Gated DeltaNet layers (Qwen3.5, Qwen3-Next): {linear_attention_path()[1]}")

@@ -20,14 +20,14 @@ from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
 from seal.runs.run import Run
 from seal.runs.run_record import model_identity, record_base_model
-from seal.trainer.checks import raise_on_blockers, render
 from seal.trainer.model import TINY_MODELS, save_tiny_model
+from seal.trainer.preflight_rows import raise_on_blockers, render
 from seal.trainer.verl.attention import choose_attention, flash_attn_version
-from seal.trainer.verl.config import compose_verl_config, model_path, tiny_model_dir
 from seal.trainer.verl.cpu.shm import remove_new_segments, segments
 from seal.trainer.verl.plugin import check_registrations
 from seal.trainer.verl.preflight import run_preflight
 from seal.trainer.verl.ray_init import joins_cluster, start_ray, worker_env
+from seal.trainer.verl.verl_config import compose_verl_config, model_path, tiny_model_dir
 
 
 def prepare(cfg, env_url: str, run_dir: Path):

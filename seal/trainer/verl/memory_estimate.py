@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from seal.trainer.memory import (
+from seal.trainer.gpu_memory import (
     CUDA_CONTEXT_GIB,
     DYNAMIC_HEADROOM,
     GIB,

@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from seal.trainer.checks import OK
 from seal.trainer.model_files import ModelNotLocal, local_model_dir
+from seal.trainer.preflight_rows import OK
 
 PROBE_TIMEOUT_S = 120.0
 """A node whose probe has not answered by then is reported as failed."""

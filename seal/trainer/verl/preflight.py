@@ -14,7 +14,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from seal.trainer.checks import (
+from seal.trainer.gpu_memory import GIB, ModelShape
+from seal.trainer.model_files import download_command
+from seal.trainer.preflight_rows import (
     BLOCKER,
     OK,
     SKIP,
@@ -22,9 +24,6 @@ from seal.trainer.checks import (
     Check,
     linear_attention_check,
 )
-from seal.trainer.memory import GIB, ModelShape
-from seal.trainer.model_files import download_command
-from seal.trainer.verl.config import CPUS_PER_GPU, reserved_cpus
 from seal.trainer.verl.memory_estimate import RunShape, kv_tokens_at, memory_estimate
 from seal.trainer.verl.node_facts import (
     ModelNotLocal,
@@ -35,6 +34,7 @@ from seal.trainer.verl.node_facts import (
     local_model_dir,
     this_node_facts,
 )
+from seal.trainer.verl.verl_config import CPUS_PER_GPU, reserved_cpus
 
 MIN_DRIVER = 580
 """CUDA 13.0's minimum Linux driver (install.sh checks it too)."""

@@ -1,6 +1,6 @@
 """The `seal` section of a verl config: what verl's own keys cannot hold.
 
-The launcher writes it from the run config (seal/trainer/verl/config.py); the agent loop
+The launcher writes it from the run config (seal/trainer/verl/verl_config.py); the agent loop
 and the SEAL trainer read it with `from_config`. It carries the run's whole `trainer`
 section, so the episode limits, observation layers, reward, A-Patch and capability
 settings are the very objects the local trainer reads. Where verl has its own key for a

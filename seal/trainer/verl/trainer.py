@@ -28,7 +28,7 @@ from seal.atomic_file import write_json_atomic
 from seal.rollout.env_client import is_healthy
 from seal.runs.metrics_log import MetricsWriter, validation_metrics
 from seal.runs.records import ValidationRecord, evaluation_record, write_step
-from seal.trainer.seal_step import BEST_FILE, SealStep
+from seal.trainer.seal_hooks import BEST_FILE, SealHooks
 from seal.trainer.verl.episode_fields import EpisodeFields
 from seal.trainer.verl.sampler import EpochOrderSampler
 from seal.trainer.verl.section import SealSection
@@ -38,11 +38,11 @@ BEST_DIR = "best"
 """checkpoints/best: hard links to the files of the best validated checkpoint."""
 
 
-def _of_seal_step(name: str) -> property:
-    """The SEAL step's attribute `name`, where verl's hooks and their tests look for it."""
+def _of_seal_hooks(name: str) -> property:
+    """The SEAL hooks' attribute `name`, where verl's hooks and their tests look for it."""
     return property(
-        lambda self: getattr(self.seal_step, name),
-        lambda self, value: setattr(self.seal_step, name, value),
+        lambda self: getattr(self.seal_hooks, name),
+        lambda self, value: setattr(self.seal_hooks, name, value),
     )
 
 
@@ -69,16 +69,16 @@ class SealPPOTrainer(PPOTrainerSync):
                 "validation records from verl's validation dump"
             )
         # Its capability state is opened by _load_checkpoint; the token is $SEAL_ENV_TOKEN.
-        self.seal_step = SealStep(
+        self.seal_hooks = SealHooks(
             self.run_dir, self.trainer_cfg, self.seal.env_url, self.seal.client
         )
         self._resumed_from_step = 0
         self._val_metrics: dict[str, float] = {}
         self.metrics_log: MetricsWriter | None = None  # opened by _load_checkpoint
 
-    capability = _of_seal_step("capability")
-    capability_path = _of_seal_step("capability_path")
-    best = _of_seal_step("best")
+    capability = _of_seal_hooks("capability")
+    capability_path = _of_seal_hooks("capability_path")
+    best = _of_seal_hooks("best")
 
     def fit(self, agent_loop_manager):
         try:
@@ -129,7 +129,7 @@ class SealPPOTrainer(PPOTrainerSync):
         samples = [
             EpisodeFields.from_extra_fields(extras[i]).outcome(float(rewards[i])) for i in real
         ]
-        patched, seal_metrics = self.seal_step.reweight(
+        patched, seal_metrics = self.seal_hooks.reweight(
             samples,
             advantages[real],
             mask[real],
@@ -147,18 +147,18 @@ class SealPPOTrainer(PPOTrainerSync):
         )
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
         metrics.update(seal_metrics)
-        self.seal_step.close_loop()
+        self.seal_hooks.close_loop()
         metrics["seal/step_s"] = time.perf_counter() - start
         return batch
 
     def on_step_begin(self):
         super().on_step_begin()
-        self.seal_step.begin_epoch((self.global_steps - 1) // self.steps_per_epoch)
+        self.seal_hooks.begin_epoch((self.global_steps - 1) // self.steps_per_epoch)
 
     def on_step_end(self):
         super().on_step_end()
         if self.global_steps >= self.total_training_steps:  # verl's fit returns after it
-            self.seal_step.finish()
+            self.seal_hooks.finish()
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
@@ -184,7 +184,7 @@ class SealPPOTrainer(PPOTrainerSync):
         self._track_best(self._val_metrics)
 
     def _track_best(self, val_metrics: dict[str, float]) -> None:
-        if not self.seal_step.validated(self.global_steps, val_metrics):
+        if not self.seal_hooks.validated(self.global_steps, val_metrics):
             return
         # fit() saves a step's checkpoint before validating it, so it exists here when
         # save_freq divides test_freq (step 0 is the base model: nothing to keep).
@@ -208,7 +208,7 @@ class SealPPOTrainer(PPOTrainerSync):
 
     def _save_checkpoint(self):
         super()._save_checkpoint()
-        self.seal_step.save(self._checkpoint_folder(self.global_steps))
+        self.seal_hooks.save(self._checkpoint_folder(self.global_steps))
 
     def _load_checkpoint(self):
         super()._load_checkpoint()  # sets global_steps (0 on a fresh start)
@@ -218,14 +218,14 @@ class SealPPOTrainer(PPOTrainerSync):
         # No wandb settings: verl's Tracking (trainer.logger) logs the same metrics there.
         self.metrics_log = MetricsWriter(self.run_dir, resume_step=resume_step)
         if not resumed:  # refuses a run_dir that holds another run's state
-            self.seal_step.start()
+            self.seal_hooks.start()
         else:
             folder = self._checkpoint_folder(self.global_steps)
-            self.seal_step.restore(folder)  # the capability state and the best step
+            self.seal_hooks.restore(folder)  # the capability state and the best step
             # The service may be a fresh one: give it the profile the next step's
             # training episodes would have had in the uninterrupted run.
             if self.trainer_cfg.rollout.push_profile:
-                self.seal_step.push_profile()
+                self.seal_hooks.push_profile()
 
 
 class EnvServiceUnavailable(RuntimeError):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from seal.launch.config import RunConfig
 from seal.launch.config_docs import describe, field_docs, render, undocumented
+from seal.launch.run_config import RunConfig
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))

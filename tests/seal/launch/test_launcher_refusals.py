@@ -17,8 +17,8 @@ sys.path.insert(0, str(REPO))
 import launcher  # noqa: E402
 from seal import commands  # noqa: E402
 from seal.runs import checkpoint as ckpt  # noqa: E402
-from seal.runs.checks import check_run_dir  # noqa: E402
 from seal.runs.data_order import DATA_ORDER_FILENAME, DataOrderChanged, data_order  # noqa: E402
+from seal.runs.run_dir_checks import check_run_dir  # noqa: E402
 from seal.tocf.state import STATE_FILENAME, CapabilityState  # noqa: E402
 
 CPU = REPO / "exp/cpu_default.yaml"

@@ -13,7 +13,7 @@ from seal.report import figure_style, plots
 from seal.report.cli import main
 from seal.report.run_data import EmptyRunError, training_tag_shares, validation_tag_shares
 from seal.report.run_page import write_report
-from seal.runs import metrics_log as M
+from seal.runs import metrics_log
 from seal.runs.interface_log import write_interface
 from seal.runs.records import ValidationRecord, read_val_dir, write_step
 from seal.tocf.state import STATE_FILENAME, CapabilityState, TrajectoryOutcome
@@ -61,7 +61,7 @@ def write_validation(run_dir):
 def write_training(run_dir):
     """21 steps of metrics and an epoch summary, both made with the real capability state."""
     state = CapabilityState()
-    with M.MetricsWriter(run_dir) as log:
+    with metrics_log.MetricsWriter(run_dir) as log:
         for step in range(1, 22):
             tags = [["pass", "spurious_tool_call"], ["empty_turn_model_response", "pass"]]
             if step > 10:
@@ -91,16 +91,16 @@ def write_training(run_dir):
             log.write(
                 step,
                 {
-                    M.REWARD_MEAN: step / 40,
-                    M.accuracy_key(CATEGORIES[0]): step / 30,
-                    **M.tag_fractions(tags),
+                    metrics_log.REWARD_MEAN: step / 40,
+                    metrics_log.accuracy_key(CATEGORIES[0]): step / 30,
+                    **metrics_log.tag_fractions(tags),
                     **state.metrics(),
-                    M.APATCH_MEAN_SCALE: 1.2,
-                    M.APATCH_SCALED_FRAC: 0.5,
-                    M.LOSS_POLICY: -0.01,
-                    M.LOSS_KL: 0.001,
-                    M.TIME_ROLLOUT_S: 30.0,
-                    **(M.label_fractions(failed) if failed else {}),
+                    metrics_log.APATCH_MEAN_SCALE: 1.2,
+                    metrics_log.APATCH_SCALED_FRAC: 0.5,
+                    metrics_log.LOSS_POLICY: -0.01,
+                    metrics_log.LOSS_KL: 0.001,
+                    metrics_log.TIME_ROLLOUT_S: 30.0,
+                    **(metrics_log.label_fractions(failed) if failed else {}),
                 },
             )
     write_epoch_summary(state, run_dir / "tocf")
@@ -218,7 +218,7 @@ def test_tag_shares_per_step_sum_to_one(run_dir):
     for k in range(3):
         assert sum(share[k] for share in shares.values()) == pytest.approx(1.0)
 
-    steps, shares = training_tag_shares(M.read_metrics(run_dir))
+    steps, shares = training_tag_shares(metrics_log.read_metrics(run_dir))
     assert steps == list(range(1, 22))
     assert shares["empty_turn_model_response"][0] == 0.25
     # A tag that did not occur in a step counts 0 there.
@@ -322,7 +322,7 @@ def test_a_run_with_a_patch_and_the_layers_off_is_shown_as_such(tmp_path, monkey
     )
     state = CapabilityState()
     off = APatchConfig(enable=False)
-    with M.MetricsWriter(tmp_path) as log:
+    with metrics_log.MetricsWriter(tmp_path) as log:
         for step in range(1, 4):
             tags = [["empty_turn_model_response"], ["pass"]]
             for k, sample_tags in enumerate(tags):
@@ -335,7 +335,7 @@ def test_a_run_with_a_patch_and_the_layers_off_is_shown_as_such(tmp_path, monkey
             _, apatch = apply_apatch(advantages, torch.ones(2, 1), tags, off, step=step,
                                      weights=state.weights)  # fmt: skip
             interface = {"episodes": 2, "layers": dict(NO_LAYERS)}
-            log.write(step, {**state.metrics(), **apatch, **M.layer_metrics(interface)})
+            log.write(step, {**state.metrics(), **apatch, **metrics_log.layer_metrics(interface)})
     titles = []
     save = plots._save
 

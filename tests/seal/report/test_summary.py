@@ -347,7 +347,7 @@ def test_the_trainer_s_best_step_is_the_report_s(tmp_path):
     `keep_only_best`) is the step the report stars, ties and float sums included: a flat
     run and the two orders of the float-unequal tie above."""
     from seal.runs.metrics_log import validation_metrics
-    from seal.trainer.seal_step import SealStep
+    from seal.trainer.seal_hooks import SealHooks
     from seal.trainer_config import TrainerConfig
 
     runs = [
@@ -365,7 +365,7 @@ def test_the_trainer_s_best_step_is_the_report_s(tmp_path):
         cfg.checkpoint.best_rule = name
         for k, counts in enumerate(runs):
             steps = {step: step_records(step, c) for step, c in counts.items()}
-            trainer = SealStep(tmp_path / name / str(k), cfg, "http://127.0.0.1:1")
+            trainer = SealHooks(tmp_path / name / str(k), cfg, "http://127.0.0.1:1")
             for step in sorted(steps):
                 trainer.validated(step, validation_metrics(steps[step]))
             assert trainer.best["step"] == best_step(summarize(steps), rule), (name, counts)

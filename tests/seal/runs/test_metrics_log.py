@@ -10,73 +10,85 @@ import pytest
 import torch
 
 from seal.algos.loss import PolicyLossConfig, actor_loss
-from seal.runs import metrics_log as M
+from seal.runs import metrics_log
 from seal.tocf.apatch import APatchConfig, apply_apatch
 from seal.tocf.state import CapabilityState, TrajectoryOutcome
 
 
 def write_steps(run_dir, steps, resume_step=None):
-    with M.MetricsWriter(run_dir, resume_step=resume_step) as log:
+    with metrics_log.MetricsWriter(run_dir, resume_step=resume_step) as log:
         for step in steps:
-            log.write(step, {M.REWARD_MEAN: step / 10, M.LOSS_KL: step})
+            log.write(step, {metrics_log.REWARD_MEAN: step / 10, metrics_log.LOSS_KL: step})
 
 
 def test_rows_round_trip_with_numbers_as_written(tmp_path):
-    with M.MetricsWriter(tmp_path) as log:
-        log.write(1, {M.REWARD_MEAN: 0.25, "train/num_samples": 256, M.LOSS_POLICY: math.nan})
-        log.write(2, {M.REWARD_MEAN: 0.5})
-    rows = M.read_metrics(tmp_path)
+    with metrics_log.MetricsWriter(tmp_path) as log:
+        log.write(
+            1,
+            {
+                metrics_log.REWARD_MEAN: 0.25,
+                "train/num_samples": 256,
+                metrics_log.LOSS_POLICY: math.nan,
+            },
+        )
+        log.write(2, {metrics_log.REWARD_MEAN: 0.5})
+    rows = metrics_log.read_metrics(tmp_path)
     assert rows == [
-        {"step": 1, M.REWARD_MEAN: 0.25, "train/num_samples": 256, M.LOSS_POLICY: None},
-        {"step": 2, M.REWARD_MEAN: 0.5},
+        {
+            "step": 1,
+            metrics_log.REWARD_MEAN: 0.25,
+            "train/num_samples": 256,
+            metrics_log.LOSS_POLICY: None,
+        },
+        {"step": 2, metrics_log.REWARD_MEAN: 0.5},
     ]
     assert isinstance(rows[0]["train/num_samples"], int)
     # The file is plain JSON (no NaN token) that any reader accepts.
-    text = (tmp_path / M.METRICS_FILENAME).read_text()
+    text = (tmp_path / metrics_log.METRICS_FILENAME).read_text()
     assert "NaN" not in text and [json.loads(line) for line in text.splitlines()] == rows
-    steps, values = M.series(rows, M.LOSS_POLICY)
+    steps, values = metrics_log.series(rows, metrics_log.LOSS_POLICY)
     assert steps == [1] and math.isnan(values[0])
-    assert M.series(rows, M.REWARD_MEAN) == ([1, 2], [0.25, 0.5])
+    assert metrics_log.series(rows, metrics_log.REWARD_MEAN) == ([1, 2], [0.25, 0.5])
 
 
 def test_rows_are_on_disk_after_each_write(tmp_path):
-    log = M.MetricsWriter(tmp_path)
-    log.write(1, {M.REWARD_MEAN: 0.1})
-    assert M.read_metrics(tmp_path) == [{"step": 1, M.REWARD_MEAN: 0.1}]
+    log = metrics_log.MetricsWriter(tmp_path)
+    log.write(1, {metrics_log.REWARD_MEAN: 0.1})
+    assert metrics_log.read_metrics(tmp_path) == [{"step": 1, metrics_log.REWARD_MEAN: 0.1}]
     log.close()
 
 
 def test_new_run_refuses_an_existing_log(tmp_path):
     write_steps(tmp_path, [1, 2])
     with pytest.raises(FileExistsError, match="resume"):
-        M.MetricsWriter(tmp_path)
+        metrics_log.MetricsWriter(tmp_path)
 
 
 def test_resume_drops_rows_after_the_resumed_step_and_appends(tmp_path):
     write_steps(tmp_path, [1, 2, 3, 4, 5])
-    with M.MetricsWriter(tmp_path, resume_step=3) as log:
-        assert [row["step"] for row in M.read_metrics(tmp_path)] == [1, 2, 3]
+    with metrics_log.MetricsWriter(tmp_path, resume_step=3) as log:
+        assert [row["step"] for row in metrics_log.read_metrics(tmp_path)] == [1, 2, 3]
         with pytest.raises(ValueError, match="after step 3"):
-            log.write(3, {M.REWARD_MEAN: 0.0})
-        log.write(4, {M.REWARD_MEAN: 0.99})
-    rows = M.read_metrics(tmp_path)
+            log.write(3, {metrics_log.REWARD_MEAN: 0.0})
+        log.write(4, {metrics_log.REWARD_MEAN: 0.99})
+    rows = metrics_log.read_metrics(tmp_path)
     assert [row["step"] for row in rows] == [1, 2, 3, 4]
-    assert rows[-1][M.REWARD_MEAN] == 0.99
+    assert rows[-1][metrics_log.REWARD_MEAN] == 0.99
 
 
 def test_resume_without_a_log_starts_one(tmp_path):
     write_steps(tmp_path, [8, 9], resume_step=7)
-    assert [row["step"] for row in M.read_metrics(tmp_path)] == [8, 9]
+    assert [row["step"] for row in metrics_log.read_metrics(tmp_path)] == [8, 9]
 
 
 def test_line_cut_short_by_a_crash_is_ignored_and_removed_on_resume(tmp_path):
     write_steps(tmp_path, [1, 2])
-    path = tmp_path / M.METRICS_FILENAME
+    path = tmp_path / metrics_log.METRICS_FILENAME
     with path.open("a") as log:
         log.write('{"step": 3, "train/rew')
-    assert [row["step"] for row in M.read_metrics(path)] == [1, 2]
+    assert [row["step"] for row in metrics_log.read_metrics(path)] == [1, 2]
     write_steps(tmp_path, [3], resume_step=2)
-    assert [row["step"] for row in M.read_metrics(path)] == [1, 2, 3]
+    assert [row["step"] for row in metrics_log.read_metrics(path)] == [1, 2, 3]
 
 
 @pytest.mark.parametrize(
@@ -89,16 +101,16 @@ def test_line_cut_short_by_a_crash_is_ignored_and_removed_on_resume(tmp_path):
     ],
 )
 def test_malformed_logs_name_file_and_line(tmp_path, lines, problem):
-    path = tmp_path / M.METRICS_FILENAME
+    path = tmp_path / metrics_log.METRICS_FILENAME
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(M.MetricsFormatError, match=problem):
-        M.read_metrics(path)
+    with pytest.raises(metrics_log.MetricsFormatError, match=problem):
+        metrics_log.read_metrics(path)
 
 
 def test_writer_refuses_bad_rows(tmp_path):
-    with M.MetricsWriter(tmp_path) as log:
+    with metrics_log.MetricsWriter(tmp_path) as log:
         with pytest.raises(TypeError, match="'actor/kl_loss' must be a number"):
-            log.write(1, {M.LOSS_KL: "0.1"})
+            log.write(1, {metrics_log.LOSS_KL: "0.1"})
         with pytest.raises(TypeError, match="must be a number, not bool"):
             log.write(1, {"apatch/active": True})
         with pytest.raises(ValueError, match="row's key"):
@@ -109,7 +121,7 @@ def test_writer_refuses_bad_rows(tmp_path):
 
 
 def test_tag_fractions_are_shares_of_turns():
-    fractions = M.tag_fractions(
+    fractions = metrics_log.tag_fractions(
         [["pass", "state_mismatch"], ["pass", "pass", "spurious_tool_call"]]
     )
     assert fractions == {
@@ -117,7 +129,7 @@ def test_tag_fractions_are_shares_of_turns():
         "train/tag_frac/spurious_tool_call": 0.2,
         "train/tag_frac/state_mismatch": 0.2,
     }
-    assert M.names_under([fractions], M.TAG_FRAC_PREFIX) == [
+    assert metrics_log.names_under([fractions], metrics_log.TAG_FRAC_PREFIX) == [
         "pass",
         "spurious_tool_call",
         "state_mismatch",
@@ -129,8 +141,8 @@ def test_key_names_match_what_the_capability_state_apatch_and_the_loss_emit():
     state.observe(TrajectoryOutcome("multi_turn_base", "t", 0.0, False, ["state_mismatch"], 1, 0))
     weights = state.update_weights()
     metrics = state.metrics()
-    assert {M.tag_weight_key(tag) for tag in weights} <= metrics.keys()
-    assert M.names_under([metrics], M.TAG_WEIGHT_PREFIX) == sorted(weights)
+    assert {metrics_log.tag_weight_key(tag) for tag in weights} <= metrics.keys()
+    assert metrics_log.names_under([metrics], metrics_log.TAG_WEIGHT_PREFIX) == sorted(weights)
 
     _, apatch_metrics = apply_apatch(
         torch.ones(2, 3),
@@ -140,7 +152,7 @@ def test_key_names_match_what_the_capability_state_apatch_and_the_loss_emit():
         step=1,
         weights=weights,
     )
-    assert M.APATCH_MEAN_SCALE in apatch_metrics
+    assert metrics_log.APATCH_MEAN_SCALE in apatch_metrics
 
     log_prob = torch.zeros(1, 3)
     _, loss_metrics = actor_loss(
@@ -151,7 +163,7 @@ def test_key_names_match_what_the_capability_state_apatch_and_the_loss_emit():
         PolicyLossConfig(use_kl_loss=True),
         ref_log_prob=log_prob,
     )
-    assert {M.LOSS_POLICY, M.LOSS_KL} <= loss_metrics.keys()
+    assert {metrics_log.LOSS_POLICY, metrics_log.LOSS_KL} <= loss_metrics.keys()
 
 
 class FakeWandb:
@@ -174,21 +186,26 @@ def test_rows_also_go_to_wandb_offline_without_a_key(tmp_path, monkeypatch):
     fake = FakeWandb()
     monkeypatch.setitem(sys.modules, "wandb", fake)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    settings = M.WandbSettings("online", "proj", {"lr": 0.1})
-    with M.MetricsWriter(tmp_path / "run", wandb=settings) as log:
-        log.write(1, {M.REWARD_MEAN: 0.5})
-        log.write(2, {M.REWARD_MEAN: float("nan")})
+    settings = metrics_log.WandbSettings("online", "proj", {"lr": 0.1})
+    with metrics_log.MetricsWriter(tmp_path / "run", wandb=settings) as log:
+        log.write(1, {metrics_log.REWARD_MEAN: 0.5})
+        log.write(2, {metrics_log.REWARD_MEAN: float("nan")})
     [init] = fake.inits
     assert init["mode"] == "offline" and init["project"] == "proj" and init["name"] == "run"
     assert init["config"] == {"lr": 0.1} and init["dir"] == str(tmp_path / "run")
-    assert fake.logged[0] == (1, {M.REWARD_MEAN: 0.5}) and fake.logged[1][0] == 2
+    assert fake.logged[0] == (1, {metrics_log.REWARD_MEAN: 0.5}) and fake.logged[1][0] == 2
     assert fake.finished == 1
-    assert [row["step"] for row in M.read_metrics(tmp_path / "run")] == [1, 2]  # and the file
+    assert [row["step"] for row in metrics_log.read_metrics(tmp_path / "run")] == [
+        1,
+        2,
+    ]  # and the file
 
     monkeypatch.setenv("WANDB_API_KEY", "k")
-    M.MetricsWriter(tmp_path / "online", wandb=settings).close()
+    metrics_log.MetricsWriter(tmp_path / "online", wandb=settings).close()
     assert fake.inits[-1]["mode"] == "online"
-    M.MetricsWriter(tmp_path / "off", wandb=M.WandbSettings("disabled", "proj")).close()
+    metrics_log.MetricsWriter(
+        tmp_path / "off", wandb=metrics_log.WandbSettings("disabled", "proj")
+    ).close()
     assert len(fake.inits) == 2  # disabled: no wandb run
 
 
@@ -197,11 +214,11 @@ def test_a_resumed_run_logs_into_its_first_wandb_run(tmp_path, monkeypatch):
     directory), not a second one; another run directory gets another id."""
     fake = FakeWandb()
     monkeypatch.setitem(sys.modules, "wandb", fake)
-    settings = M.WandbSettings("offline", "proj")
-    with M.MetricsWriter(tmp_path / "run", wandb=settings) as log:
-        log.write(1, {M.REWARD_MEAN: 0.5})
-    M.MetricsWriter(tmp_path / "run", resume_step=1, wandb=settings).close()
-    M.MetricsWriter(tmp_path / "other", wandb=settings).close()
+    settings = metrics_log.WandbSettings("offline", "proj")
+    with metrics_log.MetricsWriter(tmp_path / "run", wandb=settings) as log:
+        log.write(1, {metrics_log.REWARD_MEAN: 0.5})
+    metrics_log.MetricsWriter(tmp_path / "run", resume_step=1, wandb=settings).close()
+    metrics_log.MetricsWriter(tmp_path / "other", wandb=settings).close()
     first, resumed, other = fake.inits
     assert first["id"] and resumed["id"] == first["id"] and other["id"] != first["id"]
     assert resumed["resume"] in ("allow", "must")
@@ -210,4 +227,4 @@ def test_a_resumed_run_logs_into_its_first_wandb_run(tmp_path, monkeypatch):
 def test_wandb_asked_for_but_missing_is_an_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb raises ImportError
     with pytest.raises(RuntimeError, match="wandb is not installed"):
-        M.MetricsWriter(tmp_path, wandb=M.WandbSettings("offline", "proj"))
+        metrics_log.MetricsWriter(tmp_path, wandb=metrics_log.WandbSettings("offline", "proj"))

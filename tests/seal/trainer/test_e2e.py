@@ -19,7 +19,7 @@ from seal.runs.metrics_log import read_metrics
 from seal.runs.records import read_val_dir
 from seal.tocf.state import STATE_FILENAME, CapabilityState
 from seal.trainer.local import LocalTrainer
-from seal.trainer.seal_step import BEST_FILE
+from seal.trainer.seal_hooks import BEST_FILE
 from seal.trainer_config import BEST_RULES, TrainerConfig
 
 NO_LAYERS = {"schema_cues": 0, "type_hints": 0, "recovery_feedback": 0, "guidelines": 0}

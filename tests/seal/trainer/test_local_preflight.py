@@ -1,4 +1,4 @@
-"""The local trainer's preflight (seal/trainer/local_preflight.py, memory.py): a model and a
+"""The local trainer's preflight (seal/trainer/local_preflight.py, gpu_memory.py): a model and a
 `trainer` section that cannot fit the one GPU are refused from the model's config, before
 any weight loads, naming what would fit. The GPU is injected (no CUDA here)."""
 
@@ -17,10 +17,10 @@ from transformers import Qwen2Config
 import launcher
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER
 from seal.trainer import local_preflight
-from seal.trainer.checks import BLOCKER, OK, SKIP, WARN, PreflightFailed
+from seal.trainer.gpu_memory import LocalShape, ModelShape
 from seal.trainer.local import LocalTrainer
-from seal.trainer.memory import LocalShape, ModelShape
 from seal.trainer.model import tiny_qwen2_config
+from seal.trainer.preflight_rows import BLOCKER, OK, SKIP, WARN, PreflightFailed
 
 QWEN25_7B = qwen25_7b_config()
 H100 = ("NVIDIA H100 80GB HBM3", 79.6)

@@ -11,7 +11,7 @@ from driver_episodes import play
 from omegaconf import OmegaConf
 
 from seal.rollout.scripted import ScriptedGenerator
-from seal.runs import metrics_log as M
+from seal.runs import metrics_log
 from seal.service_contract import EpisodeLimits
 from seal.trainer.local import LocalTrainer
 from seal.trainer.response_cut import ResponseCut
@@ -68,9 +68,9 @@ def test_the_local_trainer_updates_on_the_cut_samples(live_service, tmp_path, mo
     finally:
         trainer._lock.release()  # the run's claim, which `fit` would release
     assert [len(s.response_ids) for s in updated] == [4093]
-    assert metrics[M.RESPONSE_TOKENS_MEAN] == 4325
-    assert metrics[M.TRAINED_RESPONSE_TOKENS_MEAN] == 4093
-    assert metrics[M.ACCURACY] == 1.0
+    assert metrics[metrics_log.RESPONSE_TOKENS_MEAN] == 4325
+    assert metrics[metrics_log.TRAINED_RESPONSE_TOKENS_MEAN] == 4093
+    assert metrics[metrics_log.ACCURACY] == 1.0
 
 
 def test_paper_limits_are_the_release_s():

@@ -39,11 +39,11 @@ from seal.algos.loss import PolicyLossConfig, needs_reference
 from seal.atomic_file import StateFileError
 from seal.rollout.env_client import TOKEN_ENV
 from seal.runs import checkpoint as ckpt
-from seal.runs.checks import UNFINISHED_DIR, check_run_dir
 from seal.runs.data_order import DATA_ORDER_FILENAME, DataOrderChanged
 from seal.runs.metrics_log import read_metrics
+from seal.runs.run_dir_checks import UNFINISHED_DIR, check_run_dir
 from seal.tocf.state import STATE_FILENAME, CapabilityState
-from seal.trainer.seal_step import BEST_FILE
+from seal.trainer.seal_hooks import BEST_FILE
 
 REPO = Path(__file__).resolve().parents[3]
 

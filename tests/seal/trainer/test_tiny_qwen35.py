@@ -1,5 +1,5 @@
 """tiny-qwen3.5 (seal/trainer/model.py) and the hybrid layers in the memory estimates
-(seal/trainer/memory.py): built from config offline, with transformers' torch fallback for
+(seal/trainer/gpu_memory.py): built from config offline, with transformers' torch fallback for
 the Gated DeltaNet layers (no fla, no causal-conv1d), it trains and generates on the CPU;
 its parameters and per-sequence state are what the estimates count."""
 
@@ -10,15 +10,15 @@ import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 from seal.formats.registry import default_format
-from seal.trainer import checks
-from seal.trainer.checks import OK, WARN, linear_attention_check
-from seal.trainer.memory import ModelShape
+from seal.trainer import preflight_rows
+from seal.trainer.gpu_memory import ModelShape
 from seal.trainer.model import (
     base_model_kind,
     build_tiny_model,
     load_tokenizer,
     model_config,
 )
+from seal.trainer.preflight_rows import OK, WARN, linear_attention_check
 from seal.trainer_config import ModelSettings
 
 
@@ -119,7 +119,7 @@ def test_the_preflight_names_the_path_gated_deltanet_layers_take(monkeypatch):
     assert row.status == WARN  # neither kernel is installed on this machine
     assert "24 layers: transformers' torch fallback" in row.detail
     assert "flash-linear-attention and causal-conv1d not installed" in row.detail
-    monkeypatch.setattr(checks.importlib.metadata, "version", lambda name: "9.9")
+    monkeypatch.setattr(preflight_rows.importlib.metadata, "version", lambda name: "9.9")
     [row] = linear_attention_check(24)
     assert row.status == OK and "fast path (flash-linear-attention 9.9" in row.detail
     assert ModelShape.from_hf_config(Qwen3_5TextConfig(**HYBRID)).linear_layers == 6

@@ -22,7 +22,7 @@ from seal.runs import checkpoint as ckpt
 from seal.runs.data_order import epoch_order
 from seal.tocf.state import STATE_FILENAME
 from seal.trainer.precision import MixedPrecision
-from seal.trainer.seal_step import BEST_FILE, SealStep
+from seal.trainer.seal_hooks import BEST_FILE, SealHooks
 from seal.trainer.update import batch_logprobs, collate, policy_update, response_logprobs
 from seal.trainer_config import TrainerConfig
 
@@ -219,7 +219,7 @@ def test_the_seal_step_keeps_its_capability_state_and_best_step_in_a_checkpoint(
     """The best step lives in the SEAL step alone (both trainers); a checkpoint holds it."""
     cfg = TrainerConfig()
     cfg.checkpoint.best_rule = "average"
-    seal = SealStep(tmp_path / "run", cfg, "http://127.0.0.1:1")  # no request is made
+    seal = SealHooks(tmp_path / "run", cfg, "http://127.0.0.1:1")  # no request is made
     seal.start()
     assert seal.validated(2, {"val/average": 0.25})
     assert not seal.validated(3, {"val/average": 0.2})
@@ -227,24 +227,24 @@ def test_the_seal_step_keeps_its_capability_state_and_best_step_in_a_checkpoint(
     folder = tmp_path / "checkpoint"
     folder.mkdir()
     seal.save(folder)
-    resumed = SealStep(tmp_path / "run", cfg, "http://127.0.0.1:1")
+    resumed = SealHooks(tmp_path / "run", cfg, "http://127.0.0.1:1")
     resumed.restore(folder)
     assert resumed.best == {"step": 4, "rule": "average", "metric": "val/average", "value": 0.25}
     assert resumed.capability.to_dict() == seal.capability.to_dict()
     assert not resumed.validated(6, {"val/average": 0.2})  # the restored best still counts
     release = TrainerConfig()  # the paper configs' rule: a checkpoint of another is refused
     with pytest.raises(StateFileError, match="chosen by the average rule"):
-        SealStep(tmp_path / "run", release, "http://127.0.0.1:1").restore(folder)
+        SealHooks(tmp_path / "run", release, "http://127.0.0.1:1").restore(folder)
     # A record from before the rule was a key (its metric was val/average) restores.
     (folder / BEST_FILE).write_text('{"step": 4, "metric": "val/average", "value": 0.25}')
-    SealStep(tmp_path / "run", cfg, "http://127.0.0.1:1").restore(folder)
+    SealHooks(tmp_path / "run", cfg, "http://127.0.0.1:1").restore(folder)
 
     (folder / BEST_FILE).write_text('{"step": 4}')
     with pytest.raises(StateFileError, match=BEST_FILE):
-        SealStep(tmp_path / "run", cfg, "http://127.0.0.1:1").restore(folder)
+        SealHooks(tmp_path / "run", cfg, "http://127.0.0.1:1").restore(folder)
     (folder / BEST_FILE).unlink()
     with pytest.raises(StateFileError, match="no such file"):
-        SealStep(tmp_path / "run", cfg, "http://127.0.0.1:1").restore(folder)
+        SealHooks(tmp_path / "run", cfg, "http://127.0.0.1:1").restore(folder)
     assert (folder / STATE_FILENAME).exists()
 
 

@@ -21,7 +21,7 @@ from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 from verl.workers.utils.losses import ppo_loss  # noqa: E402
 
 import launcher  # noqa: E402
-from seal.trainer.verl.config import compose_verl_config  # noqa: E402
+from seal.trainer.verl.verl_config import compose_verl_config  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[4]
 LOG_PROB = -1.0

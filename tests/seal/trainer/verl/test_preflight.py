@@ -24,7 +24,6 @@ from transformers import LlamaConfig  # noqa: E402
 
 import launcher  # noqa: E402
 from seal.formats.registry import get_format  # noqa: E402
-from seal.trainer.verl.config import compose_verl_config  # noqa: E402
 from seal.trainer.verl.memory_estimate import RunShape  # noqa: E402
 from seal.trainer.verl.node_facts import (  # noqa: E402
     OK,
@@ -52,6 +51,7 @@ from seal.trainer.verl.preflight import (  # noqa: E402
     checkpoint_bytes,
     kept_checkpoints,
 )
+from seal.trainer.verl.verl_config import compose_verl_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[4]
 GIB = 1024**3

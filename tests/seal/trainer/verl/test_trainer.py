@@ -28,8 +28,7 @@ from seal.runs.interface_log import read_interfaces  # noqa: E402
 from seal.tocf.apatch import APatchConfig  # noqa: E402
 from seal.tocf.state import STATE_FILENAME, CapabilityState, open_capability_state  # noqa: E402
 from seal.trainer.reweight import SampleOutcome, observe_and_reweight  # noqa: E402
-from seal.trainer.seal_step import BEST_FILE  # noqa: E402
-from seal.trainer.verl.config import compose_verl_config  # noqa: E402
+from seal.trainer.seal_hooks import BEST_FILE  # noqa: E402
 from seal.trainer.verl.episode_fields import EpisodeFields  # noqa: E402
 from seal.trainer.verl.trainer import (  # noqa: E402
     BEST_DIR,
@@ -38,6 +37,7 @@ from seal.trainer.verl.trainer import (  # noqa: E402
     link_checkpoint,
     numeric,
 )
+from seal.trainer.verl.verl_config import compose_verl_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[4]
 # (task, category, tag vocabulary) of three GRPO groups of four samples each

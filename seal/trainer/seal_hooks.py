@@ -1,4 +1,4 @@
-"""What SEAL adds to a GRPO step, as one object both trainers call.
+"""SEAL's hooks around a trainer's GRPO step and the run state they keep, as one object.
 
 The local and the verl trainer each run their own rollouts, GRPO advantages and actor
 update; around them SEAL does the same in both, here: the capability state (opened,
@@ -23,10 +23,12 @@ from seal.trainer.reweight import SampleOutcome, observe_and_reweight, record_in
 from seal.trainer_config import BEST_RULES, TrainerConfig
 
 BEST_FILE = "seal_best.json"
-"""The best validated step so far and its metric (`SealStep.best`), in each checkpoint."""
+"""The best validated step so far and its metric (`SealHooks.best`), in each checkpoint."""
 
 
-class SealStep:
+class SealHooks:
+    """What SEAL adds around each trainer's own GRPO step (module docstring)."""
+
     def __init__(
         self,
         run_dir: Path,

@@ -62,7 +62,7 @@ class ReplaySettings:
 @dataclass
 class VerlSettings:
     """The `verl` job: the paper's recipe on multi-GPU nodes (seal/trainer/verl). The
-    `trainer` section is mapped onto verl's own config keys (seal/trainer/verl/config.py
+    `trainer` section is mapped onto verl's own config keys (seal/trainer/verl/verl_config.py
     lists the mapping); these are the keys verl needs that the local trainer has not."""
 
     n_gpus_per_node: int = 4
@@ -91,7 +91,7 @@ class VerlSettings:
     """Fraction of GPU memory the rollout engine's weights and KV cache may take."""
     max_prompt_length: int = 8192
     """verl's prompt tensor width: must hold the longest BFCL first prompt (tools +
-    first question; tests/seal/trainer/verl/test_config.py checks all 800 tasks)."""
+    first question; tests/seal/trainer/verl/test_verl_config.py checks all 800 tasks)."""
     dynamic_batching: bool = True
     """Pack the actor update and both log-prob passes (old and reference) into micro-batches
     by token count (verl's use_dynamic_bsz) instead of `micro_batch_size_per_gpu` samples

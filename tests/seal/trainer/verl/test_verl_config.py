@@ -26,8 +26,8 @@ from seal.bfcl.tasks import task_ids  # noqa: E402
 from seal.formats.registry import default_format, get_format  # noqa: E402
 from seal.rollout.generation import SamplingParams  # noqa: E402
 from seal.service_contract import CreateEpisode, EpisodeSettings, EvolutionSettings  # noqa: E402
-from seal.trainer.verl.config import compose_verl_config, hydra_value, validate  # noqa: E402
 from seal.trainer.verl.section import SealSection  # noqa: E402
+from seal.trainer.verl.verl_config import compose_verl_config, hydra_value, validate  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[4]
 SEVEN_B = ["SEAL", "GRPO", "SEAL_no_env_adaptation", "SEAL_no_reweighting", "SEAL_no_closed_loop"]
@@ -153,7 +153,7 @@ def test_ray_reservations_fit_the_node(tmp_path):
     with its 8 default units a 4-GPU node needs 21, more than a 16-core node has, and Ray
     waits forever. The mapping uses 2 units per node, and a Ray the launcher starts gets at
     least what verl reserves plus one slot for its other actors."""
-    from seal.trainer.verl.config import reserved_cpus
+    from seal.trainer.verl.verl_config import reserved_cpus
 
     _, config = composed("SEAL")
     units = config.transfer_queue.backend.SimpleStorage.num_data_storage_units

@@ -5,8 +5,8 @@
     .venv/bin/python launcher.py --explain [--conf X.yaml]   # every config key, its value and meaning
     .venv/bin/python launcher.py --conf exp/SEAL.yaml --preflight   # a training run's checks only
 
-Config: exp/NAME.yaml over seal/launch/config.py's defaults, then overrides. The run directory
-is locked and checked, its service started with a fresh token: docs/runs.md.
+Config: exp/NAME.yaml over seal/launch/run_config.py's defaults, then overrides. The run
+directory is locked and checked, its service started with a fresh token: docs/runs.md.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from seal import commands
-from seal.launch.config import RunConfig, check_run_name
 from seal.launch.config_docs import closest_keys, render
 from seal.launch.jobs import JOBS, check_job, job_function  # noqa: F401 (JOBS: tests add jobs)
 from seal.launch.resume import (
@@ -32,14 +31,16 @@ from seal.launch.resume import (
     recorded_config,
     service_baseline,
 )
+from seal.launch.run_config import RunConfig, check_run_name
 from seal.launch.service import service_for_run, token_in_environment
 from seal.launch.terminate import TERMINATED_STATUS, Terminated, sigterm_raises
+from seal.renamed_keys import rename_old_keys
 from seal.report.summary import render_markdown, summarize
-from seal.runs.checks import unfinished_attempt
 from seal.runs.export import export_hint
 from seal.runs.records import read_val_dir
 from seal.runs.redact import REDACTED, redact_argv
 from seal.runs.run import Run, open_run
+from seal.runs.run_dir_checks import unfinished_attempt
 from seal.runs.run_record import start_attempt
 from seal.trainer.model_files import refuse_missing_model
 from seal.trainer.verl.cpu import PLATFORM_ENV as CPU_PLATFORM_ENV
@@ -73,14 +74,16 @@ def _unknown_key(error: ConfigKeyError, conf: Path | None, overrides: list[str])
 def compose(conf: Path | None, overrides: list[str], base=None):
     """The run config: the documented defaults, then `base` (a run's recorded config, for
     a resume), the file `conf`, then the `key=value` overrides."""
-    layers = [OmegaConf.structured(RunConfig)]
+    given = []
     if base is not None:
-        layers.append(base)
+        given.append(base)
     if conf is not None:
         if not conf.exists():
             raise FileNotFoundError(f"config file {conf} does not exist")
-        layers.append(OmegaConf.load(conf))
-    layers.append(OmegaConf.from_dotlist(overrides))
+        given.append(OmegaConf.load(conf))
+    given.append(OmegaConf.from_dotlist(overrides))
+    # Renamed keys' old spellings (a run recorded before a rename, an old file) read as new.
+    layers = [OmegaConf.structured(RunConfig), *map(rename_old_keys, given)]
     try:
         cfg = OmegaConf.merge(*layers)
     except ConfigKeyError as error:

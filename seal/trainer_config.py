@@ -7,9 +7,10 @@ model, batch and limits). Merged by the launcher as an OmegaConf structured conf
 unknown keys are errors.
 
 Each concept has one class, defined where the code that uses it lives, and that class
-is the YAML section itself: `limits`, `evolution`, `reward` (seal/service_contract.py,
-shared with the environment service), `advantage` and `loss` (seal/algos/grpo_config.py),
-`apatch` (seal/tocf/apatch_config.py), `capability` (seal/tocf/state.py); the config
+is the YAML section itself: `limits`, `interface` (class EvolutionSettings), `reward`
+(seal/service_contract.py, shared with the environment service), `advantage` and `loss`
+(seal/algos/grpo_config.py), `apatch` (seal/tocf/apatch_config.py), `capability`
+(seal/tocf/state.py); the config
 modules import no torch, so composing a run config (the launcher) does not either. The sections only the trainers need are defined here. At the
 package root, below the run directory (seal/runs, which reads it), the launcher (which
 composes it into the run config) and both trainers.
@@ -179,8 +180,8 @@ class RolloutSettings:
     its group, which verl drops)."""
 
 
-def paper_evolution() -> EvolutionSettings:
-    """The training layers of the paper's headline run (its Appendix D, "Active
+def paper_interface() -> EvolutionSettings:
+    """The training interface of the paper's headline run (its Appendix D, "Active
     configuration", and the release's SEAL.yaml): the schema cues alone. Recovery
     feedback and guidelines are the paper's optional components, off here
     (exp/SEAL_full_interface.yaml turns them on)."""
@@ -210,7 +211,7 @@ class ValidationSettings:
     before_train: bool = True
     """Validate the initial model (step 0)."""
     temperature: float = 0.0
-    """Greedy, as the paper; n = 1, evolution off (validate mode)."""
+    """Greedy, as the paper; n = 1, the training interface off (validate mode)."""
 
 
 @dataclass
@@ -308,9 +309,11 @@ class TrainerConfig:
     limits: EpisodeLimits = field(default_factory=EpisodeLimits)
     """Episode limits of training and validation episodes (the service applies
     `max_generations` too)."""
-    evolution: EvolutionSettings = field(default_factory=paper_evolution)
-    """Observation layers of training episodes; validation never gets them. Default: the
-    paper's active interface, schema cues only (`paper_evolution`)."""
+    interface: EvolutionSettings = field(default_factory=paper_interface)
+    """The interface training episodes are shown (schema cues, type hints, recovery
+    feedback, guidelines); validation never gets it. Default: the paper's active
+    interface, schema cues only (`paper_interface`). Was `evolution`, still read with a
+    warning (seal/renamed_keys.py)."""
     reward: RewardSettings = field(default_factory=RewardSettings)
     advantage: GRPOConfig = field(default_factory=GRPOConfig)
     apatch: APatchConfig = field(default_factory=APatchConfig)
@@ -322,15 +325,15 @@ class TrainerConfig:
     logging: LoggingSettings = field(default_factory=LoggingSettings)
 
     def episode_settings(self, mode: str) -> EpisodeSettings:
-        """What the service is asked for: `sample` episodes get the training layers,
+        """What the service is asked for: `sample` episodes get the training interface,
         `validate` episodes are the plain benchmark; both share the limits and reward."""
-        evolution = self.evolution if mode == "sample" else EvolutionSettings()
+        interface = self.interface if mode == "sample" else EvolutionSettings()
         fmt = self.model.resolved_tool_format()
         return EpisodeSettings(
             mode=mode,
             prompt=fmt.prompt,
             end_on_malformed_call=fmt.end_on_malformed_call,
-            evolution=evolution,
+            evolution=interface,  # the service's name for it (seal/rollout/protocol.py)
             limits=self.limits,
             reward=self.reward,
         )

@@ -407,7 +407,7 @@ def qwen35_tokenizer():
 
 ONE_STEP_ABLATION = [
     "trainer.apatch.enable=false",
-    "trainer.evolution.schema_cues=false",
+    "trainer.interface.schema_cues=false",
     "trainer.rollout.push_profile=false",
     "trainer.total_steps=1",
     "trainer.rollout.n=2",

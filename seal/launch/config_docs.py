@@ -58,7 +58,7 @@ def describe(
     """(dotted key, default, documentation) of every leaf key under `cls`; a section
     without a field docstring contributes its class docstring to its keys' context.
     A section's defaults are its parent's (`defaults`), which may differ from the section
-    class's own (`trainer.evolution` defaults to the paper's layers, not to none)."""
+    class's own (`trainer.interface` defaults to the paper's schema cues, not to none)."""
     docs = field_docs(cls)
     defaults = cls() if defaults is None else defaults
     for f in dataclasses.fields(cls):

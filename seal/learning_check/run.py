@@ -72,7 +72,7 @@ def trainer_config(args, max_new_tokens: int, max_generations: int) -> TrainerCo
         },
         # Guidelines change the system prompt mid-run; a tiny model that memorised its
         # warm-up prompt is thrown off by that (suspected cause of the first run's collapse).
-        "evolution": {"guidelines": args.guidelines, "schema_cues": arm["schema_cues"]},
+        "interface": {"guidelines": args.guidelines, "schema_cues": arm["schema_cues"]},
         # The loss, the training cut and the context stop keep the paper's defaults (each
         # episode's token mean averaged; these episodes are far below 4,096 tokens and the
         # context's reserve): the check trains as the paper configs do.

@@ -202,11 +202,11 @@ def backbone_of(model: str) -> str | None:
 
 def method_of(trainer: Mapping) -> str | None:
     """The paper's method a run config's `trainer` section (as a dict) trains, or None
-    when it is none of the paper's (e.g. the optional interface layers on)."""
-    layers = trainer["evolution"]
-    if layers["recovery_feedback"] or layers["guidelines"]:
+    when it is none of the paper's (e.g. the interface's optional parts on)."""
+    interface = trainer["interface"]
+    if interface["recovery_feedback"] or interface["guidelines"]:
         return None  # beyond the paper's runs (exp/SEAL_full_interface.yaml)
-    apatch, cues = trainer["apatch"], layers["schema_cues"]
+    apatch, cues = trainer["apatch"], interface["schema_cues"]
     if not apatch["enable"]:
         return NO_REWEIGHTING if cues else VANILLA_RL
     if apatch["weight_source"] == "static":

@@ -59,7 +59,7 @@ ROW_KEYS = (
     "checkpoint.best_rule",
     # SEAL's switches and their settings.
     "rollout.push_profile",
-    "evolution",
+    "interface",
     "apatch",
     "capability",
 )

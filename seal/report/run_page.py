@@ -245,7 +245,7 @@ def settings_section(run_dir: Path, run: RunData) -> list[str]:
         apatch = trainer.get("apatch", {})
         source = f" ({apatch.get('weight_source')} weights)" if apatch.get("enable") else ""
         rows.append(["A-Patch (advantage reweighting)", _on(apatch.get("enable")) + source])
-        for layer, on in trainer.get("evolution", {}).items():
+        for layer, on in trainer.get("interface", {}).items():
             if isinstance(on, bool):
                 rows.append([f"layer: {layer}", _on(on)])
         push = trainer.get("rollout", {}).get("push_profile")
@@ -295,7 +295,7 @@ def label_sections(run: RunData) -> list[str]:
     return ["## Failure labels (the paper's Table 5)\n\n" + intro + "".join(parts)]
 
 
-GUIDELINE_KEYS = ("name", "trainer.evolution.guidelines", "trainer.evolution.max_guidelines")
+GUIDELINE_KEYS = ("name", "trainer.interface.guidelines", "trainer.interface.max_guidelines")
 """The config keys a guideline run and its control may differ in."""
 
 

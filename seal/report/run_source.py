@@ -12,6 +12,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from seal.renamed_keys import rename_old_keys
 from seal.report.paper import PaperResult, matching_result
 from seal.report.paper_match import RowMatch, match_row
 from seal.report.summary import UNRECORDED_RULE
@@ -35,14 +36,15 @@ def validation_dir(run: Path) -> Path:
 
 
 def run_config(run: Path) -> dict | None:
-    """The run's saved config (RUN/config.yaml) as plain data, or None without one."""
+    """The run's saved config (RUN/config.yaml) as plain data, or None without one; keys
+    renamed since it was recorded read by their new names (seal/renamed_keys.py)."""
     config = run / CONFIG_FILENAME
     if not config.exists():
         return None
     cfg = OmegaConf.to_container(OmegaConf.load(config))
     if not isinstance(cfg, dict):
         raise ValueError(f"{config}: not a mapping of config keys")
-    return cfg
+    return rename_old_keys(cfg)
 
 
 def run_model(run: Path, records: list[ValidationRecord]) -> tuple[str | None, dict | None]:

@@ -67,7 +67,7 @@ def apply_apatch(
         patched, scaled_count = advantages.clone(), 0
     else:
         # A zero advantage (a group with equal rewards) stays zero whatever its scale, so
-        # only nonzero advantages of the chosen sign count as touched: the budget mean and
+        # only nonzero advantages of the chosen sign count as touched: the renormalising mean and
         # the count cover the samples that carry a gradient.
         if config.apply_to == "positive":
             touched_tokens = advantages > 0
@@ -77,7 +77,7 @@ def apply_apatch(
             touched_tokens = advantages != 0
         touched_tokens &= response_mask.bool()
         touched = touched_tokens.any(dim=1)
-        if config.budget and touched.any():
+        if config.renormalize and touched.any():
             scales = scales / scales[touched].mean()
         patched = torch.where(touched_tokens, advantages * scales[:, None], advantages)
         scaled_count = int((touched & (scales != 1)).sum())

@@ -28,10 +28,11 @@ class APatchConfig:
     """Which advantages to scale: "all", "positive" or "negative" ones. Default "all"."""
     warmup_steps: int = 0
     """Trainer steps before A-Patch starts (the weights are still tracked). Default 0."""
-    budget: bool = False
+    renormalize: bool = False
     """Divide the scales by their mean over the samples they touch, so that the average
     multiplier is 1 and A-Patch only redistributes the step size; scales may then leave
-    [min_scale, max_scale]. Default False."""
+    [min_scale, max_scale]. Default False. (Was `budget`, still read with a warning:
+    seal/renamed_keys.py.)"""
 
     def __post_init__(self):
         if self.apply_to not in APPLY_TO_CHOICES:

@@ -87,13 +87,13 @@ def test_a_misspelt_key_is_answered_with_the_closest_valid_names(capsys):
 def test_explain_shows_the_values_of_the_given_config_beside_the_defaults(capsys):
     assert launcher.main(["--explain"]) == 0
     defaults = capsys.readouterr().out
-    # The paper's defaults, the nested sections' included (the evolution layers' default
+    # The paper's defaults, the nested sections' included (the interface's default
     # is the paper's interface, not the section class's own).
-    assert "trainer.evolution.schema_cues = True\n" in defaults
+    assert "trainer.interface.schema_cues = True\n" in defaults
     assert launcher.main(["--explain", "--conf", str(REPO / "exp/GRPO.yaml"),
                           "trainer.rollout.n=4"]) == 0  # fmt: skip
     text = capsys.readouterr().out
-    assert "trainer.evolution.schema_cues = False    (default: True)" in text
+    assert "trainer.interface.schema_cues = False    (default: True)" in text
     assert "trainer.apatch.enable = False    (default: True)" in text
     assert "trainer.rollout.n = 4    (default: 8)" in text
     assert "trainer.limits.max_generations = 20\n" in text

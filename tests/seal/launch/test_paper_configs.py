@@ -45,28 +45,28 @@ def test_the_headline_run_has_the_papers_active_interface():
     """Appendix D: the base prompt plus the schema cues; A-Patch with the dynamic
     weights; the failure profile pushed every step."""
     trainer = OmegaConf.to_object(launcher.compose(REPO / "exp/SEAL.yaml", []).trainer)
-    assert trainer.evolution == EvolutionSettings(schema_cues=True)
+    assert trainer.interface == EvolutionSettings(schema_cues=True)
     assert not (
-        trainer.evolution.recovery_feedback
-        or trainer.evolution.guidelines
-        or trainer.evolution.type_hints
+        trainer.interface.recovery_feedback
+        or trainer.interface.guidelines
+        or trainer.interface.type_hints
     )
     assert trainer.apatch.enable and trainer.apatch.weight_source == "dynamic"
     assert trainer.rollout.push_profile
     assert trainer.reward.partial_credit_cap == 0.0  # the binary verifier reward
     # Those are the trainer section's defaults: the paper's values live in one place.
-    assert trainer.evolution == TrainerConfig().evolution
+    assert trainer.interface == TrainerConfig().interface
 
 
 ABLATIONS = {
     # Table 3, each against the headline run; as the release's bfcl_seal_0{1,2,3} configs.
-    "SEAL_no_env_adaptation": {"trainer.evolution.schema_cues": (True, False)},
+    "SEAL_no_env_adaptation": {"trainer.interface.schema_cues": (True, False)},
     "SEAL_no_reweighting": {"trainer.apatch.enable": (True, False)},
     "SEAL_no_closed_loop": {"trainer.apatch.weight_source": ("dynamic", "static")},
     # Beyond the paper: its two optional interface components on.
     "SEAL_full_interface": {
-        "trainer.evolution.recovery_feedback": (False, True),
-        "trainer.evolution.guidelines": (False, True),
+        "trainer.interface.recovery_feedback": (False, True),
+        "trainer.interface.guidelines": (False, True),
     },
 }
 
@@ -78,7 +78,7 @@ def test_each_ablation_differs_from_the_headline_run_in_its_component_only(name)
 
 VANILLA = {
     "trainer.apatch.enable": (True, False),
-    "trainer.evolution.schema_cues": (True, False),
+    "trainer.interface.schema_cues": (True, False),
     "trainer.rollout.push_profile": (True, False),
 }
 

@@ -88,7 +88,7 @@ def test_run_command_warms_up_then_trains_from_the_warmed_policy(tmp_path):
     assert sorted(steps) == [0, 1] and [r.extra["sample"] for r in steps[1]] == [0]
     assert steps[1][0].extra["mode"] == "sample"
     config = OmegaConf.load(out / "run" / "config.yaml")
-    assert config.trainer.apatch.enable and config.trainer.evolution.schema_cues
+    assert config.trainer.apatch.enable and config.trainer.interface.schema_cues
     assert config.learning_check.arm == "seal"
     assert result["curve"][1]["apatch_mean_scale"] is not None
     assert result["grpo_s"] < result["runtime_s"]
@@ -111,7 +111,7 @@ def test_the_arms_command_compares_seal_and_vanilla_grpo_from_one_warm_up(tmp_pa
     # Vanilla GRPO: A-Patch off, no scale; its config says so.
     assert grpo["curve"][1]["apatch_mean_scale"] is None
     config = OmegaConf.load(out / "grpo_0" / "run" / "config.yaml")
-    assert not config.trainer.apatch.enable and not config.trainer.evolution.schema_cues
+    assert not config.trainer.apatch.enable and not config.trainer.interface.schema_cues
     assert not config.trainer.rollout.push_profile
     for arm in run.ARMS:
         records = read_val_dir(out / f"{arm}_0" / "run" / "validation")[1]

@@ -338,7 +338,7 @@ def test_the_config_keys_that_differ_between_the_runs_are_tabled(tmp_path):
     page = (out / "compare.md").read_text()
     assert "## Config keys that differ" in page
     assert "| trainer.apatch.enable | False | True |" in page
-    assert "| trainer.evolution.schema_cues | False | True |" in page
+    assert "| trainer.interface.schema_cues | False | True |" in page
     numbers = json.loads((out / "compare.json").read_text())
     assert numbers["config_differences"]["trainer.apatch.enable"] == {
         "vanilla": False,

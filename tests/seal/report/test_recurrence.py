@@ -133,7 +133,7 @@ def test_the_report_measures_against_a_control_or_says_it_only_describes(tmp_pat
     sys.path.insert(0, str(REPO))
     import launcher
 
-    base = ["job=local", "trainer.evolution.guidelines=true"]
+    base = ["job=local", "trainer.interface.guidelines=true"]
     OmegaConf.save(launcher.compose(REPO / "exp/SEAL.yaml", base), run / "config.yaml")
     OmegaConf.save(launcher.compose(REPO / "exp/GRPO.yaml", ["job=local"]), control / "config.yaml")
     measured = section(
@@ -142,5 +142,5 @@ def test_the_report_measures_against_a_control_or_says_it_only_describes(tmp_pat
     )
     assert "**Warning:** the control is not matched" in measured
     assert (
-        "`trainer.apatch.enable`" in measured and "`trainer.evolution.guidelines`" not in measured
+        "`trainer.apatch.enable`" in measured and "`trainer.interface.guidelines`" not in measured
     )

@@ -241,7 +241,7 @@ def test_resuming_an_ablation_with_the_default_config_is_refused_with_the_diff(v
                           "trainer.checkpoint.resume=true"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 1
-    for key in ("trainer.apatch.enable", "trainer.evolution.schema_cues",
+    for key in ("trainer.apatch.enable", "trainer.interface.schema_cues",
                 "trainer.rollout.push_profile"):  # fmt: skip
         assert f"{key}: False (recorded) -> True (now)" in err, err
     assert "trainer.total_steps:" not in err, "a key a resume may change was listed"

@@ -126,20 +126,20 @@ def test_warmup_and_disable_leave_advantages_alone():
     assert torch.equal(off, ADVANTAGES)
 
 
-def test_budget_renormalises_mean_scale_over_touched_samples():
+def test_renormalize_divides_by_the_mean_scale_over_touched_samples():
     # scales 1.5, 0.6, 1.0 over three touched samples: mean 31/30
-    patched, metrics = patch(APatchConfig(weight_source="static", budget=True))
+    patched, metrics = patch(APatchConfig(weight_source="static", renormalize=True))
     expected_scales = torch.tensor([1.5, 0.6, 1.0]) / (3.1 / 3)
     torch.testing.assert_close(patched, ADVANTAGES * expected_scales[:, None])
     assert metrics["apatch/mean_scale"] == pytest.approx(1.0)
-    # a zero-advantage sample (equal rewards in its group) does not count in the budget
+    # a zero-advantage sample (equal rewards in its group) does not count in the mean
     advantages = torch.tensor([[1.0], [0.0]])
     tags = [["spurious_tool_call"], ["instance_mismatch"]]
     patched, _ = apply_apatch(
         advantages,
         torch.ones(2, 1),
         tags,
-        APatchConfig(weight_source="static", budget=True),
+        APatchConfig(weight_source="static", renormalize=True),
         step=0,
         weights=BASE_TAG_WEIGHTS,
     )

@@ -243,7 +243,7 @@ def test_settings():
     with pytest.raises(Exception, match="env_ulr"):  # a misspelt key is an error
         SealSection.from_config(OmegaConf.create({"seal": {"env_ulr": "x"}}))
     settings = SealSection.from_config(
-        OmegaConf.create({"seal": {"trainer": {"evolution": {"recovery_feedback": True}}}})
+        OmegaConf.create({"seal": {"trainer": {"interface": {"recovery_feedback": True}}}})
     )
     sample = settings.trainer.episode_settings("sample")
     # The paper's default layers (schema cues) with the one the section turns on.

@@ -182,15 +182,15 @@ def test_attention_follows_what_imports(tmp_path):
 
 def test_ablations_differ_where_the_paper_says():
     seal = {n: SealSection.from_config(composed(n)[1]).trainer for n in SEVEN_B}
-    assert seal["SEAL"].apatch.enable and seal["SEAL"].evolution.schema_cues
-    assert not seal["SEAL"].evolution.guidelines and seal["SEAL"].rollout.push_profile
-    assert not seal["GRPO"].apatch.enable and not seal["GRPO"].evolution.any
+    assert seal["SEAL"].apatch.enable and seal["SEAL"].interface.schema_cues
+    assert not seal["SEAL"].interface.guidelines and seal["SEAL"].rollout.push_profile
+    assert not seal["GRPO"].apatch.enable and not seal["GRPO"].interface.any
     assert not seal["SEAL_no_reweighting"].apatch.enable
-    assert seal["SEAL_no_reweighting"].evolution.schema_cues
-    assert not seal["SEAL_no_env_adaptation"].evolution.any
+    assert seal["SEAL_no_reweighting"].interface.schema_cues
+    assert not seal["SEAL_no_env_adaptation"].interface.any
     assert seal["SEAL_no_env_adaptation"].apatch.enable
     assert seal["SEAL_no_closed_loop"].apatch.weight_source == "static"
-    assert seal["SEAL_no_closed_loop"].evolution.schema_cues
+    assert seal["SEAL_no_closed_loop"].interface.schema_cues
 
 
 def test_overrides_win_and_unknown_keys_fail(tmp_path):

@@ -4,7 +4,7 @@ Appendix C.4 logs both per round).
 ``RUN_DIR/interface/step_<step, 6 digits>.json``, one file per training step, written
 atomically by both trainers: the layers on, the guidelines shown with their tags, the
 profile served before the step and the step's own. The fields, and what the report reads
-from them: docs/design.md, "Observation evolution".
+from them: docs/design.md, "The training interface".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A checkpoint directory `checkpoints/step_000010/` holds the policy (Hugging Face
 `save_pretrained`, safetensors) with its tokenizer and chat template, so the folder is a
 model directory as it is (`from_pretrained`, `transformers serve`, vLLM; `seal-export`
 copies the model's files alone: seal/runs/export.py), the optimizer state, `trainer_state.json` (step, epoch),
-the RNG states and what the SEAL step keeps (the capability state and the best validated
+the RNG states and what the SEAL hooks keep (the capability state and the best validated
 step so far: seal/trainer/seal_hooks.py, which the verl trainer's checkpoints hold too). The data order is a
 function of the seed, the epoch and the step, so restoring the step restores it.
 `latest` names the newest complete checkpoint; it is written last, atomically, so a
@@ -82,7 +82,7 @@ def save_checkpoint(
     save_seal: Callable[[Path], None],
     tokenizer=None,
 ) -> Path:
-    """Write the checkpoint of `state.step` (`save_seal(folder)` writes the SEAL step's
+    """Write the checkpoint of `state.step` (`save_seal(folder)` writes the SEAL hooks'
     files into it: SealHooks.save; the trainer's `tokenizer`, with its chat template, goes
     beside the weights): into `step_N.tmp`, flushed to disk, renamed to
     `step_N`, then `latest` is pointed at it. Killed anywhere (kill -9, power), `latest`

@@ -1,4 +1,4 @@
-"""The math of the SEAL step (seal/trainer/seal_hooks.py calls it for both trainers).
+"""The math of the SEAL hooks (seal/trainer/seal_hooks.py calls it for both trainers).
 
 After GRPO has normalised the rewards within each task's group, the capability state
 observes every sample's outcome and turn tags, moves the dynamic tag weights, and
@@ -22,7 +22,7 @@ from seal.tocf.state import CapabilityState, TrajectoryOutcome
 
 @dataclass(frozen=True)
 class SampleOutcome:
-    """What the SEAL step needs of one sample (an EpisodeSample has these attributes)."""
+    """What the SEAL hooks need of one sample (an EpisodeSample has these attributes)."""
 
     task_id: str
     category: str

@@ -1,7 +1,7 @@
 """`EpisodeFields`: what the agent loop hands the SEAL trainer about one episode.
 
 It rides in `AgentLoopOutput.extra_fields` (`to_extra_fields`, the one encoding): as a
-dict, which the SEAL step reads back from TransferQueue (its msgpack keeps strings,
+dict, which the SEAL hooks read back from TransferQueue (its msgpack keeps strings,
 numbers, None, lists and dicts); beside verl's own keys, the weight versions and
 `reward_extra_info`, which verl's validation gathers into columns it averages (numbers)
 or skips (strings): there the episode travels as its JSON text, read back for the
@@ -102,7 +102,7 @@ class EpisodeFields(BaseModel):
         return cls.model_validate_json(columns[EPISODE_TEXT_KEY][i])
 
     def outcome(self, reward: float) -> SampleOutcome:
-        """What the SEAL step needs of the sample."""
+        """What the SEAL hooks need of the sample."""
         return SampleOutcome(
             task_id=self.task_id,
             category=self.category,

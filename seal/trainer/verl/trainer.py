@@ -1,6 +1,6 @@
-"""`SealPPOTrainer`: verl's synchronous PPO trainer with the SEAL step added.
+"""`SealPPOTrainer`: verl's synchronous PPO trainer with the SEAL hooks added.
 
-Registered as trainer mode `seal_sync`. verl runs the step; this class adds the SEAL step
+Registered as trainer mode `seal_sync`. verl runs the step; this class adds the SEAL hooks
 (capability state, A-Patch, the failure profile), the project's validation records, the
 capability state in verl's checkpoints and metrics.jsonl, each through an overridden hook
 that calls verl's own first, so verl's `fit()` is never copied. Each hook and why:
@@ -107,7 +107,7 @@ class SealPPOTrainer(PPOTrainerSync):
             sampler=EpochOrderSampler(task_ids, data.seed, data.order),
         )
 
-    # --- the SEAL step -----------------------------------------------------------------
+    # --- the SEAL hooks ----------------------------------------------------------------
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         batch = super()._compute_advantage(batch, metrics)
@@ -262,7 +262,7 @@ def validation_records(step, inputs, outputs, scores, infos) -> list[ValidationR
 
 def dump_advantages(folder: Path, step: int, uids, samples, real, grpo, patched, mask) -> None:
     """One JSON file per step: each real sample's group (uid), outcome, verl's GRPO
-    advantage and the advantage after the SEAL step (their means over the response
+    advantage and the advantage after the SEAL hooks (their means over the response
     mask; both are constant along it, `spread` says by how much they are not)."""
     rows = []
     for k, (i, sample) in enumerate(zip(real, samples, strict=True)):

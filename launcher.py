@@ -43,6 +43,7 @@ from seal.runs.run import Run, open_run
 from seal.runs.run_dir_checks import unfinished_attempt
 from seal.runs.run_record import start_attempt
 from seal.trainer.model_files import refuse_missing_model
+from seal.trainer.preflight_rows import PreflightFailed
 from seal.trainer.verl.cpu import PLATFORM_ENV as CPU_PLATFORM_ENV
 from seal.trainer_config import TRAINING_JOBS
 
@@ -276,11 +277,14 @@ def run(args: argparse.Namespace) -> None:
                         hint = commands.resume(run_dir)
                         print(f"\n[launcher] resume with: {hint}", file=sys.stderr)
                     raise
-        except BaseException:
+        except BaseException as error:
             # A refused start in a directory of its own leaves none; the service's log stays
-            # when the service itself failed (the error names it).
+            # when the service itself failed (the error names it). A preflight refuses
+            # before anything trains: all its files go, the attempt's record with them.
             service_failed = job is not None and not service_up and log.exists()
-            if created and run.attempt is None:
+            if created and isinstance(error, PreflightFailed):
+                run.remove()
+            elif created and run.attempt is None:
                 run.discard(frozenset() if service_failed else {log.name})
             raise
 

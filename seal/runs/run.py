@@ -14,6 +14,7 @@ files into it take it where they took a path.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,12 @@ class Run:
             file.unlink()
         self.dir.rmdir()
         return True
+
+    def remove(self) -> None:
+        """Remove the directory and everything in it, still locked: a start its preflight
+        refused in a directory of its own, where every file is that start's (the lock, the
+        service's log, the config the preflight checked, the attempt's record)."""
+        shutil.rmtree(self.dir)
 
     def __fspath__(self) -> str:
         return str(self.dir)

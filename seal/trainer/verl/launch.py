@@ -1,5 +1,6 @@
-"""The launcher's `verl` job: compose and validate verl's config, start Ray with the
-workers' environment, run the preflight, then verl's PPO entry point with the SEAL trainer
+"""The launcher's `verl` job: compose and validate verl's config, run the preflight (on one
+node before Ray starts, joining a cluster through it), start Ray with the workers'
+environment, then verl's PPO entry point with the SEAL trainer
 (trainer.v1.trainer_mode = seal_sync). `run_verl_preflight` (launcher.py --preflight) stops
 after the preflight.
 
@@ -55,13 +56,14 @@ def run_verl_preflight(cfg, env_url: str, run: Run | Path, split_file: Path) -> 
     """`launcher.py --preflight`: the checks only; raises on a blocker (exit 1). Joining a
     cluster, every node is probed through Ray; on one node, where the run would start its
     own Ray, this process probes the node with the environment the run's workers get (no
-    Ray to start and stop: seconds less)."""
+    Ray to start and stop: seconds less), as the run itself does before it starts Ray."""
     run_dir = Path(run)
     config = prepare(cfg, env_url, run_dir)
+    env = worker_env(cfg, run_dir)
     if not joins_cluster(config):
-        preflight(cfg, config, run_dir, probe_env=worker_env(cfg, run_dir))
+        preflight(cfg, config, run_dir, probe_env=env)
         return
-    start_ray(config, worker_env(cfg, run_dir))
+    start_ray(config, env)
     try:
         preflight(cfg, config, run_dir)
     finally:
@@ -73,10 +75,13 @@ def run_verl_training(cfg, env_url: str, run: Run | Path, split_file: Path) -> N
     processes write into the directory, and prints the pass rates once it returns)."""
     run_dir = Path(run)
     config = prepare(cfg, env_url, run_dir)
-    start_ray(config, worker_env(cfg, run_dir))
+    env, cluster = worker_env(cfg, run_dir), joins_cluster(config)
+    if cfg.verl.preflight and not cluster:  # before Ray starts: a refusal in seconds
+        preflight(cfg, config, run_dir, probe_env=env)
+    start_ray(config, env)
     shm_before = segments()
     try:
-        if cfg.verl.preflight:
+        if cfg.verl.preflight and cluster:
             preflight(cfg, config, run_dir)
         attempt = run.attempt if isinstance(run, Run) else None
         if attempt is not None:  # the base checkpoint (the preflight fetched its config)

@@ -274,3 +274,19 @@ def test_a_one_node_preflight_probes_in_its_own_process_with_the_workers_environ
     assert facts.service.startswith("unreachable")  # with the token: it tried the request
     assert check_tracking([facts], "offline").status == OK
     assert list(tmp_path.glob(".preflight_*")) == []  # the marker file is gone
+
+
+@pytest.mark.usefixtures("no_token_from_the_environment")
+@pytest.mark.parametrize("flags", [["--preflight"], []], ids=["preflight", "plain_start"])
+def test_a_start_the_preflight_refuses_leaves_no_run_directory(
+    tmp_path, monkeypatch, capsys, flags
+):
+    """`launcher.py --conf exp/SEAL.yaml [--preflight]` refused by the preflight (here: the
+    model is not on this node, whatever its GPUs) removes the run directory it made: its
+    lock, the service's log, the verl config, the attempt's record and data order."""
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "empty_cache"))
+    out = tmp_path / "outputs"
+    args = ["--conf", str(ROOT / "exp/SEAL.yaml"), *flags, "--", f"output_dir={out}"]
+    assert launcher.main(args) == 1
+    assert "hf download Qwen/Qwen2.5-7B-Instruct" in capsys.readouterr().out  # the table's
+    assert not (out / "SEAL").exists(), sorted(map(str, (out / "SEAL").rglob("*")))

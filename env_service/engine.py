@@ -31,7 +31,7 @@ from env_service.ids import check_id
 from env_service.in_process import InProcessPool
 from env_service.profile_source import ProfileSource
 from env_service.task_kind import MultiTurnKind, TaskKind
-from env_service.wire_text import WIRE_TEXTS, ParsedMessage
+from env_service.wire_text import INLINE_PARSE_CHARS, WIRE_TEXTS, ParsedMessage
 from env_service.workers import WorkerPool
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.multi_turn import BfclTask, UnknownTaskError
@@ -175,7 +175,7 @@ class EnvEngine:
         wire text: on the event loop where that costs little, else in a worker process
         (env_service/wire_text.py)."""
         text, limit = WIRE_TEXTS[episode.wire], episode.caps.max_calls_per_step
-        if text.parse_steps is None:
+        if text.parse_steps is None and len(content) <= INLINE_PARSE_CHARS:
             return text.parse(content, limit)
         pool = await self.start_pool()
         return await pool.parse(episode.wire, content, limit)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from env_service import worker
 from env_service.execution import EVALUATION_TIME_BUDGET, RunResult, StepBudget, run_calls
-from env_service.wire_text import WIRE_TEXTS, ParsedMessage
+from env_service.wire_text import ParsedMessage, parse_job
 from env_service.worker import BuildBackends
 from env_service.workers import WorkerError
 from seal.bfcl.backends import Backends
@@ -65,7 +65,7 @@ class InProcessPool:
     async def parse(self, wire: str, content: str, limit: int) -> ParsedMessage:
         """WorkerPool.parse: a message's first `limit` calls in the wire text `wire`, and
         how many follow them."""
-        return _complete(worker.Job(0, WIRE_TEXTS[wire].parse_steps(content, limit)))
+        return _complete(worker.Job(0, parse_job(wire, content, limit)))
 
 
 def _complete(job: worker.Job):

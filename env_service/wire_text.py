@@ -36,10 +36,17 @@ class WireText:
     """A message's first `limit` calls and how many follow them, read no further than
     counting them needs; linear in the message."""
     parse_steps: Callable[[str, int], Generator[None, None, ParsedMessage]] | None = None
-    """`parse`'s work in steps, where it costs more than the event loop may spend on one
-    message: the service runs it in a worker process (ToolACE's: Python's own parser
-    over every call list; the others cost a few milliseconds at most,
-    docs/benchmarks.md, "Parsers")."""
+    """`parse`'s work in steps, where even a short message costs more than the event loop
+    may spend on one: every message is then read in a worker process (ToolACE's: Python's
+    own parser over every call list). Without it, a message up to `INLINE_PARSE_CHARS` is
+    read on the event loop, a longer one in a worker (`parse_job`)."""
+
+
+INLINE_PARSE_CHARS = 16_384
+"""The longest message a wire text without `parse_steps` reads on the event loop. A
+4,096-token reply is about this long and reads in well under a millisecond; a message of
+the service's 262,144 characters costs a few milliseconds (docs/benchmarks.md, "Parsers"),
+which every other client's request then waited for."""
 
 
 WIRE_TEXTS = {
@@ -57,3 +64,13 @@ WIRE_TEXTS = {
 }
 DEFAULT = {"paper": "bfcl_qwen_fc", "rich": "qwen2.5"}
 """The wire text of each prompt (EpisodeSettings.prompt) unless the create asks for another."""
+
+
+def parse_job(wire: str, content: str, limit: int) -> Generator[None, None, ParsedMessage]:
+    """A worker's job reading `content` in the wire text `wire`: its `parse_steps`, or its
+    `parse` as one step (a few milliseconds at most: as long as one costly call)."""
+    text = WIRE_TEXTS[wire]
+    if text.parse_steps is not None:
+        return (yield from text.parse_steps(content, limit))
+    yield
+    return text.parse(content, limit)

@@ -28,7 +28,7 @@ from env_service.execution import (
     StepBudget,
     run_calls,
 )
-from env_service.wire_text import WIRE_TEXTS
+from env_service.wire_text import parse_job
 from seal.bfcl.backends import Backends
 from seal.bfcl.diagnosis import diagnose_steps
 from seal.bfcl.multi_turn import BfclTask
@@ -267,7 +267,7 @@ def serve(
                     jobs.append(job)
             elif kind == "parse":
                 _, request, wire, content, limit = message
-                jobs.append(Job(request, WIRE_TEXTS[wire].parse_steps(content, limit)))
+                jobs.append(Job(request, parse_job(wire, content, limit)))
             elif kind == "diagnose":
                 _, request, task_id, model_turns = message
                 steps = diagnose_steps(load_task(task_id), model_turns)

@@ -21,6 +21,8 @@ import httpx
 import pytest
 from wire_client import TOOLACE_YAML_BFCL, WireClient, tool_responses
 
+from env_service.in_process import InProcessPool
+from env_service.wire_text import INLINE_PARSE_CHARS
 from seal.bfcl import paper_calls
 from seal.bfcl.calls import MAX_MESSAGE_CHARS
 
@@ -79,7 +81,7 @@ def test_healthz_answers_while_a_262k_message_is_read(service_process, wire):
 
 
 def test_a_flood_of_blocks_is_read_only_up_to_the_calls_that_may_run(wire_service, monkeypatch):
-    svc = wire_service()
+    svc = wire_service(workers=0)  # read in this process, where the reads can be counted
     read = []
     real = paper_calls._call
     monkeypatch.setattr(paper_calls, "_call", lambda raw: read.append(raw) or real(raw))
@@ -89,6 +91,35 @@ def test_a_flood_of_blocks_is_read_only_up_to_the_calls_that_may_run(wire_servic
     assert len(read) == 128
     assert len(answers) == n
     assert sum("a message may make at most 128 tool calls" in a for a in answers) == n - 128
+
+
+@pytest.mark.parametrize("wire", ["bfcl_qwen_fc", "qwen2.5"])
+def test_a_long_message_is_read_by_the_pool_a_short_one_on_the_event_loop(
+    wire_service, monkeypatch, wire
+):
+    """A 262,144-character flood read on the event loop cost it 3-4 ms, every other
+    client's request waiting (the adversarial bench's flood): a message longer than
+    INLINE_PARSE_CHARS goes to the worker pool; a model's usual reply is read in place."""
+    params, _ = WIRE_TEXTS[wire]
+    svc = wire_service(workers=0)  # the pool in this process, where its reads are counted
+    pooled = []
+    real = InProcessPool.parse
+
+    def parse(self, wire_text, content, limit):
+        pooled.append(len(content))
+        return real(self, wire_text, content, limit)
+
+    monkeypatch.setattr(InProcessPool, "parse", parse)
+    instance_id, _ = svc.create(TASK, **params)
+    short = GREP * (INLINE_PARSE_CHARS // len(GREP))
+    assert len(tool_responses(svc.step(instance_id, short))) == len(short) // len(GREP)
+    assert pooled == []
+    flood = GREP * (MAX_MESSAGE_CHARS // len(GREP))
+    answers = tool_responses(svc.step(instance_id, flood))
+    assert pooled == [len(flood)]
+    assert sum("a message may make at most 128 tool calls" in a for a in answers) == (
+        len(flood) // len(GREP) - 128
+    )
 
 
 def test_a_2kb_toolace_call_of_dotted_parts_is_answered_not_a_500(service_process):

@@ -1,5 +1,4 @@
-"""Does one hostile client, or an operator's fault, slow everyone else down? Well-behaved
-clients' latency and the service's memory, quiet and under each attack.
+"""Does one hostile client, or an operator's fault, slow the well-behaved clients down?
 
     python scripts/bench_env_adversarial.py [--clients 64] [--rounds 5] [--phase-s 20]
         [--cases flood,unclosed_calls,slow_headers,stopped_worker,slow_page,huge_body,
@@ -7,8 +6,8 @@ clients' latency and the service's memory, quiet and under each attack.
 
 Starts the service, plays paced ground-truth episodes with --clients well-behaved clients,
 and compares each case's phase with a quiet phase just before it (a shared machine's load
-drifts). Prints p50/p99 latency, the attacker's count and peak RSS per phase, then each
-case's median p99 ratio. What each case sends: docs/benchmarks.md, "Under attack".
+drifts). Prints p50/p99 latency, the attacker's count and the service's peak RSS per phase,
+then each case's median p99 ratio. What each case sends: docs/benchmarks.md, "Under attack".
 """
 
 from __future__ import annotations

@@ -2,15 +2,12 @@
 
     python scripts/bench_local_gpu.py [--sizes tiny 0.5b 1.5b] [--steps 3] [--n 8]
 
-For each size, runs the CPU default's loop (exp/cpu_default.yaml: the service, rollouts,
-diagnosis, A-Patch, the update, validation, a checkpoint) through `launcher.py` on CUDA in
-bfloat16, with a randomly initialised Qwen2 of that size (`tiny-qwen2` with the widths
-and depths of Qwen2.5-0.5B or 1.5B: nothing is downloaded, so it runs on a machine without
-network). A random model writes until `--max-new-tokens` or the generation limit, so every
-episode is as long as the limits allow: the figures are an upper bound for the rollout
-limits given, not what a trained model spends. Prints, per size, each step's rollout and
-update seconds and their peak GPU memory (the trainer's `perf/*_peak_gpu_gb` metrics), and
-the medians over the steps after the first (which pays for CUDA's warm-up).
+For each size, runs the CPU default's loop (exp/cpu_default.yaml) through `launcher.py` on
+CUDA in bfloat16 with a randomly initialised Qwen2 of that size (nothing is downloaded).
+Prints, per size, each step's rollout and update seconds and their peak GPU memory, and
+the medians over the steps after the first (which pays for CUDA's warm-up). A random model
+writes until the limits, so the figures are an upper bound: docs/benchmarks.md, "The local
+trainer on a GPU".
 """
 
 from __future__ import annotations

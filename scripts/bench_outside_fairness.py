@@ -4,13 +4,10 @@ outside-call pool's fairness (issue #41).
     python scripts/bench_outside_fairness.py [--slow-episodes 4,24] [--fast-fetches 3]
         [--calls-per-step 8] [--fetch-timeout 5] [--processes 4] [--rounds 1]
 
-For each count N: starts the service on a test network whose outside web is local
-(benchfixtures/web.py), and N clients whose web-search episodes step with --calls-per-step
-fetches of a page that trickles in (each holds an outside-call process until the fetch's
-deadline, --fetch-timeout). Once each has had a process, another client's episode fetches
-a fast page --fast-fetches times, one a step. Prints per N the fast fetches' waits (each
-step's time), the slow fetches that reached the web after the fast step began and before
-its page, how the fast episode ended, and the pool's state from /v1/stats.
+For each count N, N web-search episodes fetch pages that trickle in from a local outside
+web while another episode fetches a fast page once a step. Prints per N the fast fetches'
+waits, the slow fetches that reached the web first, how the fast episode ended and the
+pool's state (/v1/stats). The setup: docs/benchmarks.md, "The outside-call pool's fairness".
 """
 
 from __future__ import annotations

@@ -3,14 +3,11 @@
     python scripts/bench_parsers.py [--runs 5] [--sizes 262144,1048576,10485760]
         [--parsers paper,...] [--unbounded]
 
-Each parser (the service's wire parses, cut at the 128 calls a message may run, and
-every tool format's) reads each shape of message (unclosed `<tool_call>{` openings,
-whitespace inside a call, a flood of blocks, many call lists, one list of many calls, a
-dotted name, nested brackets) at each size; prints the median of `--runs` parses per
-cell, and whether every message of 1 MB and more came under a second. A message over
-MAX_MESSAGE_CHARS (262,144) is refused unread; `--unbounded` lifts that limit, to show
-how each parser's own reading grows (slow: ToolACE's and bfcl-eval's take seconds a MB).
-Figures: docs/benchmarks.md, "Parsers".
+Each parser (the service's release-protocol parses and every tool format's) reads each
+shape of message (unclosed `<tool_call>{` openings, whitespace in a call, a flood of
+blocks, nested brackets, ...) at each size; prints the median of `--runs` parses per cell
+and whether every message of 1 MB and more came under a second. `--unbounded` lifts the
+MAX_MESSAGE_CHARS refusal (slow). Shapes and figures: docs/benchmarks.md, "Parsers".
 """
 
 from __future__ import annotations

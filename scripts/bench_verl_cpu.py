@@ -3,13 +3,11 @@
     python scripts/bench_verl_cpu.py [--steps 3] [--keep DIR]
     python scripts/bench_verl_cpu.py --run-dir outputs/verl_cpu_smoke   # an existing run
 
-Runs `exp/verl_cpu_smoke.yaml` through the launcher (verl's own fit() with the tiny
-model; a few minutes per step on 2 cores) and prints, per training step and as the
-median over steps, verl's own step timings: rollout (`gen`), old log-probs, actor update,
-weight sync, and the SEAL step inside verl's advantage stage (`seal/step_s`: capability
-state, A-Patch, the TransferQueue round trip, the profile push), with its share of the
-step. The SEAL step should stay under 1% of a step; on a GPU the other stages shrink, so
-the share there is larger than here (it is measured in seconds, so compare those).
+Runs `exp/verl_cpu_smoke.yaml` through the launcher (verl's own fit(), the tiny model) and
+prints, per training step and as the median over steps, verl's own step timings (rollout,
+old log-probs, actor update, weight sync) and the SEAL step inside verl's advantage stage
+(`seal/step_s`) with its share of the step. What each covers, and why a GPU's share is
+larger: docs/verl_notes.md, "The CPU backend".
 """
 
 from __future__ import annotations

@@ -3,19 +3,11 @@ way, against this project's driver under each `trainer.limits.context_stop`.
 
     python scripts/count_context_stops.py [--concurrency 8] [--out counts.json]
 
-Every one of the 800 tasks (data/seal_split.json) is played with its ground truth
-through the environment service: the train split in training's episode mode (the paper's
-schema cues), the eval split in validation's (the plain benchmark), with the paper's
-limits. Three counts per split and category:
-- the release's rule its way: before each generation, the raw conversation (every tool
-  output unclipped) rendered with the chat template and tokenized whole, as its
-  `check_context_token_num_safe`; the episode stops once it reaches 16384 - 4096;
-- the driver under `context_stop: release` (the paper configs'): stopped episodes, those
-  whose ground truth then fails, and whether both stop the same episodes at the same
-  generation;
-- the driver under `context_stop: fill`: stopped episodes, and the responses longer than
-  the release's training cut (4,096 tokens counted from the assistant header).
-Figures with their dates: docs/paper_configs.md.
+Plays every one of the 800 tasks (data/seal_split.json) with its ground truth through the
+environment service, each split in its own episode mode, with the paper's limits; counts
+per split and category the release's rule its way (the raw history tokenized whole before
+each generation, as its `check_context_token_num_safe`), the driver under `release` and
+under `fill`. Each count and the figures: docs/paper_configs.md, "The release's arithmetic".
 """
 
 from __future__ import annotations

@@ -2,12 +2,10 @@
 
 Rooms and floors are those of the import contracts in pyproject.toml (the `floors` layers,
 highest first there, lowest first here), so these figures and `lint-imports`
-(tests/test_import_layers.py) judge one drawing. Named here: each arrow back up (an import
-from a room into a room on a higher floor, or into another room of its own floor) and each
-circle (rooms, or the modules of one package, that import each other round). Every import
-counts: module level, in a function, under TYPE_CHECKING. Rooms inside a room (a `layers`
-contract with `containers`: import-linter refuses a layer inside a layer of `floors`) are
-drawn apart, with their own arrows back up. Figures: docs/import_drawing.md.
+(tests/test_import_layers.py) judge one drawing. Named here: each arrow back up and each
+circle. Every import counts: module level, in a function, under TYPE_CHECKING. Rooms
+inside a room (their own `layers` contracts) are drawn apart, with their own arrows back
+up. Each term, and the figures: docs/import_drawing.md.
 
     python scripts/import_drawing.py [--config pyproject.toml]
 """

@@ -2,18 +2,11 @@
 
 Both backends (the single-process trainer and verl) read this one section, so a key
 means the same on both. Defaults are the paper's recipe (docs/design.md, "The paper's
-recipe") where it has one; `exp/*.yaml` overrides them (the CPU default shrinks the
-model, batch and limits). Merged by the launcher as an OmegaConf structured config, so
-unknown keys are errors.
-
-Each concept has one class, defined where the code that uses it lives, and that class
-is the YAML section itself: `limits`, `interface` (class EvolutionSettings), `reward`
-(seal/service_contract.py, shared with the environment service), `advantage` and `loss`
-(seal/algos/grpo_config.py), `apatch` (seal/tocf/apatch_config.py), `capability`
-(seal/tocf/state.py); the config
-modules import no torch, so composing a run config (the launcher) does not either. The sections only the trainers need are defined here. At the
-package root, below the run directory (seal/runs, which reads it), the launcher (which
-composes it into the run config) and both trainers.
+recipe") where it has one; `exp/*.yaml` overrides them. Merged by the launcher as an
+OmegaConf structured config, so unknown keys are errors. Each section's class lives
+beside the code that uses it; the sections only the trainers need are defined here. Which
+class is which section, and why no config module imports torch: docs/design.md, "The
+run config's `trainer` section".
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """Every run-config key with its default and its documentation, read from the source.
 
-A config field is documented the way this project documents it: a string literal right
-under the field in its dataclass (the convention of CleanRL-style config classes; Python
-keeps no such attribute docstrings at run time, so they are read with `ast`). A section
-field (a nested dataclass) may instead rely on its class's docstring.
-
-`python launcher.py --explain [--conf X.yaml]` prints the table: the values that file (without
-`--conf`, the main job's exp/cpu_default.yaml) and the overrides give, beside the defaults
-where they differ; a test fails when any key reachable
-from the run config, or set in any `exp/*.yaml`, has no documentation. `closest_keys`
-answers a misspelt key with the valid names nearest to it.
+A config field is documented by a string literal right under it in its dataclass (Python
+keeps no such attribute docstrings at run time, so they are read with `ast`); a section
+field (a nested dataclass) may rely on its class's docstring instead. `python launcher.py
+--explain [--conf X.yaml]` prints the table, a file's values beside the defaults where
+they differ; a test fails when any key of the run config, or set in any `exp/*.yaml`, has
+no documentation. `closest_keys` answers a misspelt key with the valid names nearest to
+it. The convention: docs/design.md, "The run config's `trainer` section".
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """A resume keeps the experiment: the command line may change only what cannot change it.
 
-A resumed run continues the config its last attempt recorded (`recorded_config`:
-`attempts/<latest>/config.yaml`, or `config.yaml` for a run older than attempts). The
-config a resume composes (`launcher.py --resume RUN_DIR -- key=value ...`, or `--conf` and
-overrides as at the start) is compared with it key by key; the keys of `RESUME_SAFE` may
-differ (how long the run goes on, where it logs, where the service is), any other
-difference is refused with the list of keys, recorded and new values
-(`ResumeConfigChanged`), unless the launcher is told `--accept-config-change`: then the
-run goes on with the new values and the attempt's record lists them
-(seal/runs/run_record.py). docs/runs.md says why each safe key is safe.
-
-The `service` section is resume-safe, so the service itself is checked too: each attempt
-records the settings its service reports, and a resume whose service has others (an
-adopted one started with other limits, or another version's defaults) is refused in
-those that change what an episode may do (all but `SERVICE_SETTINGS_SAFE`), on the same
-terms; every change of the service's settings and of the `service` section is recorded.
+A resumed run continues the config its last attempt recorded (`recorded_config`). The
+config a resume composes is compared with it key by key: the keys of `RESUME_SAFE` may
+differ; any other difference is refused (`ResumeConfigChanged`) unless the launcher is
+told `--accept-config-change`, and then the attempt's record lists it. The settings the
+run's service reports are checked the same way (all but `SERVICE_SETTINGS_SAFE`), and
+every change of them is recorded. Each safe key and why: docs/runs.md, "A resume keeps
+the experiment".
 """
 
 from __future__ import annotations

@@ -4,11 +4,10 @@
     seal-learning-check table OUT/curve.json     # redraw a saved run's table and figure
     seal-learning-check seeds OUT_*/curve.json [--label NAME ...] [--png FILE]  # seeds combined
     seal-learning-check arms [--seeds 0 1 2] [--out-dir DIR] [-- RUN ARGS]  # SEAL against GRPO
-    (or python -m seal.learning_check ...)
 
 A tiny random Qwen2 is warmed up on the ground truth of K easy tasks, then GRPO through the
-real service raises its sampled success; what each command does, what the check simplifies
-and why its defaults: docs/development.md, "Learning check (CPU)".
+real service raises its sampled success. Each command (also `python -m seal.learning_check`),
+what the check simplifies and why its defaults: docs/development.md, "Learning check (CPU)".
 """
 
 from __future__ import annotations

@@ -4,12 +4,10 @@
     seal-report RUN_DIR --table {markdown,csv,json} [--val-dir DIR] [--no-split-check]
     seal-report --compare [RUN ...] [--arm NAME RUN [RUN ...]] ... [--baseline ARM]
     seal-report --table2 RUN [RUN ...] [--out-dir DIR]
-    python -m seal.report.cli ...        # the same
 
-In order: one run's page and PNGs (seal.report.run_page); its per-category pass rates alone
-on stdout, split warnings on stderr, nothing written (seal.report.summary); arms of runs
-compared (seal.report.compare); the paper's Table 2 (seal.report.ood). Exit status 1 when
-there is nothing to report or a file is malformed.
+In order: a run's page and PNGs (run_page.py); its pass rates alone on stdout, split warnings
+on stderr (summary.py); arms compared (compare.py); the paper's Table 2 (ood.py). Exit status
+1 when there is nothing to report or a file is malformed. `python -m seal.report.cli`: same.
 """
 
 from __future__ import annotations

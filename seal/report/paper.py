@@ -3,16 +3,11 @@ reproduction beside them.
 
 Percentages as printed in the paper; ``summary.py`` works in fractions of 1, so divide by
 100 before comparing. Category keys are the ``data_source`` names of the validation records.
-
-- Table 1: BFCL V3 multi-turn on the 400 held-out tasks (100 per category): reference
-  systems (not controlled baselines), and for each of the three backbones the untrained
-  model, vanilla RL and SEAL under the same 400-task training budget.
-- Table 3: the leave-one-out ablations of SEAL on Qwen2.5-7B-Instruct; its other rows (the
-  backbone, vanilla RL, full SEAL) repeat Table 1's, so those rows carry both tables.
-- Table 2: out of distribution, BFCL V4 (web search, memory) and tau2-bench (retail,
-  airline, telecom), models trained on BFCL V3 only: `ood_result` / `ood_results`.
-
-`matching_result` finds the row a run reproduces from its model and its SEAL switches.
+Table 1 (BFCL V3 multi-turn, the 400 held-out tasks: reference systems, and each backbone
+untrained, with vanilla RL and with SEAL), Table 3 (SEAL's ablations on Qwen2.5-7B-Instruct;
+rows it shares with Table 1 carry both), Table 2 (out of distribution: `ood_result`).
+`matching_result` finds the row a run reproduces. Each table's rows: docs/evaluation.md,
+"The paper's numbers".
 """
 
 from __future__ import annotations

@@ -7,8 +7,7 @@
   Satterthwaite's degrees of freedom, Student's t;
 - Holm's adjustment across the rows of one comparison (`holm`).
 
-docs/comparing_runs.md derives each formula; the tests check them against hand-computed
-cases and scipy.
+docs/comparing_runs.md derives each formula; tests check them by hand and against scipy.
 """
 
 from __future__ import annotations

@@ -3,12 +3,10 @@
 One row per step: the paper's average (the unweighted mean of the four category rates), the
 four BFCL multi-turn categories and overall, in percent as the paper gives them, each with
 its counts (``58.00 (58/100)``; csv and json give rates as fractions of 1, for programs). The
-best step is the run's best-step rule's (`trainer.checkpoint.best_rule`,
-seal/trainer_config.py: the release's, multi_turn_base alone with the earlier step on a tie,
-or this project's, the average with the later step on a tie), so the table stars the step
-the trainer kept. Steps whose task ids differ from the expected split are
-reported, since their rates are not comparable with the paper's 400 held-out tasks.
-``seal-report --table`` (seal/report/cli.py) is the command line for this module.
+table stars the step the trainer kept, by the run's `trainer.checkpoint.best_rule`
+(docs/paper_configs.md, "Seed, data order and best step"). Steps whose task ids differ from
+the expected split are reported, since their rates are not comparable with the paper's 400
+held-out tasks. ``seal-report --table`` (seal/report/cli.py) is this module's command line.
 """
 
 import csv

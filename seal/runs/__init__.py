@@ -1,15 +1,10 @@
 """A training run's directory and everything written into it, below both trainers.
 
-    run.py          open_run: lock, checks, set-aside, once per run (the launcher's)
-    lock.py         the flock that keeps two runs of one name apart
-    run_dir_checks.py what a fresh or resumed run may find in its directory
-    data_order.py   the task order of each epoch and its record (data_order.json)
-    run_record.py   attempts/NNN: each start's config, command, seeds, code, packages, base model
-    checkpoint.py   the local trainer's checkpoints: save, find, resume, prune
-    export.py       seal-export: a checkpoint's model as a clean Hugging Face directory
-    records.py      validation records (validation/step_N.jsonl)
-    metrics_log.py  metrics.jsonl and the names of its metrics
-    interface_log.py  interface/step_N.json: what each step's episodes were shown
+run.py opens it once (lock.py, run_dir_checks.py); run_record.py records each attempt,
+data_order.py each epoch's task order, checkpoint.py the local trainer's checkpoints
+(export.py: `seal-export`), records.py the validation records, metrics_log.py
+metrics.jsonl, interface_log.py what each step's episodes were shown. Each module and
+what it writes: docs/runs.md, "The code (seal/runs/)".
 
 Nothing here imports a trainer, the launcher, verl or Ray.
 """

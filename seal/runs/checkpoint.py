@@ -1,19 +1,13 @@
 """Checkpoints of the local trainer: save, find the latest, resume exactly, keep the best.
 
-A checkpoint directory `checkpoints/step_000010/` holds the policy (Hugging Face
-`save_pretrained`, safetensors) with its tokenizer and chat template, so the folder is a
-model directory as it is (`from_pretrained`, `transformers serve`, vLLM; `seal-export`
-copies the model's files alone: seal/runs/export.py), the optimizer state, `trainer_state.json` (step, epoch),
-the RNG states and what the SEAL hooks keep (the capability state and the best validated
-step so far: seal/trainer/seal_hooks.py, which the verl trainer's checkpoints hold too). The data order is a
-function of the seed, the epoch and the step, so restoring the step restores it.
-`latest` names the newest complete checkpoint; it is written last, atomically, so a
-crash while saving leaves the previous checkpoint as the latest, and a failed write
-(a full disk) says so (`CheckpointWriteError`). A checkpoint file that cannot be read is
-a `StateFileError` naming it; torch files are read as tensors and plain data only, never
-unpickled in full (a crafted file would run code at resume). torch is imported by the
-functions that save and load state, so that checking a run directory
-(seal/runs/run_dir_checks.py, the launcher) imports none.
+`checkpoints/step_000010/` is a Hugging Face model directory as it is (the policy with
+its tokenizer and chat template) beside the optimizer state, `trainer_state.json`, the RNG
+states and what the SEAL hooks keep; restoring the step restores the data order. `latest`
+is written last, atomically, so a crash while saving leaves the previous checkpoint the
+latest (`CheckpointWriteError` on a failed write); an unreadable file is a
+`StateFileError`, and torch files are never unpickled in full. torch is imported only by
+the functions that save and load state. What a checkpoint holds and why: docs/runs.md,
+"Checkpoints are model directories".
 """
 
 from __future__ import annotations

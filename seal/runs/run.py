@@ -1,15 +1,13 @@
 """An opened run directory: locked, checked and ready for a job to write into.
 
-`open_run` does, once, what every run needs before its first write: the directory is
-locked (seal/runs/lock.py), and for a training run checked against what it holds
-(seal/runs/run_dir_checks.py: a fresh run refuses an earlier run's state, a resume needs its state
-and the same data order), and the files of a resumed run that never reached its first
-checkpoint are set aside; a caller's own check (the launcher's: a resume keeps the
-recorded config, seal/launch/resume.py) runs under the lock before that first write. The
-launcher opens the run, records the attempt (`Run.attempt`, seal/runs/run_record.py) and
-hands the `Run` to its job; a trainer built without the launcher (tests, the learning
-check) opens it through the same function, without an attempt record. A `Run` is path-like (`Path(run)` is its directory), so jobs that only write
-files into it take it where they took a path.
+`open_run` does, once, what every run needs before its first write: it locks the
+directory (lock.py), checks a training run against what it holds (run_dir_checks.py),
+sets aside the files of a resumed run that never reached its first checkpoint, and runs a
+caller's own check (the launcher's: seal/launch/resume.py) under the lock before that
+write. The launcher opens the run, records the attempt (`Run.attempt`) and hands the
+`Run` to its job; a trainer built without the launcher opens one the same way, with no
+attempt record. A `Run` is path-like (`Path(run)` is its directory). Details:
+docs/runs.md.
 """
 
 from __future__ import annotations

@@ -3,13 +3,9 @@
 verl's agent loops call `server_manager.generate(request_id, prompt_ids=...,
 sampling_params=...)` (verl.workers.rollout.llm_server.LLMServerClient) and get a
 `TokenOutput` (token_ids, log_probs, stop_reason, ...). This module maps one to the
-other; it imports nothing from verl, so it is tested with a fake client.
-
-Stop reasons differ by engine in verl 0.9.1: vLLM reports "completed" for both a stop
-token and max_tokens ("aborted" on abort); SGLang passes its finish type through
-("stop", "length", "abort"). Neither says reliably which of stop/length happened, so
-`finish_reason` is derived from the ids: "stop" when the last id is a stop token or
-fewer than max_new_tokens ids came back, else "length".
+other; it imports nothing from verl, so it is tested with a fake client. `finish_reason`
+is derived from the ids, since verl's engines do not say reliably whether a stop token or
+max_tokens ended a generation: docs/verl_notes.md, "Which code path verl runs".
 """
 
 from __future__ import annotations

@@ -5,10 +5,8 @@ environment, then verl's PPO entry point with the SEAL trainer
 after the preflight.
 
 Needs GPUs and `bash install.sh --gpu` (verl[vllm]); the environment service is started by
-the launcher as for the local job. Outputs in the run directory: verl_config.yaml (the
-resolved config verl ran with), checkpoints/ (verl's global_step_N with the capability
-state and Hugging Face weights, and best/), validation/ (the project's records),
-capability_state.json, tocf/, verl_validation/ (verl's own dump).
+the launcher as for the local job. What it writes in the run directory: docs/gpu.md, "Run,
+with a preflight first".
 """
 
 from __future__ import annotations

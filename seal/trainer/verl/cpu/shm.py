@@ -1,12 +1,10 @@
 """Shared-memory segments a vLLM CPU run leaves in /dev/shm, and their removal.
 
-vLLM's engine talks to its worker through message queues in shared memory (Python
-SharedMemory, `psm_*`, 160-250 MB each) and verl's hybrid weight sync without CUDA IPC
-sends its buckets through one (`verl_weights_*`). Their owners unlink them only when
-they shut down cleanly; Ray ends the vLLM server and its engine processes with signals
-when the run ends (or fails), so every run would leave ~400 MB behind. The launcher's
-CPU vLLM job removes what its run created (launch.py), and the smoke test does the same
-after a launch it had to kill.
+vLLM's message queues (`psm_*`) and verl's weight buckets without CUDA IPC
+(`verl_weights_*`) are unlinked only on a clean shutdown, which Ray's end of a run is
+not, so every run would leave ~400 MB behind. The launcher's CPU vLLM job removes what its
+run created (launch.py), and the smoke test does the same after a launch it had to kill.
+Which segments and why: docs/verl_notes.md, "vLLM on the CPU".
 
 No verl or vLLM imports: the test reads this from the main test venv.
 """

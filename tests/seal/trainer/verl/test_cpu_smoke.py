@@ -319,8 +319,8 @@ def test_a_service_that_dies_mid_run_stops_the_run_naming_it(smoke):
 
 
 def test_the_run_passed_the_preflight_with_the_gpu_mapping(smoke):
-    """The run checked itself first (service from the Ray worker with the token Ray's
-    runtime environment gave it, shared run directory, tracking mode, Ray CPUs, disk, the
+    """The run checked itself first, before Ray started (service with the token the
+    workers get from Ray's runtime environment, shared run directory, tracking mode, Ray CPUs, disk, the
     model's chat template) and trained with the mapping GPU runs get: vLLM's context = the
     context limit, dynamic batching by token budget in the update and both log-prob passes,
     the latest and best checkpoints kept, the policy exported as Hugging Face weights."""

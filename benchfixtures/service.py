@@ -51,10 +51,10 @@ def ground_truth_scripts(ids: Iterable[str]) -> dict[str, list[list[str]]]:
 
 
 def request_kind(method: str, path: str) -> str:
-    """`create`, `step` or `release` for the native API's episode requests."""
+    """`create`, `step` or `close` for the native API's episode requests."""
     if path.endswith("/steps"):
         return "step"
-    return {"POST": "create", "DELETE": "release"}.get(method, path)
+    return {"POST": "create", "DELETE": "close"}.get(method, path)
 
 
 class TimedClient(EnvClient):

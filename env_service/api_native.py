@@ -164,13 +164,13 @@ async def create(
     except Exception:
         engine.discard(episode_id, episode)
         raise
-    await release_if_client_left(engine, request, episode_id, episode)
+    await close_if_client_left(engine, request, episode_id, episode)
     return created
 
 
-async def release_if_client_left(engine: EnvEngine, request: Request | None, episode_id, episode):
-    """Release a new episode whose client closed its connection before the reply: no one
-    learnt its id, so no one would step or release it (it would hold a live slot until
+async def close_if_client_left(engine: EnvEngine, request: Request | None, episode_id, episode):
+    """Close a new episode whose client closed its connection before the reply: no one
+    learnt its id, so no one would step or close it (it would hold a live slot until
     its TTL). A client that retries creates it again."""
     if request is None:
         return
@@ -183,7 +183,7 @@ async def step(engine: EnvEngine, episode_id: str, body: StepRequest) -> StepRes
     """A step request's work and reply (the route's; tests call it in process)."""
     calls = [_parsed(call) for call in body.tool_calls]
     outcome = await engine.astep(
-        episode_id, body.content, body.seq, release_at_end=True, calls=calls
+        episode_id, body.content, body.seq, close_at_end=True, calls=calls
     )
     return _result(outcome)
 
@@ -236,10 +236,10 @@ async def episode_status(episode_id: str, request: Request):
         **errors(404, 422, 507),
     },
 )
-async def release_episode(episode_id: str, request: Request, evaluate: bool = False):
+async def close_episode(episode_id: str, request: Request, evaluate: bool = False):
     engine = engine_of(request)
     report = await engine.areport(episode_id) if evaluate else None
-    engine.release(episode_id)
+    engine.close(episode_id)
     if report is None:
         return Response(status_code=204)
     return json_reply(Evaluation(**report))

@@ -20,7 +20,7 @@ from env_service import api_native, errors
 from env_service.config import ServiceConfig
 from env_service.engine import EnvEngine
 from env_service.http_guard import Guard
-from env_service.release import api as release_api
+from env_service.release_protocol import api as release_api
 from seal.bfcl.backends import preload_backends
 from seal.bfcl.tasks import task_ids
 
@@ -72,19 +72,19 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     app.include_router(api_native.health_router)
     # Off, the release's paths are unknown paths (404 in the native shape), and the
     # OpenAPI schema has none of them.
-    wire_paths = release_api.PATHS if cfg.release_protocol else set()
+    release_paths = release_api.PATHS if cfg.release_protocol else set()
     if cfg.release_protocol:
         app.include_router(release_api.router)
 
-    def on_wire(path: str) -> bool:
-        return path in wire_paths
+    def on_release_protocol(path: str) -> bool:
+        return path in release_paths
 
-    errors.install(app, on_wire)
+    errors.install(app, on_release_protocol)
     app.add_middleware(
         Guard,
         token=cfg.token,
         max_body_bytes=cfg.max_body_bytes,
         max_profile_bytes=cfg.max_profile_bytes,
-        on_wire=on_wire,
+        on_release_protocol=on_release_protocol,
     )
     return app

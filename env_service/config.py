@@ -119,8 +119,8 @@ class ServiceConfig(BaseModel):
     # --- sources and access --------------------------------------------------------------------
     capability_state_path: Path | None = None
     """A persisted capability state to read the failure profile from when no trainer has
-    pushed one: this project's (seal.tocf) or the original release's (its wire clients'
-    diagnostic_evolution thresholds then select from it, env_service/release_state.py).
+    pushed one: this project's (seal.tocf) or the original release's (its release protocol clients'
+    diagnostic_evolution thresholds then select from it, env_service/release_capability_file.py).
     Re-read whenever the file changes. Unreadable at start: the service refuses to start.
     Unreadable later: the last good profile is kept and a warning names the file (GET
     /v1/profile shows it). The only file the service reads besides its own code and
@@ -132,8 +132,8 @@ class ServiceConfig(BaseModel):
     <token>`; 401 otherwise). Required to bind anything but a loopback interface."""
 
     release_protocol: bool = True
-    """Serve the original SEAL release's wire protocol (/create, /step, /evaluate,
-    /release, /get_info, /get_env_profile: env_service/release/) for the release's own
+    """Serve the release protocol, the original SEAL release's (/create, /step, /evaluate,
+    /release, /get_info, /get_env_profile: env_service/release_protocol/) for the release's own
     clients. Off, those paths answer 404 like any unknown path; the native API (/v1) is
     served either way."""
 

@@ -30,8 +30,8 @@ from env_service.execution import RunResult
 from env_service.ids import check_id
 from env_service.in_process import InProcessPool
 from env_service.profile_source import ProfileSource
+from env_service.release_texts import INLINE_PARSE_CHARS, RELEASE_TEXTS, ParsedMessage
 from env_service.task_kind import MultiTurnKind, TaskKind
-from env_service.wire_text import INLINE_PARSE_CHARS, WIRE_TEXTS, ParsedMessage
 from env_service.workers import WorkerPool
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.multi_turn import BfclTask, UnknownTaskError
@@ -52,10 +52,10 @@ class EnvEngine:
         }
         """What differs per kind of task (env_service/task_kind.py), by kind."""
         self.episodes: dict[str, Episode] = {}
-        # Final answers of episodes that ended and were released, for retried final steps:
+        # Final answers of episodes that ended and were closed, for retried final steps:
         # id -> (time ended, answer); oldest first, bounded like the live episodes.
         self.finished: OrderedDict[str, tuple[float, StepOutcome]] = OrderedDict()
-        self.totals = {"created": 0, "released": 0, "expired": 0, "rejected_busy": 0}
+        self.totals = {"created": 0, "closed": 0, "expired": 0, "rejected_busy": 0}
         self.pool: WorkerPool | InProcessPool | None = None
         self._pool_lock = asyncio.Lock()
         path = self.config.capability_state_path
@@ -114,7 +114,7 @@ class EnvEngine:
         profile: dict | None = None,
     ) -> tuple[str, Episode]:
         """A new episode; `profile` replaces the service's failure profile for this episode
-        (the wire protocol reads one from a client-named state file)."""
+        (the release protocol reads one from a client-named state file)."""
         pool = await self.start_pool()
         episode_id, episode, new = self._create(task_id, settings, episode_id, profile)
         if new:
@@ -137,14 +137,14 @@ class EnvEngine:
         episode_id: str,
         content: str,
         seq: int | None = None,
-        release_at_end: bool = False,
+        close_at_end: bool = False,
         calls: list[ToolCall | CallParseError] | None = None,
     ) -> StepOutcome:
         """Run one assistant message of an episode made by `acreate`, its calls in the
-        pool. With `seq`, a repeat of the last step returns its answer; `release_at_end`
-        releases the episode on the step that ends it (the native API: its answer carries
+        pool. With `seq`, a repeat of the last step returns its answer; `close_at_end`
+        closes the episode on the step that ends it (the native API: its answer carries
         the evaluation); `calls` are the message's calls as the client parsed them (None:
-        parse `content` as Qwen2.5 text, the wire protocol)."""
+        parse `content` as Qwen2.5 text, the release protocol)."""
         while True:
             repeated, episode = self._step_target(episode_id, content, seq, check=False)
             if repeated is not None:
@@ -155,7 +155,7 @@ class EnvEngine:
                 if repeated is not None:
                     return repeated
                 if current is not episode:
-                    continue  # released, and the id reused: start over with the new one
+                    continue  # closed, and the id reused: start over with the new one
                 if calls is None:
                     parsed, more = await self._parse(episode, content)
                     plan = episode.begin_step(content, parsed, more, by_client=False)
@@ -168,17 +168,17 @@ class EnvEngine:
                 if outcome.terminated:
                     outcome.evaluation = await self._report(episode_id, episode)
                     outcome.reward = outcome.evaluation["reward"]
-                return self._record(episode_id, episode, outcome, release_at_end)
+                return self._record(episode_id, episode, outcome, close_at_end)
 
     async def _parse(self, episode: Episode, content: str) -> ParsedMessage:
-        """A wire message's calls, read as far as the episode's cap on them needs, in its
-        wire text: on the event loop where that costs little, else in a worker process
-        (env_service/wire_text.py)."""
-        text, limit = WIRE_TEXTS[episode.wire], episode.caps.max_calls_per_step
+        """A release protocol message's calls, read as far as the episode's cap on them needs,
+        in its release text: on the event loop where that costs little, else in a worker process
+        (env_service/release_texts.py)."""
+        text, limit = RELEASE_TEXTS[episode.release_text], episode.caps.max_calls_per_step
         if text.parse_steps is None and len(content) <= INLINE_PARSE_CHARS:
             return text.parse(content, limit)
         pool = await self.start_pool()
-        return await pool.parse(episode.wire, content, limit)
+        return await pool.parse(episode.release_text, content, limit)
 
     async def areport(self, episode_id: str) -> dict:
         """The episode's evaluation (verified in the pool)."""
@@ -218,7 +218,7 @@ class EnvEngine:
             raise BusyError(
                 f"busy: {len(self.episodes)} live episodes (limit "
                 f"{self.config.max_live_episodes}); the longest idle has waited {idle:.0f} s "
-                f"(episodes idle for {self.config.episode_ttl_s:.0f} s expire); release "
+                f"(episodes idle for {self.config.episode_ttl_s:.0f} s expire); close "
                 "finished episodes or retry later"
             )
         try:
@@ -252,7 +252,7 @@ class EnvEngine:
             if seq is not None and seq == last.seq:
                 return last, None
             raise ConflictError(
-                f"episode {episode_id!r} has ended (step {last.seq}) and was released"
+                f"episode {episode_id!r} has ended (step {last.seq}) and was closed"
             )
         episode = self.get(episode_id)
         last = episode.last_outcome
@@ -266,15 +266,15 @@ class EnvEngine:
                 f"{episode.counters.steps + 1} (the last step was {episode.counters.steps})"
             )
         if episode.terminated:
-            raise ConflictError(f"episode {episode_id!r} has ended; evaluate or release it")
+            raise ConflictError(f"episode {episode_id!r} has ended; evaluate or close it")
         return None, episode
 
     def _record(
-        self, episode_id: str, episode: Episode, outcome: StepOutcome, release_at_end: bool
+        self, episode_id: str, episode: Episode, outcome: StepOutcome, close_at_end: bool
     ) -> StepOutcome:
         episode.last_outcome = outcome
-        if outcome.terminated and release_at_end and self.episodes.get(episode_id) is episode:
-            self.release(episode_id)
+        if outcome.terminated and close_at_end and self.episodes.get(episode_id) is episode:
+            self.close(episode_id)
             self.finished[episode_id] = (time.monotonic(), outcome)
             while len(self.finished) > self.config.max_live_episodes:
                 self.finished.popitem(last=False)
@@ -284,29 +284,29 @@ class EnvEngine:
         episode = self.episodes.get(episode_id)
         if episode is None:
             raise NotFoundError(
-                f"no live episode {episode_id!r} (never created, released or expired)"
+                f"no live episode {episode_id!r} (never created, closed or expired)"
             )
         episode.last_used = time.monotonic()
         return episode
 
-    def release(self, episode_id: str) -> None:
+    def close(self, episode_id: str) -> None:
         episode = self.episodes.pop(episode_id, None)
         if episode is None:
             raise NotFoundError(f"no live episode {episode_id!r}")
-        self._released(episode_id, episode)
+        self._closed(episode_id, episode)
 
     def discard(self, episode_id: str, episode: Episode) -> None:
-        """Release `episode` if it is still live under `episode_id`: a create whose reply
+        """Close `episode` if it is still live under `episode_id`: a create whose reply
         could not be sent leaves nothing behind (its client never learnt of it)."""
         if self.episodes.get(episode_id) is episode:
             del self.episodes[episode_id]
-            self._released(episode_id, episode)
+            self._closed(episode_id, episode)
 
-    def _released(self, episode_id: str, episode: Episode) -> None:
+    def _closed(self, episode_id: str, episode: Episode) -> None:
         if self.pool is not None:
             self.pool.close(episode_id)
-        self.kind_of(episode.task).released(episode_id)
-        self.totals["released"] += 1
+        self.kind_of(episode.task).closed(episode_id)
+        self.totals["closed"] += 1
 
     def expire_idle(self) -> int:
         """Drop episodes idle for longer than the TTL; returns how many."""
@@ -322,7 +322,7 @@ class EnvEngine:
         episode = self.episodes.pop(episode_id)
         if self.pool is not None:
             self.pool.close(episode_id)
-        self.kind_of(episode.task).released(episode_id)
+        self.kind_of(episode.task).closed(episode_id)
         self.totals["expired"] += 1
 
     def stats(self) -> dict:
@@ -330,4 +330,6 @@ class EnvEngine:
         kinds = {
             name: value for kind in self.kinds.values() for name, value in kind.stats().items()
         }
-        return {"live_episodes": len(self.episodes), **self.totals, **workers, **kinds}
+        # "released": the old name of "closed", kept for clients that read it (deprecated).
+        totals = {**self.totals, "released": self.totals["closed"]}
+        return {"live_episodes": len(self.episodes), **totals, **workers, **kinds}

@@ -1,9 +1,9 @@
 """Errors a client caused, and how every error is answered on each protocol.
 
 The one place that decides an error reply's status and shape: the original release's
-envelope `{"success": false, "data": null, "error": message}` on its wire protocol, the
+envelope `{"success": false, "data": null, "error": message}` on its release protocol, the
 native API's `{"detail": message}` elsewhere, for client errors (`EngineError`), malformed
-bodies, HTTP errors and bugs (500, logged) alike. `install(app, on_wire)` installs the
+bodies, HTTP errors and bugs (500, logged) alike. `install(app, on_release_protocol)` installs the
 handlers; http_guard.Guard answers before FastAPI runs, with `reply`. Each kind:
 docs/service.md, "The door and the error replies".
 """
@@ -70,56 +70,58 @@ class ServiceStartError(ValueError):
     """The service cannot start with its configuration (the message says what to fix)."""
 
 
-def payload(message: str, wire: bool) -> dict:
-    """An error's body: the wire protocol's envelope, or the native API's detail."""
-    if wire:
+def payload(message: str, release_protocol: bool) -> dict:
+    """An error's body: the release protocol's envelope, or the native API's detail."""
+    if release_protocol:
         return {"success": False, "data": None, "error": message}
     return {"detail": message}
 
 
-def reply(message: str, status: int, wire: bool, headers: dict | None = None) -> Response:
+def reply(
+    message: str, status: int, release_protocol: bool, headers: dict | None = None
+) -> Response:
     """An error's answer in its protocol's shape."""
     # orjson writes every string byte for byte as FastAPI's JSONResponse does.
-    body = orjson.dumps(payload(message, wire))
+    body = orjson.dumps(payload(message, release_protocol))
     return Response(body, status, headers=headers, media_type="application/json")
 
 
-def error_reply(exc: EngineError, wire: bool) -> Response:
+def error_reply(exc: EngineError, release_protocol: bool) -> Response:
     """The answer to a request a client got wrong."""
-    return reply(str(exc), exc.status, wire, exc.headers)
+    return reply(str(exc), exc.status, release_protocol, exc.headers)
 
 
-def bug_reply(exc: Exception, method: str, path: str, wire: bool) -> Response:
+def bug_reply(exc: Exception, method: str, path: str, release_protocol: bool) -> Response:
     """The answer to a bug in the service (500), logged with its traceback."""
     log.exception("env_service: %s %s failed", method, path, exc_info=exc)
-    return reply(f"internal error: {type(exc).__name__}: {exc}", 500, wire)
+    return reply(f"internal error: {type(exc).__name__}: {exc}", 500, release_protocol)
 
 
-def install(app: FastAPI, on_wire: Callable[[str], bool]) -> None:
-    """Answer every error on `app` in its protocol's shape; `on_wire(path)` says whether a
-    request path is on the wire protocol."""
+def install(app: FastAPI, on_release_protocol: Callable[[str], bool]) -> None:
+    """Answer every error on `app` in its protocol's shape; `on_release_protocol(path)` says
+    whether a request path is on the release protocol."""
 
-    def wire(request: Request) -> bool:
-        return on_wire(request.scope["path"])
+    def on_release_path(request: Request) -> bool:
+        return on_release_protocol(request.scope["path"])
 
     @app.exception_handler(EngineError)
     async def client_error(request: Request, exc: EngineError):
-        return error_reply(exc, wire(request))
+        return error_reply(exc, on_release_path(request))
 
     @app.exception_handler(RequestValidationError)
     async def malformed_body(request: Request, exc: RequestValidationError):
-        # The wire protocol answers every request with {success, data, error}, also a body
+        # The release protocol answers every request with {success, data, error}, also a body
         # that is not JSON or not an object; the native API keeps FastAPI's 422 detail.
-        if wire(request):
+        if on_release_path(request):
             return reply(f"malformed request body: {exc.errors()}", 422, True)
         return await request_validation_exception_handler(request, exc)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
-        if wire(request):
+        if on_release_path(request):
             return reply(str(exc.detail), exc.status_code, True)
         return await http_exception_handler(request, exc)
 
     @app.exception_handler(Exception)
     async def bug(request: Request, exc: Exception):
-        return bug_reply(exc, request.method, request.scope["path"], wire(request))
+        return bug_reply(exc, request.method, request.scope["path"], on_release_path(request))

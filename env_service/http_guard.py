@@ -4,7 +4,8 @@ An ASGI middleware, so both hold for every path, `/docs` and `/openapi.json` inc
 an unknown path without the token learns nothing (401, not 404). An oversized body is
 refused with 413 before it is read whole (from its Content-Length, or as the count passes
 the limit). Errors answer in each protocol's own shape (env_service/errors.py):
-`on_wire(path)` says which. The rules: docs/service.md, "The door and the error replies".
+`on_release_protocol(path)` says which. The rules: docs/service.md, "The door and the error
+replies".
 """
 
 from __future__ import annotations
@@ -33,13 +34,13 @@ class Guard:
         token: str | None,
         max_body_bytes: int,
         max_profile_bytes: int,
-        on_wire: Callable[[str], bool],
+        on_release_protocol: Callable[[str], bool],
     ):
         self.app = app
         self.token = token.encode() if token else None
         self.max_body_bytes = max_body_bytes
         self.max_profile_bytes = max_profile_bytes
-        self.on_wire = on_wire
+        self.on_release_protocol = on_release_protocol
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -81,7 +82,7 @@ class Guard:
     async def _error(
         self, scope: Scope, receive: Receive, send: Send, status: int, message: str, extra: dict
     ) -> None:
-        response = errors.reply(message, status, self.on_wire(scope["path"]), extra)
+        response = errors.reply(message, status, self.on_release_protocol(scope["path"]), extra)
         await response(scope, receive, send)
 
 

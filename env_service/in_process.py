@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from env_service import worker
 from env_service.execution import EVALUATION_TIME_BUDGET, RunResult, StepBudget, run_calls
-from env_service.wire_text import ParsedMessage, parse_job
+from env_service.release_texts import ParsedMessage, parse_job
 from env_service.worker import BuildBackends
 from env_service.workers import WorkerError
 from seal.bfcl.backends import Backends
@@ -62,10 +62,10 @@ class InProcessPool:
         job = worker.Job(0, steps, self.max_evaluation_seconds, EVALUATION_TIME_BUDGET)
         return _complete(job)
 
-    async def parse(self, wire: str, content: str, limit: int) -> ParsedMessage:
-        """WorkerPool.parse: a message's first `limit` calls in the wire text `wire`, and
+    async def parse(self, release_text: str, content: str, limit: int) -> ParsedMessage:
+        """WorkerPool.parse: a message's first `limit` calls in the release text `release_text`, and
         how many follow them."""
-        return _complete(worker.Job(0, parse_job(wire, content, limit)))
+        return _complete(worker.Job(0, parse_job(release_text, content, limit)))
 
 
 def _complete(job: worker.Job):

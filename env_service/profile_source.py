@@ -1,6 +1,6 @@
 """Where guided episodes' failure profile comes from: the trainer's last pushed profile
 (PUT /v1/profile), else the operator's --capability-state file, this project's
-(seal.tocf) or the original release's (env_service/release_state.py), reread when it
+(seal.tocf) or the original release's (env_service/release_capability_file.py), reread when it
 changes."""
 
 from __future__ import annotations
@@ -9,7 +9,11 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from env_service.release_state import check_release_state, is_release_state, release_profile
+from env_service.release_capability_file import (
+    check_release_state,
+    is_release_state,
+    release_profile,
+)
 from seal.atomic_file import StateFileError, read_json
 from seal.tocf.state import CapabilityState
 
@@ -27,7 +31,7 @@ class StateFile:
 
 def read_state_file(path: Path) -> StateFile:
     """This project's capability state (seal.tocf) or the original release's
-    (env_service/release_state.py); raises OSError or ValueError (StateFileError) with
+    (env_service/release_capability_file.py); raises OSError or ValueError (StateFileError) with
     the reason."""
     data = read_json(path, "capability state")
     if is_release_state(data):
@@ -77,7 +81,7 @@ class ProfileSource:
     def release_state(self) -> dict | None:
         """The original release's capability state, when that is where the profile comes
         from (the operator's --capability-state file in the release's format, and no
-        pushed profile): the wire protocol's guideline thresholds select from it."""
+        pushed profile): the release protocol's guideline thresholds select from it."""
         if self.pushed is not None:
             return None
         state = self._state_file()

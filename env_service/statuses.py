@@ -1,7 +1,7 @@
 """What each error status means, for the OpenAPI schema of both protocols.
 
 Routes list the statuses they answer with `responses=errors(...)` (native API) or
-`wire_errors(...)` (wire protocol): 401 on every route but `GET /healthz` (when the
+`release_errors(...)` (release protocol): 401 on every route but `GET /healthz` (when the
 service runs with a token), 413 on every route that takes a body, 422 wherever FastAPI
 validates something, and the route's own. tests/env_service/test_access.py provokes each status
 on each route and checks the schema lists it.
@@ -18,8 +18,8 @@ class ErrorDetail(BaseModel):
     detail: str | list
 
 
-class WireError(BaseModel):
-    """The wire protocol's error envelope."""
+class ReleaseError(BaseModel):
+    """The release protocol's error envelope."""
 
     success: bool = False
     data: None = None
@@ -27,7 +27,7 @@ class WireError(BaseModel):
 
 
 MEANINGS = {
-    400: "Bad request (the wire protocol: an env_type this service does not serve)",
+    400: "Bad request (the release protocol: an env_type this service does not serve)",
     401: "No valid bearer token (only when the service runs with one)",
     403: "Not allowed: the service runs without a token",
     404: "Unknown task, episode or split",
@@ -47,6 +47,6 @@ def errors(*statuses: int) -> dict[int, dict]:
     return {s: {"model": ErrorDetail, "description": MEANINGS[s]} for s in (401, *statuses)}
 
 
-def wire_errors(*statuses: int) -> dict[int, dict]:
-    """OpenAPI `responses` for the wire protocol: 401 and `statuses`, in its envelope."""
-    return {s: {"model": WireError, "description": MEANINGS[s]} for s in (401, *statuses)}
+def release_errors(*statuses: int) -> dict[int, dict]:
+    """OpenAPI `responses` for the release protocol: 401 and `statuses`, in its envelope."""
+    return {s: {"model": ReleaseError, "description": MEANINGS[s]} for s in (401, *statuses)}

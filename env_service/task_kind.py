@@ -45,7 +45,7 @@ class TaskKind(Protocol):
         """A new episode of `task` (admitted)."""
 
     async def open(self, episode_id: str, episode: Episode, pool: Pool) -> None:
-        """Build the new episode's backends and complete its prompt (the engine releases
+        """Build the new episode's backends and complete its prompt (the engine closes
         an episode whose open raised)."""
 
     async def run(
@@ -56,8 +56,8 @@ class TaskKind(Protocol):
     async def evaluate(self, episode_id: str, episode: Episode, pool: Pool) -> dict:
         """The episode's evaluation (service_contract.Evaluation, as a dict)."""
 
-    def released(self, episode_id: str) -> None:
-        """The episode has gone (released or expired)."""
+    def closed(self, episode_id: str) -> None:
+        """The episode has gone (closed or expired)."""
 
     def stats(self) -> dict:
         """Its figures for /v1/stats."""
@@ -108,7 +108,7 @@ class MultiTurnKind:
             return episode.report_for(verdict)
         return episode.report_for(None, EVALUATION_TIME_BUDGET)
 
-    def released(self, episode_id: str) -> None:
+    def closed(self, episode_id: str) -> None:
         """Nothing of its own to forget (the engine closes its backends)."""
 
     def stats(self) -> dict:

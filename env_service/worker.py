@@ -28,7 +28,7 @@ from env_service.execution import (
     StepBudget,
     run_calls,
 )
-from env_service.wire_text import parse_job
+from env_service.release_texts import parse_job
 from seal.bfcl.backends import Backends
 from seal.bfcl.diagnosis import diagnose_steps
 from seal.bfcl.multi_turn import BfclTask
@@ -266,8 +266,8 @@ def serve(
                 else:
                     jobs.append(job)
             elif kind == "parse":
-                _, request, wire, content, limit = message
-                jobs.append(Job(request, parse_job(wire, content, limit)))
+                _, request, release_text, content, limit = message
+                jobs.append(Job(request, parse_job(release_text, content, limit)))
             elif kind == "diagnose":
                 _, request, task_id, model_turns = message
                 steps = diagnose_steps(load_task(task_id), model_turns)

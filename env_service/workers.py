@@ -30,7 +30,7 @@ from env_service.execution import (
     RunResult,
     StepBudget,
 )
-from env_service.wire_text import ParsedMessage
+from env_service.release_texts import ParsedMessage
 from env_service.worker import BuildBackends
 from seal.bfcl.backends import Backends
 from seal.bfcl.calls import ToolCall
@@ -211,11 +211,13 @@ class WorkerPool:
         )
         return EVALUATION_TIME_BUDGET if value is _LOST else value
 
-    async def parse(self, wire: str, content: str, limit: int) -> ParsedMessage:
-        """A message's first `limit` calls in the wire text `wire`, and how many follow
+    async def parse(self, release_text: str, content: str, limit: int) -> ParsedMessage:
+        """A message's first `limit` calls in the release text `release_text`, and how many follow
         them, read on the least busy worker (a parse too costly for the event loop:
-        env_service/wire_text.py)."""
-        value = await self._request(None, lambda request: ("parse", request, wire, content, limit))
+        env_service/release_texts.py)."""
+        value = await self._request(
+            None, lambda request: ("parse", request, release_text, content, limit)
+        )
         if value is _LOST:  # twice: its worker was killed or stopped each time
             raise BusyError("the worker reading this message was lost; send it again")
         return value

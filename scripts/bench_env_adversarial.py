@@ -57,7 +57,7 @@ def _most(name: str, arguments: dict) -> str:
 
 
 class Adversary:
-    """Worst legal requests of finding 2 (and 1), one after another, over the wire
+    """Worst legal requests of finding 2 (and 1), one after another, over the release
     protocol (a client of the original release needs nothing but a socket), with the
     service's token: what a client allowed to use the service can do."""
 
@@ -148,7 +148,7 @@ UNCLOSED = "<tool_call>{" * (MESSAGE_CHARS // 12)
 
 def _unclosed_main(url: str, token: str, stop, counter) -> None:
     """262,144-character messages of unclosed `<tool_call>{` openings, back to back, on
-    the wire protocol's default (the paper's) text; a new episode when one ends."""
+    the release protocol's default (the paper's) text; a new episode when one ends."""
     adversary = Adversary(url, token)
     while not stop.is_set():
         instance_id = adversary.episode("multi_turn_base_1")

@@ -47,11 +47,11 @@ def message(shape, size: int) -> str:
 
 
 def parsers() -> dict:
-    """name -> parse(text): the service's wire parses, then every tool format's."""
+    """name -> parse(text): the release protocol's parses, then every tool format's."""
     table = {
-        "wire bfcl_qwen_fc (128)": lambda t: paper_calls.parse_first(t, CAP),
-        "wire qwen2.5 (128)": lambda t: calls.parse_first_tool_calls(t, CAP),
-        "wire toolace (128)": lambda t: toolace_calls.parse_first(t, CAP),
+        "release bfcl_qwen_fc (128)": lambda t: paper_calls.parse_first(t, CAP),
+        "release qwen2.5 (128)": lambda t: calls.parse_first_tool_calls(t, CAP),
+        "release toolace (128)": lambda t: toolace_calls.parse_first(t, CAP),
     }
     for name in FORMATS:
         fmt = get_format(name)

@@ -238,7 +238,7 @@ class CreateEpisode(BaseModel):
     task_id: str
     episode_id: str | None = Field(
         None,
-        description="Client-chosen id (lets a client release an episode whose creation "
+        description="Client-chosen id (lets a client close an episode whose creation "
         "reply it never got, and makes a retried create safe); generated if absent.",
     )
     settings: EpisodeSettings = Field(default_factory=EpisodeSettings)
@@ -368,5 +368,5 @@ class StepResult(BaseModel):
     reward: float
     turn: int
     evaluation: Evaluation | None = None
-    """On the step that ends the episode: its evaluation. The episode is then released
+    """On the step that ends the episode: its evaluation. The episode is then closed
     (its final reply stays available for a retried step for a while)."""

@@ -108,11 +108,11 @@ def ask(url: str, question_id: str, answer: str) -> dict:
 
 def walk_every_route(url: str, task_id: str, sparse: bool) -> object:
     """Create an episode of `task_id` on the native API, then ask every route of both
-    protocols about it (status, the task's info, /get_info, /get_env_profile, a wire /step
-    that answers, /evaluate with `sparse`, the native evaluation, the native release with
-    `?evaluate=true`, which answers that evaluation; a second episode for the wire
-    /release); each must answer 200. Returns /evaluate's data. The wire /create refuses
-    agentic tasks with a 404 naming the native API."""
+    protocols about it (status, the task's info, /get_info, /get_env_profile, a release
+    protocol /step that answers, /evaluate with `sparse`, the native evaluation, the native
+    close with `?evaluate=true`, which answers that evaluation; a second episode for the
+    release protocol's /release); each must answer 200. Returns /evaluate's data. The
+    release protocol's /create refuses agentic tasks with a 404 naming the native API."""
     http = httpx.Client(base_url=url, timeout=60)
 
     def created() -> dict:
@@ -132,17 +132,17 @@ def walk_every_route(url: str, task_id: str, sparse: bool) -> object:
         "get_env_profile": http.post(
             "/get_env_profile", json={**iid, "params": {"split": "train"}}
         ),
-        "wire step": http.post("/step", json=step),
+        "release protocol step": http.post("/step", json=step),
         "evaluate": http.post("/evaluate", json={**iid, "params": {"sparse": sparse}}),
         "native evaluation": http.get(f"/v1/episodes/{episode_id}/evaluation"),
-        "native release": http.delete(f"/v1/episodes/{episode_id}", params={"evaluate": "true"}),
+        "native close": http.delete(f"/v1/episodes/{episode_id}", params={"evaluate": "true"}),
         "release": http.post("/release", json=created()),
     }
     statuses = {route: r.status_code for route, r in replies.items()}
     assert set(statuses.values()) == {200}, statuses
     assert replies["task info"].json()["task_id"] == task_id
     assert replies["get_env_profile"].json()["data"], "the train split lists no task"
-    assert replies["native release"].json() == replies["native evaluation"].json()
+    assert replies["native close"].json() == replies["native evaluation"].json()
     gone = http.get(f"/v1/episodes/{episode_id}")
     assert gone.status_code == 404 and episode_id in gone.text, gone.text
     refused = http.post("/create", json={"env_type": "bfcl", "task_id": task_id})

@@ -3,8 +3,8 @@
 `service(**config)` starts the FastAPI app in-process (starlette's TestClient, lifespan
 included) with a `ServiceConfig` and returns a `Service`: the HTTP client, the engine
 behind it, and the native API's episode calls (`Episodes`), which check each status;
-`results(step)` lists a step's tool results. `wire_service(**config)` is the same on
-the release's wire protocol (tests/wire_client.py). `live_service` runs the app
+`results(step)` lists a step's tool results. `release_service(**config)` is the same on
+the release protocol (tests/release_protocol_client.py). `live_service` runs the app
 under uvicorn on a free local port, for clients that need a real socket.
 `service_process(*flags)` runs `python -m env_service` in its own process on a free
 port, for tests where the service may hang or must be signalled (it is killed after).
@@ -39,7 +39,7 @@ import uvicorn
 from early_runs import EarlyRuns
 from fastapi.testclient import TestClient
 from filelock import FileLock
-from wire_client import WireClient
+from release_protocol_client import ReleaseProtocolClient
 
 from env_service.app import create_app
 from env_service.engine import EnvEngine, ServiceConfig
@@ -105,7 +105,7 @@ class Episodes:
         assert reply.status_code == 200, reply.text
         return reply.json()
 
-    def release(self, episode_id: str) -> None:
+    def close(self, episode_id: str) -> None:
         reply = self.http.delete(f"/v1/episodes/{episode_id}")
         assert reply.status_code == 204, reply.text
 
@@ -158,14 +158,15 @@ def service():
 
 
 @pytest.fixture
-def wire_service(service):
-    """A factory: `wire_service(prompt=None, **config)` -> the service, spoken to on the
-    release's wire protocol (tests/wire_client.py's WireClient, with the service's engine;
+def release_service(service):
+    """A factory: `release_service(prompt=None, **config)` -> the service, spoken to on the
+    release protocol (tests/release_protocol_client.py's ReleaseProtocolClient, with the
+    service's engine;
     `prompt`: the prompt its episodes ask for, None for the default, the paper's)."""
 
-    def start(prompt: str | None = None, **config) -> WireClient:
+    def start(prompt: str | None = None, **config) -> ReleaseProtocolClient:
         svc = service(**config)
-        return WireClient(svc.http, svc.engine, prompt)
+        return ReleaseProtocolClient(svc.http, svc.engine, prompt)
 
     return start
 

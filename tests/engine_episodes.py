@@ -29,7 +29,7 @@ class EngineEpisode:
         self, content: str, calls: list[ToolCall | CallParseError] | None = None
     ) -> StepOutcome:
         """One assistant message; `calls` as a native client parsed them, or None to
-        parse `content` as Qwen2.5 text (the wire protocol)."""
+        parse `content` as Qwen2.5 text (the release protocol)."""
         return asyncio.run(self.engine.astep(self.episode_id, content, calls=calls))
 
     def report(self) -> dict:

@@ -33,8 +33,8 @@ import types
 import uuid
 from pathlib import Path
 
+from release_protocol_client import SEAL_YAML_BFCL, TOOLACE_YAML_BFCL
 from tqdm import tqdm
-from wire_client import SEAL_YAML_BFCL, TOOLACE_YAML_BFCL
 
 from seal.bfcl.official_executor import fresh_backends
 

@@ -1,4 +1,4 @@
-"""The original SEAL release's trainer, as a client of the wire protocol.
+"""The original SEAL release's trainer, as a client of the release protocol.
 
 `ReleaseTrainer` plays what the release's trainer does, as its code documents it
 (agentevolver/client/env_client.py, module/env_manager/env_worker.py,
@@ -10,7 +10,7 @@ assertions it makes (two messages from /create, exactly one per /step).
 
 from __future__ import annotations
 
-from wire_client import SEAL_YAML_BFCL, WireClient
+from release_protocol_client import SEAL_YAML_BFCL, ReleaseProtocolClient
 
 
 def seal_params(mode: str = "sample", **bfcl) -> dict:
@@ -101,9 +101,9 @@ def dense_grader_capped(result: dict, cap: float, weight: float = 1.0) -> tuple[
     return score, list(info.get("failure_tags") or [])
 
 
-def release_clients(svc) -> tuple[WireClient, ReleaseTrainer]:
-    """(the service `svc` on the wire protocol, the release's trainer client over it)."""
-    return WireClient(svc.http, svc.engine), ReleaseTrainer(svc.http)
+def release_clients(svc) -> tuple[ReleaseProtocolClient, ReleaseTrainer]:
+    """(the service `svc` on the release protocol, the release's trainer client over it)."""
+    return ReleaseProtocolClient(svc.http, svc.engine), ReleaseTrainer(svc.http)
 
 
 def plain_prompt(svc, task_id: str) -> str:

@@ -62,7 +62,7 @@ def _check_scenario_lease(
     """Refuse a memory episode while a prerequisite conversation of its scenario is in
     progress (its memory is not saved yet), naming it; one silent for longer than the
     lease (its create and each of its steps renew it; status requests do not) loses it: it
-    is expired (released, as by the TTL), and this create goes ahead."""
+    is expired (closed, as by the TTL), and this create goes ahead."""
     now = time.monotonic()
     for other_id, ep in list(episodes.items()):
         other = ep.task

@@ -134,7 +134,7 @@ class AgenticKind:
             episode.memory_saved()
         return episode.agentic_report()
 
-    def released(self, episode_id: str) -> None:
+    def closed(self, episode_id: str) -> None:
         self.outside.forget(episode_id)
 
     def stats(self) -> dict:

@@ -71,8 +71,8 @@ def admit(
 ) -> StepPlan:
     """The plan for one message: its tool calls ([] ends the user turn) and how many
     follow them unread (answered as over the cap), as the client parsed them (the native
-    API: `by_client`) or the service in the episode's wire text (the wire protocol:
-    env_service/wire_text.py). Under the paper's prompt, its rules
+    API: `by_client`) or the service in the episode's release text (the release protocol:
+    env_service/release_texts.py). Under the paper's prompt, its rules
     (seal.bfcl.paper_calls): one malformed block or unavailable tool answers the whole
     message with one error, and calls with argument names that do not fit run for the
     backend's own error. With `end_on_malformed_call`, a malformed call ends the episode

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from env_service import evolution, wire_text
+from env_service import evolution, release_texts
 from env_service.config import ServiceConfig
 from env_service.episode import prompts
 from env_service.episode.admission import EpisodeView, StepPlan, admit
@@ -52,8 +52,8 @@ class Episode:
         """Held by the engine's async paths for a step or an evaluation: one at a time."""
         self.aborted: str | None = None
         self.ended_on_malformed_call = False
-        self.wire = wire_text.DEFAULT[settings.prompt]
-        """The text the wire protocol speaks for this episode (env_service/wire_text.py);
+        self.release_text = release_texts.DEFAULT[settings.prompt]
+        """The text the release protocol speaks for this episode (env_service/release_texts.py);
         its create may ask for another (`speak`)."""
         self.call_chars = 0
         """argument_size of the calls that ran, summed."""
@@ -104,26 +104,27 @@ class Episode:
         """The user messages that open `turn` (observation messages, as data)."""
         return prompts.turn_messages(self.task, turn, self.texts, self.layers)
 
-    def speak(self, wire: str) -> None:
-        """Speak `wire` (a key of wire_text.WIRE_TEXTS) on the wire protocol, before the
-        episode's first step."""
-        if wire not in wire_text.WIRE_TEXTS:
-            raise ValueError(f"unknown wire text {wire!r}; known: {list(wire_text.WIRE_TEXTS)}")
-        self.wire = wire
+    def speak(self, release_text: str) -> None:
+        """Speak `release_text` (a key of release_texts.RELEASE_TEXTS) on the release protocol,
+        before the episode's first step."""
+        known = release_texts.RELEASE_TEXTS
+        if release_text not in known:
+            raise ValueError(f"unknown release text {release_text!r}; known: {list(known)}")
+        self.release_text = release_text
 
     @property
     def initial_messages(self) -> list[dict]:
-        """The first messages as text (the wire protocol): the system message with the
+        """The first messages as text (the release protocol): the system message with the
         tool signatures, then the first question."""
         name, cues, hints = self.settings.prompt, self.layers.schema_cues, self.layers.type_hints
-        system = prompts.wire_system_prompt(
-            self.task.task_id, self.wire, name, cues, hints, tuple(self.system)
+        system = prompts.release_system_prompt(
+            self.task.task_id, self.release_text, name, cues, hints, tuple(self.system)
         )
-        return [{"role": "system", "content": system}, *self.wire_messages(self.first_messages)]
+        return [{"role": "system", "content": system}, *self.release_messages(self.first_messages)]
 
-    def wire_messages(self, observation: list[dict]) -> list[dict]:
-        """Observation messages as the wire protocol's text."""
-        return wire_text.WIRE_TEXTS[self.wire].messages(observation)
+    def release_messages(self, observation: list[dict]) -> list[dict]:
+        """Observation messages as the release protocol's text."""
+        return release_texts.RELEASE_TEXTS[self.release_text].messages(observation)
 
     def available_tools(self) -> list[str]:
         """Names of the tools the model may call in the current turn."""

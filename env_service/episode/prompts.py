@@ -1,5 +1,5 @@
 """What an episode shows the model: its system prompt's sections, tool docs and questions,
-as data (the native API) and as the wire protocol's text (env_service/wire_text.py).
+as data (the native API) and as the release protocol's text (env_service/release_texts.py).
 
 The renders of a task's docs are cached by task id: an episode plays a shipped task
 (seal.bfcl.tasks.load_task), and serialising its 20-30 KB of tool signatures on every
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 
-from env_service import evolution, wire_text
+from env_service import evolution, release_texts
 from seal.bfcl.multi_turn import BfclTask
 from seal.bfcl.tasks import load_task
 from seal.service_contract import EvolutionSettings
@@ -31,13 +31,13 @@ def first_tools(task_id: str, prompt_name: str, cues: bool, hints: bool) -> list
 
 
 @functools.lru_cache(maxsize=4096)
-def wire_system_prompt(
-    task_id: str, wire: str, prompt_name: str, cues: bool, hints: bool, sections: tuple[str, ...]
+def release_system_prompt(
+    task_id: str, release_text: str, prompt_name: str, cues: bool, hints: bool, sections: tuple[str, ...]
 ) -> str:
-    """The wire protocol's system message, rendered once per task and settings (wire
+    """The release protocol's system message, rendered once per task and settings (release_text
     text, prompt, cues, type hints, sections)."""
     docs = first_tools(task_id, prompt_name, cues, hints)
-    return wire_text.WIRE_TEXTS[wire].system(docs, sections)
+    return release_texts.RELEASE_TEXTS[release_text].system(docs, sections)
 
 
 def extra_sections(

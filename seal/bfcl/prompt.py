@@ -5,7 +5,7 @@ The paper's prompt is seal/bfcl/paper_prompt.py. This one is beyond the paper (a
 option, `tool_format: qwen2.5`; docs/paper_prompt.md, "The rich prompt"): instructions
 before the tools, the tool signatures as the Qwen2.5 chat template renders a `tools=`
 argument, a reveal turn as a notice and a `<tools>` block, tool results as the template
-renders consecutive `tool` messages. Its users: the wire protocol's `rich` prompt and the
+renders consecutive `tool` messages. Its users: the release protocol's `rich` prompt and the
 Qwen2.5 tool format (seal/formats/hermes.py).
 """
 

@@ -232,7 +232,7 @@ async def run_tasks(
                 await asyncio.gather(*episodes)
             finally:
                 # After a ContextBudgetError (or an interrupt) the others stop too; each
-                # releases its episode on the way out.
+                # closes its episode on the way out.
                 for episode in episodes:
                     episode.cancel()
                 await asyncio.gather(*episodes, return_exceptions=True)

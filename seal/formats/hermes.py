@@ -5,7 +5,7 @@ is this project's stricter per-block parser (seal/bfcl/calls.py); the prompt is 
 project's (`prompt: rich`): the service's instructions and layer texts,
 then the tool signatures as Qwen2.5's template writes them for `tools=` (with BFCL's
 language hint), tool results as the template renders `tool` messages (seal/bfcl/prompt.py,
-shared with the wire protocol's `rich` prompt). docs/paper_prompt.md compares the two.
+shared with the release protocol's `rich` prompt). docs/paper_prompt.md compares the two.
 """
 
 from __future__ import annotations

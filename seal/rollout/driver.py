@@ -124,7 +124,7 @@ async def play_batch(
             *episodes, desc=what, unit="episode", leave=leave, disable=not progress
         )
     except BaseException:
-        # Cancelled (Ctrl-C): stop the episodes too, so that each releases its episode and
+        # Cancelled (Ctrl-C): stop the episodes too, so that each closes its episode and
         # the client closes its connections before the loop ends, quietly.
         for episode in episodes:
             episode.cancel()
@@ -172,8 +172,8 @@ async def run_episode(
             evaluation = await episode.finish()
             interface = episode.created["interface"]
     except PromptTooLong:
-        raise  # the episode was released on the way out; retrying cannot help
-    except Exception as e:  # the episode was released on the way out (env_client.Episode)
+        raise  # the episode was closed on the way out; retrying cannot help
+    except Exception as e:  # the episode was closed on the way out (env_client.Episode)
         raise EpisodeError(
             f"{what} after {turns.num_generations} generations: {type(e).__name__}: {e}"
         ) from e

@@ -208,7 +208,7 @@ class Episode:
     def __init__(self, env: EnvClient, task_id: str, settings: EpisodeSettings):
         self.env, self.task_id, self.settings = env, task_id, settings
         # Chosen here, not by the service: a create whose reply never arrived (timed out,
-        # cancelled) can then be retried or released.
+        # cancelled) can then be retried or closed.
         self.episode_id = uuid.uuid4().hex
         self.category = ""
         self.created: dict = {}
@@ -218,7 +218,7 @@ class Episode:
         format that types call values by their docs parses with: ToolFormat.parse)."""
         self.steps = 0
         self.evaluation: dict | None = None
-        self.released = False
+        self.closed = False
 
     @property
     def what(self) -> str:
@@ -238,49 +238,49 @@ class Episode:
             reply = await self.env.call("POST", "/v1/episodes", self.what, (201,), json=body)
             self.created = reply.json(EnvServiceError)
         except BaseException:
-            await self._release_quietly()  # usually there is nothing to release
+            await self._close_quietly()  # usually there is nothing to close
             raise
         self.category = self.created["category"]
         self.tools = list(self.created["tools"])
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
-        if not self.released:
+        if not self.closed:
             # An error or a cancellation: the live-episode slot goes back now rather than
             # when the service's idle timeout would drop it. Shielded, so a second
             # cancellation does not stop the release half-way.
-            await asyncio.shield(self._release_quietly())
+            await asyncio.shield(self._close_quietly())
 
     async def step(self, content: str, calls: list[ToolCall | CallParseError]) -> StepReply:
         """Send one assistant message, its text and the calls parsed from it ([]: the
         message answers); returns the service's observation."""
-        if self.released:
+        if self.closed:
             raise EnvServiceError(f"{self.what}: step after the episode ended")
         self.steps += 1
         body = {"content": content, "tool_calls": [call_body(c) for c in calls], "seq": self.steps}
         reply = await self.env.call("POST", f"{self.path}/steps", self.what, (200,), json=body)
         result = reply.json(EnvServiceError)
         if result["terminated"]:
-            self.evaluation, self.released = result["evaluation"], True
+            self.evaluation, self.closed = result["evaluation"], True
         for message in result["messages"]:
             self.tools += message.get("tools") or []
         return StepReply(result["messages"], result["terminated"], result["truncated"])
 
     async def finish(self) -> dict:
-        """The episode's evaluation; evaluates and releases it if it has not ended."""
+        """The episode's evaluation; evaluates and closes it if it has not ended."""
         if self.evaluation is None:
-            # Two requests rather than DELETE ?evaluate=true: if the release's reply is
+            # Two requests rather than DELETE ?evaluate=true: if the close's reply is
             # lost, its retry finds no episode (404), and the evaluation must not go
             # with it.
             reply = await self.env.call("GET", f"{self.path}/evaluation", self.what, (200,))
             self.evaluation = reply.json(EnvServiceError)
             reply = await self.env.call("DELETE", self.path, self.what, (204, 404))
             if reply.status == 404 and reply.attempts == 1:
-                raise reply_error(reply)  # not our own earlier attempt: someone released it
-            self.released = True
+                raise reply_error(reply)  # not our own earlier attempt: someone closed it
+            self.closed = True
         return self.evaluation
 
-    async def _release_quietly(self) -> None:
+    async def _close_quietly(self) -> None:
         # After another error, which is the one to report: one short attempt, since the
         # service expires what this misses, and a stalled service has cost enough time.
         policy = RetryPolicy(
@@ -289,8 +289,8 @@ class Episode:
         try:
             await self.env.call("DELETE", self.path, self.what, (204, 404), policy=policy)
         except EnvServiceError as e:
-            log.warning("releasing %s failed too: %s", self.what, e)
-        self.released = True
+            log.warning("closing %s failed too: %s", self.what, e)
+        self.closed = True
 
 
 def push_profile(

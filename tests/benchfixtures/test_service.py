@@ -37,7 +37,7 @@ def test_the_bench_service_and_its_timed_client_and_memory_sampler():
         sampler.join()
         assert report["accuracy"] == 1
         kinds = [kind for kind, _ in latencies]
-        # create, then the steps; the last step ends the episode and releases it
+        # create, then the steps; the last step ends the episode and closes it
         assert len(kinds) >= 2 and kinds == ["create"] + ["step"] * (len(kinds) - 1)
         assert all(seconds > 0 for _, seconds in latencies)
         assert sampler.peak > 2**20 and sampler.peak_tree > sampler.peak  # + 2 workers

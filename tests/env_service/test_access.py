@@ -26,7 +26,7 @@ from seal.bfcl import tags as T
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-WIRE_POSTS = ["/create", "/step", "/evaluate", "/release", "/get_info", "/get_env_profile"]
+RELEASE_POSTS = ["/create", "/step", "/evaluate", "/release", "/get_info", "/get_env_profile"]
 
 
 def routes_of(app) -> list:
@@ -68,7 +68,7 @@ def test_every_endpoint_but_healthz_needs_the_token(service):
             assert reply.status_code == 401, (method, path, headers, reply.status_code)
             assert reply.headers["www-authenticate"] == "Bearer"
             body = reply.json()
-            if path in WIRE_POSTS or path == "//get_env_profile":
+            if path in RELEASE_POSTS or path == "//get_env_profile":
                 assert body["success"] is False and "token" in body["error"]
             else:
                 assert "token" in body["detail"]
@@ -213,12 +213,12 @@ def test_a_capability_state_truncated_later_breaks_no_create(service, tmp_path, 
 def test_a_full_episode_cap_says_when_to_retry(service):
     svc = service(max_live_episodes=1)
     svc.create("multi_turn_base_1")
-    wire = svc.http.post("/create", json={"env_type": "bfcl", "task_id": "multi_turn_base_1"})
+    release_reply = svc.http.post("/create", json={"env_type": "bfcl", "task_id": "multi_turn_base_1"})
     native = svc.http.post("/v1/episodes", json={"task_id": "multi_turn_base_1"})
-    for reply in (wire, native):
+    for reply in (release_reply, native):
         assert reply.status_code == 503
         assert int(reply.headers["retry-after"]) >= 1
-    assert "1 live episodes (limit 1)" in wire.json()["error"]
+    assert "1 live episodes (limit 1)" in release_reply.json()["error"]
 
 
 # --- the schema ------------------------------------------------------------------------------------

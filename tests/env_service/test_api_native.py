@@ -1,7 +1,7 @@
 """The native API end to end: the ground-truth policy scores 1, turns advance, held-out
 tools come in their turn, retries are answered not rerun, and 256 concurrent episodes
-stay apart. Bad input: test_api_native_bad_input.py. The original release's wire protocol has
-its own tests (tests/env_service/test_wire_*.py)."""
+stay apart. Bad input: test_api_native_bad_input.py. The release protocol (the original
+release's) has its own tests (tests/env_service/test_release_*.py)."""
 
 import asyncio
 import json
@@ -177,7 +177,7 @@ def test_native_ground_truth_scores_one(service, task_id):
                 assert http.get("/v1/episodes/ep-1").json()["mode"] == "sample"
     final = result.json()
     assert final["terminated"] is True and rewards == [0.0] * (seq - 1) + [1.0]
-    # The step that ends the episode carries the evaluation and releases the episode.
+    # The step that ends the episode carries the evaluation and closes the episode.
     report = final["evaluation"]
     assert report["accuracy"] == 1 and report["progress"] == 1.0
     assert len(report["failure_tags"]) == task.num_turns
@@ -185,7 +185,7 @@ def test_native_ground_truth_scores_one(service, task_id):
     assert report["invalid_calls"] == 0 and report["tool_errors"] == 0
     assert report["terminated"] and not report["truncated"]
     assert http.get("/v1/episodes/ep-1").status_code == 404
-    assert http.get("/v1/stats").json() | {"live_episodes": 0, "released": 1} == (
+    assert http.get("/v1/stats").json() | {"live_episodes": 0, "closed": 1} == (
         http.get("/v1/stats").json()
     )
     assert bfcl_globals_left() == []
@@ -213,13 +213,15 @@ def test_native_retries_are_answered_not_rerun(service):
     for seq, text in enumerate(texts[1:], start=2):
         last = http.post("/v1/episodes/ep-r/steps", json=native_step(text, seq))
     assert last.json()["terminated"] and last.json()["evaluation"]["accuracy"] == 1
-    # The final answer survives the release for a retried final step.
+    # The final answer survives the close for a retried final step.
     repeat = http.post("/v1/episodes/ep-r/steps", json=native_step(texts[-1], seq))
     assert repeat.json() == last.json()
     late = http.post("/v1/episodes/ep-r/steps", json=native_step("x", seq + 1))
     assert late.status_code == 409
     assert http.post("/v1/episodes", json=body).status_code == 409  # the id stays taken
-    assert http.get("/v1/stats").json()["released"] == 1
+    stats = http.get("/v1/stats").json()
+    assert stats["closed"] == 1
+    assert stats["released"] == 1  # the deprecated old name of "closed", kept for its readers
 
 
 def test_native_delete_can_evaluate(service):
@@ -261,7 +263,7 @@ def test_env_client_and_scripted_runner_over_a_socket(live_service):
     assert len(result["failure_tags"]) == load_task(task_id).num_turns
     assert [m["role"] for m in result["input"]] == ["system", "user"]
     assert result["output"][0]["role"] == "assistant"
-    assert engine.stats()["live_episodes"] == 0  # the runner released it
+    assert engine.stats()["live_episodes"] == 0  # the runner closed it
     assert engine.profiles.profile()["tags"][0]["tag"] == "state_mismatch"
 
 

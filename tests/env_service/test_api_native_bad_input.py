@@ -1,4 +1,4 @@
-"""The native API on bad input: malformed bodies and steps, unknown and released episodes,
+"""The native API on bad input: malformed bodies and steps, unknown and closed episodes,
 reused ids, steps after the end, oversized messages, unparseable calls, the busy cap and
 idle expiry; each gets a clear status and leaves the episode as it was."""
 
@@ -67,7 +67,7 @@ def test_unknown_task(service):
     assert svc.http.get("/v1/tasks/multi_turn_base_999").status_code == 404
 
 
-def test_unknown_and_released_episodes(service):
+def test_unknown_and_closed_episodes(service):
     svc = service()
     http = svc.http
     assert http.post("/v1/episodes/ghost/steps", json=native_step("x", None)).status_code == 404
@@ -75,7 +75,7 @@ def test_unknown_and_released_episodes(service):
     assert http.get("/v1/episodes/ghost").status_code == 404
     assert http.delete("/v1/episodes/ghost").status_code == 404
     episode_id, _ = svc.create("multi_turn_base_1")
-    svc.release(episode_id)
+    svc.close(episode_id)
     assert episode_id in svc.step(episode_id, "hi", expect=404)["detail"]
     assert http.get(f"/v1/episodes/{episode_id}/evaluation").status_code == 404
     assert http.delete(f"/v1/episodes/{episode_id}").status_code == 404
@@ -100,8 +100,8 @@ def test_reused_episode_id_is_a_conflict(service):
         },
     )
     assert native.status_code == 409
-    svc.release("mine")
-    svc.create("multi_turn_base_2", "mine")  # free again after release
+    svc.close("mine")
+    svc.create("multi_turn_base_2", "mine")  # free again after close
 
 
 def test_step_after_the_end_native(service):
@@ -189,7 +189,7 @@ def test_busy_cap_loses_nothing(service):
     for episode_id in (first, second):
         assert "workspace" in results(svc.step(episode_id, call_text("ls")))[0]
     assert svc.engine.stats()["rejected_busy"] == 1
-    svc.release(first)
+    svc.close(first)
     svc.create("multi_turn_base_1")
 
 

@@ -5,7 +5,7 @@
   limit) does not stop a client with the token; a body that stops coming is closed;
   silent connections past the cap are closed after their grace, not before.
 - A client's own burst of connections is never cut, and a create whose client left
-  before its reply is released.
+  before its reply is closed (the episode).
 
 The service runs in its own process (`service_process`): these could hang a broken one.
 """
@@ -254,13 +254,13 @@ def test_a_clients_own_burst_is_never_cut(service_process, pool):
     assert not cut, f"{len(cut)} of {pool} connections were not answered: {set(cut)}"
 
 
-def test_a_create_whose_client_left_is_released(service_process):
+def test_a_create_whose_client_left_is_closed(service_process):
     """A client that sends a create and closes its socket never learns the episode's id:
     the episode must not stay live until its TTL."""
     svc = service_process()
     host, port = svc.url.removeprefix("http://").split(":")
     bodies = [("/v1/episodes", {"task_id": TASK, "episode_id": f"left-{k}"}) for k in range(3)] + [
-        ("/create", {"env_type": "bfcl", "task_id": TASK, "instance_id": f"wire-left-{k}"})
+        ("/create", {"env_type": "bfcl", "task_id": TASK, "instance_id": f"release-left-{k}"})
         for k in range(3)
     ]
     # The service is stopped while the clients send and close: each create is read with

@@ -1,6 +1,7 @@
 """Observation evolution: each layer alone in sample mode, and validation that stays the
 plain benchmark byte for byte whatever is requested, on the native API (the layers as
-the wire protocol's prompt text shows them: tests/env_service/test_wire_text_layers.py). The layers'
+the release protocol's prompt text shows them: tests/env_service/test_release_texts_layers.py).
+The layers'
 texts here are the `rich` prompt's (this project's); the paper's are held to the
 original release's byte for byte by tests/seal/bfcl/test_paper_prompt.py, and their rules are
 checked in the last section."""

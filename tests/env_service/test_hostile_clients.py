@@ -1,6 +1,6 @@
 """No client reaches the service's filesystem or gets past its checks of what it sends.
 
-- A client names no file the service reads: the wire `/create`'s
+- A client names no file the service reads: the release protocol `/create`'s
   `diagnostic_evolution.state_path` is refused (422, naming `--capability-state`, the
   operator's option) before anything is opened, so a FIFO there stalls nothing and a
   file's existence cannot be probed.
@@ -154,11 +154,11 @@ def test_ids_are_checked_before_anything_is_created(service, bad_id, why):
     native = svc.http.post("/v1/episodes", json={"task_id": TASK, "episode_id": bad_id})
     assert native.status_code == 422, native.text[:300]
     assert why in native.json()["detail"]
-    wire = svc.http.post(
+    release_reply = svc.http.post(
         "/create", json={"env_type": "bfcl", "task_id": TASK, "instance_id": bad_id}
     )
-    assert wire.status_code == 422, wire.text[:300]
-    assert why in wire.json()["error"]
+    assert release_reply.status_code == 422, release_reply.text[:300]
+    assert why in release_reply.json()["error"]
     task = svc.http.post("/v1/episodes", json={"task_id": bad_id})
     assert task.status_code == 422, task.text[:300]
     assert len(task.content) < 2000  # the reply does not echo a huge id back
@@ -167,7 +167,7 @@ def test_ids_are_checked_before_anything_is_created(service, bad_id, why):
 
 def test_a_reply_that_cannot_be_sent_releases_its_episode(monkeypatch):
     from env_service import api_native
-    from env_service.release import api as release_api
+    from env_service.release_protocol import api as release_api
 
     def broken(*args, **kwargs):
         raise RuntimeError("the reply could not be built")
@@ -194,12 +194,12 @@ def test_head_healthz_answers_200(service):
 def test_ids_a_client_would_normalise_are_refused(service, bad_id):
     """`.` and `..` (and their percent-encodings) vanish from a URL's path in every HTTP
     client (the project's own aiohttp client sends `/v1/episodes/..` as `/v1/`): an episode
-    with such an id could never be stepped or released."""
+    with such an id could never be stepped or closed."""
     svc = service()
     native = svc.http.post("/v1/episodes", json={"task_id": TASK, "episode_id": bad_id})
     assert native.status_code == 422, native.text
-    wire = svc.http.post(
+    release_reply = svc.http.post(
         "/create", json={"env_type": "bfcl", "task_id": TASK, "instance_id": bad_id}
     )
-    assert wire.status_code == 422, wire.text
+    assert release_reply.status_code == 422, release_reply.text
     assert stats(svc)["live_episodes"] == 0

@@ -7,7 +7,7 @@
   only as far as the calls that may run.
 - A message over MAX_MESSAGE_CHARS is one error that says so.
 The service's side (its event loop while such a message is read):
-tests/env_service/test_wire_text_parsing.py.
+tests/env_service/test_release_texts_parsing.py.
 """
 
 from __future__ import annotations

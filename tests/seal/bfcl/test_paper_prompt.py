@@ -1,7 +1,7 @@
 """The paper configs show the model the paper's prompt: byte for byte what the original
 release's environment showed it (tests/data/release_prompts.json.gz, made from the
 release's own code by tests/make_release_golden.py), through the native API with the
-`bfcl_qwen_fc` format and through the wire protocol, at validation, at training (schema
+`bfcl_qwen_fc` format and through the release protocol, at validation, at training (schema
 cues) and with every layer on (SEAL_full_interface.yaml); and the ToolACE configs the
 release's ToolACE mode (the `toolace_official_prompt` format), at validation and training,
 its probes and its parser's readings. The first prompt docs/paper_prompt.md quotes is
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from wire_client import SEAL_YAML_BFCL, TOOLACE_YAML_BFCL, WireClient
+from release_protocol_client import SEAL_YAML_BFCL, TOOLACE_YAML_BFCL, ReleaseProtocolClient
 
-from env_service import release_state
+from env_service import release_capability_file
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.ground_truth import ground_truth_texts, ground_truth_trajectory
 from seal.bfcl.tasks import load_task, task_ids
@@ -90,7 +90,7 @@ class Mode:
     fmt: ToolFormat
     settings: dict[str, EpisodeSettings]
     """The golden file's settings as this project's episode settings."""
-    wire_params: dict
+    release_params: dict
     """The release's env_service.bfcl block its client sends."""
     section: Callable[[], dict]
     """The mode's part of the golden file (tasks, settings)."""
@@ -205,7 +205,7 @@ def native_messages(
     return messages
 
 
-def wire_messages(
+def release_messages(
     http,
     task_id: str,
     setting: str,
@@ -213,20 +213,20 @@ def wire_messages(
     mode: Mode = QWEN_MODE,
     evaluation: dict | None = None,
 ) -> list[dict]:
-    """What the wire protocol answers the release's own client with, up to the end of the
+    """What the release protocol answers the release's own client with, up to the end of the
     episode; its evaluation goes into `evaluation`."""
-    wire = WireClient(http)
-    params = {**mode.wire_params, **mode.section()["settings"][setting]}
-    instance_id, data = wire.create(task_id, **params)
+    client = ReleaseProtocolClient(http)
+    params = {**mode.release_params, **mode.section()["settings"][setting]}
+    instance_id, data = client.create(task_id, **params)
     messages = [{"role": m["role"], "content": m["content"]} for m in data["state"]]
     for text in texts or mode.texts(task_id):
-        reply = wire.step(instance_id, text)
+        reply = client.step(instance_id, text)
         messages += [{"role": m["role"], "content": m["content"]} for m in reply["state"]]
         if reply["is_terminated"]:
             break
     if evaluation is not None:
-        evaluation.update(wire.wire("/evaluate", instance_id=instance_id)["data"])
-    wire.wire("/release", instance_id=instance_id)
+        evaluation.update(client.post("/evaluate", instance_id=instance_id)["data"])
+    client.post("/release", instance_id=instance_id)
     return messages
 
 
@@ -247,20 +247,20 @@ def check(http, ids: list[str], protocol, mode: Mode = QWEN_MODE) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("protocol", [native_messages, wire_messages])
+@pytest.mark.parametrize("protocol", [native_messages, release_messages])
 def test_a_sample_of_tasks_shows_the_releases_prompt(paper_service, protocol):
     problems = check(paper_service, fast_ids(), protocol)
     assert not problems, f"{len(problems)} episodes differ; first:\n" + problems[0]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("protocol", [native_messages, wire_messages])
+@pytest.mark.parametrize("protocol", [native_messages, release_messages])
 def test_all_800_tasks_show_the_releases_prompt(paper_service, protocol):
     problems = check(paper_service, task_ids(), protocol)
     assert not problems, f"{len(problems)} of 2400 episodes differ; first:\n" + problems[0]
 
 
-@pytest.mark.parametrize("protocol", [native_messages, wire_messages])
+@pytest.mark.parametrize("protocol", [native_messages, release_messages])
 def test_calls_the_release_would_not_run_are_answered_as_it_answers_them(paper_service, protocol):
     """Malformed blocks, tools not available, calls without a name, argument names that do
     not fit, a backend's JSON error: the release's answers, with and without D.3's hints."""
@@ -287,7 +287,7 @@ def test_every_paper_config_asks_for_a_golden_setting(name, setting):
 def test_the_guideline_state_selects_three_guidelines():
     """The `full` setting's state selects three tags, so the golden file holds D.4's block
     with several lines (not an empty selection that any texts would match)."""
-    profile = release_state.release_profile(golden()["guideline_state"], "multi_turn_base")
+    profile = release_capability_file.release_profile(golden()["guideline_state"], "multi_turn_base")
     assert [e["tag"] for e in profile["tags"]] == [
         "state_mismatch",
         "empty_turn_model_response",
@@ -316,7 +316,7 @@ def test_the_trainers_profile_selects_the_guidelines_the_release_selects():
         tallies, step=1, epoch=0, min_share=0.10, min_count=8, max_mean_reward=0.6, top_k=5
     )
     release = {"window_tags": {t: {"count": n, "reward_sum": r} for t, (n, r) in stats.items()}}
-    theirs = release_state.release_profile(release, "multi_turn_base")
+    theirs = release_capability_file.release_profile(release, "multi_turn_base")
     assert [e["tag"] for e in ours["tags"]] == [e["tag"] for e in theirs["tags"]]
     assert [e["tag"] for e in ours["tags"]] == [
         "spurious_tool_call",  # less prevalent than state_mismatch, never solved
@@ -366,20 +366,20 @@ def test_the_prompt_quoted_in_the_docs_is_todays_rendering(paper_service):
 # --- the release's ToolACE mode (the ToolACE-2-Llama-3.1-8B configs) ------------------------
 
 
-@pytest.mark.parametrize("protocol", [native_messages, wire_messages])
+@pytest.mark.parametrize("protocol", [native_messages, release_messages])
 def test_a_sample_of_tasks_shows_the_releases_toolace_prompt(paper_service, protocol):
     problems = check(paper_service, fast_ids(), protocol, TOOLACE_MODE)
     assert not problems, f"{len(problems)} episodes differ; first:\n" + problems[0]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("protocol", [native_messages, wire_messages])
+@pytest.mark.parametrize("protocol", [native_messages, release_messages])
 def test_all_800_tasks_show_the_releases_toolace_prompt(paper_service, protocol):
     problems = check(paper_service, task_ids(), protocol, TOOLACE_MODE)
     assert not problems, f"{len(problems)} of 1600 episodes differ; first:\n" + problems[0]
 
 
-@pytest.mark.parametrize("protocol", [native_messages, wire_messages])
+@pytest.mark.parametrize("protocol", [native_messages, release_messages])
 def test_toolace_messages_are_answered_or_end_the_episode_as_the_release_does(
     paper_service, protocol
 ):
@@ -401,7 +401,7 @@ def test_toolace_messages_are_answered_or_end_the_episode_as_the_release_does(
             last = texts[len(got) - 3]  # the message that ended the episode
             malformed = any(isinstance(c, CallParseError) for c in TOOLACE.parse(last))
             assert evaluation["ended_on_malformed_call"] is malformed, (task_id, last)
-            if protocol is wire_messages:  # the release's `completed`
+            if protocol is release_messages:  # the release's `completed`
                 assert evaluation["completed"] is not malformed
             if malformed and len(got) - 2 < len(texts):  # turns were left: a failure
                 assert evaluation["accuracy"] == 0
@@ -415,7 +415,7 @@ def test_a_malformed_closing_message_ends_the_episode_with_the_checkers_verdict(
     zero step reward is not what its trainer reads), so the ground truth passes."""
     task_id = next(iter(golden()["toolace"]["probes"]))
     texts = [*TOOLACE_MODE.texts(task_id)[:-1], "[cd(folder=)]"]
-    for protocol in (native_messages, wire_messages):
+    for protocol in (native_messages, release_messages):
         evaluation = {}
         protocol(paper_service, task_id, "train", texts, TOOLACE_MODE, evaluation)
         assert evaluation["ended_on_malformed_call"] and evaluation["accuracy"] == 1

@@ -87,7 +87,7 @@ def test_max_tokens_is_the_room_left_and_a_full_context_ends_the_episode_scored(
     assert [m["role"] for m in json.loads(record.output)] == ["assistant"]
     assert len(record.failure_tags) == full.extra["num_turns"]
     assert episode_stats(outcome.records.values())["stop_reasons"]["context_limit"] == 1
-    assert engine.stats()["live_episodes"] == 0  # finished (evaluated and released)
+    assert engine.stats()["live_episodes"] == 0  # finished (evaluated and closed)
 
 
 def test_budget_counts_the_tokens_a_full_render_has(fake_llm, live_service, tmp_path):
@@ -193,7 +193,7 @@ def test_a_server_with_a_smaller_context_stops_the_run_with_advice(
     with pytest.raises(ContextBudgetError, match="set --max-context-tokens to the server") as e:
         evaluate(base_url, env_url, tmp_path, concurrency=1)
     assert "multi_turn_miss_param_21" in str(e.value) and "4096 tokens" in str(e.value)
-    # Neither scored nor left out of a written step: the run stops, its episodes released.
+    # Neither scored nor left out of a written step: the run stops, its episodes closed.
     assert not (tmp_path / "validation").exists() and not errors_file(tmp_path, 0).exists()
     assert engine.stats()["live_episodes"] == 0
 

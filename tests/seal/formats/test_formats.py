@@ -173,7 +173,7 @@ def test_qwen25_prompts_are_byte_identical_to_before(engine):
                 for turn in load_task(task_id).held_out:
                     (holdout,) = fmt.observation(episode.turn_messages(turn))
                     texts[f"{key}|holdout{turn}"] = holdout["content"]
-                engine.release(created.episode_id)
+                engine.close(created.episode_id)
 
     asyncio.run(create_all())
     digest = hashlib.sha256()

@@ -202,12 +202,12 @@ MALFORMED = {
 
 
 @pytest.mark.parametrize("name", list(FORMATS))
-def test_malformed_output_is_a_scored_tagged_failure_and_the_episode_is_released(
+def test_malformed_output_is_a_scored_tagged_failure_and_the_episode_is_closed(
     live_service, request, name
 ):
     """Bad JSON or syntax, unknown tools, missing arguments, calls after the answer and
     code in the arguments: each is answered with an error, counted by kind, the episode
-    plays on, is scored 0 with its tags, and is released; nothing runs as code. Under the
+    plays on, is scored 0 with its tags, and is closed; nothing runs as code. Under the
     paper's rules (every format but qwen2.5) a message that would not run is answered
     with one error, and a call missing an argument runs for the backend's own error. In
     a format whose rule ends the episode at a malformed call (toolace_official_prompt),

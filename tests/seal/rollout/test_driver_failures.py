@@ -66,7 +66,7 @@ def test_generator_failure_names_the_task_and_releases_the_episode(
         play(base_url, tokenizer, GREP_TASK, generator)
     assert isinstance(info.value.__cause__, GenerationError)
     assert engine.stats()["live_episodes"] == 0
-    assert engine.stats()["released"] == 1
+    assert engine.stats()["closed"] == 1
 
 
 def test_unknown_task_is_an_error_naming_it(live_service, tokenizer):
@@ -92,7 +92,7 @@ class LostCreateReply(EnvClient):
 @pytest.mark.parametrize(
     "env_cls, generator", [(EnvClient, Stuck([])), (LostCreateReply, ScriptedGenerator([]))]
 )
-def test_a_cancelled_episode_is_released(live_service, tokenizer, env_cls, generator):
+def test_a_cancelled_episode_is_closed(live_service, tokenizer, env_cls, generator):
     base_url, engine = live_service
 
     async def main():

@@ -42,7 +42,7 @@ class RecordingHeaders:
 
 
 async def one_episode_of_each_request(env: EnvClient) -> None:
-    """create, step, (early) evaluation and release, profile: every request kind."""
+    """create, step, (early) evaluation and close, profile: every request kind."""
     first = gt_texts(TASK, FMT)[0]
     async with env.episode(TASK, EpisodeSettings()) as episode:
         await episode.step(first, FMT.parse(first))

@@ -2,8 +2,8 @@
 
 - an error that is not JSON (a plain-text 500) is reported with its status, endpoint,
   task, episode and time spent, and one such episode does not fail the batch;
-- a step, create or release whose reply is late is retried and takes effect once: one
-  logical step is applied once, no user turn is skipped, a retried create or release does
+- a step, create or close whose reply is late is retried and takes effect once: one
+  logical step is applied once, no user turn is skipped, a retried create or close does
   not turn into 409/404;
 - a stopped (SIGSTOP) service process: the client warns while it waits and gives up in a
   bounded time with a message naming the endpoint, the episode and the time;
@@ -175,7 +175,7 @@ def test_a_create_or_release_whose_reply_is_late_does_not_fail(serve_app, method
             env.episode(TASK, EpisodeSettings()) as episode,
         ):
             await episode.step(first_text, FMT.parse(first_text))
-            return await episode.finish()  # stopped early: evaluate and release
+            return await episode.finish()  # stopped early: evaluate and close
 
     evaluation = asyncio.run(main())
     assert late.held == 1
@@ -243,16 +243,16 @@ def test_a_busy_service_is_waited_for_then_fails_naming_the_cause(serve_app):
                     pass
             gave_up = time.monotonic() - start
 
-            async def release_soon():
+            async def close_soon():
                 await asyncio.sleep(1.0)
                 await held.finish()
 
             start = time.monotonic()
-            releasing = asyncio.create_task(release_soon())
+            closing = asyncio.create_task(close_soon())
             async with env.episode(TASK, EpisodeSettings()) as second:
                 waited = time.monotonic() - start
                 await second.finish()
-            await releasing
+            await closing
         return info.value, gave_up, waited
 
     error, gave_up, waited = asyncio.run(main())

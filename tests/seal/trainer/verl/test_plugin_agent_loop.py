@@ -217,7 +217,7 @@ def test_a_server_without_weight_versions_fails_the_episode(model_dir, live_serv
 def test_prompt_longer_than_prompt_length_fails_before_generating(model_dir, live_service):
     """A first prompt verl's prompt tensor cannot hold fails the episode before its first
     generation (not after a whole episode was played), and the service's episode is
-    released."""
+    closed."""
     url, engine = live_service
     config = trainer_config(model_dir, url)
     config.actor_rollout_ref.rollout.prompt_length = 16

@@ -278,7 +278,7 @@ def first_prompts(tool_format: str, ids) -> list[str]:
         for task_id in ids:
             body = CreateEpisode(task_id=task_id, settings=settings)
             created = await api_native.create(engine, body)
-            engine.release(created.episode_id)
+            engine.close(created.episode_id)
             texts.append(fmt.render(fmt.start(created.model_dump())))
 
     asyncio.run(create_all())

@@ -1,6 +1,6 @@
 """What clients of the original SEAL release name and read, in this service's terms.
 
-The wire protocol (api.py) serves the release's trainer unchanged; this module holds the
+The release protocol (api.py) serves the release's trainer unchanged; this module holds the
 translation, so the engine and the native API stay free of it: `resolve_task_id` (the
 release's row numbers), its splits, `evaluation` (the fields the release's grader reads)
 and the shapes of the other answers. Its `/create` params: params.py.

@@ -1,7 +1,7 @@
-"""No message stalls the service while it is read (the wire protocol, where the service
-parses the model's text: env_service/wire_text.py).
+"""No message stalls the service while it is read (the release protocol, where the service
+parses the model's text: env_service/release_texts.py).
 
-- In every wire text, /healthz answers within a bound of its quiet latency while a
+- In every release text, /healthz answers within a bound of its quiet latency while a
   262,144-character message is read: unclosed `<tool_call>{` openings (the release's
   pattern, run on the event loop, took 185 s on them) and 37,449 ToolACE call lists
   (seconds on the event loop, to read them and write their 37,322 answers; now read in
@@ -19,10 +19,10 @@ import time
 
 import httpx
 import pytest
-from wire_client import TOOLACE_YAML_BFCL, WireClient, tool_responses
+from release_protocol_client import TOOLACE_YAML_BFCL, ReleaseProtocolClient, tool_responses
 
 from env_service.in_process import InProcessPool
-from env_service.wire_text import INLINE_PARSE_CHARS
+from env_service.release_texts import INLINE_PARSE_CHARS
 from seal.bfcl import paper_calls
 from seal.bfcl.calls import MAX_MESSAGE_CHARS
 
@@ -30,7 +30,8 @@ TASK = "multi_turn_base_1"  # GorillaFileSystem
 UNCLOSED = "<tool_call>{" * (MAX_MESSAGE_CHARS // 12)
 TOOLACE_LISTS = "[cd()]," * (MAX_MESSAGE_CHARS // 7)
 GREP = '<tool_call>{"name":"grep","arguments":{"file_name":"big.txt","pattern":"b"}}</tool_call>'
-WIRE_TEXTS = {
+# Each release text -> (the create params that speak it, its costliest message to read).
+SLOW_MESSAGE_OF = {
     "bfcl_qwen_fc": ({}, UNCLOSED),
     "qwen2.5": ({"prompt": "rich"}, UNCLOSED),
     "toolace_official_prompt": (TOOLACE_YAML_BFCL, TOOLACE_LISTS),
@@ -47,12 +48,12 @@ def healthz_s(http: httpx.Client, timeout_s: float) -> float:
     return time.perf_counter() - started
 
 
-@pytest.mark.parametrize("wire", list(WIRE_TEXTS))
-def test_healthz_answers_while_a_262k_message_is_read(service_process, wire):
-    params, message = WIRE_TEXTS[wire]
+@pytest.mark.parametrize("release_text", list(SLOW_MESSAGE_OF))
+def test_healthz_answers_while_a_262k_message_is_read(service_process, release_text):
+    params, message = SLOW_MESSAGE_OF[release_text]
     assert len(message) <= MAX_MESSAGE_CHARS
     svc = service_process()
-    client = WireClient(httpx.Client(base_url=svc.url, timeout=120))
+    client = ReleaseProtocolClient(httpx.Client(base_url=svc.url, timeout=120))
     instance_id, _ = client.create(TASK, **params)
     probe = httpx.Client(base_url=svc.url)
     quiet = [healthz_s(probe, 5) for _ in range(30)]
@@ -68,20 +69,20 @@ def test_healthz_answers_while_a_262k_message_is_read(service_process, wire):
     while (step.is_alive() or len(during) < 10) and during[-1] < bound:
         during.append(healthz_s(probe, bound))
         time.sleep(0.02)
-    print(f"{wire}: quiet p50 {statistics.median(quiet) * 1e3:.1f} ms, worst while read "
+    print(f"{release_text}: quiet p50 {statistics.median(quiet) * 1e3:.1f} ms, worst while read "
           f"{max(during) * 1e3:.1f} ms over {len(during)} probes")  # fmt: skip
     assert max(during) < bound, (max(during), bound)
     step.join(timeout=60)
     assert answer, "the step did not answer"
     assert answer["is_terminated"] is False
-    if wire == "toolace_official_prompt":  # 128 ran; the other calls, and the error for
+    if release_text == "toolace_official_prompt":  # 128 ran; the other calls, and the error for
         # the text beside them, are past the cap: answered as such, unread
         over = answer["state"][0]["content"].count("a message may make at most 128 tool calls")
         assert over == MAX_MESSAGE_CHARS // 7 - 128 + 1
 
 
-def test_a_flood_of_blocks_is_read_only_up_to_the_calls_that_may_run(wire_service, monkeypatch):
-    svc = wire_service(workers=0)  # read in this process, where the reads can be counted
+def test_a_flood_of_blocks_is_read_only_up_to_the_calls_that_may_run(release_service, monkeypatch):
+    svc = release_service(workers=0)  # read in this process, where the reads can be counted
     read = []
     real = paper_calls._call
     monkeypatch.setattr(paper_calls, "_call", lambda raw: read.append(raw) or real(raw))
@@ -93,21 +94,21 @@ def test_a_flood_of_blocks_is_read_only_up_to_the_calls_that_may_run(wire_servic
     assert sum("a message may make at most 128 tool calls" in a for a in answers) == n - 128
 
 
-@pytest.mark.parametrize("wire", ["bfcl_qwen_fc", "qwen2.5"])
+@pytest.mark.parametrize("release_text", ["bfcl_qwen_fc", "qwen2.5"])
 def test_a_long_message_is_read_by_the_pool_a_short_one_on_the_event_loop(
-    wire_service, monkeypatch, wire
+    release_service, monkeypatch, release_text
 ):
     """A 262,144-character flood read on the event loop cost it 3-4 ms, every other
     client's request waiting (the adversarial bench's flood): a message longer than
     INLINE_PARSE_CHARS goes to the worker pool; a model's usual reply is read in place."""
-    params, _ = WIRE_TEXTS[wire]
-    svc = wire_service(workers=0)  # the pool in this process, where its reads are counted
+    params, _ = SLOW_MESSAGE_OF[release_text]
+    svc = release_service(workers=0)  # the pool in this process, where its reads are counted
     pooled = []
     real = InProcessPool.parse
 
-    def parse(self, wire_text, content, limit):
+    def parse(self, release_text, content, limit):
         pooled.append(len(content))
-        return real(self, wire_text, content, limit)
+        return real(self, release_text, content, limit)
 
     monkeypatch.setattr(InProcessPool, "parse", parse)
     instance_id, _ = svc.create(TASK, **params)
@@ -124,7 +125,7 @@ def test_a_long_message_is_read_by_the_pool_a_short_one_on_the_event_loop(
 
 def test_a_2kb_toolace_call_of_dotted_parts_is_answered_not_a_500(service_process):
     svc = service_process()
-    client = WireClient(httpx.Client(base_url=svc.url, timeout=30))
+    client = ReleaseProtocolClient(httpx.Client(base_url=svc.url, timeout=30))
     instance_id, _ = client.create(TASK, **TOOLACE_YAML_BFCL)
     message = "[" + "a." * 1020 + "cd()]"
     assert len(message) <= 2048

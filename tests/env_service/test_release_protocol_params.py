@@ -1,7 +1,7 @@
-"""The wire protocol against the original SEAL release's client side (tests/release_trainer.py):
+"""The release protocol against the original SEAL release's client side (tests/release_trainer.py):
 /create takes the release's params (exp/SEAL.yaml's, the observation gates, the tool
 feedback), and diagnostic evolution reads the release's state file or the service's
-profile. The episode loop and the smaller endpoints: test_wire_episodes.py."""
+profile. The episode loop and the smaller endpoints: test_release_protocol_episodes.py."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import json
 import os
 
 import pytest
+from release_protocol_client import SEAL_YAML_BFCL, TOOLACE_YAML_BFCL
 from release_trainer import ReleaseHTTPError, plain_prompt, release_clients, seal_params
-from wire_client import SEAL_YAML_BFCL, TOOLACE_YAML_BFCL
 
 from env_service import evolution
 from seal.bfcl import tags as T
@@ -20,7 +20,8 @@ from seal.bfcl.ground_truth import tool_call_text
 
 @pytest.fixture
 def release(service):
-    """A factory: `release(**config)` -> (wire client, release trainer) of a new service."""
+    """A factory: `release(**config)` -> (release protocol client, the release's trainer) of
+    a new service."""
     return lambda **config: release_clients(service(**config))
 
 

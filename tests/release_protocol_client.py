@@ -1,5 +1,5 @@
-"""The original release's wire protocol as its clients speak it, for the tests of that
-protocol (tests/env_service/test_wire_*.py): each call checks its status and the envelope's
+"""The release protocol (the original release's) as its clients speak it, for the tests of that
+protocol (tests/env_service/test_release_*.py): each call checks its status and the envelope's
 `success` flag. The service's own behaviour is tested on the native API (conftest.py's
 `Episodes`)."""
 
@@ -38,7 +38,7 @@ TOOLACE_YAML_BFCL = {
 }
 
 
-class WireClient:
+class ReleaseProtocolClient:
     def __init__(self, http: httpx.Client, engine=None, prompt: str | None = None):
         self.http = http
         self.engine = engine
@@ -46,8 +46,8 @@ class WireClient:
         self.prompt = prompt
         """The `prompt` param every create sends (None: the service's default, the paper's)."""
 
-    def wire(self, path: str, expect: int = 200, **body) -> dict:
-        """POST a wire-protocol body; check the status and the `success` flag."""
+    def post(self, path: str, expect: int = 200, **body) -> dict:
+        """POST a release-protocol body; check the status and the `success` flag."""
         response = self.http.post(path, json=body)
         assert response.status_code == expect, response.text
         payload = response.json()
@@ -60,23 +60,23 @@ class WireClient:
         body = {"env_type": "bfcl", "task_id": task_id, "params": params}
         if instance_id is not None:
             body["instance_id"] = instance_id
-        data = self.wire("/create", **body)["data"]
+        data = self.post("/create", **body)["data"]
         return data["info"]["instance_id"], data
 
     def step(self, instance_id: str, content: str, expect: int = 200) -> dict:
         message = {"role": "assistant", "content": content}
-        payload = self.wire("/step", expect=expect, instance_id=instance_id, messages=message)
+        payload = self.post("/step", expect=expect, instance_id=instance_id, messages=message)
         return payload["data"] if expect == 200 else payload
 
     def tools(self, instance_id: str) -> list[str]:
         """The tool names `/get_info` lists (its answer is the release's text list)."""
-        text = self.wire("/get_info", instance_id=instance_id)["data"]
+        text = self.post("/get_info", instance_id=instance_id)["data"]
         head, *lines = text.split("\n")
         assert head == "Available tools:" and all(line.startswith("- ") for line in lines), text
         return [line[2:] for line in lines]
 
     def evaluate(self, instance_id: str, sparse: bool = False):
-        return self.wire("/evaluate", instance_id=instance_id, params={"sparse": sparse})["data"]
+        return self.post("/evaluate", instance_id=instance_id, params={"sparse": sparse})["data"]
 
     def play(self, instance_id: str, turns: list[list[str]]) -> list[dict]:
         """Send each turn's texts until the episode ends; returns every step's data."""

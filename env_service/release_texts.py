@@ -1,12 +1,12 @@
-"""The text the wire protocol speaks: for each prompt its client may ask for, how the
+"""The text the release protocol speaks: for each prompt its client may ask for, how the
 system message and the observations are written and how the model's text is read.
 
 The native API sends data and its client's tool format renders it; the release's clients
-(env_service/release/api.py) send and read text, so the service writes it as the format of
+(env_service/release_protocol/api.py) send and read text, so the service writes it as the format of
 the same name would: `bfcl_qwen_fc` (the paper's Qwen2.5 prompt, the release's default),
 `toolace_official_prompt` (the release's ToolACE mode) or `qwen2.5` (this project's richer
 prompt, `prompt: rich`). An episode speaks the one its settings' prompt implies (`DEFAULT`)
-unless the wire's create asks for another (env_service/release/params.py).
+unless the release protocol's create asks for another (env_service/release_protocol/params.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _rich_system(docs: Sequence[dict], sections: Sequence[str]) -> str:
 
 
 @dataclass(frozen=True)
-class WireText:
+class ReleaseText:
     system: Callable[[Sequence[dict], Sequence[str]], str]
     """The system message from the first turn's docs and the system-prompt sections."""
     messages: Callable[[list[dict]], list[dict]]
@@ -43,33 +43,33 @@ class WireText:
 
 
 INLINE_PARSE_CHARS = 16_384
-"""The longest message a wire text without `parse_steps` reads on the event loop. A
+"""The longest message a release text without `parse_steps` reads on the event loop. A
 4,096-token reply is about this long and reads in well under a millisecond; a message of
 the service's 262,144 characters costs a few milliseconds (docs/benchmarks.md, "Parsers"),
 which every other client's request then waited for."""
 
 
-WIRE_TEXTS = {
-    "bfcl_qwen_fc": WireText(
+RELEASE_TEXTS = {
+    "bfcl_qwen_fc": ReleaseText(
         paper_prompt.system_message, paper_prompt.chat_messages, paper_calls.parse_first
     ),
     # The release's `tool_prompt_mode`, `tool_call_parser` and `tool_result_mode` of this name.
-    "toolace_official_prompt": WireText(
+    "toolace_official_prompt": ReleaseText(
         toolace_prompt.system_message,
         toolace_prompt.chat_messages,
         toolace_calls.parse_first,
         toolace_calls.parse_steps,
     ),
-    "qwen2.5": WireText(_rich_system, prompt.chat_messages, parse_first_tool_calls),
+    "qwen2.5": ReleaseText(_rich_system, prompt.chat_messages, parse_first_tool_calls),
 }
 DEFAULT = {"paper": "bfcl_qwen_fc", "rich": "qwen2.5"}
-"""The wire text of each prompt (EpisodeSettings.prompt) unless the create asks for another."""
+"""The release text of each prompt (EpisodeSettings.prompt) unless the create asks for another."""
 
 
-def parse_job(wire: str, content: str, limit: int) -> Generator[None, None, ParsedMessage]:
-    """A worker's job reading `content` in the wire text `wire`: its `parse_steps`, or its
+def parse_job(release_text: str, content: str, limit: int) -> Generator[None, None, ParsedMessage]:
+    """A worker's job reading `content` in the release text `release_text`: its `parse_steps`, or its
     `parse` as one step (a few milliseconds at most: as long as one costly call)."""
-    text = WIRE_TEXTS[wire]
+    text = RELEASE_TEXTS[release_text]
     if text.parse_steps is not None:
         return (yield from text.parse_steps(content, limit))
     yield

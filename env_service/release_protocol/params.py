@@ -1,6 +1,7 @@
 """The release's `/create` params, and this service's flat keys, as `EpisodeSettings`
 (`translate_params`): every release key is honoured with the release's meaning or refused
-(422), never dropped. The keys: docs/service.md, "The release's wire protocol".
+(422), never dropped. The keys: docs/service.md, "The release protocol, route by
+route".
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from env_service import release_state
+from env_service import release_capability_file
 from env_service.errors import InvalidRequestError
 from seal.bfcl import tags as T
 from seal.bfcl.tasks import CATEGORIES
@@ -30,7 +31,7 @@ _FIXED = {
     "flag_python_literals_in_tool_json": (False, "JSON parse errors are reported as they are"),
     "accept_parameters_as_arguments": (False, 'a call must use the key "arguments"'),
 }
-# The release's modes this service speaks (env_service/wire_text.py): its three mode keys
+# The release's modes this service speaks (env_service/release_texts.py): its three mode keys
 # and reject_tool_call_with_content, each absent key at the release's default.
 _RELEASE_DEFAULTS = {
     "tool_prompt_mode": "bfcl_qwen_fc",
@@ -38,7 +39,7 @@ _RELEASE_DEFAULTS = {
     "tool_result_mode": "bfcl_tool_response",
     "reject_tool_call_with_content": False,
 }
-_WIRE_MODES = {
+_TEXT_OF_MODES = {
     # The paper's Qwen2.5 prompt (or this service's `prompt: rich`): <tool_call> blocks,
     # text beside them allowed.
     ("bfcl_qwen_fc", "xml_json", "bfcl_tool_response", False): "bfcl_qwen_fc",
@@ -49,7 +50,7 @@ _WIRE_MODES = {
 # pinned bfcl-eval package, so these cannot be honoured.
 _TASK_FILES = {"data_path", "answer_path"}
 
-# This service's own flat keys (documented in docs/service.md, "The release's wire protocol").
+# This service's own flat keys (docs/service.md, "The release protocol, route by route").
 _FLAT_EVOLUTION = {
     "observation_lite": "schema_cues",
     "schema_cues": "schema_cues",
@@ -130,9 +131,9 @@ class ReleaseDiagnosticEvolution(_TrainOnlyLayer):
 
     state_path: str | None = None
     """Refused: see `check`."""
-    prevalence_threshold: float = Field(release_state.DEFAULT_PREVALENCE, ge=0.0, le=1.0)
-    reward_threshold: float = release_state.DEFAULT_REWARD
-    min_tag_count: int = Field(release_state.DEFAULT_MIN_COUNT, ge=0)
+    prevalence_threshold: float = Field(release_capability_file.DEFAULT_PREVALENCE, ge=0.0, le=1.0)
+    reward_threshold: float = release_capability_file.DEFAULT_REWARD
+    min_tag_count: int = Field(release_capability_file.DEFAULT_MIN_COUNT, ge=0)
     max_lines: int = Field(3, ge=0)
     category_tags: bool = False
     guidelines: dict[str, str | None] | None = None
@@ -158,7 +159,7 @@ class ReleaseDiagnosticEvolution(_TrainOnlyLayer):
             )
 
     def thresholds(self) -> dict:
-        """The keys release_state.release_profile takes."""
+        """The keys release_capability_file.release_profile takes."""
         return self.model_dump(
             include={"prevalence_threshold", "reward_threshold", "min_tag_count", "category_tags"}
         )
@@ -212,8 +213,8 @@ class CreateParams:
     ignored: list[str]
     notes: dict[str, Any] = field(default_factory=dict)
     """What the client should see about its release layers (e.g. the state file used)."""
-    wire: str = "bfcl_qwen_fc"
-    """The text the episode speaks (env_service/wire_text.py)."""
+    release_text: str = "bfcl_qwen_fc"
+    """The text the episode speaks (env_service/release_texts.py)."""
 
 
 _SETTINGS = TypeAdapter(EpisodeSettings)
@@ -227,7 +228,7 @@ def _invalid(error: ValidationError) -> InvalidRequestError:
 def translate_params(
     params: dict, category: str, release_state_of: Callable[[], dict | None] = lambda: None
 ) -> CreateParams:
-    """Episode settings for a task of `category` from wire `/create` params;
+    """Episode settings for a task of `category` from release protocol `/create` params;
     `release_state_of()` is the release's capability state the operator gave the service,
     if any (EnvEngine.profiles.release_state), which `diagnostic_evolution` selects guidelines from."""
     flat_evo, reward, top, ignored = {}, {}, {}, []
@@ -263,9 +264,9 @@ def translate_params(
         else:
             ignored.append(key)
 
-    wire = _wire_mode(params)
-    if wire != "bfcl_qwen_fc" and top.get("prompt", "paper") != "paper":
-        raise InvalidRequestError(f"{wire} is the paper's prompt: `prompt` must be paper")
+    release_text = _release_text(params)
+    if release_text != "bfcl_qwen_fc" and top.get("prompt", "paper") != "paper":
+        raise InvalidRequestError(f"{release_text} is the paper's prompt: `prompt` must be paper")
     mode = top.pop("rollout_mode", "sample")
     if isinstance(mode, str) and mode.lower() in _VALIDATION_MODES:
         mode = "validate"
@@ -304,7 +305,7 @@ def translate_params(
         if diag.enable and release is None:
             diag.refuse_thresholds("diagnostic_evolution")
         if evo["guidelines"] and release is not None:
-            profile = release_state.release_profile(release, category, **diag.thresholds())
+            profile = release_capability_file.release_profile(release, category, **diag.thresholds())
             notes["diagnostic_evolution"] = {
                 "source": "--capability-state (the original release's capability state)",
                 "guideline_tags": [e["tag"] for e in profile["tags"]][: evo["max_guidelines"]],
@@ -314,19 +315,19 @@ def translate_params(
     settings = dataclasses.replace(
         base, evolution=evolution, evolve_in_validation=validating and evolution.any
     )
-    wire = wire if settings.prompt == "paper" else "qwen2.5"
-    return CreateParams(settings, profile, sorted(ignored), notes, wire)
+    release_text = release_text if settings.prompt == "paper" else "qwen2.5"
+    return CreateParams(settings, profile, sorted(ignored), notes, release_text)
 
 
-def _wire_mode(params: dict) -> str:
-    """The wire text the release's mode keys ask for; refused (422) unless they name one
+def _release_text(params: dict) -> str:
+    """The release text the release's mode keys ask for; refused (422) unless they name one
     of the modes this service speaks, as a whole."""
     asked = tuple(params.get(k, default) for k, default in _RELEASE_DEFAULTS.items())
-    if asked in _WIRE_MODES:
-        return _WIRE_MODES[asked]
+    if asked in _TEXT_OF_MODES:
+        return _TEXT_OF_MODES[asked]
     served = " or ".join(
         ", ".join(f"{k}={v!r}" for k, v in zip(_RELEASE_DEFAULTS, modes, strict=True))
-        for modes in _WIRE_MODES
+        for modes in _TEXT_OF_MODES
     )
     given = {k: params[k] for k in _RELEASE_DEFAULTS if k in params}
     raise InvalidRequestError(

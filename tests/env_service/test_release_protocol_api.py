@@ -1,7 +1,9 @@
-"""The original release's wire protocol (env_service/release/) as this service serves it:
+"""The release protocol (the original release's; env_service/release_protocol/) as this
+service serves it:
 mounted by `ServiceConfig.release_protocol` (on by default), its envelope on every
 answer, the release's text format (Qwen2.5's `<tool_call>` blocks) in and out.
-tests/env_service/test_wire_contract.py and test_wire_episodes.py play the release's trainer
+tests/env_service/test_release_protocol_params.py and test_release_protocol_episodes.py play
+the release's trainer
 against it; the behaviour both protocols share is tested on the native API
 (tests/env_service/test_api_native.py and its neighbours)."""
 
@@ -13,16 +15,16 @@ import pytest
 from agentic_scripts import notetaker
 from bfcl_official import bfcl_globals_left
 from conftest import call_text, gt_turns
+from release_protocol_client import ReleaseProtocolClient, tool_responses
 from test_api_native import ONE_PER_CATEGORY
 from test_limits import EIGHTY_K_LINES, calls_text, most_calls_that_fit
-from wire_client import WireClient, tool_responses
 
-from env_service.release import compat
+from env_service.release_protocol import compat
 from seal.bfcl.tasks import load_task
 
 FS_TASK = "multi_turn_base_1"
-WIRE_PATHS = ["/create", "/step", "/evaluate", "/release", "/get_info", "/get_env_profile"]
-TOKEN = "wire-test-token"
+RELEASE_PATHS = ["/create", "/step", "/evaluate", "/release", "/get_info", "/get_env_profile"]
+TOKEN = "release-test-token"
 
 
 # --- mounted by an option -----------------------------------------------------------------------
@@ -31,7 +33,7 @@ TOKEN = "wire-test-token"
 def test_the_release_protocol_is_served_by_default(service):
     http = service().http
     schema = http.get("/openapi.json").json()["paths"]
-    assert set(WIRE_PATHS) <= set(schema)
+    assert set(RELEASE_PATHS) <= set(schema)
     reply = http.post("/get_env_profile", json={"params": {"split": "train"}})
     assert reply.status_code == 200 and reply.json()["success"] is True
 
@@ -40,12 +42,12 @@ def test_without_the_release_protocol_its_paths_are_unknown_paths(service):
     http = service(release_protocol=False).http
     unknown = http.post("/no-such-path", json={})
     assert unknown.status_code == 404
-    for path in [*WIRE_PATHS, "//get_env_profile"]:
+    for path in [*RELEASE_PATHS, "//get_env_profile"]:
         reply = http.post(path, json={"env_type": "bfcl", "task_id": "multi_turn_base_0"})
         assert (reply.status_code, reply.content) == (404, unknown.content), path
     assert http.get("/v1/stats").json()["live_episodes"] == 0
     schema = http.get("/openapi.json").json()["paths"]
-    assert not set(WIRE_PATHS) & set(schema)
+    assert not set(RELEASE_PATHS) & set(schema)
     assert "/v1/episodes" in schema and "/healthz" in schema
     assert http.get("/healthz").json()["status"] == "healthy"
 
@@ -64,9 +66,9 @@ def test_without_the_release_protocol_errors_are_the_native_shape(service):
 # --- the envelope --------------------------------------------------------------------------------
 
 
-def test_wire_errors_are_always_the_json_envelope(service, monkeypatch):
+def test_release_protocol_errors_are_always_the_json_envelope(service, monkeypatch):
     http = service(max_body_bytes=10_000).http
-    instance_id, _ = WireClient(http).create(FS_TASK)
+    instance_id, _ = ReleaseProtocolClient(http).create(FS_TASK)
     too_big = http.post(
         "/step", json={"instance_id": instance_id, "messages": {"content": "x" * 20_000}}
     )
@@ -99,24 +101,24 @@ def test_wire_errors_are_always_the_json_envelope(service, monkeypatch):
 
 def test_a_step_over_its_time_budget_says_so_in_info_and_completed(service):
     svc = service(max_step_seconds=0.2, max_calls_per_step=100_000, max_calls_per_episode=100_000)
-    wire = WireClient(svc.http)
-    flood, _ = wire.create(FS_TASK, rollout_mode="validate")
-    wire.step(flood, calls_text("touch", {"file_name": "big.txt"}, 1))
-    wire.step(flood, calls_text("echo", {"content": EIGHTY_K_LINES, "file_name": "big.txt"}, 1))
-    data = wire.step(flood, most_calls_that_fit("grep", {"file_name": "big.txt", "pattern": "b"}))
+    client = ReleaseProtocolClient(svc.http)
+    flood, _ = client.create(FS_TASK, rollout_mode="validate")
+    client.step(flood, calls_text("touch", {"file_name": "big.txt"}, 1))
+    client.step(flood, calls_text("echo", {"content": EIGHTY_K_LINES, "file_name": "big.txt"}, 1))
+    data = client.step(flood, most_calls_that_fit("grep", {"file_name": "big.txt", "pattern": "b"}))
     assert data["is_terminated"] is True and data["info"]["aborted"] == "step_time_budget"
     assert "time budget" in tool_responses(data)[-1]
-    report = wire.evaluate(flood)
+    report = client.evaluate(flood)
     assert report["aborted"] == "step_time_budget" and report["completed"] is False
-    assert wire.step(flood, calls_text("pwd", {}, 1), expect=409)["success"] is False
+    assert client.step(flood, calls_text("pwd", {}, 1), expect=409)["success"] is False
 
 
 # --- episodes in the release's shapes, Qwen2.5's text parsed by the service ---------------------
 
 
 @pytest.mark.parametrize("task_id", ONE_PER_CATEGORY)
-def test_the_ground_truth_scores_one_in_the_releases_shapes(wire_service, task_id):
-    svc = wire_service()
+def test_the_ground_truth_scores_one_in_the_releases_shapes(release_service, task_id):
+    svc = release_service()
     task = load_task(task_id)
     instance_id, data = svc.create(task_id, rollout_mode="validate")
     assert [m["role"] for m in data["state"]] == ["system", "user"]
@@ -143,14 +145,14 @@ def test_the_ground_truth_scores_one_in_the_releases_shapes(wire_service, task_i
     assert report["invalid_calls"] == 0 and report["tool_errors"] == 0
     assert report["terminated"] and not report["truncated"]
 
-    svc.wire("/release", instance_id=instance_id)
-    svc.wire("/get_info", expect=404, instance_id=instance_id)
+    svc.post("/release", instance_id=instance_id)
+    svc.post("/get_info", expect=404, instance_id=instance_id)
     assert svc.http.get("/healthz").json()["live_episodes"] == 0
     assert bfcl_globals_left() == []
 
 
-def test_tool_calls_answer_with_one_user_message_of_results(wire_service):
-    svc = wire_service()
+def test_tool_calls_answer_with_one_user_message_of_results(release_service):
+    svc = release_service()
     instance_id, _ = svc.create("multi_turn_base_1")
     text = call_text("pwd") + "\n" + call_text("ls", a=True)
     data = svc.step(instance_id, text)
@@ -165,8 +167,8 @@ def test_tool_calls_answer_with_one_user_message_of_results(wire_service):
     ]
 
 
-def test_a_holdout_tool_is_listed_and_announced_in_text_once_revealed(wire_service):
-    svc = wire_service()
+def test_a_holdout_tool_is_listed_and_announced_in_text_once_revealed(release_service):
+    svc = release_service()
     task = load_task("multi_turn_miss_func_0")
     assert list(task.held_out) == [3] and task.held_out[3][0]["name"] == "sort"
     instance_id, data = svc.create(task.task_id, rollout_mode="validate")
@@ -197,8 +199,8 @@ def test_a_holdout_tool_is_listed_and_announced_in_text_once_revealed(wire_servi
     assert report["invalid_by_kind"] == {"unavailable_tool": 1}
 
 
-def test_get_info_lists_the_tools_and_healthz_answers(wire_service):
-    svc = wire_service()
+def test_get_info_lists_the_tools_and_healthz_answers(release_service):
+    svc = release_service()
     instance_id, _ = svc.create("multi_turn_base_1", rollout_mode="validate")
     assert svc.tools(instance_id) == [d["name"] for d in load_task("multi_turn_base_1").tools]
     health = svc.http.get("/healthz").json()
@@ -206,8 +208,8 @@ def test_get_info_lists_the_tools_and_healthz_answers(wire_service):
     assert (health["live_episodes"], health["created"]) == (1, 1)
 
 
-def test_the_rich_prompt_answers_each_tool_call_block(wire_service):
-    svc = wire_service(prompt="rich")
+def test_the_rich_prompt_answers_each_tool_call_block(release_service):
+    svc = release_service(prompt="rich")
     instance_id, _ = svc.create("multi_turn_base_1", rollout_mode="validate")
     text = (
         '<tool_call>\n{"name": "ls", "arguments": {"a": true}\n</tool_call>\n'
@@ -232,9 +234,9 @@ def test_the_rich_prompt_answers_each_tool_call_block(wire_service):
     assert report["tool_calls"] == 0
 
 
-def test_wrong_env_type(wire_service):
-    svc = wire_service()
-    error = svc.wire("/create", expect=400, env_type="webshop", task_id="multi_turn_base_1")
+def test_wrong_env_type(release_service):
+    svc = release_service()
+    error = svc.post("/create", expect=400, env_type="webshop", task_id="multi_turn_base_1")
     assert "env_type 'webshop'" in error["error"]
 
 
@@ -248,22 +250,22 @@ def test_wrong_env_type(wire_service):
         {"observation_lite": "sometimes"},
     ],
 )
-def test_invalid_params(wire_service, params):
-    svc = wire_service()
-    error = svc.wire("/create", expect=422, task_id="multi_turn_base_1", params=params)
+def test_invalid_params(release_service, params):
+    svc = release_service()
+    error = svc.post("/create", expect=422, task_id="multi_turn_base_1", params=params)
     assert "invalid params" in error["error"]
     assert svc.engine.stats()["live_episodes"] == 0
 
 
-def test_unknown_params_are_echoed(wire_service):
-    svc = wire_service()
+def test_unknown_params_are_echoed(release_service):
+    svc = release_service()
     params = {"temperature": 0.7, "observation_lite": True, "rollout_mode": "sample", "obs_lite": 1}
     _, data = svc.create("multi_turn_base_1", **params)
     assert data["info"]["ignored_params"] == ["obs_lite", "temperature"]
 
 
-def test_malformed_bodies_are_answered_in_the_envelope(wire_service):
-    svc = wire_service()
+def test_malformed_bodies_are_answered_in_the_envelope(release_service):
+    svc = release_service()
     bad = {"content": b"{not json", "headers": {"content-type": "application/json"}}
     for path in ["/create", "/step", "/evaluate", "/release", "/get_info"]:
         for request in [bad, {"json": [1, 2]}, {"json": {"params": "not a dict"}}]:
@@ -274,21 +276,21 @@ def test_malformed_bodies_are_answered_in_the_envelope(wire_service):
             assert "malformed request body" in payload["error"]
     instance_id, _ = svc.create("multi_turn_base_1")
     for messages in [None, 5, "text", [], {"role": "assistant"}, {"content": 3}]:
-        error = svc.wire("/step", expect=422, instance_id=instance_id, messages=messages)
+        error = svc.post("/step", expect=422, instance_id=instance_id, messages=messages)
         assert "'messages' must be" in error["error"]
-    assert "'instance_id' is required" in svc.wire("/step", expect=422, messages={})["error"]
-    assert "'task_id' is required" in svc.wire("/create", expect=422)["error"]
+    assert "'instance_id' is required" in svc.post("/step", expect=422, messages={})["error"]
+    assert "'task_id' is required" in svc.post("/create", expect=422)["error"]
 
 
-def test_unknown_tasks_and_episodes_are_404_and_release_of_one_is_200(wire_service):
-    svc = wire_service()
-    error = svc.wire("/create", expect=404, task_id="multi_turn_base_999")
+def test_unknown_tasks_and_episodes_are_404_and_release_of_one_is_200(release_service):
+    svc = release_service()
+    error = svc.post("/create", expect=404, task_id="multi_turn_base_999")
     assert "multi_turn_base_999" in error["error"]
     for path in ["/step", "/evaluate", "/get_info"]:
         body = {"instance_id": "ghost", "messages": {"role": "assistant", "content": "x"}}
-        assert "ghost" in svc.wire(path, expect=404, **body)["error"]
+        assert "ghost" in svc.post(path, expect=404, **body)["error"]
     instance_id, _ = svc.create("multi_turn_base_1")
-    svc.wire("/release", instance_id=instance_id)
+    svc.post("/release", instance_id=instance_id)
     assert svc.step(instance_id, "hi", expect=404)["success"] is False
     # /release of an id that is gone: 200 with success false, as the release answers.
     for ghost in ("ghost", instance_id):
@@ -321,12 +323,12 @@ def block(name, arguments):
 )
 @pytest.mark.parametrize("prompt_name", ["paper", "rich"])
 def test_code_in_a_tool_name_in_the_text_is_refused(
-    wire_service, tmp_path, monkeypatch, name, reason, prompt_name
+    release_service, tmp_path, monkeypatch, name, reason, prompt_name
 ):
     """The service's parsers of Qwen2.5's text, the paper's and the rich prompt's
     (tests/env_service/test_security.py: the same names sent as calls on the native API)."""
     monkeypatch.chdir(tmp_path)  # where a relative marker would be written
-    svc = wire_service(prompt=prompt_name)
+    svc = release_service(prompt=prompt_name)
     instance_id, _ = svc.create(FS_TASK, rollout_mode="validate")
     svc.step(instance_id, block("mkdir", {"dir_name": "kept"}))
     arguments = {"scenario": {"root": {}}} if name == "_load_scenario" else {}
@@ -344,15 +346,15 @@ def test_code_in_a_tool_name_in_the_text_is_refused(
     assert list(tmp_path.iterdir()) == []  # nothing was ever created
 
 
-def test_sparse_must_be_a_boolean(wire_service):
-    svc = wire_service()
+def test_sparse_must_be_a_boolean(release_service):
+    svc = release_service()
     iid, _ = svc.create("multi_turn_base_0")
-    payload = svc.wire("/evaluate", expect=422, instance_id=iid, params={"sparse": "false"})
+    payload = svc.post("/evaluate", expect=422, instance_id=iid, params={"sparse": "false"})
     assert "sparse" in payload["error"]
 
 
-def test_the_wire_protocol_refuses_agentic_tasks(wire_service, tmp_path):
-    svc = wire_service(memory_snapshot_dir=tmp_path)
+def test_the_release_protocol_refuses_agentic_tasks(release_service, tmp_path):
+    svc = release_service(memory_snapshot_dir=tmp_path)
     body = {"env_type": "bfcl", "task_id": notetaker("memory_rec_sum")}
-    payload = svc.wire("/create", expect=404, **body)
+    payload = svc.post("/create", expect=404, **body)
     assert "native API" in json.dumps(payload)

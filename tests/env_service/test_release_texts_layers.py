@@ -1,4 +1,4 @@
-"""The observation layers in the text of the release's wire protocol (the rich prompt's;
+"""The observation layers in the text of the release protocol (the rich prompt's;
 the paper's prompt is test_paper_prompt.py's): schema cues and their two names, cues on
 revealed tools, guidelines, and validation's plain benchmark text, byte for byte."""
 
@@ -8,9 +8,9 @@ import json
 
 import pytest
 from conftest import gt_turns
+from release_protocol_client import tool_responses
 from test_api_native import ONE_PER_CATEGORY
 from test_evolution import BAD_CALLS, PROFILE
-from wire_client import tool_responses
 
 from env_service import evolution
 from seal.bfcl import prompt
@@ -19,13 +19,13 @@ from seal.bfcl.tasks import load_task
 
 # --- the observation layers in the rich prompt's text (the paper's: test_paper_prompt.py) -------
 
-WIRE_LAYERS = {
+RELEASE_LAYERS = {
     "observation_lite": True,
     "type_hints": True,
     "recovery_feedback": True,
     "diagnostic_guidelines": True,
 }
-"""Every layer, under this service's flat wire keys."""
+"""Every layer, under this service's flat release protocol keys."""
 
 
 def tools_in(text: str) -> dict[str, dict]:
@@ -40,8 +40,8 @@ def system_prompt(svc, task_id, **params):
     return data["state"][0]["content"]
 
 
-def test_schema_cues_in_the_prompt_text_and_their_two_names(wire_service):
-    svc = wire_service(prompt="rich")
+def test_schema_cues_in_the_prompt_text_and_their_two_names(release_service):
+    svc = release_service(prompt="rich")
     plain = system_prompt(svc, "multi_turn_base_0")
     cued = system_prompt(svc, "multi_turn_base_0", observation_lite=True)
     assert evolution.CONSTRAINT_NOTE not in plain and "[required]" not in plain
@@ -59,12 +59,12 @@ def test_schema_cues_in_the_prompt_text_and_their_two_names(wire_service):
             marker = "[required] " if name in params.get("required", []) else "[optional] "
             assert prop["description"].startswith(marker)
     assert "Expects " not in cued  # type hints only when asked for
-    # `schema_cues` is the same switch as the wire name `observation_lite`.
+    # `schema_cues` is the same switch as the release protocol name `observation_lite`.
     assert system_prompt(svc, "multi_turn_base_0", schema_cues=True) == cued
 
 
-def test_revealed_tools_in_the_holdout_text_get_cues(wire_service):
-    svc = wire_service(prompt="rich")
+def test_revealed_tools_in_the_holdout_text_get_cues(release_service):
+    svc = release_service(prompt="rich")
     instance_id, _ = svc.create("multi_turn_miss_func_0", observation_lite=True)
     turns = gt_turns("multi_turn_miss_func_0")
     replies = svc.play(instance_id, turns[:3])
@@ -74,8 +74,8 @@ def test_revealed_tools_in_the_holdout_text_get_cues(wire_service):
     assert sort_params["file_name"]["description"].startswith("[required] ")
 
 
-def test_guidelines_in_the_prompt_text(wire_service):
-    svc = wire_service(prompt="rich")
+def test_guidelines_in_the_prompt_text(release_service):
+    svc = release_service(prompt="rich")
     without = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True)
     assert without == system_prompt(svc, "multi_turn_base_0")  # no profile yet
     assert svc.http.put("/v1/profile", json=PROFILE).status_code == 200
@@ -100,12 +100,12 @@ def test_guidelines_in_the_prompt_text(wire_service):
 
 
 @pytest.mark.parametrize("task_id", ONE_PER_CATEGORY)
-def test_validation_text_is_the_plain_benchmark_byte_for_byte(wire_service, task_id):
-    svc = wire_service(prompt="rich")
+def test_validation_text_is_the_plain_benchmark_byte_for_byte(release_service, task_id):
+    svc = release_service(prompt="rich")
     svc.http.put("/v1/profile", json=PROFILE)  # guidelines would apply if allowed
     _, plain = svc.create(task_id, rollout_mode="sample")
-    _, validate = svc.create(task_id, rollout_mode="validate", **WIRE_LAYERS)
-    _, evolved = svc.create(task_id, rollout_mode="sample", **WIRE_LAYERS)
+    _, validate = svc.create(task_id, rollout_mode="validate", **RELEASE_LAYERS)
+    _, evolved = svc.create(task_id, rollout_mode="sample", **RELEASE_LAYERS)
     assert json.dumps(validate["state"]) == json.dumps(plain["state"])
     assert validate["state"][0]["content"] == prompt.system_prompt(
         [prompt.to_tool(d) for d in prompt.language_hinted(load_task(task_id).tools)]
@@ -114,10 +114,10 @@ def test_validation_text_is_the_plain_benchmark_byte_for_byte(wire_service, task
     assert evolved["state"][1:] == plain["state"][1:]  # the user's words are never evolved
 
 
-def test_validation_holdout_text_and_errors_are_plain(wire_service):
-    svc = wire_service(prompt="rich")
+def test_validation_holdout_text_and_errors_are_plain(release_service):
+    svc = release_service(prompt="rich")
     plain_id, _ = svc.create("multi_turn_miss_func_0")
-    validate_id, _ = svc.create("multi_turn_miss_func_0", rollout_mode="validate", **WIRE_LAYERS)
+    validate_id, _ = svc.create("multi_turn_miss_func_0", rollout_mode="validate", **RELEASE_LAYERS)
     turns = gt_turns("multi_turn_miss_func_0")
     for text, _kind in BAD_CALLS:
         plain = svc.step(plain_id, text)["state"]
@@ -130,8 +130,8 @@ def test_validation_holdout_text_and_errors_are_plain(wire_service):
     assert validate_replies[-1]["state"][0]["content"].startswith(prompt.HOLDOUT_NOTICE)
 
 
-def test_a_block_that_does_not_parse_gets_the_qwen_format_hint(wire_service):
-    svc = wire_service(prompt="rich")
+def test_a_block_that_does_not_parse_gets_the_qwen_format_hint(release_service):
+    svc = release_service(prompt="rich")
     hinted_id, _ = svc.create("multi_turn_base_1", recovery_feedback=True)
     plain_id, _ = svc.create("multi_turn_base_1")
     text = "<tool_call>\nnot json\n</tool_call>"

@@ -1,11 +1,11 @@
-"""The AgentEvolver/SEAL wire protocol, so clients of the original release work unchanged.
+"""The AgentEvolver/SEAL release protocol, so clients of the original release work unchanged.
 
     POST /create  /step  /evaluate  /release  /get_info  /get_env_profile     GET /healthz
 
 Bodies `{env_type, task_id, instance_id, messages, params}`, replies `{success, data}`
 (plus `error`). Each route's answer, every `/create` param (the release's keys and this
 service's flat ones), the keys refused because they cannot be honoured, and where the
-service differs from the release on purpose: docs/service.md, "The release's wire
+service differs from the release on purpose: docs/service.md, "The release
 protocol, route by route".
 """
 
@@ -18,14 +18,14 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
 from env_service import errors
-from env_service.api_native import release_if_client_left
+from env_service.api_native import close_if_client_left
 from env_service.engine import EnvEngine
 from env_service.errors import EngineError, InvalidRequestError, NotFoundError
 from env_service.ids import check_id
 from env_service.json_body import SafeJsonRoute
-from env_service.release import compat
-from env_service.release.params import translate_params
-from env_service.statuses import wire_errors
+from env_service.release_protocol import compat
+from env_service.release_protocol.params import translate_params
+from env_service.statuses import release_errors
 from seal.bfcl.agentic.tasks import is_agentic
 from seal.bfcl.multi_turn import UnknownTaskError
 from seal.bfcl.tasks import load_task
@@ -33,7 +33,7 @@ from seal.bfcl.tasks import load_task
 ENV_TYPE = "bfcl"
 
 
-class WireRequest(BaseModel):
+class ReleaseRequest(BaseModel):
     env_type: str = ENV_TYPE
     task_id: str | None = None
     instance_id: str | None = None
@@ -63,20 +63,20 @@ def _require(value: str | None, name: str) -> str:
     return value
 
 
-router = APIRouter(tags=["wire protocol (AgentEvolver/SEAL)"], route_class=SafeJsonRoute)
+router = APIRouter(tags=["release protocol (AgentEvolver/SEAL)"], route_class=SafeJsonRoute)
 
 
 def _engine(request: Request) -> EnvEngine:
     return request.app.state.engine
 
 
-def _check_env_type(body: WireRequest) -> None:
+def _check_env_type(body: ReleaseRequest) -> None:
     if body.env_type != ENV_TYPE:
         raise EngineError(f"env_type {body.env_type!r} is not served here (only {ENV_TYPE!r})")
 
 
-@router.post("/create", responses=wire_errors(400, 404, 409, 413, 422, 503))
-async def create(body: WireRequest, request: Request):
+@router.post("/create", responses=release_errors(400, 404, 409, 413, 422, 503))
+async def create(body: ReleaseRequest, request: Request):
     engine = _engine(request)
     _check_env_type(body)
     asked = check_id(_require(body.task_id, "task_id"), "task_id")
@@ -88,7 +88,7 @@ async def create(body: WireRequest, request: Request):
         raise NotFoundError(str(e)) from None
     if is_agentic(task.task_id):
         raise NotFoundError(
-            f"{task.task_id}: the wire protocol serves the BFCL V3 multi-turn tasks; "
+            f"{task.task_id}: the release protocol serves the BFCL V3 multi-turn tasks; "
             "BFCL V4 agentic tasks are on the native API (/v1)"
         )
     create_params = translate_params(body.params, task.category, engine.profiles.release_state)
@@ -96,12 +96,12 @@ async def create(body: WireRequest, request: Request):
         task.task_id, create_params.settings, body.instance_id, create_params.profile
     )
     try:
-        ep.speak(create_params.wire)
+        ep.speak(create_params.release_text)
         reply = _created(instance_id, ep, asked, task, create_params)
     except Exception:
         engine.discard(instance_id, ep)  # no client learnt of it: nothing is left live
         raise
-    await release_if_client_left(engine, request, instance_id, ep)
+    await close_if_client_left(engine, request, instance_id, ep)
     return reply
 
 
@@ -121,8 +121,8 @@ def _created(instance_id, ep, asked, task, create_params) -> Response:
     return ok({"state": ep.initial_messages, "reward": 0.0, "is_terminated": False, "info": info})
 
 
-@router.post("/step", responses=wire_errors(404, 409, 413, 422, 507))
-async def step(body: WireRequest, request: Request):
+@router.post("/step", responses=release_errors(404, 409, 413, 422, 507))
+async def step(body: ReleaseRequest, request: Request):
     instance_id = _require(body.instance_id, "instance_id")
     episode = _engine(request).get(instance_id)
     outcome = await _engine(request).astep(instance_id, _assistant_text(body.messages))
@@ -133,7 +133,7 @@ async def step(body: WireRequest, request: Request):
         info["ended_on_malformed_call"] = True
     return ok(
         {
-            "state": compat.step_state(episode.wire_messages(outcome.messages), outcome.terminated),
+            "state": compat.step_state(episode.release_messages(outcome.messages), outcome.terminated),
             "reward": outcome.reward,
             "is_terminated": outcome.terminated,
             "info": info,
@@ -141,8 +141,8 @@ async def step(body: WireRequest, request: Request):
     )
 
 
-@router.post("/evaluate", responses=wire_errors(404, 413, 422, 507))
-async def evaluate(body: WireRequest, request: Request):
+@router.post("/evaluate", responses=release_errors(404, 413, 422, 507))
+async def evaluate(body: ReleaseRequest, request: Request):
     instance_id = _require(body.instance_id, "instance_id")
     episode = _engine(request).get(instance_id)
     sparse = body.params.get("sparse", False)
@@ -158,20 +158,20 @@ async def evaluate(body: WireRequest, request: Request):
     return ok(compat.evaluation(report, episode.task.ground_truth))
 
 
-@router.post("/release", responses=wire_errors(413, 422))
-async def release(body: WireRequest, request: Request):
+@router.post("/release", responses=release_errors(413, 422))
+async def release(body: ReleaseRequest, request: Request):
     instance_id = _require(body.instance_id, "instance_id")
     try:
-        _engine(request).release(instance_id)
+        _engine(request).close(instance_id)
     except NotFoundError as e:
         # The release answers 200 here; its worker also releases after a failed episode,
         # and an HTTP error there would mask the failure it is handling.
-        return errors.reply(str(e), 200, wire=True)
+        return errors.reply(str(e), 200, release_protocol=True)
     return ok(None)
 
 
-@router.post("/get_info", responses=wire_errors(404, 413, 422))
-async def get_info(body: WireRequest, request: Request):
+@router.post("/get_info", responses=release_errors(404, 413, 422))
+async def get_info(body: ReleaseRequest, request: Request):
     episode = _engine(request).get(_require(body.instance_id, "instance_id"))
     tools = episode.task.tools_until(episode.turn)
     return ok(compat.tools_info([d["name"] for d in tools]))
@@ -180,8 +180,8 @@ async def get_info(body: WireRequest, request: Request):
 # The release's trainer client joins its base URL, "/" and "/get_env_profile": it asks for
 # "//get_env_profile", which no router matches as "/get_env_profile".
 @router.post("//get_env_profile", include_in_schema=False)
-@router.post("/get_env_profile", responses=wire_errors(400, 404, 413, 422, 500))
-async def get_env_profile(body: WireRequest):
+@router.post("/get_env_profile", responses=release_errors(400, 404, 413, 422, 500))
+async def get_env_profile(body: ReleaseRequest):
     _check_env_type(body)
     split = body.params.get("split", "train")
     if not isinstance(split, str):

@@ -4,9 +4,10 @@ failure profile by the release's guideline selection.
 The release's trainer persists `window_tags` / `total_tags` (tag -> {count, reward_sum}) and
 per category `window_category_tags` / `total_category_tags` ("category::tag" -> the same).
 The service reads one only when its operator names it at start (`--capability-state`, read
-by profile_source.py), never because a request says so; the wire's `diagnostic_evolution`
-thresholds then select guidelines as the release did (release/params.py). Pure functions,
-shared by the engine and the wire layer; errors are ValueErrors (the caller names the file).
+by profile_source.py), never because a request says so; the release protocol's
+`diagnostic_evolution` thresholds then select guidelines as the release did
+(release_protocol/params.py). Pure functions, shared by the engine and the release protocol;
+errors are ValueErrors (the caller names the file).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The wire protocol's episodes against the original SEAL release's client side
+"""The release protocol's episodes against the original SEAL release's client side
 (tests/release_trainer.py): the release trainer's episode loop, /evaluate and the
 completion message, /release and idle expiry, /get_info and /get_env_profile, and the
-whole loop over a real socket. /create's params: test_wire_contract.py."""
+whole loop over a real socket. /create's params: test_release_protocol_params.py."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from release_trainer import (
 
 from env_service import __main__ as service_main
 from env_service.engine import ServiceConfig
-from env_service.release import compat
+from env_service.release_protocol import compat
 from seal.bfcl import tags as T
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import END_OF_TURN_TEXT, ground_truth_trajectory, tool_call_text
@@ -31,7 +31,8 @@ from seal.rollout.env_client import call_body
 
 @pytest.fixture
 def release(service):
-    """A factory: `release(**config)` -> (wire client, release trainer) of a new service."""
+    """A factory: `release(**config)` -> (release protocol client, the release's trainer) of
+    a new service."""
     return lambda **config: release_clients(service(**config))
 
 

@@ -182,9 +182,7 @@ async def close_if_client_left(engine: EnvEngine, request: Request | None, episo
 async def step(engine: EnvEngine, episode_id: str, body: StepRequest) -> StepResult:
     """A step request's work and reply (the route's; tests call it in process)."""
     calls = [_parsed(call) for call in body.tool_calls]
-    outcome = await engine.astep(
-        episode_id, body.content, body.seq, close_at_end=True, calls=calls
-    )
+    outcome = await engine.astep(episode_id, body.content, body.seq, close_at_end=True, calls=calls)
     return _result(outcome)
 
 
@@ -211,7 +209,7 @@ async def step_episode(episode_id: str, body: StepRequest, request: Request):
     "/episodes/{episode_id}/evaluation", response_model=Evaluation, responses=errors(404, 507)
 )
 async def evaluate_episode(episode_id: str, request: Request):
-    return json_reply(Evaluation(**await engine_of(request).areport(episode_id)))
+    return json_reply(Evaluation(**await engine_of(request).aevaluate(episode_id)))
 
 
 @router.get("/episodes/{episode_id}", response_model=EpisodeStatus, responses=errors(404))
@@ -238,11 +236,11 @@ async def episode_status(episode_id: str, request: Request):
 )
 async def close_episode(episode_id: str, request: Request, evaluate: bool = False):
     engine = engine_of(request)
-    report = await engine.areport(episode_id) if evaluate else None
+    evaluation = await engine.aevaluate(episode_id) if evaluate else None
     engine.close(episode_id)
-    if report is None:
+    if evaluation is None:
         return Response(status_code=204)
-    return json_reply(Evaluation(**report))
+    return json_reply(Evaluation(**evaluation))
 
 
 @router.get("/tasks/{task_id}", response_model=TaskInfo, tags=["tasks"], responses=errors(404))

@@ -1,7 +1,7 @@
 """The protocol-independent core of the service: the registry of live episodes and their limits.
 
 Both HTTP protocols are thin layers over `EnvEngine`'s async methods (`acreate`, `astep`,
-`areport`): episodes' state machines live here, on the event loop (so the registry needs
+`aevaluate`): episodes' state machines live here, on the event loop (so the registry needs
 no locks), and their backends in the engine's pool of worker processes, so no client's
 calls hold up another's requests. Retried creates and steps are answered, not rerun. What
 differs per kind of task (admission, backends, where calls run, evaluation):
@@ -166,7 +166,7 @@ class EnvEngine:
                     run = await self._run(episode_id, episode, plan.to_run)
                 outcome = episode.finish_step(plan, run)
                 if outcome.terminated:
-                    outcome.evaluation = await self._report(episode_id, episode)
+                    outcome.evaluation = await self._evaluate(episode_id, episode)
                     outcome.reward = outcome.evaluation["reward"]
                 return self._record(episode_id, episode, outcome, close_at_end)
 
@@ -180,16 +180,16 @@ class EnvEngine:
         pool = await self.start_pool()
         return await pool.parse(episode.release_text, content, limit)
 
-    async def areport(self, episode_id: str) -> dict:
+    async def aevaluate(self, episode_id: str) -> dict:
         """The episode's evaluation (verified in the pool)."""
         episode = self.get(episode_id)
         async with episode.lock:
-            return await self._report(episode_id, episode)
+            return await self._evaluate(episode_id, episode)
 
     async def _run(self, episode_id: str, episode: Episode, calls: list[ToolCall]) -> RunResult:
         return await self.kind_of(episode.task).run(episode_id, episode, calls, self.pool)
 
-    async def _report(self, episode_id: str, episode: Episode) -> dict:
+    async def _evaluate(self, episode_id: str, episode: Episode) -> dict:
         pool = await self.start_pool()
         return await self.kind_of(episode.task).evaluate(episode_id, episode, pool)
 

@@ -102,11 +102,11 @@ class MultiTurnKind:
     async def evaluate(self, episode_id: str, episode: Episode, pool: Pool) -> dict:
         """The diagnosis of the calls that ran (seal/bfcl/diagnosis.py), on a worker."""
         if episode.evaluated:
-            return episode.report()
+            return episode.evaluation()
         verdict = await pool.diagnose(episode.task.task_id, episode.model_turns)
         if isinstance(verdict, Diagnosis):
-            return episode.report_for(verdict)
-        return episode.report_for(None, EVALUATION_TIME_BUDGET)
+            return episode.evaluation_for(verdict)
+        return episode.evaluation_for(None, EVALUATION_TIME_BUDGET)
 
     def closed(self, episode_id: str) -> None:
         """Nothing of its own to forget (the engine closes its backends)."""

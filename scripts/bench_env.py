@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from seal.eval.replay import record_from_report, split_task_ids
+from seal.eval.replay import record_from_evaluation, split_task_ids
 from seal.report.summary import render_markdown, summarize_step
 from seal.rollout.env_client import auth_headers
 from seal.rollout.scripted import run_scripted_episode
@@ -54,14 +54,14 @@ async def replay_all(
         gc.freeze()
         gc.disable()
         try:
-            reports = await asyncio.gather(*(one(tid) for tid in ids))
+            evaluations = await asyncio.gather(*(one(tid) for tid in ids))
         finally:
             gc.enable()
         elapsed = time.perf_counter() - t0
         # Attempts sent beyond one per request: retries after a connection error, a
         # timeout or a busy answer (each is also logged as a warning).
         retries = client.http.requests - len(client.latencies)
-        return reports, client.latencies, elapsed, retries
+        return evaluations, client.latencies, elapsed, retries
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -115,12 +115,12 @@ def main(argv: list[str] | None = None) -> None:
     results = {}
     with bench_service(args.port, *flags) as service:
         for mode, pause_ms in (("saturated", 0.0), ("paced", args.pause_ms)):
-            results[mode], reports = measure(service, args, ids, scripts, mode, pause_ms / 1e3)
+            results[mode], evaluations = measure(service, args, ids, scripts, mode, pause_ms / 1e3)
 
-    summary = summarize_step(0, [record_from_report(r, step=0) for r in reports])
+    summary = summarize_step(0, [record_from_evaluation(r, step=0) for r in evaluations])
     print("\naccuracy of the ground truth through the service (last run):")
     print(render_markdown([summary]))
-    failed = sorted(r["task_id"] for r in reports if not r["accuracy"])
+    failed = sorted(r["task_id"] for r in evaluations if not r["accuracy"])
     print(f"ground truths that fail through the service: {failed or 'none'}")
     for mode, rows in results.items():
         print(
@@ -139,7 +139,7 @@ def measure(
         sampler.start()
         closed = _connections_closed(service)
         server_cpu0, client_cpu0 = sampler.cpu_seconds(), time.process_time()
-        reports, latencies, elapsed, retries = asyncio.run(
+        evaluations, latencies, elapsed, retries = asyncio.run(
             replay_all(service, ids, scripts, args.concurrency, pause_s)
         )
         sampler.running = False
@@ -163,7 +163,7 @@ def measure(
             row[f"{kind} p99 ms"] = q[98] * 1e3
         rows.append(row)
         print(f"{mode} run {run}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()))
-    return rows, reports
+    return rows, evaluations
 
 
 def _connections_closed(service) -> int:

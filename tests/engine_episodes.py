@@ -1,7 +1,7 @@
 """Episodes of an engine without worker processes (`ServiceConfig(workers=0)`), for tests
 that drive one episode synchronously: each method runs one call of the engine's async API
-(acreate, astep, areport) to its end, so an episode's steps and evaluation go the way
-the service's requests go (its pool, its caps, its reports)."""
+(acreate, astep, aevaluate) to its end, so an episode's steps and evaluation go the way
+the service's requests go (its pool, its caps, its evaluations)."""
 
 from __future__ import annotations
 
@@ -32,5 +32,5 @@ class EngineEpisode:
         parse `content` as Qwen2.5 text (the release protocol)."""
         return asyncio.run(self.engine.astep(self.episode_id, content, calls=calls))
 
-    def report(self) -> dict:
-        return asyncio.run(self.engine.areport(self.episode_id))
+    def evaluation(self) -> dict:
+        return asyncio.run(self.engine.aevaluate(self.episode_id))

@@ -89,7 +89,7 @@ class AgenticEpisode(Episode):
     def memory_saved(self) -> None:
         self._memory_saved_at = self.counters.steps
 
-    def agentic_report(self) -> dict:
+    def agentic_evaluation(self) -> dict:
         """bfcl-eval's verdict on the final answer (a prerequisite conversation: not
         scored)."""
         task = self.task
@@ -102,7 +102,7 @@ class AgenticEpisode(Episode):
         if self.aborted:
             accuracy = 0
         # The paper's Table 5 labels are BFCL V3's: no label.
-        report = evaluation(
+        base = evaluation(
             self, accuracy, float(accuracy), float(accuracy), tags, notes, None, self.aborted
         )
-        return {**report, "scored": not task.is_prereq, "answer": self.answer}
+        return {**base, "scored": not task.is_prereq, "answer": self.answer}

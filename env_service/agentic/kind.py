@@ -132,7 +132,7 @@ class AgenticKind:
                     "evaluate it again or play it again"
                 )
             episode.memory_saved()
-        return episode.agentic_report()
+        return episode.agentic_evaluation()
 
     def closed(self, episode_id: str) -> None:
         self.outside.forget(episode_id)

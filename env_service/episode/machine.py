@@ -230,11 +230,11 @@ class Episode:
         """The final evaluation is known (the episode ended and was verified)."""
         return self._evaluation is not None
 
-    def report(self) -> dict:
+    def evaluation(self) -> dict:
         """The final evaluation, once `evaluated` (verified by the engine's pool)."""
-        return self.report_for(*self._evaluation)
+        return self.evaluation_for(*self._evaluation)
 
-    def report_for(self, diagnosis: Diagnosis | None, aborted: str | None = None) -> dict:
+    def evaluation_for(self, diagnosis: Diagnosis | None, aborted: str | None = None) -> dict:
         """The full evaluation given a verification made by the engine's pool, or None with
         `aborted` (EVALUATION_TIME_BUDGET) when it could not finish. Cached once the episode
         has ended."""

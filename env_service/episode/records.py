@@ -54,7 +54,7 @@ class StepOutcome:
     truncated: bool
     turn: int
     evaluation: dict | None = None
-    """The report, on the step that ended the episode."""
+    """The evaluation, on the step that ended the episode."""
     aborted: str | None = None
     """Why the service ended the episode as a failure (STEP_TIME_BUDGET), or None."""
 

@@ -133,7 +133,9 @@ async def step(body: ReleaseRequest, request: Request):
         info["ended_on_malformed_call"] = True
     return ok(
         {
-            "state": compat.step_state(episode.release_messages(outcome.messages), outcome.terminated),
+            "state": compat.step_state(
+                episode.release_messages(outcome.messages), outcome.terminated
+            ),
             "reward": outcome.reward,
             "is_terminated": outcome.terminated,
             "info": info,
@@ -148,14 +150,14 @@ async def evaluate(body: ReleaseRequest, request: Request):
     sparse = body.params.get("sparse", False)
     if not isinstance(sparse, bool):
         raise InvalidRequestError(f"params.sparse must be true or false, not {sparse!r}")
-    report = await _engine(request).areport(instance_id)
+    evaluation = await _engine(request).aevaluate(instance_id)
     if sparse:
-        return ok(float(report["accuracy"]))
+        return ok(float(evaluation["accuracy"]))
     if is_agentic(episode.task.task_id):
-        # A BFCL V4 episode (made on the native API): its own report; the release's
+        # A BFCL V4 episode (made on the native API): its own evaluation; the release's
         # progress fields are per multi-turn ground-truth turn, which it has none of.
-        return ok(report)
-    return ok(compat.evaluation(report, episode.task.ground_truth))
+        return ok(evaluation)
+    return ok(compat.evaluation(evaluation, episode.task.ground_truth))
 
 
 @router.post("/release", responses=release_errors(413, 422))

@@ -82,18 +82,19 @@ def tools_info(tool_names: list[str]) -> str:
     return "Available tools:\n" + "\n".join(f"- {name}" for name in tool_names)
 
 
-def evaluation(report: dict, ground_truth: list[list[str]]) -> dict:
-    """The report plus what the release's grader and env manager read, with its meaning:
+def evaluation(native: dict, ground_truth: list[list[str]]) -> dict:
+    """The native evaluation plus what the release's grader and env manager read, with its
+    meaning:
 
     - completed: the episode ran through its last turn (not cut by max_steps, not ended by
       the service's time budget or at a malformed call, not stopped early by the client);
     - per ground-truth turn, a turn with calls is scorable and passed when tagged `pass`;
       a turn without calls is an irrelevance turn, passed when the model called nothing;
-    - bfcl_progress = passed / scorable, which is the report's `progress`
+    - bfcl_progress = passed / scorable, which is the native evaluation's `progress`
       (seal.bfcl.diagnosis.progress_counts); bfcl_progress_with_irrelevance = (passed +
       passed irrelevance) / (scorable + irrelevance); both 0 when their denominator is.
     """
-    tags = report["failure_tags"]
+    tags = native["failure_tags"]
     per_turn_valid = [
         tag == T.PASS if gt else None for tag, gt in zip(tags, ground_truth, strict=True)
     ]
@@ -106,10 +107,10 @@ def evaluation(report: dict, ground_truth: list[list[str]]) -> dict:
     irrelevance_turns = sum(s is not None for s in irrelevance)
     both = scorable + irrelevance_turns
     return {
-        **report,
-        "accuracy": float(report["accuracy"]),
-        "completed": report["terminated"]
-        and not (report["truncated"] or report["aborted"] or report["ended_on_malformed_call"]),
+        **native,
+        "accuracy": float(native["accuracy"]),
+        "completed": native["terminated"]
+        and not (native["truncated"] or native["aborted"] or native["ended_on_malformed_call"]),
         "bfcl_progress": passed / scorable if scorable else 0.0,
         "bfcl_progress_with_irrelevance": (passed + passed_irrelevance) / both if both else 0.0,
         "bfcl_progress_info": {
@@ -120,7 +121,7 @@ def evaluation(report: dict, ground_truth: list[list[str]]) -> dict:
             "scorable_turns": scorable,
             "passed_irrelevance_turns": passed_irrelevance,
             "irrelevance_turns": irrelevance_turns,
-            "terminated_early": report["turns_reached"] < report["num_turns"],
+            "terminated_early": native["turns_reached"] < native["num_turns"],
             "error": None,
         },
     }

@@ -24,7 +24,7 @@ from seal import commands
 from seal.bfcl.agentic.tasks import prerequisite_plan
 from seal.eval.chat_endpoint import ChatEndpoint, EndpointError, EndpointSettings
 from seal.eval.endpoint_episode import ContextBudgetError, Prompting, run_episode, tokenizer_label
-from seal.eval.replay import record_from_report
+from seal.eval.replay import record_from_evaluation
 from seal.rollout.env_client import TOKEN_ENV, EnvClient, EnvServiceError
 from seal.rollout.loop import StopReason
 from seal.rollout.turn_tokens import TextTokens
@@ -119,7 +119,7 @@ def load_done(out_dir: Path, step: int, expected: dict) -> dict[str, ValidationR
     return done
 
 
-REPORT_EXTRA = (
+EVALUATION_EXTRA = (
     "truncated", "tool_calls", "invalid_calls", "tool_errors", "num_turns", "turns_reached",
     "stop_reason", "length_cut", "clipped_observations", "context_tokens", "seconds",
     "answer",
@@ -171,7 +171,7 @@ async def check_endpoint(chat: ChatEndpoint, limits: EpisodeLimits, completions:
 async def run_tasks(
     settings: EndpointSettings,
     task_ids: list[str],
-    on_report: Callable[[dict], None],
+    on_evaluation: Callable[[dict], None],
     *,
     env_url: str,
     tokenizer,
@@ -183,7 +183,7 @@ async def run_tasks(
 ) -> list[TaskFailure]:
     """Check the service and the endpoint, then run every task's episode, `concurrency`
     at a time, a task named in `after` only once the task it names has succeeded (else
-    it fails without running); hand each evaluation report to `on_report` as it arrives
+    it fails without running); hand each evaluation to `on_evaluation` as it arrives
     and return the tasks that failed. A `ContextBudgetError` stops every episode and is
     raised."""
     failures: list[TaskFailure] = []
@@ -215,8 +215,8 @@ async def run_tasks(
                     if failed is not None:
                         raise EnvServiceError(f"task {task_id}: not run: {before} failed")
                     async with gate:
-                        report = await run_episode(env, chat, tokens, task_id, limits, prompting)
-                        on_report(report)
+                        evaluation = await run_episode(env, chat, tokens, task_id, limits, prompting)
+                        on_evaluation(evaluation)
                     error = None
                 except (EndpointError, EnvServiceError) as e:
                     error = str(e)
@@ -268,14 +268,14 @@ async def evaluate_endpoint(
     failures: list[TaskFailure] = []
     if todo:
 
-        def keep(report: dict) -> None:
-            if not report.get("scored", True):  # a memory conversation: kept, not scored
-                line = {"step": step, **{k: v for k, v in report.items() if k != "input"}}
+        def keep(evaluation: dict) -> None:
+            if not evaluation.get("scored", True):  # a memory conversation: kept, not scored
+                line = {"step": step, **{k: v for k, v in evaluation.items() if k != "input"}}
                 with prerequisites_file(out_dir, step).open("a", encoding="utf-8") as log:
                     log.write(json.dumps(line, ensure_ascii=False) + "\n")
                 return
-            record = record_from_report(report, step)
-            extras = {key: report[key] for key in REPORT_EXTRA if key in report}
+            record = record_from_evaluation(evaluation, step)
+            extras = {key: evaluation[key] for key in EVALUATION_EXTRA if key in evaluation}
             record = record.model_copy(update={"extra": {**extras, **extra}})
             records[record.task_id] = record
             # One line per task, flushed: a crash loses at most the tasks in flight.

@@ -49,14 +49,14 @@ def split_task_ids(split: str, split_file: Path) -> list[str]:
     return ids[split]
 
 
-def record_from_report(report: dict, step: int) -> ValidationRecord:
-    """A validation record from a scripted or model episode's evaluation report."""
+def record_from_evaluation(evaluation: dict, step: int) -> ValidationRecord:
+    """A validation record from a scripted or model episode's evaluation."""
     return evaluation_record(
-        report,
+        evaluation,
         step,
-        input=json.dumps(report["input"], ensure_ascii=False),
-        output=json.dumps(report["output"], ensure_ascii=False),
-        turns=report["steps"],
+        input=json.dumps(evaluation["input"], ensure_ascii=False),
+        output=json.dumps(evaluation["output"], ensure_ascii=False),
+        turns=evaluation["steps"],
     )
 
 
@@ -83,18 +83,18 @@ def run_replay_job(cfg, url: str, run: Run | Path, split_file: Path) -> None:
     for policy in cfg.replay.policies:
         if policy not in POLICIES:
             raise ValueError(f"unknown replay policy {policy!r}; choose from {sorted(POLICIES)}")
-        reports = asyncio.run(
+        evaluations = asyncio.run(
             replay_policy(url, ids, policy, cfg.replay.concurrency, cfg.replay.seed)
         )
-        records = [record_from_report(r, step=0) for r in reports]
+        records = [record_from_evaluation(r, step=0) for r in evaluations]
         path = write_step(run_dir / "validation" / policy, 0, records, overwrite=True)
-        tags = Counter(tag for r in reports for tag in r["failure_tags"])
+        tags = Counter(tag for r in evaluations for tag in r["failure_tags"])
         print(f"\n## policy: {policy}  ({len(ids)} tasks, records in {path})\n")
         print(render_markdown([summarize_step(0, records)]))
         print(
             "\nfailure tags (one per ground-truth turn): "
             + ", ".join(f"{t} {n}" for t, n in tags.most_common())
         )
-        failed = sorted(r["task_id"] for r in reports if not r["accuracy"])
+        failed = sorted(r["task_id"] for r in evaluations if not r["accuracy"])
         if policy == "ground_truth":
             print(f"ground truths that fail through the service: {failed or 'none'}")

@@ -57,7 +57,7 @@ class EpisodeSample:
     `interface`: layers on, guidelines shown; seal.service_contract.EpisodeInterface)."""
     num_generations: int
     stop_reason: StopReason
-    report: dict
+    evaluation: dict
     """The service's full evaluation of the episode."""
     input_text: str
     """The rendered prompt, i.e. prompt_ids decoded with special tokens (for logs and
@@ -274,24 +274,24 @@ class TokenTurns:
                 f"{len(generation.logprobs)} log-probabilities for {len(ids)} generated ids"
             )
 
-    def sample(self, task_id: str, report: dict, interface: dict) -> EpisodeSample:
+    def sample(self, task_id: str, evaluation: dict, interface: dict) -> EpisodeSample:
         prompt, response = self.ids[: self.prompt_length], self.ids[self.prompt_length :]
         return EpisodeSample(
             task_id=task_id,
-            category=report["category"],
+            category=evaluation["category"],
             prompt_ids=prompt,
             response_ids=response,
             response_mask=self.mask,
             response_logprobs=self.logprobs if self.has_logprobs else None,
-            reward=report["reward"],
-            accuracy=report["accuracy"],
-            progress=report["progress"],
-            failure_tags=report["failure_tags"],
-            paper_label=report["paper_label"],
+            reward=evaluation["reward"],
+            accuracy=evaluation["accuracy"],
+            progress=evaluation["progress"],
+            failure_tags=evaluation["failure_tags"],
+            paper_label=evaluation["paper_label"],
             interface=interface,
             num_generations=self.num_generations,
             stop_reason=self.stop_reason,
-            report=report,
+            evaluation=evaluation,
             input_text=self.prompt_text,
             output_text=self.chat.decode(response),
         )

@@ -381,5 +381,5 @@ def base_model_identity(model: ModelSettings, tokenizer) -> dict:
 def validation_record(s: EpisodeSample, step: int) -> ValidationRecord:
     """The validation record of one episode (seal/runs/records.py)."""
     return evaluation_record(
-        s.report, step, input=s.input_text, output=s.output_text, turns=s.num_generations
+        s.evaluation, step, input=s.input_text, output=s.output_text, turns=s.num_generations
     )

@@ -55,7 +55,7 @@ class EpisodeFields(BaseModel):
 
     @classmethod
     def of_episode(cls, sample: EpisodeSample, weight_versions: Sequence[int]) -> EpisodeFields:
-        report = sample.report
+        evaluation = sample.evaluation
         return cls(
             task_id=sample.task_id,
             category=sample.category,
@@ -66,10 +66,10 @@ class EpisodeFields(BaseModel):
             interface=sample.interface,
             num_generations=sample.num_generations,
             stop_reason=sample.stop_reason,
-            tool_calls=report["tool_calls"],
-            invalid_calls=report["invalid_calls"],
-            tool_errors=report["tool_errors"],
-            turns_reached=report["turns_reached"],
+            tool_calls=evaluation["tool_calls"],
+            invalid_calls=evaluation["invalid_calls"],
+            tool_errors=evaluation["tool_errors"],
+            turns_reached=evaluation["turns_reached"],
             min_weight_version=min(weight_versions),
             max_weight_version=max(weight_versions),
         )

@@ -307,7 +307,7 @@ def test_binary_reward_and_capped_partial_credit():
     failing = gt.assistant_messages(with_turn(clean(BASE), 1, [ToolCall("cd", {"folder": "temp"})]))
     binary = EngineEpisode(BASE, EpisodeSettings())
     assert play(binary, failing).reward == 0.0
-    assert binary.report()["progress"] == 0.75
+    assert binary.evaluation()["progress"] == 0.75
     capped = EngineEpisode(BASE, EpisodeSettings(reward=RewardSettings(partial_credit_cap=0.5)))
     assert play(capped, failing).reward == 0.5  # min(0.5, 1.0 * 0.75)
     weighted = EngineEpisode(
@@ -329,7 +329,7 @@ def test_episode_report_counts_and_replays_only_executed_calls():
     )
     episode.step(bad)  # three problems, only the last one runs (and raises in the backend)
     play(episode, turns)
-    report = episode.report()
+    report = episode.evaluation()
     assert report["invalid_calls"] == 2
     assert report["invalid_by_kind"] == {"parse": 1, "unknown_tool": 1}
     assert report["tool_errors"] == 1

@@ -87,7 +87,7 @@ def test_episodes_through_text_get_the_official_verdict():
                     outcome = episode.step(text)
             assert outcome.terminated
             official = official_accuracy(task, gt.decoded_for_checker(trajectory))
-            assert episode.report()["accuracy"] == official, (task_id, kind)
+            assert episode.evaluation()["accuracy"] == official, (task_id, kind)
             assert outcome.reward == official
             verdicts.add(official)
     assert verdicts == {0, 1}
@@ -165,7 +165,7 @@ def test_miss_func_49_is_unsolvable_when_held_out_tools_are_refused():
             observations += episode.step(text).messages
     refusal = "Tool 'tail' is not available in the current tool list."  # the release's
     assert any(refusal in m["content"] for m in observations)
-    report = episode.report()
+    report = episode.evaluation()
     assert report["accuracy"] == 0
     assert report["failure_tags"][first_use] != PASS
     assert report["invalid_by_kind"]["unavailable_tool"] >= 1

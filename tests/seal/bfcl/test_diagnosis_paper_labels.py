@@ -164,7 +164,7 @@ def test_an_episode_the_service_ended_has_no_label():
     episode = EngineEpisode(BASE, EpisodeSettings())
     episode.step("", [UNKNOWN])
     episode.episode.aborted, episode.episode.terminated = STEP_TIME_BUDGET, True
-    report = episode.report()
+    report = episode.evaluation()
     assert (report["accuracy"], report["aborted"], report["paper_label"]) == (
         0,
         STEP_TIME_BUDGET,

@@ -86,7 +86,7 @@ def test_ground_truth_episode_scores_1_and_equals_a_full_rerender(live_service, 
     assert (sample.accuracy, sample.reward, sample.stop_reason) == (1, 1.0, "terminated")
     assert sample.num_generations == len(texts) == generator.calls
     assert sample.category == load_task(task_id).category and sample.task_id == task_id
-    assert sample.failure_tags == sample.report["failure_tags"]
+    assert sample.failure_tags == sample.evaluation["failure_tags"]
     assert env.texts == texts  # the service got the texts
     assert_sequence_is_what_the_model_saw(generator, sample)
     # Canonical tokenization: the incremental ids are the full template render's.
@@ -231,12 +231,12 @@ def test_malformed_output_is_a_scored_tagged_failure_and_the_episode_is_closed(
     # A call that ran in turn 0 makes it a turn with calls: its state is compared.
     first = "state_mismatch" if ran else "empty_turn_model_response"
     assert sample.failure_tags == [first] + ["empty_turn_model_response"] * (num_turns - 1)
-    assert sample.report["ended_on_malformed_call"] is ends
+    assert sample.evaluation["ended_on_malformed_call"] is ends
     expected: dict[str, int] = {}
     for kind in MALFORMED[name].values():
         expected[kind] = expected.get(kind, 0) + 1
-    assert sample.report["invalid_by_kind"] == expected
-    assert sample.report["tool_calls"] == ran
+    assert sample.evaluation["invalid_by_kind"] == expected
+    assert sample.evaluation["tool_calls"] == ran
     for observation, kind in zip(env.observations, MALFORMED[name].values(), strict=False):
         if ends and kind == "parse":
             assert observation == []  # the episode ended

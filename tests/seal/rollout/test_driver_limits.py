@@ -27,7 +27,7 @@ def test_max_generations_stops_after_the_last_generation(live_service, tokenizer
         3,
     )
     assert len(env.texts) == 3  # the third text still reached the service
-    assert sample.accuracy == 0 and sample.report["steps"] == 3
+    assert sample.accuracy == 0 and sample.evaluation["steps"] == 3
     assert_sequence_is_what_the_model_saw(generator, sample)
     assert sample.response_ids[-1] == tokenizer.eos_token_id and sample.response_mask[-1] == 1
 

@@ -257,7 +257,7 @@ def test_every_entry_point_plays_the_one_loop_and_stops_alike(live_service, toke
         assert [kind for kind, _, _ in plays] == kinds, limits
         assert {(stop, steps) for _, stop, steps in plays} == {(reason, sample.num_generations)}
         assert sample.stop_reason == report["stop_reason"] == reason
-        assert sample.report["steps"] == report["steps"] == sample.num_generations
+        assert sample.evaluation["steps"] == report["steps"] == sample.num_generations
         # Both count the same context: the driver's sequence at the stop is the scored
         # conversation's tokens with the last reply, plus the end-of-turn id that closed it.
         closing = 1 if sample.num_generations else 0

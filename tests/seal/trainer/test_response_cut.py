@@ -39,10 +39,10 @@ def test_a_long_ground_truth_episode_is_trained_on_its_first_4096_tokens(live_se
     assert trained.response_ids == sample.response_ids[:4093]
     assert trained.response_mask == sample.response_mask[:4093]
     assert sum(trained.response_mask) < sum(sample.response_mask)  # later replies untrained
-    assert (trained.prompt_ids, trained.reward, trained.report) == (
+    assert (trained.prompt_ids, trained.reward, trained.evaluation) == (
         sample.prompt_ids,
         sample.reward,
-        sample.report,
+        sample.evaluation,
     )
     # 0 trains the whole response; a short one is never cut.
     assert ResponseCut(0, tokenizer)(sample) is sample

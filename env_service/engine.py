@@ -18,7 +18,7 @@ from collections import OrderedDict
 
 from env_service.agentic.kind import AgenticKind
 from env_service.config import ServiceConfig
-from env_service.episode import Episode, EpisodeCaps, StepOutcome
+from env_service.episode import EpisodeCaps, EpisodeMachine, StepOutcome
 from env_service.errors import (
     BusyError,
     ConflictError,
@@ -51,7 +51,7 @@ class EnvEngine:
             "multi_turn": MultiTurnKind(self.caps),
         }
         """What differs per kind of task (env_service/task_kind.py), by kind."""
-        self.episodes: dict[str, Episode] = {}
+        self.episodes: dict[str, EpisodeMachine] = {}
         # Final answers of episodes that ended and were closed, for retried final steps:
         # id -> (time ended, answer); oldest first, bounded like the live episodes.
         self.finished: OrderedDict[str, tuple[float, StepOutcome]] = OrderedDict()
@@ -112,7 +112,7 @@ class EnvEngine:
         settings: EpisodeSettings,
         episode_id: str | None = None,
         profile: dict | None = None,
-    ) -> tuple[str, Episode]:
+    ) -> tuple[str, EpisodeMachine]:
         """A new episode; `profile` replaces the service's failure profile for this episode
         (the release protocol reads one from a client-named state file)."""
         pool = await self.start_pool()
@@ -170,7 +170,7 @@ class EnvEngine:
                     outcome.reward = outcome.evaluation["reward"]
                 return self._record(episode_id, episode, outcome, close_at_end)
 
-    async def _parse(self, episode: Episode, content: str) -> ParsedMessage:
+    async def _parse(self, episode: EpisodeMachine, content: str) -> ParsedMessage:
         """A release protocol message's calls, read as far as the episode's cap on them needs,
         in its release text: on the event loop where that costs little, else in a worker process
         (env_service/release_texts.py)."""
@@ -186,10 +186,10 @@ class EnvEngine:
         async with episode.lock:
             return await self._evaluate(episode_id, episode)
 
-    async def _run(self, episode_id: str, episode: Episode, calls: list[ToolCall]) -> RunResult:
+    async def _run(self, episode_id: str, episode: EpisodeMachine, calls: list[ToolCall]) -> RunResult:
         return await self.kind_of(episode.task).run(episode_id, episode, calls, self.pool)
 
-    async def _evaluate(self, episode_id: str, episode: Episode) -> dict:
+    async def _evaluate(self, episode_id: str, episode: EpisodeMachine) -> dict:
         pool = await self.start_pool()
         return await self.kind_of(episode.task).evaluate(episode_id, episode, pool)
 
@@ -238,7 +238,7 @@ class EnvEngine:
 
     def _step_target(
         self, episode_id: str, content: str, seq: int | None, check: bool = True
-    ) -> tuple[StepOutcome | None, Episode | None]:
+    ) -> tuple[StepOutcome | None, EpisodeMachine | None]:
         """(the answer to repeat, None) for a retried step, else (None, the episode to
         step); raises for a step that may not run. `check=False` leaves the checks that
         depend on a step in progress for later."""
@@ -270,7 +270,7 @@ class EnvEngine:
         return None, episode
 
     def _record(
-        self, episode_id: str, episode: Episode, outcome: StepOutcome, close_at_end: bool
+        self, episode_id: str, episode: EpisodeMachine, outcome: StepOutcome, close_at_end: bool
     ) -> StepOutcome:
         episode.last_outcome = outcome
         if outcome.terminated and close_at_end and self.episodes.get(episode_id) is episode:
@@ -280,7 +280,7 @@ class EnvEngine:
                 self.finished.popitem(last=False)
         return outcome
 
-    def get(self, episode_id: str) -> Episode:
+    def get(self, episode_id: str) -> EpisodeMachine:
         episode = self.episodes.get(episode_id)
         if episode is None:
             raise NotFoundError(
@@ -295,14 +295,14 @@ class EnvEngine:
             raise NotFoundError(f"no live episode {episode_id!r}")
         self._closed(episode_id, episode)
 
-    def discard(self, episode_id: str, episode: Episode) -> None:
+    def discard(self, episode_id: str, episode: EpisodeMachine) -> None:
         """Close `episode` if it is still live under `episode_id`: a create whose reply
         could not be sent leaves nothing behind (its client never learnt of it)."""
         if self.episodes.get(episode_id) is episode:
             del self.episodes[episode_id]
             self._closed(episode_id, episode)
 
-    def _closed(self, episode_id: str, episode: Episode) -> None:
+    def _closed(self, episode_id: str, episode: EpisodeMachine) -> None:
         if self.pool is not None:
             self.pool.close(episode_id)
         self.kind_of(episode.task).closed(episode_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from env_service.episode import Episode, EpisodeCaps
+from env_service.episode import EpisodeCaps, EpisodeMachine
 from env_service.execution import (
     EVALUATION_TIME_BUDGET,
     REBUILD_TIME_BUDGET,
@@ -36,24 +36,26 @@ class TaskKind(Protocol):
         """`task` is of this kind."""
 
     def admit(
-        self, task: BfclTask, episodes: Mapping[str, Episode], expire: Callable[[str], None]
+        self, task: BfclTask, episodes: Mapping[str, EpisodeMachine], expire: Callable[[str], None]
     ) -> None:
         """Refuse a create this service cannot run right (a ServiceError); `episodes`: the
         live ones; `expire` ends one (as the TTL does)."""
 
-    def episode(self, task: BfclTask, settings: EpisodeSettings, profile: dict | None) -> Episode:
+    def episode(
+        self, task: BfclTask, settings: EpisodeSettings, profile: dict | None
+    ) -> EpisodeMachine:
         """A new episode of `task` (admitted)."""
 
-    async def open(self, episode_id: str, episode: Episode, pool: Pool) -> None:
+    async def open(self, episode_id: str, episode: EpisodeMachine, pool: Pool) -> None:
         """Build the new episode's backends and complete its prompt (the engine closes
         an episode whose open raised)."""
 
     async def run(
-        self, episode_id: str, episode: Episode, calls: list[ToolCall], pool: Pool
+        self, episode_id: str, episode: EpisodeMachine, calls: list[ToolCall], pool: Pool
     ) -> RunResult:
         """Run a step's admitted calls."""
 
-    async def evaluate(self, episode_id: str, episode: Episode, pool: Pool) -> dict:
+    async def evaluate(self, episode_id: str, episode: EpisodeMachine, pool: Pool) -> dict:
         """The episode's evaluation (service_contract.Evaluation, as a dict)."""
 
     def closed(self, episode_id: str) -> None:
@@ -84,22 +86,24 @@ class MultiTurnKind:
         return task.category in CATEGORIES
 
     def admit(
-        self, task: BfclTask, episodes: Mapping[str, Episode], expire: Callable[[str], None]
+        self, task: BfclTask, episodes: Mapping[str, EpisodeMachine], expire: Callable[[str], None]
     ) -> None:
         """Every shipped multi-turn task can run."""
 
-    def episode(self, task: BfclTask, settings: EpisodeSettings, profile: dict | None) -> Episode:
-        return Episode(task.task_id, settings, profile=profile, caps=self.caps)
+    def episode(
+        self, task: BfclTask, settings: EpisodeSettings, profile: dict | None
+    ) -> EpisodeMachine:
+        return EpisodeMachine(task.task_id, settings, profile=profile, caps=self.caps)
 
-    async def open(self, episode_id: str, episode: Episode, pool: Pool) -> None:
+    async def open(self, episode_id: str, episode: EpisodeMachine, pool: Pool) -> None:
         await pool.open(episode_id, episode.task.task_id)
 
     async def run(
-        self, episode_id: str, episode: Episode, calls: list[ToolCall], pool: Pool
+        self, episode_id: str, episode: EpisodeMachine, calls: list[ToolCall], pool: Pool
     ) -> RunResult:
         return await run_on_worker(pool, episode_id, calls)
 
-    async def evaluate(self, episode_id: str, episode: Episode, pool: Pool) -> dict:
+    async def evaluate(self, episode_id: str, episode: EpisodeMachine, pool: Pool) -> dict:
         """The diagnosis of the calls that ran (seal/bfcl/diagnosis.py), on a worker."""
         if episode.evaluated:
             return episode.evaluation()

@@ -14,7 +14,7 @@ from seal.formats.base import Conversation
 from seal.formats.qwen35 import Qwen35Template
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.driver import EpisodeSample, run_episode
-from seal.rollout.env_client import EnvClient, Episode
+from seal.rollout.env_client import EnvClient, RemoteEpisode
 from seal.rollout.scripted import ScriptedGenerator
 from seal.service_contract import EpisodeLimits, EpisodeSettings, EvolutionSettings
 
@@ -52,7 +52,7 @@ class RecordingEnv(EnvClient):
         return RecordingEpisode(self, task_id, settings or EpisodeSettings())
 
 
-class RecordingEpisode(Episode):
+class RecordingEpisode(RemoteEpisode):
     async def __aenter__(self):
         await super().__aenter__()
         self.env.created = self.created

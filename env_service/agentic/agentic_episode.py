@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from env_service.episode import Episode
+from env_service.episode import EpisodeMachine
 from env_service.episode.admission import StepPlan
 from env_service.episode.evaluation import evaluation
 from env_service.execution import RunResult
@@ -17,7 +17,7 @@ from seal.bfcl.agentic.tasks import AgenticTask, check_answer
 from seal.bfcl.calls import CallParseError, ToolCall
 
 
-class AgenticEpisode(Episode):
+class AgenticEpisode(EpisodeMachine):
     system_from_task = True
     task: AgenticTask
 

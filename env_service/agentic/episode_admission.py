@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from env_service.episode import Episode
+from env_service.episode import EpisodeMachine
 from env_service.errors import ConflictError
 from seal.bfcl.agentic import memory, web_search
 from seal.bfcl.agentic.tasks import AgenticTask, missing_dependency
@@ -22,7 +22,7 @@ log = logging.getLogger("env_service")
 
 def admit_agentic(
     task: AgenticTask,
-    episodes: Mapping[str, Episode],
+    episodes: Mapping[str, EpisodeMachine],
     lease_s: float,
     expire: Callable[[str], None],
 ) -> None:
@@ -55,7 +55,7 @@ async def memory_start(task: AgenticTask) -> Path | None:
 
 def _check_scenario_lease(
     task: AgenticTask,
-    episodes: Mapping[str, Episode],
+    episodes: Mapping[str, EpisodeMachine],
     lease: float,
     expire: Callable[[str], None],
 ) -> None:

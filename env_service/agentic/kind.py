@@ -18,7 +18,7 @@ from env_service.agentic.agentic_episode import AgenticEpisode
 from env_service.agentic.episode_admission import admit_agentic, memory_start
 from env_service.agentic.outside import TO_TEXT_S, OutsideCalls
 from env_service.config import ServiceConfig
-from env_service.episode import Episode, EpisodeCaps
+from env_service.episode import EpisodeCaps, EpisodeMachine
 from env_service.errors import ServiceStartError, StorageError
 from env_service.execution import RunResult
 from env_service.task_kind import run_on_worker
@@ -94,7 +94,7 @@ class AgenticKind:
         return isinstance(task, AgenticTask)
 
     def admit(
-        self, task: AgenticTask, episodes: Mapping[str, Episode], expire: Callable[[str], None]
+        self, task: AgenticTask, episodes: Mapping[str, EpisodeMachine], expire: Callable[[str], None]
     ) -> None:
         admit_agentic(task, episodes, self.config.memory_lease_s, expire)
 

@@ -9,7 +9,7 @@ records.py (caps, counters, a step's outcome). Details: docs/design.md, "The epi
 contract".
 """
 
-from env_service.episode.machine import Episode
+from env_service.episode.machine import EpisodeMachine
 from env_service.episode.records import EpisodeCaps, StepOutcome
 
-__all__ = ["Episode", "EpisodeCaps", "StepOutcome"]
+__all__ = ["EpisodeMachine", "EpisodeCaps", "StepOutcome"]

@@ -14,7 +14,7 @@ from seal.service_contract import EpisodeSettings
 
 
 class Played(Protocol):
-    """What an evaluation reads of an episode (env_service.episode.Episode)."""
+    """What an evaluation reads of an episode (env_service.episode.EpisodeMachine)."""
 
     task: BfclTask
     settings: EpisodeSettings

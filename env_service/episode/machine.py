@@ -28,7 +28,7 @@ from seal.bfcl.tasks import load_task
 from seal.service_contract import EpisodeSettings
 
 
-class Episode:
+class EpisodeMachine:
     system_from_task = False
     """The system sections are the task's own system message
     (service_contract.EpisodeCreated.system_from_task), not the service's instructions."""

@@ -17,7 +17,7 @@ from seal.eval.chat_endpoint import ChatEndpoint, Completion, ContextLengthError
 from seal.formats.base import Conversation, ToolFormat
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout import loop
-from seal.rollout.env_client import EnvClient, EnvServiceError, Episode
+from seal.rollout.env_client import EnvClient, EnvServiceError, RemoteEpisode
 from seal.rollout.turn_tokens import SHIPPED_TOKENIZER, TextTokens
 from seal.service_contract import EpisodeLimits, EpisodeSettings
 
@@ -86,7 +86,7 @@ class MessageTurns:
     context is the format's render of the conversation so far, counted whole."""
 
     def __init__(
-        self, episode: Episode, chat: ChatEndpoint, tokens: TextTokens, prompting: Prompting
+        self, episode: RemoteEpisode, chat: ChatEndpoint, tokens: TextTokens, prompting: Prompting
     ):
         self.chat, self.tokens, self.prompting = chat, tokens, prompting
         self.format, self.what = prompting.tool_format, episode.what
@@ -178,7 +178,7 @@ class MessageTurns:
         )
 
 
-async def run_episode(
+async def play_endpoint_episode(
     env: EnvClient,
     chat: ChatEndpoint,
     tokens: TextTokens,

@@ -23,7 +23,12 @@ from tqdm import tqdm
 from seal import commands
 from seal.bfcl.agentic.tasks import prerequisite_plan
 from seal.eval.chat_endpoint import ChatEndpoint, EndpointError, EndpointSettings
-from seal.eval.endpoint_episode import ContextBudgetError, Prompting, run_episode, tokenizer_label
+from seal.eval.endpoint_episode import (
+    ContextBudgetError,
+    Prompting,
+    play_endpoint_episode,
+    tokenizer_label,
+)
 from seal.eval.replay import record_from_evaluation
 from seal.rollout.env_client import TOKEN_ENV, EnvClient, EnvServiceError
 from seal.rollout.loop import StopReason
@@ -215,7 +220,9 @@ async def run_tasks(
                     if failed is not None:
                         raise EnvServiceError(f"task {task_id}: not run: {before} failed")
                     async with gate:
-                        evaluation = await run_episode(env, chat, tokens, task_id, limits, prompting)
+                        evaluation = await play_endpoint_episode(
+                            env, chat, tokens, task_id, limits, prompting
+                        )
                         on_evaluation(evaluation)
                     error = None
                 except (EndpointError, EnvServiceError) as e:

@@ -1,7 +1,7 @@
 """The multi-turn episode driver: one BFCL episode as one training sample.
 
 `run_episode` plays the one loop (seal.rollout.loop) with token-id turns through the
-service's episode lifecycle (seal.rollout.env_client.Episode), and returns the token
+service's episode lifecycle (seal.rollout.env_client.RemoteEpisode), and returns the token
 sequence the model was conditioned on, its loss mask and the evaluation. Both trainers
 call it; only the `Generator` differs. Generated ids are kept as returned (never
 re-tokenized): the token rules are in docs/design.md, "Loss mask".
@@ -173,7 +173,7 @@ async def run_episode(
             interface = episode.created["interface"]
     except PromptTooLong:
         raise  # the episode was closed on the way out; retrying cannot help
-    except Exception as e:  # the episode was closed on the way out (env_client.Episode)
+    except Exception as e:  # the episode was closed on the way out (env_client.RemoteEpisode)
         raise EpisodeError(
             f"{what} after {turns.num_generations} generations: {type(e).__name__}: {e}"
         ) from e

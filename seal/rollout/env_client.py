@@ -186,9 +186,9 @@ class EnvClient:
             raise reply_error(reply)
         return reply
 
-    def episode(self, task_id: str, settings: EpisodeSettings | None = None) -> Episode:
+    def episode(self, task_id: str, settings: EpisodeSettings | None = None) -> RemoteEpisode:
         """An episode of `task_id`, created when its `async with` block starts."""
-        return Episode(self, task_id, settings or EpisodeSettings())
+        return RemoteEpisode(self, task_id, settings or EpisodeSettings())
 
     async def push_profile(self, profile: dict) -> None:
         """Send the trainer's failure profile (seal.tocf) for the guideline layer."""
@@ -202,7 +202,7 @@ class EnvClient:
         return True
 
 
-class Episode:
+class RemoteEpisode:
     """One episode's lifecycle (see the module docstring)."""
 
     def __init__(self, env: EnvClient, task_id: str, settings: EpisodeSettings):
@@ -228,7 +228,7 @@ class Episode:
     def path(self) -> str:
         return f"/v1/episodes/{self.episode_id}"
 
-    async def __aenter__(self) -> Episode:
+    async def __aenter__(self) -> RemoteEpisode:
         body = {
             "task_id": self.task_id,
             "episode_id": self.episode_id,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from seal.formats.base import ParsedCalls, ToolFormat
-from seal.rollout.env_client import Episode
+from seal.rollout.env_client import RemoteEpisode
 from seal.service_contract import EpisodeLimits
 
 StopReason = Literal["terminated", "max_generations", "context_limit"]
@@ -92,7 +92,7 @@ class Turns(Protocol):
         ...
 
 
-async def play(episode: Episode, turns: Turns, limits: EpisodeLimits) -> StopReason | None:
+async def play(episode: RemoteEpisode, turns: Turns, limits: EpisodeLimits) -> StopReason | None:
     """Play `episode` until it stops; None when a script ran out of replies first."""
     while True:
         budget = generation_budget(limits, turns.context_size)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from env_service.episode import Episode
+from env_service.episode import EpisodeMachine
 from seal.bfcl import prompt
 from seal.bfcl.ground_truth import ground_truth_trajectory, tool_call_text
 from seal.bfcl.tasks import load_task
@@ -95,7 +95,7 @@ def test_tool_response_and_holdout_messages():
 @pytest.mark.parametrize("task_id", ONE_PER_CATEGORY)
 def test_system_prompt_renders_like_the_template_with_tools(tokenizer, task_id):
     task = load_task(task_id)
-    episode = Episode(task_id, EpisodeSettings(mode="validate", prompt="rich"))
+    episode = EpisodeMachine(task_id, EpisodeSettings(mode="validate", prompt="rich"))
     system, user = episode.initial_messages
     ours = tokenizer.apply_chat_template([system, user], tokenize=False)
     tools = [prompt.to_tool(d) for d in prompt.language_hinted(task.tools)]

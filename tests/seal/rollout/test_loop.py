@@ -11,7 +11,7 @@ from conftest import gt_texts
 
 from seal.eval.chat_endpoint import Completion
 from seal.eval.endpoint_episode import Prompting
-from seal.eval.endpoint_episode import run_episode as score_episode
+from seal.eval.endpoint_episode import play_endpoint_episode as score_episode
 from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout import loop
 from seal.rollout.driver import run_episode as train_episode
@@ -199,7 +199,7 @@ def plays(monkeypatch):
 
 
 def scoring_settings(limits: EpisodeLimits) -> EpisodeSettings:
-    """Endpoint scoring's settings (seal.eval.endpoint_episode.run_episode), for all."""
+    """Endpoint scoring's settings (seal.eval.endpoint_episode.play_endpoint_episode), for all."""
     return EpisodeSettings(
         mode="validate",
         prompt=FORMAT.prompt,

@@ -175,5 +175,5 @@ class ServiceConfig(BaseModel):
     web_search_processes: int = Field(4, ge=1)
     """Web search: processes that make its outside calls (fetches, searches), one call
     each at a time, apart from the workers, so a slow page or an unreachable SerpAPI
-    holds no other episode's step (env_service/agentic/outside.py). At most this many
+    holds no other episode's step (env_service/agentic/web_calls.py). At most this many
     such calls run at once; with `workers` 0 they run in threads instead."""

@@ -4,7 +4,7 @@ A memory task's backends live on the pool's workers like a multi-turn task's, bu
 from the memory its scenario's conversations saved (seal/bfcl/agentic/memory.py), show
 that memory in their prompt, and a prerequisite conversation's memory is saved before it
 is evaluated; a web-search task has nothing on a worker: its calls are outside calls
-(outside.py). Admission: episode_admission.py; the episode's own rules: agentic_episode.py.
+(web_calls.py). Admission: episode_admission.py; the episode's own rules: agentic_episode.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from env_service.agentic.agentic_episode import AgenticEpisode
 from env_service.agentic.episode_admission import admit_agentic, memory_start
-from env_service.agentic.outside import TO_TEXT_S, OutsideCalls
+from env_service.agentic.web_calls import TO_TEXT_S, WebCalls
 from env_service.config import ServiceConfig
 from env_service.episode import EpisodeCaps, EpisodeMachine
 from env_service.errors import ServiceStartError, StorageError
@@ -60,8 +60,8 @@ def search_limits(config: ServiceConfig) -> web_search.SearchLimits:
     )
 
 
-def _outside(task: AgenticTask) -> bool:
-    """Its calls are outside calls, made by outside.py, not by a worker."""
+def _calls_the_web(task: AgenticTask) -> bool:
+    """Its calls are outside calls, made by web_calls.py, not by a worker."""
     return task.kind == WEB_SEARCH
 
 
@@ -81,7 +81,7 @@ class AgenticKind:
                 caps.budget, max_seconds=max(caps.budget.max_seconds, web_seconds)
             ),
         )
-        self.outside = OutsideCalls(
+        self.web_calls = WebCalls(
             config.web_search_processes, limits, threads=config.workers == 0
         )
         try:
@@ -101,13 +101,13 @@ class AgenticKind:
     def episode(
         self, task: AgenticTask, settings: EpisodeSettings, profile: dict | None
     ) -> AgenticEpisode:
-        caps = self.web_caps if _outside(task) else self.caps
+        caps = self.web_caps if _calls_the_web(task) else self.caps
         return AgenticEpisode(task.task_id, settings, profile=profile, caps=caps)
 
     async def open(self, episode_id: str, episode: AgenticEpisode, pool: Pool) -> None:
         task = episode.task
         memory_version = await memory_start(task) if task.is_memory else None
-        if not _outside(task):  # a web-search episode has nothing on a worker
+        if not _calls_the_web(task):  # a web-search episode has nothing on a worker
             build = functools.partial(AgenticBackends, memory_version=memory_version)
             await pool.open(episode_id, task.task_id, build)
         if episode.system is None:  # a memory task: show what its backend loaded
@@ -116,8 +116,8 @@ class AgenticKind:
     async def run(
         self, episode_id: str, episode: AgenticEpisode, calls: list[ToolCall], pool: Pool
     ) -> RunResult:
-        if _outside(episode.task):
-            return await self.outside.run(
+        if _calls_the_web(episode.task):
+            return await self.web_calls.run(
                 episode_id, episode.task.task_id, calls, episode.caps.budget
             )
         return await run_on_worker(pool, episode_id, calls)
@@ -135,10 +135,10 @@ class AgenticKind:
         return episode.agentic_evaluation()
 
     def closed(self, episode_id: str) -> None:
-        self.outside.forget(episode_id)
+        self.web_calls.forget(episode_id)
 
     def stats(self) -> dict:
-        return self.outside.stats()
+        return self.web_calls.stats()
 
     async def stop(self) -> None:
-        await self.outside.stop()
+        await self.web_calls.stop()

@@ -5,7 +5,7 @@ seal/bfcl/agentic/web_fetch.py.
 bfcl-eval's module gets these in place of its `serpapi.GoogleSearch` and `requests`
 (the only way under its methods without copying them), because it retries a 429 forever
 inside the call and fetches any URL unbounded. Retries are the service's
-(env_service/agentic/outside.py). Why each rule: docs/web_search.md, "The transports".
+(env_service/agentic/web_calls.py). Why each rule: docs/web_search.md, "The transports".
 """
 
 from __future__ import annotations

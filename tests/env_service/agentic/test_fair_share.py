@@ -1,5 +1,5 @@
 """FairShare's order of grants, its accounts and a waiter that gives up (the outside-call
-pool's fairness as the service sees it: tests/env_service/agentic/test_outside.py)."""
+pool's fairness as the service sees it: tests/env_service/agentic/test_web_calls_fairness.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
   tests/data/serpapi_duckduckgo_recording.json) bound where bfcl-eval's backend takes its
   transport, and are scored by bfcl-eval's checker; `fetch_url_content` reads a page from
   a server on 127.0.0.1;
-- the real transport (`SerpApiSearch`, paced and retried by env_service/agentic/outside.py) runs
+- the real transport (`SerpApiSearch`, paced and retried by env_service/agentic/web_calls.py) runs
   against a fake SerpAPI on 127.0.0.1: it retries 429 and 5xx, honours Retry-After,
   paces searches across the service, and gives up with an error the service turns into
   an aborted episode (the evaluator's failed task), never into a wrong answer.
@@ -26,7 +26,7 @@ import pytest
 from agentic_scripts import WEB_SEARCH_MISSING, agentic_service, answer_text, call, play
 
 from benchfixtures.web import network, web_server
-from env_service.agentic.outside import OutsideCalls
+from env_service.agentic.web_calls import WebCalls
 from seal.bfcl.agentic import web_fetch, web_search
 from seal.bfcl.agentic.tasks import ANSWER_NOT_FOUND, PASS
 from seal.bfcl.calls import ToolCall
@@ -202,13 +202,13 @@ def fake_serpapi(monkeypatch):
 
 def searched(limits: web_search.SearchLimits, *queries: str) -> list[str]:
     """The results of searches made at once, as the service makes them (paced and
-    retried on its event loop: env_service/agentic/outside.py; here in threads)."""
+    retried on its event loop: env_service/agentic/web_calls.py; here in threads)."""
 
     async def run() -> list[str]:
-        outside = OutsideCalls(len(queries), limits, threads=True)
+        pool = WebCalls(len(queries), limits, threads=True)
         calls = [ToolCall("search_engine_query", {"keywords": q}) for q in queries]
         answers = await asyncio.gather(
-            *(outside.call(f"episode-{k}", "web_search_base_0", c) for k, c in enumerate(calls))
+            *(pool.call(f"episode-{k}", "web_search_base_0", c) for k, c in enumerate(calls))
         )
         return [result for result, _ in answers]
 

@@ -209,7 +209,7 @@ def test_a_call_whose_process_dies_is_answered_and_not_sent_again(tmp_path, outs
         clients = Clients(url)
         step = clients.web_step_in_background(fetch(outside, "/slow"))
         wait_for(lambda: outside.hits["/slow"] == 1, timeout_s=60)
-        killed = engine.kinds["agentic"].outside.pids()
+        killed = engine.kinds["agentic"].web_calls.pids()
         _kill(killed)
         step["thread"].join(timeout=30)
         wait_for(lambda: all(_exited(pid) for pid in killed))

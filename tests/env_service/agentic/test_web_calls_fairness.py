@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from env_service.agentic import outside as outside_module
-from env_service.agentic.outside import OutsideCalls
+from env_service.agentic import web_calls as web_calls_module
+from env_service.agentic.web_calls import WebCalls
 from env_service.execution import STEP_TIME_BUDGET, StepBudget
 from seal.bfcl.agentic import web_search
 from seal.bfcl.calls import ToolCall
@@ -48,7 +48,7 @@ def sent(monkeypatch) -> list[str]:
     """The calls' URLs in the order they reached a process (or thread), with the test's
     own marks between them; the pool runs `_perform`."""
     order: list[str] = []
-    send, to_thread = OutsideCalls._send, asyncio.to_thread
+    send, to_thread = WebCalls._send, asyncio.to_thread
 
     async def recorded_send(self, slot, task_id, call, seconds):
         order.append(call.kwargs["url"])
@@ -59,9 +59,9 @@ def sent(monkeypatch) -> list[str]:
             order.append(args[1].kwargs["url"])
         return await to_thread(function, *args)
 
-    monkeypatch.setattr(outside_module, "perform", _perform)
-    monkeypatch.setattr(OutsideCalls, "_send", recorded_send)
-    monkeypatch.setattr(outside_module.asyncio, "to_thread", recorded_to_thread)
+    monkeypatch.setattr(web_calls_module, "perform", _perform)
+    monkeypatch.setattr(WebCalls, "_send", recorded_send)
+    monkeypatch.setattr(web_calls_module.asyncio, "to_thread", recorded_to_thread)
     return order
 
 
@@ -71,7 +71,7 @@ async def _beside_slow_episodes(
     """`slow_episodes` episodes fetch slow pages, `rounds` each, on a pool of
     `processes`; once each has had one, another episode fetches a fast page. How many
     slow fetches reached a process after it asked and before it."""
-    pool = OutsideCalls(processes, web_search.SearchLimits(), threads=threads)
+    pool = WebCalls(processes, web_search.SearchLimits(), threads=threads)
 
     async def slow(k: int) -> None:
         for r in range(rounds):
@@ -112,7 +112,7 @@ def test_a_steps_wait_for_a_process_is_not_charged_to_its_budget(sent):
     budget = StepBudget(max_result_chars=1000, max_reply_chars=10_000, max_seconds=slow_s / 2)
 
     async def scenario():
-        pool = OutsideCalls(1, web_search.SearchLimits())
+        pool = WebCalls(1, web_search.SearchLimits())
         try:
             reader = asyncio.create_task(
                 pool.run("slow", TASK, [_fetch("slow", seconds=slow_s)], ROOMY)
@@ -134,7 +134,7 @@ def test_a_steps_wait_for_a_process_is_not_charged_to_its_budget(sent):
 
 def test_the_pools_state_is_in_the_stats(sent):
     async def scenario():
-        pool = OutsideCalls(1, web_search.SearchLimits(), threads=True)
+        pool = WebCalls(1, web_search.SearchLimits(), threads=True)
         idle = pool.stats()
         reader = asyncio.create_task(pool.run("slow", TASK, [_fetch("slow")], ROOMY))
         await _until(lambda: sent)

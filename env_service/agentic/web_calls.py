@@ -77,7 +77,7 @@ class _Slot:
     """Its process exited (killed, out of memory): replaced before its next call."""
 
 
-class OutsideCalls:
+class WebCalls:
     def __init__(self, processes: int, limits: web_search.SearchLimits, threads: bool = False):
         """At most `processes` calls at once; `threads`: in threads of this process."""
         self.size = processes
@@ -97,7 +97,7 @@ class OutsideCalls:
     def _spawn(self) -> _Slot:
         mine, theirs = socket.socketpair()
         process = _CONTEXT.Process(
-            target=serve, args=(theirs, os.getpid()), name="env_service-outside", daemon=True
+            target=serve, args=(theirs, os.getpid()), name="env_service-web-calls", daemon=True
         )
         process.start()
         worker.lower_priority(process.pid, NICENESS)

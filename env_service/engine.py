@@ -229,7 +229,7 @@ class EnvEngine:
         kind.admit(task, self.episodes, self._expire)
         # Only episodes that show guidelines read the profile: validation never depends
         # on the capability-state file.
-        if profile is None and settings.effective_evolution.guidelines:
+        if profile is None and settings.effective_interface.guidelines:
             profile = self.profiles.profile()
         episode = kind.episode(task, settings, profile)
         self.episodes[episode_id] = episode

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from env_service.evolution import PAPER_GUIDELINES
+from env_service.interface_layers import PAPER_GUIDELINES
 from seal.bfcl import tags as T
 
 TAG_TABLES = ("window_tags", "total_tags")

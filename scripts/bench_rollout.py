@@ -27,14 +27,14 @@ from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.driver import run_episode
 from seal.rollout.env_client import EnvClient, StepReply
 from seal.rollout.scripted import ScriptedGenerator, run_scripted_episode, text_generation
-from seal.service_contract import EpisodeLimits, EpisodeSettings, EvolutionSettings
+from seal.service_contract import EpisodeLimits, EpisodeSettings, InterfaceSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchfixtures: not installed
 from benchfixtures.service import bench_service, ground_truth_scripts  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER_DIR = REPO_ROOT / "seal/assets/qwen2.5-tokenizer"
-SETTINGS = EpisodeSettings(mode="sample", evolution=EvolutionSettings(schema_cues=True))
+SETTINGS = EpisodeSettings(mode="sample", interface=InterfaceSettings(schema_cues=True))
 LENGTHS = (2, 5, 10, 20, 40)
 UNSOLVABLE = {"multi_turn_miss_func_49"}  # see README: its ground truth fails by design
 QWEN = get_format(PAPER_QWEN)

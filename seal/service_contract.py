@@ -14,9 +14,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from seal.bfcl.tags import FAILURE_TAGS
+from seal.renamed_keys import rename_old_keys
 
 _STRICT = ConfigDict(extra="forbid")
 """pydantic reads this off a stdlib dataclass: unknown keys in a request are a 422."""
@@ -97,7 +98,7 @@ class EpisodeLimits:
 
 
 @dataclass
-class EvolutionSettings:
+class InterfaceSettings:
     """Observation layers of an episode (the environment half of SEAL). Every layer is
     off unless switched on; validation episodes never get them unless
     `EpisodeSettings.evolve_in_validation` says so."""
@@ -151,6 +152,11 @@ class RewardSettings:
         return min(self.partial_credit_cap, self.partial_credit_weight * progress)
 
 
+RENAMED_SETTINGS = {"evolution": "interface"}
+"""Old `EpisodeSettings` field -> its new name: still read in a create's `settings`
+(deprecated, a FutureWarning once per process; docs/design.md, "Glossary")."""
+
+
 @dataclass
 class EpisodeSettings:
     """Everything a client chooses when it creates an episode."""
@@ -158,9 +164,9 @@ class EpisodeSettings:
     __pydantic_config__ = _STRICT
 
     mode: str = "sample"
-    """`sample` (training: evolution allowed) or `validate` (the plain benchmark)."""
+    """`sample` (training: interface layers allowed) or `validate` (the plain benchmark)."""
     prompt: str = "paper"
-    """Whose texts the service writes (env_service/evolution.py TEXTS): `paper`, the
+    """Whose texts the service writes (env_service/interface_layers.py TEXTS): `paper`, the
     original release's (Appendix D: no instructions, ` [required]` on required parameters,
     its D.2 note, D.4 guidelines), or `rich`, this project's (instructions before the
     tools, [required]/[optional] markers, allowed values read from BFCL's prose, its own
@@ -175,9 +181,11 @@ class EpisodeSettings:
     release's evaluation gives) and says so (`Evaluation.ended_on_malformed_call`). A
     client's tool format asks for it (seal.formats.base.ToolFormat.end_on_malformed_call);
     off: the paper's Qwen2.5 rule, one error message and the episode plays on."""
-    evolution: EvolutionSettings = field(default_factory=EvolutionSettings)
+    interface: InterfaceSettings = field(default_factory=InterfaceSettings)
+    """The interface's layers (`evolution` before: a create's `settings` may still say so,
+    read with a warning; RENAMED_SETTINGS)."""
     evolve_in_validation: bool = False
-    """Apply the evolution layers in validate mode too (off: validation is the benchmark)."""
+    """Apply the interface layers in validate mode too (off: validation is the benchmark)."""
     limits: EpisodeLimits = field(default_factory=EpisodeLimits)
     reward: RewardSettings = field(default_factory=RewardSettings)
 
@@ -188,10 +196,10 @@ class EpisodeSettings:
             raise ValueError(f"prompt must be one of {PROMPTS}, not {self.prompt!r}")
 
     @property
-    def effective_evolution(self) -> EvolutionSettings:
+    def effective_interface(self) -> InterfaceSettings:
         if self.mode == "validate" and not self.evolve_in_validation:
-            return EvolutionSettings()
-        return self.evolution
+            return InterfaceSettings()
+        return self.interface
 
 
 # --- request and reply bodies of the native API ------------------------------------------
@@ -242,6 +250,12 @@ class CreateEpisode(BaseModel):
         "reply it never got, and makes a retried create safe); generated if absent.",
     )
     settings: EpisodeSettings = Field(default_factory=EpisodeSettings)
+
+    @field_validator("settings", mode="before")
+    @classmethod
+    def _read_old_setting_names(cls, settings):
+        """A create from a client older than a rename is read, with a warning."""
+        return rename_old_keys(settings, RENAMED_SETTINGS, "episode setting")
 
 
 class GuidelineShown(BaseModel):

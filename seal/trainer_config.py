@@ -20,7 +20,7 @@ from seal.formats.registry import AUTO, FORMATS, resolve
 from seal.service_contract import (
     EpisodeLimits,
     EpisodeSettings,
-    EvolutionSettings,
+    InterfaceSettings,
     RewardSettings,
 )
 from seal.tocf.apatch_config import APatchConfig
@@ -173,12 +173,12 @@ class RolloutSettings:
     its group, which verl drops)."""
 
 
-def paper_interface() -> EvolutionSettings:
+def paper_interface() -> InterfaceSettings:
     """The training interface of the paper's headline run (its Appendix D, "Active
     configuration", and the release's SEAL.yaml): the schema cues alone. Recovery
     feedback and guidelines are the paper's optional components, off here
     (exp/SEAL_full_interface.yaml turns them on)."""
-    return EvolutionSettings(schema_cues=True)
+    return InterfaceSettings(schema_cues=True)
 
 
 @dataclass
@@ -302,7 +302,7 @@ class TrainerConfig:
     limits: EpisodeLimits = field(default_factory=EpisodeLimits)
     """Episode limits of training and validation episodes (the service applies
     `max_generations` too)."""
-    interface: EvolutionSettings = field(default_factory=paper_interface)
+    interface: InterfaceSettings = field(default_factory=paper_interface)
     """The interface training episodes are shown (schema cues, type hints, recovery
     feedback, guidelines); validation never gets it. Default: the paper's active
     interface, schema cues only (`paper_interface`). Was `evolution`, still read with a
@@ -320,13 +320,13 @@ class TrainerConfig:
     def episode_settings(self, mode: str) -> EpisodeSettings:
         """What the service is asked for: `sample` episodes get the training interface,
         `validate` episodes are the plain benchmark; both share the limits and reward."""
-        interface = self.interface if mode == "sample" else EvolutionSettings()
+        interface = self.interface if mode == "sample" else InterfaceSettings()
         fmt = self.model.resolved_tool_format()
         return EpisodeSettings(
             mode=mode,
             prompt=fmt.prompt,
             end_on_malformed_call=fmt.end_on_malformed_call,
-            evolution=interface,  # the service's name for it (seal/service_contract.py)
+            interface=interface,
             limits=self.limits,
             reward=self.reward,
         )

@@ -16,13 +16,13 @@ from seal.formats.registry import PAPER_QWEN, get_format
 from seal.rollout.driver import EpisodeSample, run_episode
 from seal.rollout.env_client import EnvClient, RemoteEpisode
 from seal.rollout.scripted import ScriptedGenerator
-from seal.service_contract import EpisodeLimits, EpisodeSettings, EvolutionSettings
+from seal.service_contract import EpisodeLimits, EpisodeSettings, InterfaceSettings
 
-LAYERS = EvolutionSettings(schema_cues=True)
+LAYERS = InterfaceSettings(schema_cues=True)
 
 
 def settings(limits: EpisodeLimits | None = None) -> EpisodeSettings:
-    return EpisodeSettings(mode="sample", evolution=LAYERS, limits=limits or EpisodeLimits())
+    return EpisodeSettings(mode="sample", interface=LAYERS, limits=limits or EpisodeLimits())
 
 
 GREP_TASK = "multi_turn_base_0"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from env_service import evolution
+from env_service import interface_layers
 from env_service.episode.records import EpisodeCaps, env_message, tool_message
 from seal.bfcl import paper_calls
 from seal.bfcl.calls import (
@@ -22,7 +22,7 @@ from seal.bfcl.calls import (
     check_call,
     first,
 )
-from seal.service_contract import EpisodeSettings, EvolutionSettings
+from seal.service_contract import EpisodeSettings, InterfaceSettings
 
 
 @dataclass
@@ -51,8 +51,8 @@ class EpisodeView:
     """What admission reads of the episode."""
 
     settings: EpisodeSettings
-    layers: EvolutionSettings
-    """settings.effective_evolution (a property that may build one: read once)."""
+    layers: InterfaceSettings
+    """settings.effective_interface (a property that may build one: read once)."""
     caps: EpisodeCaps
     available: Mapping[str, dict]
     """The tools the model may call in this turn, by name."""
@@ -83,7 +83,7 @@ def admit(
 
     def reject(kind: str, message: str, hint: str | None = None) -> str:
         invalid.append((kind, 1))
-        return evolution.with_hint(message, hint or kind) if recovery else message
+        return interface_layers.with_hint(message, hint or kind) if recovery else message
 
     # A Qwen2.5 parse error is answered with the Qwen2.5 syntax; a client's with a
     # hint in no format's syntax (its error says what it expected).
@@ -158,7 +158,7 @@ def _paper_refusal(
         invalid += [("parse", 1)] * len(errors)
         message = paper_calls.parse_error_message(errors)
         if episode.layers.recovery_feedback:
-            message = evolution.paper_parse_hint(message, [d["name"] for d in episode.tools])
+            message = interface_layers.paper_parse_hint(message, [d["name"] for d in episode.tools])
         return env_message(message)
     message = paper_calls.admission_error(calls, set(episode.available))
     if message is None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from env_service import evolution
+from env_service import interface_layers
 from env_service.episode.admission import StepPlan
 from env_service.episode.records import EpisodeCaps, tool_message
 from env_service.execution import REBUILD_TIME_BUDGET, REPLY_LIMIT, STEP_TIME_BUDGET, RunResult
 from seal.bfcl.backends import is_tool_error
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.diagnosis import TOOL_ERROR
-from seal.service_contract import EpisodeSettings, EvolutionSettings
+from seal.service_contract import EpisodeSettings, InterfaceSettings
 
 
 @dataclass
@@ -34,12 +34,12 @@ def answer(
     plan: StepPlan,
     run: RunResult,
     settings: EpisodeSettings,
-    layers: EvolutionSettings,
+    layers: InterfaceSettings,
     caps: EpisodeCaps,
     tools: list[dict],
 ) -> Answers:
     """The answers to `plan`'s calls given `run` (their results); `layers`: the settings'
-    effective_evolution; `tools`: the first turn's docs as the model sees them (the paper's
+    effective_interface; `tools`: the first turn's docs as the model sees them (the paper's
     hints name them)."""
     out = Answers()
     paper_hints = layers.recovery_feedback and settings.prompt == "paper"
@@ -59,22 +59,26 @@ def answer(
         if is_tool_error(result) and item not in plan.checked:
             out.signals.append(TOOL_ERROR)
         if paper_hints:
-            hint = evolution.paper_tool_hint(result, call.name, position, tools)
+            hint = interface_layers.paper_tool_hint(result, call.name, position, tools)
         elif layers.recovery_feedback and is_tool_error(result):
-            result = evolution.with_hint(result, "tool_error")
+            result = interface_layers.with_hint(result, "tool_error")
         out.messages.append(tool_message(call.name, result, hint))
     if run.stopped in (STEP_TIME_BUDGET, REBUILD_TIME_BUDGET):
         out.aborted = run.stopped
     return out
 
 
-def _not_run(run: RunResult, caps: EpisodeCaps, layers: EvolutionSettings, out: Answers) -> str:
+def _not_run(run: RunResult, caps: EpisodeCaps, layers: InterfaceSettings, out: Answers) -> str:
     if run.stopped == REPLY_LIMIT:
         limit = caps.budget.max_reply_chars
         why = f"the reply to this message reached the service's limit of {limit} characters"
         out.signals.append(REPLY_LIMIT)
         message = f"Error: not run: {why}"
-        return evolution.with_hint(message, REPLY_LIMIT) if layers.recovery_feedback else message
+        return (
+            interface_layers.with_hint(message, REPLY_LIMIT)
+            if layers.recovery_feedback
+            else message
+        )
     if run.stopped == REBUILD_TIME_BUDGET:
         budget = caps.max_evaluation_seconds
         return (

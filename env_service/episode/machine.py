@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from env_service import evolution, release_texts
+from env_service import interface_layers, release_texts
 from env_service.config import ServiceConfig
 from env_service.episode import prompts
 from env_service.episode.admission import EpisodeView, StepPlan, admit
@@ -44,8 +44,8 @@ class EpisodeMachine:
         prompts are rendered once per task id and settings)."""
         self.task = task = load_task(task_id)
         self.settings = settings
-        self.layers = settings.effective_evolution
-        self.texts = evolution.TEXTS[settings.prompt]
+        self.layers = settings.effective_interface
+        self.texts = interface_layers.TEXTS[settings.prompt]
         """The texts this episode's prompt is written in (the paper's or the rich prompt's)."""
         self.caps = caps or EpisodeCaps.of(ServiceConfig())
         self.lock = asyncio.Lock()

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import functools
 
-from env_service import evolution, release_texts
+from env_service import interface_layers, release_texts
 from seal.bfcl.multi_turn import BfclTask
 from seal.bfcl.tasks import load_task
-from seal.service_contract import EvolutionSettings
+from seal.service_contract import InterfaceSettings
 
 
 @functools.lru_cache(maxsize=4096)
 def _cued_tools(task_id: str, prompt_name: str, hints: bool) -> tuple[dict, ...]:
-    cue = evolution.TEXTS[prompt_name].cue
+    cue = interface_layers.TEXTS[prompt_name].cue
     return tuple(cue(d, hints) for d in load_task(task_id).tools)
 
 
@@ -32,7 +32,12 @@ def first_tools(task_id: str, prompt_name: str, cues: bool, hints: bool) -> list
 
 @functools.lru_cache(maxsize=4096)
 def release_system_prompt(
-    task_id: str, release_text: str, prompt_name: str, cues: bool, hints: bool, sections: tuple[str, ...]
+    task_id: str,
+    release_text: str,
+    prompt_name: str,
+    cues: bool,
+    hints: bool,
+    sections: tuple[str, ...],
 ) -> str:
     """The release protocol's system message, rendered once per task and settings (release_text
     text, prompt, cues, type hints, sections)."""
@@ -41,7 +46,9 @@ def release_system_prompt(
 
 
 def extra_sections(
-    texts: evolution.PromptTexts, layers: EvolutionSettings, guidelines: list[tuple[str, str]]
+    texts: interface_layers.PromptTexts,
+    layers: InterfaceSettings,
+    guidelines: list[tuple[str, str]],
 ) -> list[str]:
     """The layers' sections of the system prompt: the constraint note, the guidelines."""
     sections = []
@@ -53,7 +60,7 @@ def extra_sections(
 
 
 def turn_messages(
-    task: BfclTask, turn: int, texts: evolution.PromptTexts, layers: EvolutionSettings
+    task: BfclTask, turn: int, texts: interface_layers.PromptTexts, layers: InterfaceSettings
 ) -> list[dict]:
     """The user messages that open `turn` (observation messages, as data): its question,
     or a holdout turn's revealed docs (cued when the prompt cues revealed docs)."""
@@ -71,7 +78,7 @@ def turn_messages(
     return [{"role": "user", "content": "", "tools": list(revealed)}]
 
 
-def interface(layers: EvolutionSettings, guidelines: list[tuple[str, str]]) -> dict:
+def interface(layers: InterfaceSettings, guidelines: list[tuple[str, str]]) -> dict:
     """The layers on and the guidelines shown (service_contract.EpisodeInterface)."""
     return {
         "schema_cues": layers.schema_cues,

@@ -17,7 +17,7 @@ from env_service import release_capability_file
 from env_service.errors import InvalidRequestError
 from seal.bfcl import tags as T
 from seal.bfcl.tasks import CATEGORIES
-from seal.service_contract import EpisodeSettings, EvolutionSettings
+from seal.service_contract import EpisodeSettings, InterfaceSettings
 
 # The release's rollout modes that count as validation for its train-only layers.
 _VALIDATION_MODES = {"validate", "validation", "val", "test"}
@@ -65,7 +65,7 @@ _SETTING_KEYS = {"terminate_on_parse_error": "end_on_malformed_call"}
 
 
 class _TrainOnlyLayer(BaseModel):
-    """The release's gate of an evolution layer: on when enabled, off in validation unless
+    """The release's gate of an interface layer: on when enabled, off in validation unless
     `apply_to_validation`, and only for the listed categories when any are listed."""
 
     model_config = ConfigDict(extra="forbid")
@@ -116,7 +116,7 @@ class ReleaseObservationLite(_TrainOnlyLayer):
             ),
             "instruction": (
                 self.instruction is not None,
-                "the note of the schema cues is fixed (evolution.OBSERVATION_NOTE)",
+                "the note of the schema cues is fixed (interface_layers.OBSERVATION_NOTE)",
             ),
         }
         for key, (asked, reason) in refused.items():
@@ -155,7 +155,7 @@ class ReleaseDiagnosticEvolution(_TrainOnlyLayer):
         if self.guidelines:
             raise InvalidRequestError(
                 f"{name}.guidelines cannot be honoured: the guideline texts are fixed "
-                "(evolution.PAPER_GUIDELINES)"
+                "(interface_layers.PAPER_GUIDELINES)"
             )
 
     def thresholds(self) -> dict:
@@ -218,7 +218,7 @@ class CreateParams:
 
 
 _SETTINGS = TypeAdapter(EpisodeSettings)
-_EVOLUTION = TypeAdapter(EvolutionSettings)
+_INTERFACE = TypeAdapter(InterfaceSettings)
 
 
 def _invalid(error: ValidationError) -> InvalidRequestError:
@@ -274,7 +274,7 @@ def translate_params(
         top["limits"] = {"max_generations": top.pop("max_steps")}
     try:
         base = _SETTINGS.validate_python({"mode": mode, "reward": reward, **top})
-        flat = _EVOLUTION.validate_python(flat_evo)
+        flat = _INTERFACE.validate_python(flat_evo)
     except ValidationError as e:
         raise _invalid(e) from None
     _refuse_twice(params, layers)
@@ -305,15 +305,17 @@ def translate_params(
         if diag.enable and release is None:
             diag.refuse_thresholds("diagnostic_evolution")
         if evo["guidelines"] and release is not None:
-            profile = release_capability_file.release_profile(release, category, **diag.thresholds())
+            profile = release_capability_file.release_profile(
+                release, category, **diag.thresholds()
+            )
             notes["diagnostic_evolution"] = {
                 "source": "--capability-state (the original release's capability state)",
                 "guideline_tags": [e["tag"] for e in profile["tags"]][: evo["max_guidelines"]],
             }
-    evolution = _EVOLUTION.validate_python(evo)
+    interface = _INTERFACE.validate_python(evo)
     # evolve_in_validation only tells the engine to keep these already-gated layers.
     settings = dataclasses.replace(
-        base, evolution=evolution, evolve_in_validation=validating and evolution.any
+        base, interface=interface, evolve_in_validation=validating and interface.any
     )
     release_text = release_text if settings.prompt == "paper" else "qwen2.5"
     return CreateParams(settings, profile, sorted(ignored), notes, release_text)

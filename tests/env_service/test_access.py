@@ -16,10 +16,10 @@ import logging
 import os
 
 import pytest
-from test_evolution import system_text, write_state
+from test_interface_layers import system_text, write_state
 
 from env_service import __main__ as service_main
-from env_service import evolution
+from env_service import interface_layers
 from env_service.app import create_app
 from env_service.engine import ServiceConfig
 from seal.bfcl import tags as T
@@ -160,7 +160,7 @@ def test_the_pushed_profile_is_checked(service):
     # Refused profiles changed nothing: guided episodes still get the good one.
     assert http.get("/v1/profile").json()["profile"]["tags"] == good["tags"]
     guided = system_text(svc, "multi_turn_base_0", guidelines=True)
-    assert evolution.GUIDELINES[T.STATE_MISMATCH] in guided
+    assert interface_layers.GUIDELINES[T.STATE_MISMATCH] in guided
 
 
 def test_the_pushed_profile_is_size_limited(service):
@@ -193,7 +193,7 @@ def test_a_capability_state_truncated_later_breaks_no_create(service, tmp_path, 
     path = write_state(tmp_path, T.STATE_MISMATCH)
     svc = service(capability_state_path=path)
     guided = system_text(svc, "multi_turn_base_0", guidelines=True)
-    assert evolution.GUIDELINES[T.STATE_MISMATCH] in guided
+    assert interface_layers.GUIDELINES[T.STATE_MISMATCH] in guided
     truncate(path)
     with caplog.at_level(logging.WARNING, logger="env_service"):
         # Validation never reads the file; guided episodes keep the last good profile.
@@ -213,7 +213,9 @@ def test_a_capability_state_truncated_later_breaks_no_create(service, tmp_path, 
 def test_a_full_episode_cap_says_when_to_retry(service):
     svc = service(max_live_episodes=1)
     svc.create("multi_turn_base_1")
-    release_reply = svc.http.post("/create", json={"env_type": "bfcl", "task_id": "multi_turn_base_1"})
+    release_reply = svc.http.post(
+        "/create", json={"env_type": "bfcl", "task_id": "multi_turn_base_1"}
+    )
     native = svc.http.post("/v1/episodes", json={"task_id": "multi_turn_base_1"})
     for reply in (release_reply, native):
         assert reply.status_code == 503

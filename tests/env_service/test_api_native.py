@@ -59,7 +59,7 @@ def test_holdout_tool_is_refused_before_its_turn_and_works_after(service):
     turns = gt_turns(task.task_id)
     svc.play(episode_id, turns[:2])
     # Turn 2 asks for sorting, but sort is not available yet: a clear refusal (the
-    # paper's; the rich prompt's: test_evolution's BAD_CALLS).
+    # paper's; the rich prompt's: test_interface_layers's BAD_CALLS).
     refused = svc.step(episode_id, call_text("sort", file_name="final_report.pdf"))
     assert refused["messages"] == [
         {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from env_service.evolution import add_schema_cues, allowed_values
+from env_service.interface_layers import add_schema_cues, allowed_values
 from seal.bfcl.backends import ERROR_PREFIX, Backends, cost_error, is_tool_error
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.diagnosis import diagnose
@@ -64,7 +64,7 @@ def test_refused_call_replays_identically_in_the_diagnosis(monkeypatch):
 def test_returned_error_dicts_count_as_tool_errors(service, prompt):
     svc = service()
     episode_id, _ = svc.create(
-        "multi_turn_base_150", prompt=prompt, evolution={"recovery_feedback": True}
+        "multi_turn_base_150", prompt=prompt, interface={"recovery_feedback": True}
     )
     # TravelAPI answers a bad token with {..., "error": ...} instead of raising.
     arguments = {"access_token": "nope", "booking_id": "1"}

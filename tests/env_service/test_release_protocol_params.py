@@ -12,7 +12,7 @@ import pytest
 from release_protocol_client import SEAL_YAML_BFCL, TOOLACE_YAML_BFCL
 from release_trainer import ReleaseHTTPError, plain_prompt, release_clients, seal_params
 
-from env_service import evolution
+from env_service import interface_layers
 from seal.bfcl import tags as T
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.ground_truth import tool_call_text
@@ -185,7 +185,7 @@ def guidelines_in(prompt: str) -> list[str]:
     """The failure tags whose guideline text appears in the prompt, in prompt order."""
     found = [
         (prompt.find(text), tag)
-        for tag, text in evolution.PAPER_GUIDELINES.items()
+        for tag, text in interface_layers.PAPER_GUIDELINES.items()
         if text in prompt
     ]
     return [tag for _, tag in sorted(found)]
@@ -195,7 +195,7 @@ def expected_release_selection(
     tags: dict[str, tuple[int, float]], max_lines=3, prevalence=0.10, reward=0.6, min_count=8
 ):
     # The release's rule: prevalence among failure-tag counts, pressure order.
-    failures = {t: v for t, v in tags.items() if t in evolution.GUIDELINES}
+    failures = {t: v for t, v in tags.items() if t in interface_layers.GUIDELINES}
     total = sum(n for n, _ in failures.values())
     chosen = [
         (n / total * (1 - mean), t)

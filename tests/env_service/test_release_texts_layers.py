@@ -10,9 +10,9 @@ import pytest
 from conftest import gt_turns
 from release_protocol_client import tool_responses
 from test_api_native import ONE_PER_CATEGORY
-from test_evolution import BAD_CALLS, PROFILE
+from test_interface_layers import BAD_CALLS, PROFILE
 
-from env_service import evolution
+from env_service import interface_layers
 from seal.bfcl import prompt
 from seal.bfcl import tags as T
 from seal.bfcl.tasks import load_task
@@ -44,9 +44,9 @@ def test_schema_cues_in_the_prompt_text_and_their_two_names(release_service):
     svc = release_service(prompt="rich")
     plain = system_prompt(svc, "multi_turn_base_0")
     cued = system_prompt(svc, "multi_turn_base_0", observation_lite=True)
-    assert evolution.CONSTRAINT_NOTE not in plain and "[required]" not in plain
+    assert interface_layers.CONSTRAINT_NOTE not in plain and "[required]" not in plain
     assert cued.startswith(
-        prompt.BASE_INSTRUCTIONS + "\n\n" + evolution.CONSTRAINT_NOTE + "\n\n# Tools"
+        prompt.BASE_INSTRUCTIONS + "\n\n" + interface_layers.CONSTRAINT_NOTE + "\n\n# Tools"
     )
     tools = tools_in(cued)
     assert set(tools) == set(tools_in(plain))
@@ -83,15 +83,15 @@ def test_guidelines_in_the_prompt_text(release_service):
     guided = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True)
     section = (
         "Guidelines from recent attempts:\n"
-        f"- {evolution.GUIDELINES[T.STATE_MISMATCH]}\n"
-        f"- {evolution.GUIDELINES[T.SPURIOUS_TOOL_CALL]}"
+        f"- {interface_layers.GUIDELINES[T.STATE_MISMATCH]}\n"
+        f"- {interface_layers.GUIDELINES[T.SPURIOUS_TOOL_CALL]}"
     )
     assert guided == prompt.BASE_INSTRUCTIONS + "\n\n" + section + prompt.tools_block(
         [prompt.to_tool(d) for d in prompt.language_hinted(load_task("multi_turn_base_0").tools)]
     )
     one = system_prompt(svc, "multi_turn_base_0", diagnostic_guidelines=True, max_guidelines=1)
-    assert evolution.GUIDELINES[T.STATE_MISMATCH] in one
-    assert evolution.GUIDELINES[T.SPURIOUS_TOOL_CALL] not in one
+    assert interface_layers.GUIDELINES[T.STATE_MISMATCH] in one
+    assert interface_layers.GUIDELINES[T.SPURIOUS_TOOL_CALL] not in one
     # The layer off, or validation: no guidelines although a profile is there.
     assert "Guidelines" not in system_prompt(svc, "multi_turn_base_0")
     assert "Guidelines" not in system_prompt(
@@ -137,4 +137,4 @@ def test_a_block_that_does_not_parse_gets_the_qwen_format_hint(release_service):
     text = "<tool_call>\nnot json\n</tool_call>"
     [hinted] = tool_responses(svc.step(hinted_id, text))
     [plain] = tool_responses(svc.step(plain_id, text))
-    assert hinted == plain + f"\nHint: {evolution.RECOVERY_HINTS['parse']}"
+    assert hinted == plain + f"\nHint: {interface_layers.RECOVERY_HINTS['parse']}"

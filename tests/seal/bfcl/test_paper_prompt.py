@@ -30,7 +30,7 @@ from seal.bfcl.tasks import load_task, task_ids
 from seal.formats.base import Conversation, ToolFormat
 from seal.formats.registry import get_format
 from seal.rollout.env_client import call_body
-from seal.service_contract import EpisodeSettings, EvolutionSettings
+from seal.service_contract import EpisodeSettings, InterfaceSettings
 
 REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests/data/release_prompts.json.gz"
@@ -44,10 +44,10 @@ TOOLACE = get_format("toolace_official_prompt")
 # in the file: `settings`).
 SETTINGS = {
     "validate": EpisodeSettings(mode="validate"),
-    "train": EpisodeSettings(mode="sample", evolution=EvolutionSettings(schema_cues=True)),
+    "train": EpisodeSettings(mode="sample", interface=InterfaceSettings(schema_cues=True)),
     "full": EpisodeSettings(
         mode="sample",
-        evolution=EvolutionSettings(schema_cues=True, recovery_feedback=True, guidelines=True),
+        interface=InterfaceSettings(schema_cues=True, recovery_feedback=True, guidelines=True),
     ),
 }
 # Every paper config on Qwen2.5 and the golden setting its training episodes must show
@@ -67,7 +67,7 @@ PAPER_CONFIGS = {
 TOOLACE_SETTINGS = {
     "validate": EpisodeSettings(mode="validate", end_on_malformed_call=True),
     "train": EpisodeSettings(
-        mode="sample", end_on_malformed_call=True, evolution=EvolutionSettings(schema_cues=True)
+        mode="sample", end_on_malformed_call=True, interface=InterfaceSettings(schema_cues=True)
     ),
 }
 TOOLACE_CONFIGS = {"SEAL_toolace2_8b": "train", "GRPO_toolace2_8b": "validate"}
@@ -281,7 +281,7 @@ def test_every_paper_config_asks_for_a_golden_setting(name, setting):
     assert trainer.episode_settings("validate") == SETTINGS["validate"]
     training = trainer.episode_settings("sample")
     want = SETTINGS[setting]
-    assert (training.prompt, training.evolution) == (want.prompt, want.evolution)
+    assert (training.prompt, training.interface) == (want.prompt, want.interface)
 
 
 def test_the_guideline_state_selects_three_guidelines():
@@ -470,8 +470,8 @@ def test_the_toolace_configs_ask_for_a_golden_toolace_setting(name, setting):
     assert trainer.model.resolved_tool_format() is TOOLACE
     assert trainer.episode_settings("validate") == TOOLACE_SETTINGS["validate"]
     training, want = trainer.episode_settings("sample"), TOOLACE_SETTINGS[setting]
-    assert (training.prompt, training.end_on_malformed_call, training.evolution) == (
+    assert (training.prompt, training.end_on_malformed_call, training.interface) == (
         want.prompt,
         want.end_on_malformed_call,
-        want.evolution,
+        want.interface,
     )

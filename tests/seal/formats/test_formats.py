@@ -36,7 +36,7 @@ from seal.bfcl.tasks import CATEGORIES, load_task, task_ids
 from seal.formats.handler_format import HandlerFormat, leaderboard
 from seal.formats.registry import AUTO, FORMATS, default_format, get_format, resolve
 from seal.rollout.env_client import call_body
-from seal.service_contract import CreateEpisode, EpisodeSettings, EvolutionSettings, StepRequest
+from seal.service_contract import CreateEpisode, EpisodeSettings, InterfaceSettings, StepRequest
 from seal.trainer_config import ModelSettings
 
 # 20 tasks: 5 per category, spread over each category's 200.
@@ -163,8 +163,8 @@ def test_qwen25_prompts_are_byte_identical_to_before(engine):
     async def create_all():
         for task_id in task_ids():
             for cues, hints in itertools.product((False, True), repeat=2):
-                layers = EvolutionSettings(schema_cues=cues, type_hints=hints)
-                settings = EpisodeSettings(prompt=fmt.prompt, evolution=layers)
+                layers = InterfaceSettings(schema_cues=cues, type_hints=hints)
+                settings = EpisodeSettings(prompt=fmt.prompt, interface=layers)
                 body = CreateEpisode(task_id=task_id, settings=settings)
                 created = await api_native.create(engine, body)
                 key = f"{task_id}|{cues}|{hints}"

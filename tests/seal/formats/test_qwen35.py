@@ -33,12 +33,12 @@ from seal.formats import qwen35
 from seal.formats.base import Conversation
 from seal.formats.registry import get_format
 from seal.rollout.turn_tokens import TurnTokenizer
-from seal.service_contract import EpisodeSettings, EvolutionSettings
+from seal.service_contract import EpisodeSettings, InterfaceSettings
 
 PAPER, PAPER35, XML = (get_format(n) for n in ("bfcl_qwen_fc", "bfcl_qwen_fc_qwen3.5", "qwen3.5"))
 TEMPLATE_SHA256 = "d2cb9a5730cdd5f44bce3ada2dc1b0e00c6c59788b6d1c4d8d49c40a274dffb0"
 """The shipped template, as transcribed from Qwen's (docs/tool_formats.md, "Qwen3.5")."""
-TRAIN = EpisodeSettings(mode="sample", evolution=EvolutionSettings(schema_cues=True))
+TRAIN = EpisodeSettings(mode="sample", interface=InterfaceSettings(schema_cues=True))
 
 
 def template_render(messages: list[dict], **flags) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from seal.service_contract import EvolutionSettings
+from seal.service_contract import InterfaceSettings
 from seal.trainer_config import TrainerConfig
 
 REPO = Path(__file__).resolve().parents[3]
@@ -45,7 +45,7 @@ def test_the_headline_run_has_the_papers_active_interface():
     """Appendix D: the base prompt plus the schema cues; A-Patch with the dynamic
     weights; the failure profile pushed every step."""
     trainer = OmegaConf.to_object(launcher.compose(REPO / "exp/SEAL.yaml", []).trainer)
-    assert trainer.interface == EvolutionSettings(schema_cues=True)
+    assert trainer.interface == InterfaceSettings(schema_cues=True)
     assert not (
         trainer.interface.recovery_feedback
         or trainer.interface.guidelines

@@ -28,7 +28,7 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 from seal.bfcl.tags import PASS  # noqa: E402
 from seal.bfcl.tasks import load_task  # noqa: E402
 from seal.rollout.scripted import text_generation  # noqa: E402
-from seal.service_contract import EvolutionSettings  # noqa: E402
+from seal.service_contract import InterfaceSettings  # noqa: E402
 from seal.trainer.verl.agent_loop import (  # noqa: E402
     AGENT_NAME,
     close_shared_env_clients,
@@ -247,8 +247,8 @@ def test_settings():
     )
     sample = settings.trainer.episode_settings("sample")
     # The paper's default layers (schema cues) with the one the section turns on.
-    assert sample.evolution == EvolutionSettings(schema_cues=True, recovery_feedback=True)
+    assert sample.interface == InterfaceSettings(schema_cues=True, recovery_feedback=True)
     validate = settings.trainer.episode_settings("validate")
-    assert validate.mode == "validate" and not validate.evolution.any
+    assert validate.mode == "validate" and not validate.interface.any
     assert validate.limits == sample.limits == settings.trainer.limits
     assert num_turns([1, 1, 0, 0, 1]) == 4 and num_turns([1]) == 2 and num_turns([]) == 1

@@ -21,11 +21,11 @@ from hydra.errors import ConfigCompositionException  # noqa: E402
 import launcher  # noqa: E402
 from env_service import api_native  # noqa: E402
 from env_service.engine import EnvEngine, ServiceConfig  # noqa: E402
-from env_service.evolution import GUIDELINES  # noqa: E402
+from env_service.interface_layers import GUIDELINES  # noqa: E402
 from seal.bfcl.tasks import task_ids  # noqa: E402
 from seal.formats.registry import default_format, get_format  # noqa: E402
 from seal.rollout.generation import SamplingParams  # noqa: E402
-from seal.service_contract import CreateEpisode, EpisodeSettings, EvolutionSettings  # noqa: E402
+from seal.service_contract import CreateEpisode, EpisodeSettings, InterfaceSettings  # noqa: E402
 from seal.trainer.verl.section import SealSection  # noqa: E402
 from seal.trainer.verl.verl_config import compose_verl_config, hydra_value, validate  # noqa: E402
 
@@ -268,11 +268,11 @@ def first_prompts(tool_format: str, ids) -> list[str]:
     guideline in the system prompt (the longest a prompt gets)."""
     engine = EnvEngine(ServiceConfig(workers=0))
     engine.profiles.push({"tags": [{"tag": tag} for tag in GUIDELINES]})
-    layers = EvolutionSettings(
+    layers = InterfaceSettings(
         schema_cues=True, type_hints=True, guidelines=True, max_guidelines=len(GUIDELINES)
     )
     fmt, texts = get_format(tool_format), []
-    settings = EpisodeSettings(mode="sample", prompt=fmt.prompt, evolution=layers)
+    settings = EpisodeSettings(mode="sample", prompt=fmt.prompt, interface=layers)
 
     async def create_all():
         for task_id in ids:

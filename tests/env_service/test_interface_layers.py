@@ -1,4 +1,4 @@
-"""Observation evolution: each layer alone in sample mode, and validation that stays the
+"""The interface's layers: each layer alone in sample mode, and validation that stays the
 plain benchmark byte for byte whatever is requested, on the native API (the layers as
 the release protocol's prompt text shows them: tests/env_service/test_release_texts_layers.py).
 The layers'
@@ -12,7 +12,8 @@ import os
 import pytest
 from conftest import call_text, gt_turns, results
 
-from env_service import evolution
+from env_service import interface_layers
+from seal import renamed_keys
 from seal.bfcl import prompt
 from seal.bfcl import tags as T
 from seal.bfcl.tasks import load_task
@@ -44,13 +45,13 @@ PROFILE = {
 def created(
     svc, task_id, mode="sample", evolve_in_validation=False, prompt="rich", **layers
 ) -> dict:
-    """The create reply of an episode with these evolution layers (EvolutionSettings), in
+    """The create reply of an episode with these interface layers (InterfaceSettings), in
     the `rich` prompt's texts unless `prompt` says otherwise."""
     settings = {
         "mode": mode,
         "prompt": prompt,
         "evolve_in_validation": evolve_in_validation,
-        "evolution": layers,
+        "interface": layers,
     }
     return svc.create(task_id, **settings)[1]
 
@@ -74,7 +75,7 @@ def test_schema_cues_mark_required_and_optional(service):
     cued = created(svc, "multi_turn_base_0", schema_cues=True)
     assert plain["system"] == [prompt.BASE_INSTRUCTIONS]
     assert "[required]" not in json.dumps(plain["tools"])
-    assert cued["system"] == [prompt.BASE_INSTRUCTIONS, evolution.CONSTRAINT_NOTE]
+    assert cued["system"] == [prompt.BASE_INSTRUCTIONS, interface_layers.CONSTRAINT_NOTE]
     tools = tools_of(cued["tools"])
     assert set(tools) == set(tools_of(plain["tools"]))
     mv = tools["mv"]["properties"]
@@ -111,15 +112,15 @@ def test_schema_cues_surface_enum_values(service):
 
 
 def test_allowed_values_parsing():
-    assert evolution.allowed_values('The mode. [Enum]: ["on", "off"]') == ["on", "off"]
-    assert evolution.allowed_values("Options are: economy, business, first.") == [
+    assert interface_layers.allowed_values('The mode. [Enum]: ["on", "off"]') == ["on", "off"]
+    assert interface_layers.allowed_values("Options are: economy, business, first.") == [
         "economy",
         "business",
         "first",
     ]
-    assert evolution.allowed_values("Here are the options: a, b") == ["a", "b"]
-    assert evolution.allowed_values("The name of the file.") is None
-    assert evolution.allowed_values('Broken [Enum]: ["on", "off"') is None
+    assert interface_layers.allowed_values("Here are the options: a, b") == ["a", "b"]
+    assert interface_layers.allowed_values("The name of the file.") is None
+    assert interface_layers.allowed_values('Broken [Enum]: ["on", "off"') is None
 
 
 def test_type_hints_need_schema_cues(service):
@@ -137,7 +138,7 @@ def test_type_hints_need_schema_cues(service):
 def test_revealed_tools_get_cues_in_the_rich_prompt_only(service, prompt_name):
     svc = service()
     episode_id, _ = svc.create(
-        "multi_turn_miss_func_0", prompt=prompt_name, evolution={"schema_cues": True}
+        "multi_turn_miss_func_0", prompt=prompt_name, interface={"schema_cues": True}
     )
     turns = gt_turns("multi_turn_miss_func_0")
     replies = svc.play(episode_id, turns[:3])
@@ -167,7 +168,7 @@ BAD_CALLS = [
 def test_recovery_hints_only_with_the_layer(service, text, kind):
     svc = service()
     hinted_id, _ = svc.create(
-        "multi_turn_miss_func_0", prompt="rich", evolution={"recovery_feedback": True}
+        "multi_turn_miss_func_0", prompt="rich", interface={"recovery_feedback": True}
     )
     plain_id, _ = svc.create("multi_turn_miss_func_0", prompt="rich")
     [hinted] = results(svc.step(hinted_id, text))
@@ -175,7 +176,7 @@ def test_recovery_hints_only_with_the_layer(service, text, kind):
     assert "Hint:" not in plain
     # A call the client could not parse: the hint names no model's format.
     hint = "parse_any_format" if kind == "parse" else kind
-    assert hinted == plain + f"\nHint: {evolution.RECOVERY_HINTS[hint]}"
+    assert hinted == plain + f"\nHint: {interface_layers.RECOVERY_HINTS[hint]}"
     report = svc.evaluate(hinted_id)
     if kind == "tool_error":
         assert report["tool_errors"] == 1 and report["invalid_calls"] == 0
@@ -186,7 +187,7 @@ def test_recovery_hints_only_with_the_layer(service, text, kind):
 def test_recovery_feedback_leaves_prompt_and_good_results_alone(service):
     svc = service()
     episode_id, data = svc.create(
-        "multi_turn_base_1", prompt="rich", evolution={"recovery_feedback": True}
+        "multi_turn_base_1", prompt="rich", interface={"recovery_feedback": True}
     )
     plain = created(svc, "multi_turn_base_1")
     assert (data["system"], data["tools"]) == (plain["system"], plain["tools"])
@@ -205,14 +206,14 @@ def test_pushed_profile_becomes_guidelines(service):
     guided = created(svc, "multi_turn_base_0", guidelines=True)
     section = (
         "Guidelines from recent attempts:\n"
-        f"- {evolution.GUIDELINES[T.STATE_MISMATCH]}\n"
-        f"- {evolution.GUIDELINES[T.SPURIOUS_TOOL_CALL]}"
+        f"- {interface_layers.GUIDELINES[T.STATE_MISMATCH]}\n"
+        f"- {interface_layers.GUIDELINES[T.SPURIOUS_TOOL_CALL]}"
     )
     assert guided["system"] == [prompt.BASE_INSTRUCTIONS, section]
     assert guided["tools"] == load_task("multi_turn_base_0").tools
     one = system_text(svc, "multi_turn_base_0", guidelines=True, max_guidelines=1)
-    assert evolution.GUIDELINES[T.STATE_MISMATCH] in one
-    assert evolution.GUIDELINES[T.SPURIOUS_TOOL_CALL] not in one
+    assert interface_layers.GUIDELINES[T.STATE_MISMATCH] in one
+    assert interface_layers.GUIDELINES[T.SPURIOUS_TOOL_CALL] not in one
     # The layer off, or validation: no guidelines although a profile is there.
     assert "Guidelines" not in system_text(svc, "multi_turn_base_0")
     assert "Guidelines" not in system_text(
@@ -220,13 +221,36 @@ def test_pushed_profile_becomes_guidelines(service):
     )
 
 
-@pytest.mark.parametrize("texts", evolution.TEXTS.values(), ids=list(evolution.TEXTS))
+@pytest.mark.parametrize("texts", interface_layers.TEXTS.values(), ids=list(interface_layers.TEXTS))
 def test_profiles_without_known_failure_tags_add_nothing(texts):
     assert texts.guidelines_for(None, 3) == []
     assert texts.guidelines_for({"tags": []}, 3) == []
     assert texts.guidelines_for({"tags": [{"tag": T.PASS}, {"tag": "made_up"}]}, 3) == []
     assert texts.guidelines_for(PROFILE, 0) == []
     assert texts.guideline_section([]) is None
+
+
+def test_a_create_in_the_old_evolution_spelling_is_read_as_interface(service, monkeypatch):
+    """`settings.evolution`, the interface's name before issue 43, still works (deprecated):
+    the same episode as `settings.interface`, with a FutureWarning; both at once: a 422."""
+    monkeypatch.setattr(renamed_keys, "_warned", set())
+    svc = service()
+    layers = {"schema_cues": True, "recovery_feedback": True}
+
+    def create(key: str, episode_id: str) -> tuple:
+        body = {"task_id": "multi_turn_base_0", "episode_id": episode_id, "settings": {key: layers}}
+        reply = svc.http.post("/v1/episodes", json=body)
+        assert reply.status_code == 201, reply.text
+        data = reply.json()
+        return data["interface"], data["system"], data["tools"]
+
+    new = create("interface", "new")
+    old_name = "episode setting 'evolution' is deprecated, read as 'interface'"
+    with pytest.warns(FutureWarning, match=old_name):
+        old = create("evolution", "old")
+    assert old == new and old[0]["schema_cues"] and old[0]["recovery_feedback"]
+    both = {"task_id": "multi_turn_base_0", "settings": {"interface": layers, "evolution": layers}}
+    assert svc.http.post("/v1/episodes", json=both).status_code == 422
 
 
 def test_the_create_reply_names_the_interface_it_shows(service):
@@ -236,7 +260,7 @@ def test_the_create_reply_names_the_interface_it_shows(service):
     assert svc.http.put("/v1/profile", json=PROFILE).status_code == 200
 
     def interface(mode, **layers):
-        body = {"task_id": "multi_turn_base_0", "settings": {"mode": mode, "evolution": layers}}
+        body = {"task_id": "multi_turn_base_0", "settings": {"mode": mode, "interface": layers}}
         reply = svc.http.post("/v1/episodes", json=body)
         assert reply.status_code == 201, reply.text
         data = reply.json()
@@ -250,10 +274,10 @@ def test_the_create_reply_names_the_interface_it_shows(service):
         "recovery_feedback": False,
         "guidelines": True,
         "shown": [  # the paper's texts (the default prompt)
-            {"tag": T.STATE_MISMATCH, "text": evolution.PAPER_GUIDELINES[T.STATE_MISMATCH]},
+            {"tag": T.STATE_MISMATCH, "text": interface_layers.PAPER_GUIDELINES[T.STATE_MISMATCH]},
             {
                 "tag": T.SPURIOUS_TOOL_CALL,
-                "text": evolution.PAPER_GUIDELINES[T.SPURIOUS_TOOL_CALL],
+                "text": interface_layers.PAPER_GUIDELINES[T.SPURIOUS_TOOL_CALL],
             },
         ],
     }
@@ -287,7 +311,7 @@ def test_capability_state_file_becomes_guidelines(service, tmp_path):
     assert path.name == "capability_state.json" and path.exists()
     svc = service(capability_state_path=path)
     guided = system_text(svc, "multi_turn_base_0", guidelines=True)
-    assert evolution.GUIDELINES[T.STATE_MISMATCH] in guided
+    assert interface_layers.GUIDELINES[T.STATE_MISMATCH] in guided
     assert svc.http.get("/v1/profile").json()["profile"]["tags"][0]["tag"] == T.STATE_MISMATCH
 
     # The service re-reads the file when it changes.
@@ -295,14 +319,14 @@ def test_capability_state_file_becomes_guidelines(service, tmp_path):
     later = os.stat(path).st_mtime + 5
     os.utime(path, (later, later))
     guided = system_text(svc, "multi_turn_base_0", guidelines=True)
-    assert evolution.GUIDELINES[T.EMPTY_TURN_MODEL_RESPONSE] in guided
-    assert evolution.GUIDELINES[T.STATE_MISMATCH] not in guided
+    assert interface_layers.GUIDELINES[T.EMPTY_TURN_MODEL_RESPONSE] in guided
+    assert interface_layers.GUIDELINES[T.STATE_MISMATCH] not in guided
 
     # A profile the trainer pushes wins over the file.
     svc.http.put("/v1/profile", json={"tags": [{"tag": T.RESPONSE_MISMATCH}]})
     guided = system_text(svc, "multi_turn_base_0", guidelines=True)
-    assert evolution.GUIDELINES[T.RESPONSE_MISMATCH] in guided
-    assert evolution.GUIDELINES[T.EMPTY_TURN_MODEL_RESPONSE] not in guided
+    assert interface_layers.GUIDELINES[T.RESPONSE_MISMATCH] in guided
+    assert interface_layers.GUIDELINES[T.EMPTY_TURN_MODEL_RESPONSE] not in guided
 
 
 def test_missing_state_file_means_no_guidelines(service, tmp_path):
@@ -314,7 +338,7 @@ def test_missing_state_file_means_no_guidelines(service, tmp_path):
 # --- train/validate separation ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("prompt_name", list(evolution.TEXTS))
+@pytest.mark.parametrize("prompt_name", list(interface_layers.TEXTS))
 @pytest.mark.parametrize("task_id", ONE_PER_CATEGORY)
 def test_validation_is_the_plain_benchmark_byte_for_byte(service, task_id, prompt_name):
     svc = service()
@@ -327,7 +351,7 @@ def test_validation_is_the_plain_benchmark_byte_for_byte(service, task_id, promp
     validate = created(svc, task_id, mode="validate", prompt=prompt_name, **ALL_LAYERS)
     evolved = created(svc, task_id, prompt=prompt_name, **ALL_LAYERS)
     assert shown(validate) == shown(plain)
-    assert plain["system"] == list(evolution.TEXTS[prompt_name].instructions)
+    assert plain["system"] == list(interface_layers.TEXTS[prompt_name].instructions)
     assert plain["tools"] == load_task(task_id).tools
     assert shown(evolved) != shown(plain)
     assert evolved["messages"] == plain["messages"]  # the user's words are never evolved
@@ -336,7 +360,7 @@ def test_validation_is_the_plain_benchmark_byte_for_byte(service, task_id, promp
 def test_validation_holdout_message_and_errors_are_plain(service):
     svc = service()
     plain_id, _ = svc.create("multi_turn_miss_func_0")
-    validate_id, _ = svc.create("multi_turn_miss_func_0", mode="validate", evolution=ALL_LAYERS)
+    validate_id, _ = svc.create("multi_turn_miss_func_0", mode="validate", interface=ALL_LAYERS)
     turns = gt_turns("multi_turn_miss_func_0")
     for text, _kind in BAD_CALLS:
         plain = svc.step(plain_id, text)["messages"]
@@ -355,7 +379,10 @@ def test_evolve_in_validation_is_an_explicit_choice(service):
     evolved = system_text(
         svc, "multi_turn_base_0", mode="validate", schema_cues=True, evolve_in_validation=True
     )
-    assert evolution.CONSTRAINT_NOTE in evolved and evolution.CONSTRAINT_NOTE not in plain
+    assert (
+        interface_layers.CONSTRAINT_NOTE in evolved
+        and interface_layers.CONSTRAINT_NOTE not in plain
+    )
 
 
 # --- the paper's rules -------------------------------------------------------------------------
@@ -376,12 +403,12 @@ def test_paper_cues_append_required_as_the_release_does():
             "required": ["path", "done"],
         },
     }
-    props = evolution.add_paper_cues(doc, type_hints=False)["parameters"]["properties"]
+    props = interface_layers.add_paper_cues(doc, type_hints=False)["parameters"]["properties"]
     assert props["path"]["description"] == "Where.  [required]"
     assert props["mode"]["description"] == "How. Allowed values: a, b"  # from `enum` only
     assert props["note"]["description"] == "Options are: x, y."  # prose is not read
     assert props["done"]["description"] == "Already [required]."
-    hinted = evolution.add_paper_cues(doc, type_hints=True)["parameters"]["properties"]
+    hinted = interface_layers.add_paper_cues(doc, type_hints=True)["parameters"]["properties"]
     assert hinted["note"]["description"] == "Options are: x, y. [type: string]"
     assert doc["parameters"]["properties"]["path"]["description"] == "Where. "  # a copy
 
@@ -404,7 +431,7 @@ def test_paper_rules_run_no_call_of_a_message_with_a_malformed_block(service):
 def test_paper_rules_run_calls_with_wrong_argument_names_for_the_backends_error(service):
     svc = service()
     episode_id, _ = svc.create(
-        "multi_turn_base_0", evolution={"recovery_feedback": True}, mode="sample"
+        "multi_turn_base_0", interface={"recovery_feedback": True}, mode="sample"
     )
     [answer] = svc.step(episode_id, call_text("mv", source="final_report.pdf"))["messages"]
     assert answer["content"] == (

@@ -1,11 +1,11 @@
-"""Observation evolution: what a training episode shows beyond the plain benchmark.
+"""The interface's layers: what a training episode shows beyond the plain benchmark.
 
 Three independent layers, all off by default and forced off in validation (a validation
 prompt is byte-identical to the unevolved one): schema cues ("observation_lite", the
 paper's headline layer), recovery feedback and diagnostic guidelines from the trainer's
-failure profile. Which layers an episode gets is `EvolutionSettings`; which texts they
+failure profile. Which layers an episode gets is `InterfaceSettings`; which texts they
 write is `EpisodeSettings.prompt` (`TEXTS`: `paper`, the release's, or `rich`, ours).
-docs/design.md, "Observation evolution".
+docs/design.md, "The training interface".
 """
 
 from __future__ import annotations

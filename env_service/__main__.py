@@ -1,6 +1,6 @@
 """`python -m env_service --host 127.0.0.1 --port 8082`: run the BFCL environment service.
 
-Every setting of env_service/config.py has a flag, made from its name and docstring
+Every setting of env_service/service_config.py has a flag, made from its name and docstring
 (`--help` lists them with their defaults; NO_FLAG names the one left out, and why). A
 bind to anything but a loopback interface needs a token (`--token`, or $SEAL_ENV_TOKEN,
 which other users cannot read in the process list): without one, anyone who reaches the
@@ -21,9 +21,9 @@ import uvicorn
 from pydantic import ValidationError
 
 from env_service.app import create_app
-from env_service.config import ServiceConfig
 from env_service.connections import guarded_protocol
 from env_service.errors import ServiceStartError
+from env_service.service_config import ServiceConfig
 from seal.service_contract import TOKEN_ENV
 
 LOOPBACK_NAMES = {"localhost"}

@@ -17,10 +17,10 @@ import gc
 from fastapi import FastAPI
 
 from env_service import api_native, errors
-from env_service.config import ServiceConfig
 from env_service.engine import EnvEngine
 from env_service.http_guard import Guard
 from env_service.release_protocol import api as release_api
+from env_service.service_config import ServiceConfig
 from seal.bfcl.backends import preload_backends
 from seal.bfcl.tasks import task_ids
 

@@ -17,7 +17,6 @@ import uuid
 from collections import OrderedDict
 
 from env_service.agentic.kind import AgenticKind
-from env_service.config import ServiceConfig
 from env_service.episode import EpisodeCaps, EpisodeMachine, StepOutcome
 from env_service.errors import (
     BusyError,
@@ -31,6 +30,7 @@ from env_service.ids import check_id
 from env_service.in_process import InProcessPool
 from env_service.profile_source import ProfileSource
 from env_service.release_texts import INLINE_PARSE_CHARS, RELEASE_TEXTS, ParsedMessage
+from env_service.service_config import ServiceConfig
 from env_service.task_kind import MultiTurnKind, TaskKind
 from env_service.workers import WorkerPool
 from seal.bfcl.calls import CallParseError, ToolCall
@@ -186,7 +186,9 @@ class EnvEngine:
         async with episode.lock:
             return await self._evaluate(episode_id, episode)
 
-    async def _run(self, episode_id: str, episode: EpisodeMachine, calls: list[ToolCall]) -> RunResult:
+    async def _run(
+        self, episode_id: str, episode: EpisodeMachine, calls: list[ToolCall]
+    ) -> RunResult:
         return await self.kind_of(episode.task).run(episode_id, episode, calls, self.pool)
 
     async def _evaluate(self, episode_id: str, episode: EpisodeMachine) -> dict:

@@ -218,7 +218,7 @@ RECOVERY_HINTS = {
     "missing_argument": "Add the missing required argument; if the user did not give its value, ask for it instead of guessing.",
     "unexpected_argument": "Remove arguments that are not in the tool's signature.",
     "tool_error": "Read the error, fix the arguments or the order of your calls (for example check the current state first), then retry.",
-    # The service's caps (env_service/config.py): the calls were not run.
+    # The service's caps (env_service/service_config.py): the calls were not run.
     "call_limit": "Make fewer tool calls in one message.",
     "episode_limit": "This episode has used up its tool calls; answer with what you have.",
     "reply_limit": "Ask for less output in one message: fewer calls, or narrower ones.",

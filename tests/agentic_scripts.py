@@ -20,7 +20,7 @@ import httpx
 from conftest import serving
 
 from env_service.app import create_app
-from env_service.config import ServiceConfig
+from env_service.service_config import ServiceConfig
 from seal.bfcl.agentic.tasks import AgenticTask, agentic_task_ids
 from seal.bfcl.calls import ToolCall
 from seal.bfcl.tasks import load_task

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 from env_service.agentic.agentic_episode import AgenticEpisode
 from env_service.agentic.episode_admission import admit_agentic, memory_start
 from env_service.agentic.web_calls import TO_TEXT_S, WebCalls
-from env_service.config import ServiceConfig
 from env_service.episode import EpisodeCaps, EpisodeMachine
 from env_service.errors import ServiceStartError, StorageError
 from env_service.execution import RunResult
+from env_service.service_config import ServiceConfig
 from env_service.task_kind import run_on_worker
 from seal.bfcl.agentic import memory, web_search
 from seal.bfcl.agentic.backends import AgenticBackends
@@ -81,9 +81,7 @@ class AgenticKind:
                 caps.budget, max_seconds=max(caps.budget.max_seconds, web_seconds)
             ),
         )
-        self.web_calls = WebCalls(
-            config.web_search_processes, limits, threads=config.workers == 0
-        )
+        self.web_calls = WebCalls(config.web_search_processes, limits, threads=config.workers == 0)
         try:
             memory.configure(config.memory_snapshot_dir, config.embedding_model_dir)
         except OSError as e:
@@ -94,7 +92,10 @@ class AgenticKind:
         return isinstance(task, AgenticTask)
 
     def admit(
-        self, task: AgenticTask, episodes: Mapping[str, EpisodeMachine], expire: Callable[[str], None]
+        self,
+        task: AgenticTask,
+        episodes: Mapping[str, EpisodeMachine],
+        expire: Callable[[str], None],
     ) -> None:
         admit_agentic(task, episodes, self.config.memory_lease_s, expire)
 

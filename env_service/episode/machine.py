@@ -10,7 +10,6 @@ import asyncio
 import time
 
 from env_service import interface_layers, release_texts
-from env_service.config import ServiceConfig
 from env_service.episode import prompts
 from env_service.episode.admission import EpisodeView, StepPlan, admit
 from env_service.episode.answering import answer
@@ -22,6 +21,7 @@ from env_service.episode.records import (
     StepOutcome,
 )
 from env_service.execution import RunResult
+from env_service.service_config import ServiceConfig
 from seal.bfcl.calls import CallParseError, ToolCall
 from seal.bfcl.diagnosis import TOOL_ERROR, Diagnosis
 from seal.bfcl.tasks import load_task

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from env_service.config import ServiceConfig
 from env_service.execution import StepBudget
+from env_service.service_config import ServiceConfig
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ SERVICE_SETTINGS_SAFE: dict[str, str] = {
     "web_fetch_max_bytes": "the same",
     "web_search_processes": "the same",
 }
-"""Settings of the environment service (env_service/config.py, as `GET /v1/whoami`
+"""Settings of the environment service (env_service/service_config.py, as `GET /v1/whoami`
 reports them) a resume may find changed without `--accept-config-change`, each with why
 it cannot change what a training episode may do. Any other (the limits of a step and
 an episode, the idle time an episode survives, the profile's source, a setting added

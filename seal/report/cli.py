@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 
 from seal import commands
-from seal.report import compare as C
-from seal.report import compare_runs
+from seal.report import compare, compare_runs
 from seal.report.run_data import EmptyRunError
 from seal.report.run_source import (
     DEFAULT_SPLIT,
@@ -131,7 +130,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--resamples",
         type=int,
-        default=C.RESAMPLES,
+        default=compare.RESAMPLES,
         help="with --compare: bootstrap resamples (default: %(default)s)",
     )
     parser.add_argument(
@@ -215,7 +214,7 @@ def compare_main(args: argparse.Namespace) -> Path:
     from seal.report import compare_page  # (matplotlib: once there is something to draw)
 
     arms, baseline = compare_arms_of(args)
-    comparison = C.compare_arms(
+    comparison = compare.compare_arms(
         arms, baseline, args.select, args.tasks == "fixed", args.resamples, args.seed
     )
     for warning in comparison.warnings:  # (the page opens with them too)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from env_service import __main__ as service_main
-from env_service.config import ServiceConfig
+from env_service.service_config import ServiceConfig
 
 FIELDS = ServiceConfig.model_fields
 

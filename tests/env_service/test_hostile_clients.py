@@ -22,7 +22,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from env_service.app import create_app
-from env_service.config import ServiceConfig
+from env_service.service_config import ServiceConfig
 
 TASK = "multi_turn_base_0"
 JSON = {"content-type": "application/json"}

@@ -162,7 +162,7 @@ worker._beat = beat
 STALL_S = 4
 """The stall limit of these tests (10 s by default): short for the test's time, long enough
 that a healthy worker's beat thread, waiting for the CPU on a loaded machine, is not taken
-for a frozen one (at 2 s, under a flood, it was: env_service/config.py)."""
+for a frozen one (at 2 s, under a flood, it was: env_service/service_config.py)."""
 
 
 def test_a_worker_that_stops_beating_is_replaced(service_process, tmp_path):

@@ -162,7 +162,7 @@ def paper_service(tmp_path_factory, request):
     from fastapi.testclient import TestClient
 
     from env_service.app import create_app
-    from env_service.config import ServiceConfig
+    from env_service.service_config import ServiceConfig
 
     path = tmp_path_factory.mktemp("state") / "capability_state.json"
     path.write_text(json.dumps(golden()["guideline_state"]))
@@ -287,7 +287,9 @@ def test_every_paper_config_asks_for_a_golden_setting(name, setting):
 def test_the_guideline_state_selects_three_guidelines():
     """The `full` setting's state selects three tags, so the golden file holds D.4's block
     with several lines (not an empty selection that any texts would match)."""
-    profile = release_capability_file.release_profile(golden()["guideline_state"], "multi_turn_base")
+    profile = release_capability_file.release_profile(
+        golden()["guideline_state"], "multi_turn_base"
+    )
     assert [e["tag"] for e in profile["tags"]] == [
         "state_mismatch",
         "empty_turn_model_response",

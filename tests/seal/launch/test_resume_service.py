@@ -85,7 +85,7 @@ def test_a_resume_adopting_a_service_with_other_limits_is_refused_unless_accepte
 
 
 def test_every_resume_safe_service_setting_is_one_the_service_has():
-    from env_service.config import ServiceConfig
+    from env_service.service_config import ServiceConfig
 
     assert set(SERVICE_SETTINGS_SAFE) <= set(ServiceConfig.model_fields) - {"token"}
 

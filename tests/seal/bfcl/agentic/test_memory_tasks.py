@@ -36,8 +36,8 @@ from agentic_scripts import (
 from conftest import Episodes, results, wait_for
 
 from env_service.app import create_app
-from env_service.config import ServiceConfig
 from env_service.errors import ServiceStartError
+from env_service.service_config import ServiceConfig
 from seal.bfcl.agentic.memory import MemorySnapshots
 from seal.bfcl.agentic.tasks import ANSWER_NOT_FOUND, NO_FINAL_ANSWER, PASS
 from seal.bfcl.tasks import load_task

@@ -126,10 +126,6 @@ class EpisodeMachine:
         """Observation messages as the release protocol's text."""
         return release_texts.RELEASE_TEXTS[self.release_text].messages(observation)
 
-    def available_tools(self) -> list[str]:
-        """Names of the tools the model may call in the current turn."""
-        return sorted(self._available)
-
     # --- stepping ----------------------------------------------------------------------
 
     def executed_calls(self) -> list[ToolCall]:

@@ -160,9 +160,6 @@ class Backends:
         """The state that backend starts from: the task's."""
         return self.task.backend_config(class_name)
 
-    def has_method(self, name: str) -> bool:
-        return name in self._owner
-
     def call(self, call: ToolCall) -> str:
         """Run one call; a backend exception becomes bfcl-eval's error string, as in BFCL."""
         if call.name not in self._owner:

@@ -17,18 +17,6 @@ RESPONSE_MISMATCH = "response_mismatch"  # ground-truth results missing from the
 CHECKER_ERROR = "checker_error"  # the checker raised: says nothing about the model
 GT_ERROR = "gt_error"  # the ground truth raised: says nothing about the model
 
-ALL_TAGS = (
-    PASS,
-    SPURIOUS_TOOL_CALL,
-    CORRECT_ABSTENTION,
-    EMPTY_TURN_MODEL_RESPONSE,
-    INSTANCE_MISMATCH,
-    STATE_MISMATCH,
-    RESPONSE_MISMATCH,
-    CHECKER_ERROR,
-    GT_ERROR,
-)
-
 # Infrastructure failures: they carry no signal about the policy, so they neither weight
 # advantages nor appear in the failure profile.
 EXCLUDED_TAGS = frozenset({CHECKER_ERROR, GT_ERROR})

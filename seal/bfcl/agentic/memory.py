@@ -154,10 +154,6 @@ def import_vector_backend(module_name: str) -> ModuleType:
             os.chdir(before)
 
 
-def configured_root() -> Path | None:
-    return _ROOT
-
-
 def snapshots() -> MemorySnapshots:
     if _ROOT is None:
         raise MemoryNotConfiguredError(

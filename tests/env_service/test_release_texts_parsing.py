@@ -57,8 +57,10 @@ def test_healthz_answers_while_a_262k_message_is_read(service_process, release_t
     instance_id, _ = client.create(TASK, **params)
     probe = httpx.Client(base_url=svc.url)
     quiet = [healthz_s(probe, 5) for _ in range(30)]
-    # Generous, for a loaded machine: the stalls it catches were seconds to minutes.
-    bound = max(0.3, 10 * statistics.median(quiet))
+    # Generous, for a loaded machine (300 ms was seen beside a verl smoke run): the stalls
+    # it catches were seconds to minutes; where each text is read is held load-proof by
+    # test_where_a_message_is_read, below.
+    bound = max(1.0, 10 * statistics.median(quiet))
     answer = {}
     step = threading.Thread(
         target=lambda: answer.update(client.step(instance_id, message)), daemon=True
@@ -94,13 +96,12 @@ def test_a_flood_of_blocks_is_read_only_up_to_the_calls_that_may_run(release_ser
     assert sum("a message may make at most 128 tool calls" in a for a in answers) == n - 128
 
 
-@pytest.mark.parametrize("release_text", ["bfcl_qwen_fc", "qwen2.5"])
-def test_a_long_message_is_read_by_the_pool_a_short_one_on_the_event_loop(
-    release_service, monkeypatch, release_text
-):
+@pytest.mark.parametrize("release_text", list(SLOW_MESSAGE_OF))
+def test_where_a_message_is_read(release_service, monkeypatch, release_text):
     """A 262,144-character flood read on the event loop cost it 3-4 ms, every other
     client's request waiting (the adversarial bench's flood): a message longer than
-    INLINE_PARSE_CHARS goes to the worker pool; a model's usual reply is read in place."""
+    INLINE_PARSE_CHARS goes to the worker pool, a model's usual reply is read in place;
+    ToolACE's text (Python's own parser, up to a second) always goes to the pool."""
     params, _ = SLOW_MESSAGE_OF[release_text]
     svc = release_service(workers=0)  # the pool in this process, where its reads are counted
     pooled = []
@@ -112,15 +113,18 @@ def test_a_long_message_is_read_by_the_pool_a_short_one_on_the_event_loop(
 
     monkeypatch.setattr(InProcessPool, "parse", parse)
     instance_id, _ = svc.create(TASK, **params)
-    short = GREP * (INLINE_PARSE_CHARS // len(GREP))
-    assert len(tool_responses(svc.step(instance_id, short))) == len(short) // len(GREP)
-    assert pooled == []
-    flood = GREP * (MAX_MESSAGE_CHARS // len(GREP))
-    answers = tool_responses(svc.step(instance_id, flood))
-    assert pooled == [len(flood)]
-    assert sum("a message may make at most 128 tool calls" in a for a in answers) == (
-        len(flood) // len(GREP) - 128
-    )
+    toolace = release_text == "toolace_official_prompt"
+    call = "[cd(folder='a')]," if toolace else GREP
+    short = call * (INLINE_PARSE_CHARS // len(call))
+    svc.step(instance_id, short)
+    assert pooled == ([len(short)] if toolace else [])
+    flood = call * (MAX_MESSAGE_CHARS // len(call))
+    data = svc.step(instance_id, flood)
+    assert pooled[-1] == len(flood)
+    if not toolace:  # (ToolACE's answer to the same: test_healthz_answers_while_...)
+        answers = tool_responses(data)
+        over = sum("a message may make at most 128 tool calls" in a for a in answers)
+        assert over == len(flood) // len(call) - 128
 
 
 def test_a_2kb_toolace_call_of_dotted_parts_is_answered_not_a_500(service_process):

@@ -211,13 +211,11 @@ class WorkerPool:
         )
         return EVALUATION_TIME_BUDGET if value is _LOST else value
 
-    async def parse(self, release_text: str, content: str, limit: int) -> ParsedMessage:
-        """A message's first `limit` calls in the release text `release_text`, and how many follow
+    async def parse(self, text: str, content: str, limit: int) -> ParsedMessage:
+        """A message's first `limit` calls in the release text `text`, and how many follow
         them, read on the least busy worker (a parse too costly for the event loop:
         env_service/release_texts.py)."""
-        value = await self._request(
-            None, lambda request: ("parse", request, release_text, content, limit)
-        )
+        value = await self._request(None, lambda request: ("parse", request, text, content, limit))
         if value is _LOST:  # twice: its worker was killed or stopped each time
             raise BusyError("the worker reading this message was lost; send it again")
         return value

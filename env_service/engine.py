@@ -85,6 +85,8 @@ class EnvEngine:
                         self._executed_calls,
                         self.config.worker_niceness,
                         self.config.worker_stall_seconds,
+                        self.config.episode_cpu_share,
+                        self.config.episode_cpu_burst_s,
                     )
                 await pool.start()
                 self.pool = pool

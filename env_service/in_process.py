@@ -56,8 +56,11 @@ class InProcessPool:
         steps = worker.ask_job(self.episodes.get(episode_id), episode_id, question)
         return _complete(worker.Job(0, steps))
 
-    async def diagnose(self, task_id: str, model_turns: list[ModelTurn]) -> Diagnosis | str:
-        """The Diagnosis, or EVALUATION_TIME_BUDGET when the verification ran too long."""
+    async def diagnose(
+        self, episode_id: str, task_id: str, model_turns: list[ModelTurn]
+    ) -> Diagnosis | str:
+        """The Diagnosis, or EVALUATION_TIME_BUDGET when the verification ran too long
+        (no CPU share: every request here runs to its end on the event loop)."""
         steps = diagnose_steps(load_task(task_id), model_turns)
         job = worker.Job(0, steps, self.max_evaluation_seconds, EVALUATION_TIME_BUDGET)
         return _complete(job)

@@ -57,6 +57,19 @@ class ServiceConfig(BaseModel):
     wait seconds for the CPU, and at 2 s healthy workers under a flood were taken for
     frozen, each a needless replacement (docs/benchmarks.md)."""
 
+    episode_cpu_share: float = Field(0.1, gt=0, le=1)
+    """The fraction of one core an episode's tool calls and evaluation may use on average
+    once past `episode_cpu_burst_s` (env_service/cpu_share.py): beyond it its next call
+    waits while its worker runs other episodes' calls. 1 lifts it (a call never uses more
+    than one core). No episode of BFCL's ground truth comes near its burst; a client
+    asking for nothing but costly calls took a core of two from everyone else
+    (docs/service.md, "One worker's work"). Time waited for the share is not counted in
+    a step's or an evaluation's time budget, and one request waits at most
+    `max_step_seconds` in all."""
+    episode_cpu_burst_s: float = Field(1.0, ge=0)
+    """Seconds of calls an episode may run at full speed before `episode_cpu_share` holds
+    it back (refilled at that share a second)."""
+
     # --- what one request may cost -----------------------------------------------------------
     max_body_bytes: int = Field(4 * MIB, ge=1024)
     """Largest HTTP request body, refused with 413 from its Content-Length or, without

@@ -107,7 +107,7 @@ class MultiTurnKind:
         """The diagnosis of the calls that ran (seal/bfcl/diagnosis.py), on a worker."""
         if episode.evaluated:
             return episode.evaluation()
-        verdict = await pool.diagnose(episode.task.task_id, episode.model_turns)
+        verdict = await pool.diagnose(episode_id, episode.task.task_id, episode.model_turns)
         if isinstance(verdict, Diagnosis):
             return episode.evaluation_for(verdict)
         return episode.evaluation_for(None, EVALUATION_TIME_BUDGET)

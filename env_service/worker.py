@@ -20,8 +20,9 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from env_service.cpu_share import CpuShares
 from env_service.execution import (
     EVALUATION_TIME_BUDGET,
     REBUILD_TIME_BUDGET,
@@ -87,8 +88,13 @@ class Job:
     """What answers the job when it runs past `limit_s`."""
     seconds: float = 0.0
     """Time it has run so far: the job that has run least goes next."""
+    arrived: float = field(default_factory=time.monotonic)
+    """When the worker got it: the time it was not running is how long it was held."""
     episode_id: str | None = None
     """A rebuild's episode."""
+    owner: str | None = None
+    """The episode whose CPU share its calls spend (env_service/cpu_share.py); None: work
+    of the service's own (reading a message, a task kind's question), which never waits."""
     answer: object = None
     """Its answer, once `advance` has returned True."""
     over: bool = False
@@ -197,6 +203,7 @@ def serve(
     max_evaluation_seconds: float,
     parent_pid: int,
     close_fds: list[int],
+    shares: CpuShares,
 ) -> None:
     """The worker's loop; returns when the service closes its end."""
     detach(parent_pid, close_fds, sock.fileno())
@@ -209,8 +216,11 @@ def serve(
     # answer is answered as the held ones were, not as an unknown episode (a 500).
     overrun: set[str] = set()
     while True:
-        # Take every waiting message (block for one when there is nothing to do).
-        while not jobs or select.select([sock], [], [], 0)[0]:
+        # Take every waiting message; block for one when there is nothing to do, or until
+        # the first job waiting for its episode's CPU share may run.
+        while (wait_s := _first_turn_s(jobs, shares)) != 0 or _readable(sock, 0):
+            if wait_s is not None and not _readable(sock, wait_s):
+                continue  # a job's turn has come
             message = receive(sock)
             if message is None:
                 return
@@ -231,6 +241,7 @@ def serve(
                     max_evaluation_seconds,
                     REBUILD_TIME_BUDGET,
                     episode_id=episode_id,
+                    owner=episode_id,
                 )
                 rebuilding[episode_id] = job
                 jobs.append(job)
@@ -238,6 +249,7 @@ def serve(
                 episode_id = message[1]
                 episodes.pop(episode_id, None)
                 overrun.discard(episode_id)
+                shares.forget(episode_id)
                 job = rebuilding.pop(episode_id, None)
                 if job is not None:
                     jobs.remove(job)
@@ -253,7 +265,7 @@ def serve(
                 if not isinstance(backends, Backends):
                     send(sock, (request, "error", missing(episode_id, backends)))
                     continue
-                job = Job(request, run_calls(backends, calls, budget))
+                job = Job(request, run_calls(backends, calls, budget), owner=episode_id)
                 if episode_id in rebuilding:
                     held.setdefault(episode_id, []).append(job)
                 else:
@@ -269,12 +281,14 @@ def serve(
                 _, request, release_text, content, limit = message
                 jobs.append(Job(request, parse_job(release_text, content, limit)))
             elif kind == "diagnose":
-                _, request, task_id, model_turns = message
+                _, request, episode_id, task_id, model_turns = message
                 steps = diagnose_steps(load_task(task_id), model_turns)
-                jobs.append(Job(request, steps, max_evaluation_seconds, EVALUATION_TIME_BUDGET))
-        job = min(jobs, key=_attained)
+                limit_s, over_budget = max_evaluation_seconds, EVALUATION_TIME_BUDGET
+                jobs.append(Job(request, steps, limit_s, over_budget, owner=episode_id))
+        job = min((j for j in jobs if _turn_s(j, shares) == 0), key=_attained)
         slot[1] = time.monotonic()
         slot[0] = float(job.request)
+        ran_s = job.seconds
         try:
             over = job.advance()
         except Exception as e:  # noqa: BLE001 - a bug: the service answers it, the worker goes on
@@ -285,6 +299,7 @@ def serve(
             continue
         finally:
             slot[0] = IDLE
+            shares.charge(job.owner, job.seconds - ran_s)
         if over:
             jobs.remove(job)
             if job.over and job.episode_id is not None:
@@ -324,3 +339,18 @@ def bug_text(e: Exception) -> str:
 
 def _attained(job: Job) -> float:
     return job.seconds
+
+
+def _turn_s(job: Job, shares: CpuShares) -> float:
+    """Seconds until `job` may run its next call within its episode's CPU share."""
+    held_s = time.monotonic() - job.arrived - job.seconds
+    return shares.wait_s(job.owner, held_s)
+
+
+def _first_turn_s(jobs: list[Job], shares: CpuShares) -> float | None:
+    """Seconds until one of `jobs` may run (0: one may now); None without jobs."""
+    return min((_turn_s(job, shares) for job in jobs), default=None)
+
+
+def _readable(sock: socket.socket, timeout_s: float | None) -> bool:
+    return bool(select.select([sock], [], [], timeout_s)[0])

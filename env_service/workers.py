@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from env_service import worker
 from env_service.channel import Channel
+from env_service.cpu_share import CpuShares
 from env_service.errors import BusyError
 from env_service.execution import (
     EVALUATION_TIME_BUDGET,
@@ -77,10 +78,13 @@ class WorkerPool:
         executed_calls: Callable[[str], list[ToolCall] | None],
         niceness: int,
         stall_s: float,
+        cpu_share: float,
+        cpu_burst_s: float,
     ):
         """`executed_calls(episode_id)`: the calls an episode has run (None if it is gone),
         to rebuild it on a new worker; `stall_s`: how long a worker may miss its
-        heartbeats while no call of its runs before it is replaced."""
+        heartbeats while no call of its runs before it is replaced; `cpu_share`,
+        `cpu_burst_s`: each episode's share of a worker's CPU (env_service/cpu_share.py)."""
         self.size = size
         self.budget = budget
         self.max_evaluation_seconds = max_evaluation_seconds
@@ -88,6 +92,7 @@ class WorkerPool:
         self.executed_calls = executed_calls
         self.niceness = niceness
         self.stall_s = stall_s
+        self.cpu_share, self.cpu_burst_s = cpu_share, cpu_burst_s
         # A worker whose beat is older than this gets no new episode (three beats missed).
         self.suspect_after_s = min(stall_s, 3 * worker.HEARTBEAT_S)
         self.workers: list[_Worker] = []
@@ -126,6 +131,9 @@ class WorkerPool:
                 self.max_evaluation_seconds,
                 os.getpid(),
                 others,
+                # Held back at most a step's budget: a request's own budget plus this stays
+                # inside the clients' timeout (seal/rollout/env_client.py).
+                CpuShares(self.cpu_share, self.cpu_burst_s, self.budget.max_seconds),
             ),
             name="env_service-worker",
             daemon=True,  # also stopped at interpreter exit when no lifespan stops it
@@ -203,11 +211,14 @@ class WorkerPool:
             raise WorkerError(f"the worker holding episode {episode_id!r} was lost")
         return value
 
-    async def diagnose(self, task_id: str, model_turns: list[ModelTurn]) -> Diagnosis | str:
-        """Verify an episode's calls on the least busy worker: its Diagnosis, or
-        EVALUATION_TIME_BUDGET when it ran too long (or its worker had to be killed)."""
+    async def diagnose(
+        self, episode_id: str, task_id: str, model_turns: list[ModelTurn]
+    ) -> Diagnosis | str:
+        """Verify an episode's calls on the least busy worker, within the episode's CPU
+        share there: its Diagnosis, or EVALUATION_TIME_BUDGET when it ran too long (or its
+        worker had to be killed)."""
         value = await self._request(
-            None, lambda request: ("diagnose", request, task_id, model_turns)
+            None, lambda request: ("diagnose", request, episode_id, task_id, model_turns)
         )
         return EVALUATION_TIME_BUDGET if value is _LOST else value
 

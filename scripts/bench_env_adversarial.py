@@ -473,6 +473,13 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="the workers' CPU priority below the event loop's (default: the service's)",
     )
+    p.add_argument(
+        "--episode-cpu-share",
+        type=float,
+        default=None,
+        help="each episode's share of a worker's CPU past its burst; 1 lifts it (default: "
+        "the service's)",
+    )
     args = p.parse_args(argv)
     unknown = set(args.cases) - set(CASES)
     if unknown:
@@ -481,6 +488,8 @@ def main(argv: list[str] | None = None) -> None:
     ids = task_ids()
     scripts = ground_truth_scripts(ids)
     flags = [] if args.worker_niceness is None else ["--worker-niceness", str(args.worker_niceness)]
+    if args.episode_cpu_share is not None:
+        flags += ["--episode-cpu-share", str(args.episode_cpu_share)]
     with contextlib.ExitStack() as stack:
         module = ("env_service",)
         if set(args.cases) & set(WEB_CASES):

@@ -57,6 +57,9 @@ SERVICE_SETTINGS_SAFE: dict[str, str] = {
     "worker_niceness": "the workers' CPU priority",
     "worker_stall_seconds": "when a frozen worker is replaced (its episodes rebuilt and "
     "their calls sent again)",
+    "episode_cpu_share": "how fast a costly episode's calls run, not what they do or "
+    "answer (time waited for it is outside every time budget)",
+    "episode_cpu_burst_s": "the same",
     "header_timeout_s": "the connections' limits, which the run's own client keeps inside",
     "body_timeout_s": "the same",
     "keep_alive_s": "the same",

@@ -28,12 +28,13 @@ def other_value(name: str) -> tuple[list[str], object]:
     flag = service_main.flag_of(name)
     if isinstance(default, bool):
         return ["--no-" + flag.removeprefix("--") if default else flag], not default
+    highest = min((m.le for m in FIELDS[name].metadata if hasattr(m, "le")), default=None)
     if isinstance(default, int):  # one more, or one less at the setting's upper bound
-        highest = min((m.le for m in FIELDS[name].metadata if hasattr(m, "le")), default=None)
         value = default - 1 if default == highest else default + 1
         return [flag, str(value)], value
-    if isinstance(default, float):
-        return [flag, str(default + 1.5)], default + 1.5
+    if isinstance(default, float):  # more, within the setting's upper bound
+        value = default + 1.5 if highest is None else (default + highest) / 2
+        return [flag, str(value)], value
     if name == "token":
         return [flag, "t0k3n"], "t0k3n"
     return [flag, "/tmp/some/where"], Path("/tmp/some/where")

@@ -156,7 +156,11 @@ def test_a_grep_flood_does_not_block_other_episodes(service_process, scheduler):
     slows both alike, so the bound is the flood's own time: with the calls run first
     come, first served (`fifo`, the check's own control) another episode waits behind
     the whole message, and the same bound fails."""
-    svc = service_process("--workers", "1", patch=FIFO if scheduler == "fifo" else "")
+    # Its share of the CPU lifted: what is shown is the order of calls, which its control
+    # (`fifo`) needs the flood's to run in a row for.
+    svc = service_process(
+        "--workers", "1", "--episode-cpu-share", "1", patch=FIFO if scheduler == "fifo" else ""
+    )
     client = episodes(svc.url)
     client.create(FS_TASK, "flood", **validate(max_steps=1024))
     client.step("flood", calls_text("touch", {"file_name": "big.txt"}, 1))

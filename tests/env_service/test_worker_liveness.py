@@ -243,7 +243,12 @@ whatever the load, while one interleaved with it waits for one sort."""
 
 
 def test_a_rebuild_neither_stalls_other_episodes_nor_runs_past_its_budget(service_process):
-    svc = service_process("--workers", "1", "--max-evaluation-seconds", str(REBUILD_BUDGET_S))
+    # Each episode's CPU share lifted: the heavy one must run more calls in its 6 s than
+    # the rebuild's budget can replay.
+    svc = service_process(
+        "--workers", "1", "--max-evaluation-seconds", str(REBUILD_BUDGET_S),
+        "--episode-cpu-share", "1",
+    )  # fmt: skip
     client = Native(svc.url)
     client.create("heavy", max_generations=64)
     client.step("heavy", [("touch", {"file_name": "big.txt"})])
@@ -286,6 +291,7 @@ def test_a_step_sent_after_a_rebuild_ran_over_its_budget_is_answered_as_such():
     import multiprocessing
 
     from env_service import worker
+    from env_service.cpu_share import CpuShares
     from env_service.execution import REBUILD_TIME_BUDGET, StepBudget
     from seal.bfcl.backends import Backends
     from seal.bfcl.calls import ToolCall
@@ -294,7 +300,8 @@ def test_a_step_sent_after_a_rebuild_ran_over_its_budget_is_answered_as_such():
     slot = multiprocessing.RawArray("d", worker.SLOT_SIZE)
     budget = StepBudget(max_result_chars=1000, max_reply_chars=10_000, max_seconds=10)
     process = multiprocessing.get_context("fork").Process(
-        target=worker.serve, args=(theirs, slot, budget, 0.001, os.getpid(), [mine.fileno()])
+        target=worker.serve,
+        args=(theirs, slot, budget, 0.001, os.getpid(), [mine.fileno()], CpuShares(1, 0)),
     )
     # Forked as the service forks its workers, with its garbage collector frozen: the worker
     # closes the sockets it inherited, and collecting this process's socket objects there
@@ -344,7 +351,7 @@ def test_a_started_pool_has_its_workers_at_their_priority_already():
     from env_service.workers import WorkerPool
 
     async def niceness_after_start() -> list[int]:
-        pool = WorkerPool(4, StepBudget(1000, 1000, 5.0), 5.0, lambda _: [], 7, 30.0)
+        pool = WorkerPool(4, StepBudget(1000, 1000, 5.0), 5.0, lambda _: [], 7, 30.0, 1, 0)
         await pool.start()
         try:
             return [psutil.Process(w.process.pid).nice() for w in pool.workers]

@@ -57,12 +57,12 @@ class CpuShares:
             self._due = {o: due for o, due in self._due.items() if due > now}
             self._prune_at = max(_PRUNE_FROM, 2 * len(self._due))
 
-    def wait_s(self, owner: str | None, held_s: float = 0.0) -> float:
+    def wait_s(self, owner: str | None, held_s: float = 0.0, now: float | None = None) -> float:
         """Seconds until `owner` may run the next call of a request held back `held_s` so
-        far; 0 if it may now."""
-        if owner is None or owner not in self._due:
+        far (at `now`, by default the clock's); 0 if it may now."""
+        if owner is None or (due := self._due.get(owner)) is None:
             return 0.0
-        turn_s = self._due[owner] - self.ahead_s - self.clock()
+        turn_s = due - self.ahead_s - (self.clock() if now is None else now)
         return max(0.0, min(turn_s, self.max_wait_s - held_s))
 
     def forget(self, owner: str) -> None:

@@ -216,11 +216,14 @@ def serve(
     # answer is answered as the held ones were, not as an unknown episode (a 500).
     overrun: set[str] = set()
     while True:
-        # Take every waiting message; block for one when there is nothing to do, or until
-        # the first job waiting for its episode's CPU share may run.
-        while (wait_s := _first_turn_s(jobs, shares)) != 0 or _readable(sock, 0):
-            if wait_s is not None and not _readable(sock, wait_s):
-                continue  # a job's turn has come
+        # Take every waiting message; then, with no job that may run a call, block for the
+        # next message, or until the first job held back for its episode's CPU share may.
+        chosen = None
+        while chosen is None:
+            if not _readable(sock, 0):
+                chosen, wait_s = _next_job(jobs, shares)
+                if chosen is not None or (wait_s is not None and not _readable(sock, wait_s)):
+                    continue
             message = receive(sock)
             if message is None:
                 return
@@ -285,7 +288,7 @@ def serve(
                 steps = diagnose_steps(load_task(task_id), model_turns)
                 limit_s, over_budget = max_evaluation_seconds, EVALUATION_TIME_BUDGET
                 jobs.append(Job(request, steps, limit_s, over_budget, owner=episode_id))
-        job = min((j for j in jobs if _turn_s(j, shares) == 0), key=_attained)
+        job = chosen
         slot[1] = time.monotonic()
         slot[0] = float(job.request)
         ran_s = job.seconds
@@ -341,15 +344,19 @@ def _attained(job: Job) -> float:
     return job.seconds
 
 
-def _turn_s(job: Job, shares: CpuShares) -> float:
-    """Seconds until `job` may run its next call within its episode's CPU share."""
-    held_s = time.monotonic() - job.arrived - job.seconds
-    return shares.wait_s(job.owner, held_s)
-
-
-def _first_turn_s(jobs: list[Job], shares: CpuShares) -> float | None:
-    """Seconds until one of `jobs` may run (0: one may now); None without jobs."""
-    return min((_turn_s(job, shares) for job in jobs), default=None)
+def _next_job(jobs: list[Job], shares: CpuShares) -> tuple[Job | None, float | None]:
+    """The least-run job that may run a call now, within its episode's CPU share; else
+    None, and the seconds until one may (None: there are no jobs). One pass, one clock
+    read: it runs before every call."""
+    now = time.monotonic()
+    best, first_s = None, None
+    for job in jobs:
+        turn_s = shares.wait_s(job.owner, now - job.arrived - job.seconds, now)
+        if turn_s > 0:
+            first_s = turn_s if first_s is None else min(first_s, turn_s)
+        elif best is None or _attained(job) < _attained(best):
+            best = job
+    return best, first_s
 
 
 def _readable(sock: socket.socket, timeout_s: float | None) -> bool:

@@ -1,6 +1,7 @@
 """Does one hostile client, or an operator's fault, slow the well-behaved clients down?
 
     python scripts/bench_env_adversarial.py [--clients 64] [--rounds 5] [--phase-s 20]
+        [--flood-kinds grep,cat,huge_body,send_message] [--episode-cpu-share S]
         [--cases flood,unclosed_calls,slow_headers,stopped_worker,slow_page,huge_body,
                  unreachable_search]
 
@@ -54,6 +55,11 @@ def _compact(name: str, arguments: dict, n: int) -> str:
 
 def _most(name: str, arguments: dict) -> str:
     return _compact(name, arguments, MESSAGE_CHARS // len(_compact(name, arguments, 1)))
+
+
+FLOOD_KINDS = ("grep", "cat", "huge_body", "send_message")
+"""The flood's requests, taken in turn: a message of `grep`s on an 80k-line file, one of
+`cat`s of a 190 KB file, a body announced as 300 MB, and 2,570 `send_message` calls."""
 
 
 class Adversary:
@@ -129,8 +135,14 @@ class Adversary:
         self.post("/evaluate", instance_id=iid)
         self.post("/release", instance_id=iid)
 
-    def run(self, stop, counter) -> None:
-        attacks = [self.grep_flood, self.big_reply, self.huge_body, self.message_ids]
+    def run(self, stop, counter, kinds: tuple[str, ...] = FLOOD_KINDS) -> None:
+        by_kind = {
+            "grep": self.grep_flood,
+            "cat": self.big_reply,
+            "huge_body": self.huge_body,
+            "send_message": self.message_ids,
+        }
+        attacks = [by_kind[kind] for kind in kinds]
         k = 0
         while not stop.is_set():
             attacks[k % len(attacks)]()
@@ -138,8 +150,8 @@ class Adversary:
             counter.value = self.requests
 
 
-def _adversary_main(url: str, token: str, stop, counter) -> None:
-    Adversary(url, token).run(stop, counter)
+def _adversary_main(url: str, token: str, stop, counter, kinds: tuple[str, ...]) -> None:
+    Adversary(url, token).run(stop, counter, kinds)
 
 
 UNCLOSED = "<tool_call>{" * (MESSAGE_CHARS // 12)
@@ -345,9 +357,15 @@ async def measure(service: RunningService, args, ids, scripts) -> list[dict]:
             for phase in [phase for case in args.cases for phase in ("quiet", case)]:
                 stop, counter = ctx.Event(), ctx.Value("i", 0)
                 attacker, stopper, stopped = None, None, []
-                if phase in ("flood", "unclosed_calls"):
-                    main = _adversary_main if phase == "flood" else _unclosed_main
-                    attacker = ctx.Process(target=main, args=(url, service.token, stop, counter))
+                if phase == "flood":
+                    attacker = ctx.Process(
+                        target=_adversary_main,
+                        args=(url, service.token, stop, counter, tuple(args.flood_kinds)),
+                    )
+                elif phase == "unclosed_calls":
+                    attacker = ctx.Process(
+                        target=_unclosed_main, args=(url, service.token, stop, counter)
+                    )
                 elif phase == "slow_headers":
                     attacker = ctx.Process(
                         target=_slow_headers_main,
@@ -441,6 +459,12 @@ def main(argv: list[str] | None = None) -> None:
         help=f"attacks, one phase each per round (default {','.join(CASES)})",
     )
     p.add_argument(
+        "--flood-kinds",
+        type=lambda text: text.split(","),
+        default=list(FLOOD_KINDS),
+        help=f"the flood's requests, taken in turn (default {','.join(FLOOD_KINDS)})",
+    )
+    p.add_argument(
         "--slow-connections",
         type=int,
         default=1200,
@@ -484,6 +508,9 @@ def main(argv: list[str] | None = None) -> None:
     unknown = set(args.cases) - set(CASES)
     if unknown:
         p.error(f"unknown cases {sorted(unknown)}; choose from {','.join(CASES)}")
+    unknown = set(args.flood_kinds) - set(FLOOD_KINDS)
+    if unknown:
+        p.error(f"unknown flood kinds {sorted(unknown)}; choose from {','.join(FLOOD_KINDS)}")
 
     ids = task_ids()
     scripts = ground_truth_scripts(ids)

@@ -1,17 +1,11 @@
 """Each episode's share of its worker's CPU: past a burst, its calls wait for their turn.
 
-A legal client can ask for nothing but costly calls: 128 `grep`s of an 80k-line file a
-step, its evaluation replaying 1,024 of them. Least-run-first keeps the other episodes'
-calls from waiting behind them, but a worker busy with them still takes a core the event
-loop and the other workers share (docs/benchmarks.md, "the flood, profiled"). So each
-episode may run its calls at full speed for `burst_s` seconds of their time, then at
-`share` of a core on average; no episode of BFCL's ground truth comes near the burst
-(docs/service.md, "One worker's work"). The worker runs other episodes' calls meanwhile,
-and sleeps only when every job it has is waiting for its share.
-
-Written by hand: a token bucket of call seconds kept as one time per episode (the
-generic cell rate algorithm), too small a thing for a rate-limiting library, and it
-charges seconds of work, not requests.
+Least-run-first keeps other episodes' calls from waiting behind a flood of costly ones,
+but a worker busy with them still takes a core the event loop and the other workers
+share. So an episode runs its calls at full speed for `burst_s` seconds of them, then at
+`share` of a core on average (why, and figures: docs/service.md, "One worker's work").
+By hand: a token bucket of call seconds kept as one due time per owner (the generic cell
+rate algorithm); a rate-limiting library counts requests, not seconds of work.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """One worker process: the backends of the episodes placed on it, and their work.
 
 It runs steps' calls, verifications and rebuilds one call at a time, least-run job first,
-so a cheap step never waits behind a flood of costly calls; it writes each call and a
+so a cheap step never waits behind a flood of costly calls, and each episode's within its
+share of the CPU (env_service/cpu_share.py); it writes each call and a
 heartbeat (from a thread of its own) into shared memory, so the service can find a call
 that does not return or a stopped process and replace it. The scheduling, the heartbeat
 and the pipe's messages: docs/service.md, "One worker's work".

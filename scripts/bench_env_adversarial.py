@@ -1,9 +1,7 @@
 """Does one hostile client, or an operator's fault, slow the well-behaved clients down?
 
     python scripts/bench_env_adversarial.py [--clients 64] [--rounds 5] [--phase-s 20]
-        [--flood-kinds grep,cat,huge_body,send_message] [--episode-cpu-share S]
-        [--cases flood,unclosed_calls,slow_headers,stopped_worker,slow_page,huge_body,
-                 unreachable_search]
+        [--cases flood,unclosed_calls,...] [--flood-kinds ...] [--episode-cpu-share S]
 
 Starts the service, plays paced ground-truth episodes with --clients well-behaved clients,
 and compares each case's phase with a quiet phase just before it (a shared machine's load

@@ -17,6 +17,7 @@ import uuid
 from collections import OrderedDict
 
 from env_service.agentic.kind import AgenticKind
+from env_service.cpu_share import CpuShares
 from env_service.episode import EpisodeCaps, EpisodeMachine, StepOutcome
 from env_service.errors import (
     BusyError,
@@ -85,8 +86,13 @@ class EnvEngine:
                         self._executed_calls,
                         self.config.worker_niceness,
                         self.config.worker_stall_seconds,
-                        self.config.episode_cpu_share,
-                        self.config.episode_cpu_burst_s,
+                        # Held back at most a step's budget: a request's own budget plus
+                        # this stays inside the clients' timeout (seal/rollout/env_client.py).
+                        CpuShares(
+                            self.config.episode_cpu_share,
+                            self.config.episode_cpu_burst_s,
+                            self.caps.budget.max_seconds,
+                        ),
                     )
                 await pool.start()
                 self.pool = pool

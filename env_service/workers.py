@@ -78,13 +78,12 @@ class WorkerPool:
         executed_calls: Callable[[str], list[ToolCall] | None],
         niceness: int,
         stall_s: float,
-        cpu_share: float,
-        cpu_burst_s: float,
+        shares: CpuShares,
     ):
         """`executed_calls(episode_id)`: the calls an episode has run (None if it is gone),
         to rebuild it on a new worker; `stall_s`: how long a worker may miss its
-        heartbeats while no call of its runs before it is replaced; `cpu_share`,
-        `cpu_burst_s`: each episode's share of a worker's CPU (env_service/cpu_share.py)."""
+        heartbeats while no call of its runs before it is replaced; `shares`: each episode's
+        CPU share, which every worker starts from a copy of (the pool never charges it)."""
         self.size = size
         self.budget = budget
         self.max_evaluation_seconds = max_evaluation_seconds
@@ -92,7 +91,7 @@ class WorkerPool:
         self.executed_calls = executed_calls
         self.niceness = niceness
         self.stall_s = stall_s
-        self.cpu_share, self.cpu_burst_s = cpu_share, cpu_burst_s
+        self.shares = shares
         # A worker whose beat is older than this gets no new episode (three beats missed).
         self.suspect_after_s = min(stall_s, 3 * worker.HEARTBEAT_S)
         self.workers: list[_Worker] = []
@@ -131,9 +130,7 @@ class WorkerPool:
                 self.max_evaluation_seconds,
                 os.getpid(),
                 others,
-                # Held back at most a step's budget: a request's own budget plus this stays
-                # inside the clients' timeout (seal/rollout/env_client.py).
-                CpuShares(self.cpu_share, self.cpu_burst_s, self.budget.max_seconds),
+                self.shares,
             ),
             name="env_service-worker",
             daemon=True,  # also stopped at interpreter exit when no lifespan stops it
@@ -214,9 +211,8 @@ class WorkerPool:
     async def diagnose(
         self, episode_id: str, task_id: str, model_turns: list[ModelTurn]
     ) -> Diagnosis | str:
-        """Verify an episode's calls on the least busy worker, within the episode's CPU
-        share there: its Diagnosis, or EVALUATION_TIME_BUDGET when it ran too long (or its
-        worker had to be killed)."""
+        """Verify an episode's calls on the least busy worker (within its CPU share there):
+        its Diagnosis, or EVALUATION_TIME_BUDGET when it ran too long or its worker died."""
         value = await self._request(
             None, lambda request: ("diagnose", request, episode_id, task_id, model_turns)
         )

@@ -102,7 +102,7 @@ def test_a_worker_holds_a_costly_episode_to_its_share_and_runs_the_others_meanwh
 
     async def play() -> tuple[float, float, float, list[float]]:
         budget = StepBudget(max_result_chars=100_000, max_reply_chars=10**8, max_seconds=60.0)
-        pool = WorkerPool(1, budget, 60.0, lambda _: [], 0, 30.0, SHARE, BURST_S)
+        pool = WorkerPool(1, budget, 60.0, lambda _: [], 0, 30.0, CpuShares(SHARE, BURST_S))
         await pool.start()
         try:
             await pool.open("costly", FS_TASK)

@@ -347,11 +347,14 @@ def test_a_started_pool_has_its_workers_at_their_priority_already():
     # it got to run, left the service ready with a worker at the event loop's priority.
     import asyncio
 
+    from env_service.cpu_share import CpuShares
     from env_service.execution import StepBudget
     from env_service.workers import WorkerPool
 
     async def niceness_after_start() -> list[int]:
-        pool = WorkerPool(4, StepBudget(1000, 1000, 5.0), 5.0, lambda _: [], 7, 30.0, 1, 0)
+        pool = WorkerPool(
+            4, StepBudget(1000, 1000, 5.0), 5.0, lambda _: [], 7, 30.0, CpuShares(1, 0)
+        )
         await pool.start()
         try:
             return [psutil.Process(w.process.pid).nice() for w in pool.workers]
